@@ -1,0 +1,229 @@
+// Package storetest is the one table of algorithm cases that every
+// limits.Store must pass, so the memory and Redis stores cannot drift apart.
+//
+// A store's test calls Run with a Factory that returns a fresh, empty store
+// deciding by the given Clock.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+// Clock is a settable clock for stores under test. It is safe for
+// concurrent use.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock returns a clock set to t.
+func NewClock(t time.Time) *Clock { return &Clock{t: t} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Set sets the clock.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// Epoch is where every case starts: a multiple of every unit (second to
+// 365-day year, and 7-day week), so each case starts at a window boundary.
+var Epoch = time.Unix(15330*24*3600, 0).UTC() // 2011-12-22, 15330 = lcm(365, 30, 7) × 6
+
+// Factory returns a fresh store that decides by clk. The store must not
+// see keys written by another Factory call (use a key prefix per call).
+type Factory func(t *testing.T, clk *Clock) limits.Store
+
+// Check is one check of a step: a key name local to the case, a limit and
+// hits.
+type Check struct {
+	Key   string
+	Limit *limits.Limit
+	Hits  uint64
+}
+
+// Step is one request at At after Epoch, and what it must return.
+type Step struct {
+	At       time.Duration
+	Checks   []Check
+	Admitted bool
+	Want     []limits.Outcome
+}
+
+// Case is a named sequence of requests.
+type Case struct {
+	Name  string
+	Steps []Step
+}
+
+// Run runs every case of Cases against stores from newStore.
+func Run(t *testing.T, newStore Factory) {
+	for _, tt := range Cases() {
+		t.Run(tt.Name, func(t *testing.T) {
+			clk := NewClock(Epoch)
+			s := newStore(t, clk)
+			for i, step := range tt.Steps {
+				clk.Set(Epoch.Add(step.At))
+				b := &limits.Batch{}
+				for _, c := range step.Checks {
+					key, slot := Key(tt.Name, c.Key, c.Limit)
+					b.Checks = append(b.Checks, limits.Check{Key: key, Slot: slot, Limit: c.Limit, Hits: c.Hits})
+				}
+				if err := s.Apply(context.Background(), b); err != nil {
+					t.Fatalf("step %d (at %v): Apply: %v", i, step.At, err)
+				}
+				if b.Admitted != step.Admitted {
+					t.Errorf("step %d (at %v): admitted = %v, want %v", i, step.At, b.Admitted, step.Admitted)
+				}
+				if diff := cmp.Diff(step.Want, b.Outcomes); diff != "" {
+					t.Errorf("step %d (at %v): outcomes (-want +got):\n%s", i, step.At, diff)
+				}
+			}
+		})
+	}
+}
+
+// Key builds a real store key for a case-local key name, so every case has
+// its own counters and keys of different names land in different slots.
+func Key(caseName, name string, l *limits.Limit) (string, int) {
+	b, slot := limits.AppendKey(nil, "storetest", []limits.Entry{{Key: caseName, Value: name}}, l)
+	return string(b), slot
+}
+
+// MultiFactory returns stores that share one backend (several engines
+// against one Redis, say), all deciding by clk.
+type MultiFactory func(t *testing.T, clk *Clock) []limits.Store
+
+// RunExact checks that concurrent requests never over-admit: goroutines
+// spread over the stores hammer one key with limit 100 per minute, for
+// every algorithm, and exactly 100 requests may pass. The clock stands
+// still, so no window turns over during the test.
+func RunExact(t *testing.T, newStores MultiFactory, goroutines, perGoroutine int) {
+	for _, alg := range limits.Algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			stores := newStores(t, NewClock(Epoch.Add(time.Second)))
+			l := mustLimit(alg, 100, limits.UnitMinute, 1, 0)
+			key, slot := Key("exact-"+t.Name(), "hot", l)
+			var admitted, over atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, goroutines)
+			for g := range goroutines {
+				s := stores[g%len(stores)]
+				wg.Go(func() {
+					for range perGoroutine {
+						b := &limits.Batch{Checks: []limits.Check{{Key: key, Slot: slot, Limit: l, Hits: 1}}}
+						if err := s.Apply(context.Background(), b); err != nil {
+							errs <- err
+							return
+						}
+						if b.Admitted {
+							admitted.Add(1)
+						} else {
+							over.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatalf("Apply: %v", err)
+			}
+			if got := admitted.Load(); got != 100 {
+				t.Errorf("admitted %d of %d requests, want exactly 100", got, admitted.Load()+over.Load())
+			}
+		})
+	}
+}
+
+// RunTiers checks all-or-nothing on a three-tier request (global, tenant,
+// user) under concurrency: no tier admits more than its limit, and
+// requests rejected by the user tier leave the others untouched.
+func RunTiers(t *testing.T, newStores MultiFactory, goroutines int) {
+	stores := newStores(t, NewClock(Epoch.Add(time.Second)))
+	global := mustLimit(limits.FixedWindow, 1000, limits.UnitMinute, 1, 0)
+	tenant := mustLimit(limits.SlidingWindow, 60, limits.UnitMinute, 1, 0)
+	user := mustLimit(limits.TokenBucket, 5, limits.UnitHour, 1, 5)
+	gk, gs := Key("tiers-"+t.Name(), "global", global)
+	tk, ts := Key("tiers-"+t.Name(), "tenant", tenant)
+	users := 20
+	var admitted atomic.Int64
+	perUser := make([]atomic.Int64, users)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		s := stores[g%len(stores)]
+		wg.Go(func() {
+			for i := range 20 {
+				u := (g*20 + i) % users
+				uk, us := Key("tiers-"+t.Name(), fmt.Sprint("user", u), user)
+				b := &limits.Batch{Checks: []limits.Check{
+					{Key: gk, Slot: gs, Limit: global, Hits: 1},
+					{Key: tk, Slot: ts, Limit: tenant, Hits: 1},
+					{Key: uk, Slot: us, Limit: user, Hits: 1},
+				}}
+				if err := s.Apply(context.Background(), b); err != nil {
+					t.Errorf("Apply: %v", err)
+					return
+				}
+				if b.Admitted {
+					admitted.Add(1)
+					perUser[u].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 60 {
+		t.Errorf("admitted %d, want exactly the tenant limit 60 (20 users × 5 > 60)", got)
+	}
+	for u := range perUser {
+		if n := perUser[u].Load(); n > 5 {
+			t.Errorf("user %d admitted %d, more than its limit 5", u, n)
+		}
+	}
+	// Nothing rejected consumed: the global tier counted only the admitted.
+	b := &limits.Batch{Checks: []limits.Check{{Key: gk, Slot: gs, Limit: global, Hits: 0}}}
+	if err := stores[0].Apply(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.Outcomes[0].Remaining, uint64(1000-admitted.Load()); got != want {
+		t.Errorf("global remaining = %d, want %d: rejected requests consumed the global tier", got, want)
+	}
+}
+
+func mustLimit(alg limits.Algorithm, requests uint64, unit limits.Unit, mult, burst uint64) *limits.Limit {
+	l, err := limits.NewLimit(alg, requests, unit, mult, burst)
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
+
+func shadow(l *limits.Limit) *limits.Limit {
+	c := *l
+	c.Shadow = true
+	return &c
+}

@@ -1,0 +1,386 @@
+package limits
+
+import (
+	"fmt"
+	"time"
+)
+
+// Algorithm is how a limit counts requests.
+type Algorithm uint8
+
+// The algorithms. FixedWindow is the zero value and the default, as in
+// envoyproxy/ratelimit.
+const (
+	// FixedWindow counts hits in epoch-aligned windows of Limit.Window.
+	FixedWindow Algorithm = iota
+	// SlidingWindow weighs the previous fixed window's count by the part of
+	// it still inside the sliding window: estimate = prev × (1 − elapsed/W) +
+	// current.
+	SlidingWindow
+	// SlidingLog remembers every admitted hit and counts those in the last
+	// window exactly.
+	SlidingLog
+	// TokenBucket refills continuously at Requests per Window up to Burst
+	// tokens; a hit takes a token.
+	TokenBucket
+	// LeakyBucket is the leaky bucket as a meter (GCRA): each hit adds one
+	// emission interval (Window/Requests) to a backlog that drains in real
+	// time, and a hit is admitted while the backlog stays within Burst
+	// intervals.
+	LeakyBucket
+)
+
+var algorithmNames = [...]string{
+	FixedWindow:   "fixed_window",
+	SlidingWindow: "sliding_window",
+	SlidingLog:    "sliding_log",
+	TokenBucket:   "token_bucket",
+	LeakyBucket:   "leaky_bucket",
+}
+
+// Algorithms lists every algorithm, for tests and documentation.
+var Algorithms = []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket, LeakyBucket}
+
+// ParseAlgorithm parses an algorithm name such as "token_bucket".
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for a, name := range algorithmNames {
+		if name == s {
+			return Algorithm(a), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window, sliding_log, token_bucket or leaky_bucket)", s)
+}
+
+// String returns the algorithm's configuration name.
+func (a Algorithm) String() string {
+	if int(a) < len(algorithmNames) {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("algorithm(%d)", a)
+}
+
+// Bucketed reports whether the algorithm uses Burst.
+func (a Algorithm) Bucketed() bool { return a == TokenBucket || a == LeakyBucket }
+
+// maxExact is the largest integer that both Go and Lua (whose numbers are
+// IEEE doubles) represent exactly. All algorithm state stays at or below it.
+const maxExact = 1 << 53
+
+// Limit is one compiled limit: an algorithm, a rate and the rule metadata
+// reported with it. A Limit is immutable once compiled and safe to share.
+type Limit struct {
+	Algorithm Algorithm
+	// Requests is requests_per_unit: how many hits one Window allows.
+	// Zero bans every request.
+	Requests uint64
+	// Unit and Multiplier give the window: Window = Multiplier × Unit.
+	Unit       Unit
+	Multiplier uint64
+	// Burst is how many hits a fresh token or leaky bucket admits at once.
+	Burst uint64
+	// Name is the rule name reported to Envoy and matched by Replaces.
+	Name     string
+	Replaces []string
+	// Shadow limits are evaluated and reported but never deny.
+	Shadow bool
+	// Unlimited limits are never evaluated; a descriptor that matches one
+	// is reported as unlimited. No other field but Name and Replaces is set.
+	Unlimited bool
+
+	window time.Duration // Multiplier × Unit
+	tick   int64         // time resolution in µs; see compile
+	id     string        // algorithm and window, part of every store key
+}
+
+// NewLimit returns a compiled limit, or an error if the numbers cannot be
+// evaluated exactly. A zero multiplier means 1, and a zero burst on a bucket
+// algorithm means Requests.
+func NewLimit(alg Algorithm, requests uint64, unit Unit, multiplier, burst uint64) (*Limit, error) {
+	l := &Limit{Algorithm: alg, Requests: requests, Unit: unit, Multiplier: multiplier, Burst: burst}
+	if err := l.compile(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// compile checks the limit and derives its window, tick and identity.
+func (l *Limit) compile() error {
+	if l.Multiplier == 0 {
+		l.Multiplier = 1
+	}
+	if l.Unit.Duration() == 0 {
+		return fmt.Errorf("unknown unit %d", l.Unit)
+	}
+	if int(l.Algorithm) >= len(algorithmNames) {
+		return fmt.Errorf("unknown algorithm %d", l.Algorithm)
+	}
+	if l.Algorithm.Bucketed() && l.Burst == 0 {
+		l.Burst = l.Requests
+	}
+	if !l.Algorithm.Bucketed() {
+		l.Burst = 0
+	}
+	if l.Multiplier > uint64(maxExact/l.Unit.Duration().Microseconds()) {
+		return fmt.Errorf("window of %d %ss is too long", l.Multiplier, l.Unit)
+	}
+	l.window = time.Duration(l.Multiplier) * l.Unit.Duration()
+	w := l.window.Microseconds()
+	// The sliding window and the buckets multiply counts by the window
+	// length in ticks. A tick is 1 µs unless that product could pass 2^53;
+	// then it grows by powers of ten (still dividing the window) until the
+	// arithmetic is exact again. Only huge limits over long windows pay
+	// with a coarser clock.
+	big := max(l.Requests, l.Burst) + 1
+	l.tick = 1
+	for big > maxExact/4/uint64(w/l.tick) {
+		if w%(l.tick*10) != 0 {
+			return fmt.Errorf("%d requests over %s cannot be counted exactly; use a smaller limit or a shorter window", max(l.Requests, l.Burst), l.window)
+		}
+		l.tick *= 10
+	}
+	l.id = fmt.Sprintf("%s/%d", l.Algorithm, l.window/time.Second)
+	return nil
+}
+
+// Window returns the limit's window: Multiplier × Unit.
+func (l *Limit) Window() time.Duration { return l.window }
+
+// ID returns the limit's identity within a rule, e.g. "token_bucket/60":
+// the algorithm and the window in seconds. It is part of every store key,
+// so a changed algorithm or window starts new counters, while a changed
+// Requests or Burst keeps them.
+func (l *Limit) ID() string { return l.id }
+
+// Tick returns the time resolution, in microseconds, at which the limit is
+// evaluated. It is 1 except for limits too large to count per microsecond.
+func (l *Limit) Tick() int64 { return l.tick }
+
+// State is what a store keeps for one key. Each algorithm uses some fields
+// and leaves the others zero; the zero State is a fresh key.
+type State struct {
+	// Start is the start of the current window in µs (fixed and sliding
+	// window) or the tick of the last update (buckets).
+	Start int64
+	// Count is the hits in the current window (fixed and sliding window),
+	// the token level scaled by the window in ticks (token bucket) or the
+	// backlog scaled likewise (leaky bucket).
+	Count uint64
+	// Prev is the previous window's hits (sliding window).
+	Prev uint64
+	// Log is the admitted hits, oldest first (sliding log).
+	Log []LogEntry
+	// Expire is the µs time from which the state equals a fresh key's and
+	// may be dropped.
+	Expire int64
+}
+
+// LogEntry is a sliding-log record: Hits admitted at At (µs).
+type LogEntry struct {
+	At   int64
+	Hits uint64
+}
+
+// Outcome is one limit's verdict on one request.
+type Outcome struct {
+	// Over is set when this limit alone cannot admit the request's hits (or,
+	// for zero hits, when it could not admit one more).
+	Over bool
+	// Remaining is how many more hits the limit admits now: after this
+	// request's hits if the request was admitted, before them otherwise.
+	Remaining uint64
+	// Reset: when Over, how long until the request could be admitted; else
+	// how long until the limit is fully replenished (for fixed windows, the
+	// end of the window).
+	Reset time.Duration
+}
+
+// Evaluate applies the limit's algorithm to st at time now (µs since the
+// Unix epoch) for hits hits. It returns the verdict and the state after
+// consuming the hits; the caller stores next only if the whole request is
+// admitted and hits > 0. Evaluate is the reference semantics: the memory
+// store calls it and the Redis script mirrors it line by line.
+func (l *Limit) Evaluate(st State, now int64, hits uint64) (Outcome, State) {
+	// Zero hits asks "is the limit exhausted?": would one more hit pass?
+	probe := max(hits, 1)
+	w := l.window.Microseconds()
+	if l.Requests == 0 {
+		start := now - now%w
+		return Outcome{Over: true, Reset: micros(start + w - now)}, st
+	}
+	switch l.Algorithm {
+	case SlidingWindow:
+		return l.slidingWindow(st, now, hits, probe)
+	case SlidingLog:
+		return l.slidingLog(st, now, hits, probe)
+	case TokenBucket, LeakyBucket:
+		return l.bucket(st, now, hits, probe)
+	}
+	return l.fixedWindow(st, now, hits, probe)
+}
+
+func (l *Limit) fixedWindow(st State, now int64, hits, probe uint64) (Outcome, State) {
+	w := l.window.Microseconds()
+	start := now - now%w
+	if st.Start != start {
+		st = State{Start: start}
+	}
+	reset := micros(start + w - now)
+	if st.Count+probe > l.Requests {
+		return Outcome{Over: true, Remaining: l.Requests - min(st.Count, l.Requests), Reset: reset}, st
+	}
+	st.Count += hits
+	st.Expire = start + w
+	return Outcome{Remaining: l.Requests - st.Count, Reset: reset}, st
+}
+
+// slidingWindow works in ticks and scales the estimate by the window length
+// W, so it stays an integer: E = prev × (W − elapsed) + cur × W.
+func (l *Limit) slidingWindow(st State, now int64, hits, probe uint64) (Outcome, State) {
+	w := l.window.Microseconds()
+	start := now - now%w
+	switch st.Start {
+	case start:
+	case start - w:
+		st = State{Start: start, Prev: st.Count}
+	default:
+		st = State{Start: start}
+	}
+	wt := uint64(w / l.tick)
+	elapsed := uint64((now - start) / l.tick)
+	est := st.Prev*(wt-elapsed) + st.Count*wt
+	capacity := l.Requests * wt
+	if est+probe*wt > capacity {
+		// Wait until the estimate has fallen by need: first as the previous
+		// window ages out of this one, then as this window ages out of the
+		// next.
+		need := est + probe*wt - capacity
+		var ticks uint64
+		switch {
+		case st.Prev > 0 && ceilDiv(need, st.Prev) <= wt-elapsed:
+			ticks = ceilDiv(need, st.Prev)
+		case st.Count+probe <= l.Requests:
+			ticks = wt - elapsed
+		case st.Count > 0 && ceilDiv((st.Count+probe-l.Requests)*wt, st.Count) <= wt:
+			ticks = wt - elapsed + ceilDiv((st.Count+probe-l.Requests)*wt, st.Count)
+		default:
+			ticks = 2*wt - elapsed
+		}
+		rem := (capacity - min(est, capacity)) / wt
+		return Outcome{Over: true, Remaining: rem, Reset: micros(int64(ticks) * l.tick)}, st
+	}
+	st.Count += hits
+	est += hits * wt
+	st.Expire = start + 2*w
+	reset := int64(0)
+	switch {
+	case st.Count > 0:
+		reset = start + 2*w - now
+	case st.Prev > 0:
+		reset = start + w - now
+	}
+	return Outcome{Remaining: (capacity - est) / wt, Reset: micros(reset)}, st
+}
+
+// slidingLog keeps the hits admitted in (now − W, now].
+func (l *Limit) slidingLog(st State, now int64, hits, probe uint64) (Outcome, State) {
+	w := l.window.Microseconds()
+	i := 0
+	for i < len(st.Log) && st.Log[i].At <= now-w {
+		i++
+	}
+	st.Log = st.Log[i:]
+	var count uint64
+	for _, e := range st.Log {
+		count += e.Hits
+	}
+	if count+probe > l.Requests {
+		// Wait until enough of the oldest hits have left the window.
+		reset := w
+		freed := uint64(0)
+		for _, e := range st.Log {
+			freed += e.Hits
+			if count-freed+probe <= l.Requests {
+				reset = e.At + w - now
+				break
+			}
+		}
+		return Outcome{Over: true, Remaining: l.Requests - min(count, l.Requests), Reset: micros(reset)}, st
+	}
+	if hits > 0 {
+		// Appending may write into the stored state's array, but only past
+		// its length, so the stored state reads the same if the request is
+		// rejected by another limit.
+		st.Log = append(st.Log, LogEntry{At: now, Hits: hits})
+	}
+	reset := int64(0)
+	if n := len(st.Log); n > 0 {
+		st.Expire = st.Log[n-1].At + w
+		reset = st.Expire - now
+	}
+	return Outcome{Remaining: l.Requests - count - hits, Reset: micros(reset)}, st
+}
+
+// bucket evaluates both bucket algorithms in ticks with levels scaled by
+// the window length W in ticks, so every quantity is an integer: a bucket
+// holds Burst×W, a hit costs W, and each tick drains (or refills) Requests.
+// The token bucket stores the free level (tokens×W); the leaky bucket
+// stores the backlog (Burst×W − tokens×W), i.e. GCRA's TAT − now scaled by
+// Requests. For the same rate and burst the two make the same decisions;
+// they differ in what they store, as the textbooks' versions do.
+func (l *Limit) bucket(st State, now int64, hits, probe uint64) (Outcome, State) {
+	wt := uint64(l.window.Microseconds() / l.tick)
+	t := now / l.tick
+	capacity := l.Burst * wt
+	rate := l.Requests
+	var backlog uint64
+	switch {
+	case st.Expire == 0 || st.Expire <= now:
+		backlog = 0
+	case l.Algorithm == TokenBucket:
+		backlog = capacity - min(st.Count, capacity)
+	default:
+		backlog = min(st.Count, capacity)
+	}
+	if st.Expire != 0 && st.Expire > now && t > st.Start {
+		// Drain by elapsed × rate, without overflowing the product.
+		elapsed := uint64(t - st.Start)
+		if elapsed >= ceilDiv(backlog, rate) {
+			backlog = 0
+		} else {
+			backlog -= elapsed * rate
+		}
+	}
+	if probe > l.Burst || backlog+probe*wt > capacity {
+		ticks := ceilDiv(backlog, rate) // never admissible: time to drain fully
+		if probe <= l.Burst {
+			ticks = ceilDiv(backlog+probe*wt-capacity, rate)
+		}
+		return Outcome{Over: true, Remaining: (capacity - backlog) / wt, Reset: micros(int64(ticks) * l.tick)}, st
+	}
+	backlog += hits * wt
+	full := int64(ceilDiv(backlog, rate)) * l.tick
+	next := State{Start: t, Expire: t*l.tick + full}
+	if l.Algorithm == TokenBucket {
+		next.Count = capacity - backlog
+	} else {
+		next.Count = backlog
+	}
+	if next.Expire <= now {
+		next = State{} // nothing to remember: same as a fresh key
+	}
+	return Outcome{Remaining: (capacity - backlog) / wt, Reset: micros(full - (now - t*l.tick))}, next
+}
+
+func ceilDiv(a, b uint64) uint64 {
+	if a == 0 {
+		return 0
+	}
+	return (a-1)/b + 1
+}
+
+func micros(us int64) time.Duration {
+	if us < 0 {
+		return 0
+	}
+	return time.Duration(us) * time.Microsecond
+}

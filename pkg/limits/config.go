@@ -1,0 +1,513 @@
+package limits
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// ConfigError is one problem in a rule file.
+type ConfigError struct {
+	File string
+	Line int    // 1-based; 0 if unknown
+	Path string // YAML path, e.g. descriptors[2].rate_limit.unit
+	Msg  string
+}
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		b.WriteByte(':')
+		b.WriteString(strconv.Itoa(e.Line))
+	}
+	b.WriteString(": ")
+	if e.Path != "" {
+		b.WriteString(e.Path)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// File is one rule file's name and contents.
+type File struct {
+	Name string
+	Data []byte
+}
+
+// LoadOptions changes how rule files combine.
+type LoadOptions struct {
+	// MergeDomains lets several files add rules to one domain, as
+	// envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does. Without it a domain
+	// may appear in one file only.
+	MergeDomains bool
+}
+
+// Load reads rules from path: a YAML file, or a directory whose *.yaml and
+// *.yml files (in subdirectories too) are read in lexical order. Names that
+// start with a dot are skipped, files and directories alike, so a
+// Kubernetes ConfigMap mount (whose real files sit in ..data) is read once,
+// through its top-level links. Symbolic links to files are followed.
+//
+// The error lists every problem found; each is a *ConfigError (or an I/O
+// error), reachable with errors.As or by unwrapping the joined error.
+func Load(path string, opts LoadOptions) (*Ruleset, error) {
+	files, err := ReadFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(files, opts)
+}
+
+// ReadFiles reads the rule files Load would read, without parsing them.
+func ReadFiles(path string) ([]File, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	if !info.IsDir() {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read config: %w", err)
+		}
+		return []File{{Name: path, Data: data}}, nil
+	}
+	var files []File
+	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p != path && strings.HasPrefix(d.Name(), ".") {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() {
+			return nil
+		}
+		ext := filepath.Ext(d.Name())
+		if ext != ".yaml" && ext != ".yml" {
+			return nil
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			// Follow links to files (ConfigMap mounts are made of them),
+			// never to directories.
+			fi, err := os.Stat(p)
+			if err != nil {
+				return err
+			}
+			if !fi.Mode().IsRegular() {
+				return nil
+			}
+		} else if !d.Type().IsRegular() {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		files = append(files, File{Name: p, Data: data})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return files, nil
+}
+
+// Parse compiles rule files into a Ruleset. Like Load, it reports every
+// problem it finds, not only the first.
+func Parse(files []File, opts LoadOptions) (*Ruleset, error) {
+	rs := &Ruleset{domains: make(map[string]*domainRules)}
+	h := sha256.New()
+	var errs []error
+	for _, f := range files {
+		fmt.Fprintf(h, "%d:%s%d:", len(f.Name), f.Name, len(f.Data))
+		h.Write(f.Data)
+		rs.Files = append(rs.Files, f.Name)
+		p := &parser{file: f.Name}
+		p.parseFile(rs, f.Data, opts)
+		errs = append(errs, p.errs...)
+	}
+	rs.Checksum = hex.EncodeToString(h.Sum(nil))
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	rs.finish()
+	return rs, nil
+}
+
+// parser turns one file's YAML nodes into rules, collecting errors.
+type parser struct {
+	file string
+	errs []error
+}
+
+func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
+	e := &ConfigError{File: p.file, Path: path, Msg: fmt.Sprintf(format, args...)}
+	if n != nil {
+		e.Line = n.Line
+	}
+	p.errs = append(p.errs, e)
+}
+
+func (p *parser) parseFile(rs *Ruleset, data []byte, opts LoadOptions) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		p.errorf(nil, "", "invalid YAML: %v", strings.TrimPrefix(err.Error(), "yaml: "))
+		return
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		p.errorf(nil, "domain", "required, and the file is empty")
+		return
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		p.errorf(root, "", "want a mapping with domain and descriptors, got %s", kindName(root))
+		return
+	}
+	var domain string
+	var domainNode, descNode *yaml.Node
+	p.fields(root, "", func(key string, k, v *yaml.Node) {
+		switch key {
+		case "domain":
+			domain = p.str(v, "domain")
+			domainNode = v
+		case "descriptors":
+			descNode = v
+		default:
+			p.errorf(k, key, "unknown field")
+		}
+	})
+	if domain == "" {
+		if domainNode == nil {
+			domainNode = root
+		}
+		p.errorf(domainNode, "domain", "required and must not be empty")
+		return
+	}
+	d, ok := rs.domains[domain]
+	switch {
+	case !ok:
+		d = &domainRules{name: domain, file: p.file, root: &Rule{Domain: domain}}
+		rs.domains[domain] = d
+	case !opts.MergeDomains:
+		p.errorf(domainNode, "domain", "domain %q is already defined in %s (set --merge-domains to combine files)", domain, d.file)
+		return
+	}
+	p.descriptors(d.root, descNode, "descriptors")
+}
+
+// fields calls fn for each key of a mapping node, rejecting non-string keys
+// and duplicates.
+func (p *parser) fields(n *yaml.Node, path string, fn func(key string, k, v *yaml.Node)) {
+	seen := make(map[string]bool, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], deref(n.Content[i+1])
+		if k.Kind != yaml.ScalarNode {
+			p.errorf(k, path, "keys must be strings")
+			continue
+		}
+		if seen[k.Value] {
+			p.errorf(k, join(path, k.Value), "field given twice")
+			continue
+		}
+		seen[k.Value] = true
+		fn(k.Value, k, v)
+	}
+}
+
+func (p *parser) descriptors(parent *Rule, n *yaml.Node, path string) {
+	if n == nil || isNull(n) {
+		return
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, path, "want a list of descriptors, got %s", kindName(n))
+		return
+	}
+	for i, item := range n.Content {
+		p.descriptor(parent, deref(item), fmt.Sprintf("%s[%d]", path, i))
+	}
+}
+
+func (p *parser) descriptor(parent *Rule, n *yaml.Node, path string) {
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, path, "want a descriptor mapping, got %s", kindName(n))
+		return
+	}
+	r := &Rule{Domain: parent.Domain, File: p.file, Line: n.Line, Path: path, parent: parent}
+	var keyNode, limitNode, limitsNode, childNode *yaml.Node
+	p.fields(n, path, func(key string, k, v *yaml.Node) {
+		fp := join(path, key)
+		switch key {
+		case "key":
+			r.Key = p.str(v, fp)
+			keyNode = v
+		case "value":
+			r.Value = p.str(v, fp)
+		case "rate_limit":
+			limitNode = v
+		case "rate_limits":
+			limitsNode = v
+		case "descriptors":
+			childNode = v
+		case "shadow_mode":
+			r.ShadowMode = p.bool(v, fp)
+		case "detailed_metric":
+			r.DetailedMetric = p.bool(v, fp)
+		case "value_to_metric":
+			r.ValueToMetric = p.bool(v, fp)
+		case "share_threshold":
+			r.ShareThreshold = p.bool(v, fp)
+		case "quota_mode", "metadata":
+			p.errorf(k, fp, "not supported yet (ratelimit-sidecar does not implement envoyproxy/ratelimit's %s)", key)
+		default:
+			p.errorf(k, fp, "unknown field")
+		}
+	})
+	if r.Key == "" {
+		if keyNode == nil {
+			keyNode = n
+		}
+		p.errorf(keyNode, join(path, "key"), "required and must not be empty")
+	}
+	if r.ShareThreshold && !strings.Contains(r.Value, "*") {
+		p.errorf(n, join(path, "share_threshold"), "needs a wildcard value (one with '*'), got %q", r.Value)
+	}
+	if limitNode != nil && limitsNode != nil {
+		p.errorf(limitsNode, join(path, "rate_limits"), "use rate_limit or rate_limits, not both")
+	}
+	if limitNode != nil && !isNull(limitNode) {
+		if l := p.limit(r, limitNode, join(path, "rate_limit"), true); l != nil {
+			r.Limits = append(r.Limits, l)
+		}
+	}
+	if limitsNode != nil && !isNull(limitsNode) {
+		lp := join(path, "rate_limits")
+		if limitsNode.Kind != yaml.SequenceNode {
+			p.errorf(limitsNode, lp, "want a list of rate limits, got %s", kindName(limitsNode))
+		} else {
+			for i, item := range limitsNode.Content {
+				item = deref(item)
+				ip := fmt.Sprintf("%s[%d]", lp, i)
+				l := p.limit(r, item, ip, false)
+				if l == nil {
+					continue
+				}
+				for _, o := range r.Limits {
+					if o.id == l.id {
+						p.errorf(item, ip, "same algorithm and window as another limit of this descriptor (%s); they would share one counter", l.id)
+					}
+				}
+				r.Limits = append(r.Limits, l)
+			}
+		}
+	}
+	if r.Key != "" {
+		if other := parent.child(r.Key, r.Value); other != nil {
+			p.errorf(n, path, "duplicate descriptor key %q value %q at this level (first at %s:%d)", r.Key, r.Value, other.File, other.Line)
+		} else {
+			parent.Children = append(parent.Children, r)
+		}
+	}
+	p.descriptors(r, childNode, join(path, "descriptors"))
+}
+
+// limit parses a rate_limit mapping. single is false inside rate_limits.
+func (p *parser) limit(r *Rule, n *yaml.Node, path string, single bool) *Limit {
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, path, "want a rate limit mapping, got %s", kindName(n))
+		return nil
+	}
+	l := &Limit{Shadow: r.ShadowMode}
+	var unitNode, algNode, burstNode, multNode *yaml.Node
+	var unitStr string
+	nerr := len(p.errs)
+	p.fields(n, path, func(key string, k, v *yaml.Node) {
+		fp := join(path, key)
+		switch key {
+		case "unit":
+			unitNode = v
+			unitStr = p.str(v, fp)
+		case "requests_per_unit":
+			l.Requests = p.uint(v, fp, 1<<32-1)
+		case "unlimited":
+			l.Unlimited = p.bool(v, fp)
+		case "name":
+			l.Name = p.str(v, fp)
+		case "replaces":
+			l.Replaces = p.replaces(v, fp)
+		case "algorithm":
+			algNode = v
+			if a, err := ParseAlgorithm(p.str(v, fp)); err != nil {
+				p.errorf(v, fp, "%v", err)
+			} else {
+				l.Algorithm = a
+			}
+		case "burst":
+			burstNode = v
+			if l.Burst = p.uint(v, fp, 1<<32-1); l.Burst < 1 && len(p.errs) == nerr {
+				p.errorf(v, fp, "must be at least 1")
+			}
+		case "unit_multiplier":
+			multNode = v
+			if l.Multiplier = p.uint(v, fp, 1<<32-1); l.Multiplier < 1 && len(p.errs) == nerr {
+				p.errorf(v, fp, "must be at least 1")
+			}
+		default:
+			p.errorf(k, fp, "unknown field")
+		}
+	})
+	for _, name := range l.Replaces {
+		if name != "" && name == l.Name {
+			p.errorf(n, join(path, "replaces"), "a limit cannot replace itself (%q)", name)
+		}
+	}
+	if l.Unlimited {
+		if !single {
+			p.errorf(n, join(path, "unlimited"), "unlimited goes in rate_limit, not in a rate_limits list")
+		}
+		if unitNode != nil {
+			p.errorf(unitNode, join(path, "unit"), "must not be set when unlimited is true")
+		}
+		for _, x := range []struct {
+			n    *yaml.Node
+			name string
+		}{{algNode, "algorithm"}, {burstNode, "burst"}, {multNode, "unit_multiplier"}} {
+			if x.n != nil {
+				p.errorf(x.n, join(path, x.name), "must not be set when unlimited is true")
+			}
+		}
+		if len(p.errs) > nerr {
+			return nil
+		}
+		return l
+	}
+	if unitNode == nil {
+		p.errorf(n, join(path, "unit"), "required (second, minute, hour, day, week, month or year)")
+	} else if u, err := ParseUnit(unitStr); err != nil {
+		p.errorf(unitNode, join(path, "unit"), "%v", err)
+	} else {
+		l.Unit = u
+	}
+	if burstNode != nil && !l.Algorithm.Bucketed() {
+		p.errorf(burstNode, join(path, "burst"), "applies only to token_bucket and leaky_bucket, not %s", l.Algorithm)
+	}
+	if burstNode != nil && l.Requests == 0 {
+		p.errorf(burstNode, join(path, "burst"), "needs requests_per_unit above 0 (0 bans every request)")
+	}
+	if len(p.errs) > nerr {
+		return nil
+	}
+	if err := l.compile(); err != nil {
+		p.errorf(n, path, "%v", err)
+		return nil
+	}
+	return l
+}
+
+func (p *parser) replaces(n *yaml.Node, path string) []string {
+	if isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, path, "want a list of {name: ...}, got %s", kindName(n))
+		return nil
+	}
+	var names []string
+	for i, item := range n.Content {
+		item = deref(item)
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		if item.Kind != yaml.MappingNode {
+			p.errorf(item, ip, "want {name: ...}, got %s", kindName(item))
+			continue
+		}
+		name := ""
+		p.fields(item, ip, func(key string, k, v *yaml.Node) {
+			if key != "name" {
+				p.errorf(k, join(ip, key), "unknown field")
+				return
+			}
+			name = p.str(v, join(ip, "name"))
+		})
+		if name == "" {
+			p.errorf(item, join(ip, "name"), "required and must not be empty")
+			continue
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
+func (p *parser) str(n *yaml.Node, path string) string {
+	if isNull(n) {
+		return ""
+	}
+	if n.Kind != yaml.ScalarNode {
+		p.errorf(n, path, "want a string, got %s", kindName(n))
+		return ""
+	}
+	return n.Value
+}
+
+func (p *parser) bool(n *yaml.Node, path string) bool {
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
+		p.errorf(n, path, "want true or false, got %q", n.Value)
+	}
+	return b
+}
+
+func (p *parser) uint(n *yaml.Node, path string, maxv uint64) uint64 {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		p.errorf(n, path, "want a whole number, got %q", n.Value)
+		return 0
+	}
+	v, err := strconv.ParseUint(n.Value, 0, 64)
+	if err != nil || v > maxv {
+		p.errorf(n, path, "want a whole number from 0 to %d, got %s", maxv, n.Value)
+		return 0
+	}
+	return v
+}
+
+// deref resolves YAML aliases (*anchor) to the node they name.
+func deref(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		return fmt.Sprintf("%q", n.Value)
+	case yaml.AliasNode:
+		return kindName(n.Alias)
+	}
+	return "nothing"
+}
+
+func join(path, field string) string {
+	if path == "" {
+		return field
+	}
+	return path + "." + field
+}

@@ -1,0 +1,318 @@
+package limits
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Request is one rate-limit request, as Envoy sends it.
+type Request struct {
+	Domain      string
+	Descriptors []Descriptor
+	// Hits is the request's hits_addend; 0 means 1.
+	Hits uint64
+}
+
+// Descriptor is one request descriptor.
+type Descriptor struct {
+	Entries []Entry
+	// Override, when set, replaces the rule tree with a fixed-window limit
+	// of its own (Envoy's descriptor.limit).
+	Override *Override
+	// Hits, when HasHits is set, is the descriptor's own hits_addend. It
+	// wins over Request.Hits and may be 0, which checks without consuming.
+	Hits    uint64
+	HasHits bool
+}
+
+// Override is a per-request limit sent by Envoy.
+type Override struct {
+	Requests uint64
+	Unit     Unit
+}
+
+// Code is a decision's verdict.
+type Code uint8
+
+// The verdicts.
+const (
+	OK Code = iota
+	OverLimit
+)
+
+func (c Code) String() string {
+	if c == OverLimit {
+		return "OVER_LIMIT"
+	}
+	return "OK"
+}
+
+// Status is the verdict on one descriptor.
+type Status struct {
+	Code Code
+	// Limit is the limit reported to Envoy: the one that was over, else the
+	// one with the least remaining. Nil when no limit applies.
+	Limit *Limit
+	// Rule is the rule the descriptor matched, or nil.
+	Rule      *Rule
+	Remaining uint64
+	Reset     time.Duration
+	// Unlimited is set when the descriptor matched an unlimited rule.
+	Unlimited bool
+}
+
+// Decision is the verdict on a whole request. Reuse one Decision for many
+// requests (one per goroutine) to avoid allocating.
+type Decision struct {
+	Code     Code
+	Statuses []Status
+
+	batch Batch
+	owner []int  // owner[i] is the descriptor of batch.Checks[i]
+	key   []byte // scratch for building keys
+	ents  []Entry
+	limit []*Limit // candidate limits, parallel to owner, before replaces
+	drop  []bool   // parallel to limit: replaced by another limit
+}
+
+// RequestError is a malformed request. Field names the offending field in
+// Envoy's proto terms, e.g. descriptors[1].entries[0].key.
+type RequestError struct {
+	Field string
+	Msg   string
+}
+
+func (e *RequestError) Error() string { return e.Field + ": " + e.Msg }
+
+// RequestLimits bounds what a request may carry. The defaults are far
+// above anything Envoy sends and only stop abuse.
+type RequestLimits struct {
+	MaxDescriptors int    // per request
+	MaxEntries     int    // per descriptor
+	MaxValueBytes  int    // per key or value
+	MaxHits        uint64 // per hits_addend
+}
+
+// DefaultRequestLimits are the limits NewEngine uses.
+var DefaultRequestLimits = RequestLimits{
+	MaxDescriptors: 64,
+	MaxEntries:     32,
+	MaxValueBytes:  4096,
+	MaxHits:        1_000_000,
+}
+
+// Engine decides requests against the current Ruleset through a Store. It
+// is safe for concurrent use.
+type Engine struct {
+	rules  atomic.Pointer[Ruleset]
+	store  Store
+	limits RequestLimits
+}
+
+// NewEngine returns an engine deciding rs through store.
+func NewEngine(rs *Ruleset, store Store, lim RequestLimits) *Engine {
+	e := &Engine{store: store, limits: lim}
+	e.rules.Store(rs)
+	return e
+}
+
+// Rules returns the ruleset in use.
+func (e *Engine) Rules() *Ruleset { return e.rules.Load() }
+
+// SetRules swaps in a new ruleset for the requests that start after it.
+func (e *Engine) SetRules(rs *Ruleset) { e.rules.Store(rs) }
+
+// Validate checks req against the engine's request limits.
+func (e *Engine) Validate(req *Request) error {
+	lim := &e.limits
+	switch {
+	case req.Domain == "":
+		return &RequestError{"domain", "must not be empty"}
+	case len(req.Domain) > lim.MaxValueBytes:
+		return &RequestError{"domain", fmt.Sprintf("longer than %d bytes", lim.MaxValueBytes)}
+	case len(req.Descriptors) == 0:
+		return &RequestError{"descriptors", "must not be empty"}
+	case len(req.Descriptors) > lim.MaxDescriptors:
+		return &RequestError{"descriptors", fmt.Sprintf("%d descriptors, more than the maximum %d", len(req.Descriptors), lim.MaxDescriptors)}
+	case req.Hits > lim.MaxHits:
+		return &RequestError{"hits_addend", fmt.Sprintf("%d is more than the maximum %d", req.Hits, lim.MaxHits)}
+	}
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		if len(d.Entries) == 0 {
+			return &RequestError{fmt.Sprintf("descriptors[%d].entries", i), "must not be empty"}
+		}
+		if len(d.Entries) > lim.MaxEntries {
+			return &RequestError{fmt.Sprintf("descriptors[%d].entries", i), fmt.Sprintf("%d entries, more than the maximum %d", len(d.Entries), lim.MaxEntries)}
+		}
+		for j, en := range d.Entries {
+			switch {
+			case en.Key == "":
+				return &RequestError{fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "must not be empty"}
+			case len(en.Key) > lim.MaxValueBytes:
+				return &RequestError{fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), fmt.Sprintf("longer than %d bytes", lim.MaxValueBytes)}
+			case len(en.Value) > lim.MaxValueBytes:
+				return &RequestError{fmt.Sprintf("descriptors[%d].entries[%d].value", i, j), fmt.Sprintf("longer than %d bytes", lim.MaxValueBytes)}
+			}
+		}
+		if d.HasHits && d.Hits > lim.MaxHits {
+			return &RequestError{fmt.Sprintf("descriptors[%d].hits_addend", i), fmt.Sprintf("%d is more than the maximum %d", d.Hits, lim.MaxHits)}
+		}
+		if o := d.Override; o != nil && o.Unit.Duration() == 0 {
+			return &RequestError{fmt.Sprintf("descriptors[%d].limit.unit", i), fmt.Sprintf("unknown unit %d", o.Unit)}
+		}
+	}
+	return nil
+}
+
+// Decide decides req into d. It returns a *RequestError for a malformed
+// request, or the store's error if the store could not decide; over limit
+// is a verdict in d, not an error.
+func (e *Engine) Decide(ctx context.Context, req *Request, d *Decision) error {
+	if err := e.Validate(req); err != nil {
+		return err
+	}
+	d.reset(len(req.Descriptors))
+	rs := e.rules.Load()
+	if !rs.HasDomain(req.Domain) {
+		return nil // unknown domain: OK, no limits (as the reference)
+	}
+
+	// Match every descriptor and list the candidate limits.
+	for i := range req.Descriptors {
+		desc := &req.Descriptors[i]
+		st := &d.Statuses[i]
+		if o := desc.Override; o != nil {
+			l, err := NewLimit(FixedWindow, o.Requests, o.Unit, 1, 0)
+			if err != nil {
+				return &RequestError{fmt.Sprintf("descriptors[%d].limit", i), err.Error()}
+			}
+			d.owner = append(d.owner, i)
+			d.limit = append(d.limit, l)
+			continue
+		}
+		r := rs.Match(req.Domain, desc.Entries)
+		if r == nil || len(r.Limits) == 0 {
+			continue
+		}
+		st.Rule = r
+		for _, l := range r.Limits {
+			d.owner = append(d.owner, i)
+			d.limit = append(d.limit, l)
+		}
+	}
+
+	// A matched limit's replaces drop the limits of that name, unlimited
+	// ones included, as in the reference: names are collected from every
+	// matched limit before any is dropped.
+	d.drop = d.drop[:0]
+	for _, l := range d.limit {
+		d.drop = append(d.drop, l.Name != "" && replaced(d.limit, l.Name))
+	}
+	for j, drop := range d.drop {
+		if drop {
+			d.limit[j] = nil
+		}
+	}
+
+	// Build the batch.
+	for j, l := range d.limit {
+		if l == nil {
+			continue
+		}
+		i := d.owner[j]
+		if l.Unlimited {
+			d.Statuses[i].Unlimited = true
+			continue
+		}
+		desc := &req.Descriptors[i]
+		hits := max(req.Hits, 1)
+		if desc.HasHits {
+			hits = desc.Hits
+		}
+		var slot int
+		d.key, slot = AppendKey(d.key[:0], req.Domain, d.keyEntries(d.Statuses[i].Rule, desc.Entries), l)
+		d.batch.Checks = append(d.batch.Checks, Check{Key: string(d.key), Slot: slot, Limit: l, Hits: hits})
+		d.owner[len(d.batch.Checks)-1] = i
+	}
+	if len(d.batch.Checks) == 0 {
+		return nil
+	}
+	if err := e.store.Apply(ctx, &d.batch); err != nil {
+		return err
+	}
+
+	// Report, per descriptor, the limit that is over, else the one with
+	// the least remaining.
+	for j := range d.batch.Checks {
+		c, out := &d.batch.Checks[j], &d.batch.Outcomes[j]
+		st := &d.Statuses[d.owner[j]]
+		enforcedOver := out.Over && !c.Limit.Shadow
+		switch {
+		case st.Limit == nil,
+			enforcedOver && st.Code == OK,
+			st.Code == OK && out.Remaining < st.Remaining:
+			st.Limit, st.Remaining, st.Reset = c.Limit, out.Remaining, out.Reset
+		}
+		if enforcedOver {
+			st.Code = OverLimit
+		}
+		if out.Over && c.Limit.Shadow && st.Code == OK {
+			// Shadow limits report OK with nothing left, as the reference.
+			st.Limit, st.Remaining, st.Reset = c.Limit, 0, out.Reset
+		}
+	}
+	if !d.batch.Admitted {
+		d.Code = OverLimit
+	}
+	return nil
+}
+
+// keyEntries returns the entries that name a descriptor's counter: the
+// request's, except that entries matched by a share_threshold wildcard use
+// the pattern, so every matching value shares one counter.
+func (d *Decision) keyEntries(r *Rule, entries []Entry) []Entry {
+	if r == nil {
+		return entries
+	}
+	share := false
+	for _, c := range r.chain {
+		share = share || c.ShareThreshold
+	}
+	if !share {
+		return entries
+	}
+	d.ents = append(d.ents[:0], entries...)
+	for i, c := range r.chain {
+		if c.ShareThreshold {
+			d.ents[i].Value = c.Value
+		}
+	}
+	return d.ents
+}
+
+func replaced(ls []*Limit, name string) bool {
+	for _, l := range ls {
+		for _, r := range l.Replaces {
+			if r == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (d *Decision) reset(n int) {
+	d.Code = OK
+	clear(d.Statuses)
+	if cap(d.Statuses) < n {
+		d.Statuses = make([]Status, n)
+	}
+	d.Statuses = d.Statuses[:n]
+	d.owner = d.owner[:0]
+	clear(d.limit)
+	d.limit = d.limit[:0]
+	d.batch.Reset()
+}

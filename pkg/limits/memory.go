@@ -1,0 +1,195 @@
+package limits
+
+import (
+	"context"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"time"
+)
+
+const (
+	memoryShards = 256
+	// sweepEvery bounds how often one shard scans for expired state.
+	sweepEvery = time.Second
+)
+
+// MemoryStore is the embedded Store: process-local state in sharded maps.
+// It is the default when no Redis is configured and the fallback when
+// Redis is down. It is safe for concurrent use; the zero value is not
+// usable, call NewMemoryStore.
+//
+// A batch locks the shards of its keys in shard order, so batches that
+// share keys serialize and batches that don't run in parallel. Expired
+// state is dropped by a sweep that each shard runs at most once per second
+// while it is in use, so memory is bounded by the keys live in their
+// windows.
+type MemoryStore struct {
+	now    func() time.Time
+	seed   maphash.Seed
+	shards [memoryShards]shard
+}
+
+type shard struct {
+	mu        sync.Mutex
+	m         map[string]*State // guarded by mu
+	nextSweep int64             // µs; guarded by mu
+}
+
+// MemoryOption configures a MemoryStore.
+type MemoryOption func(*MemoryStore)
+
+// WithClock sets the clock the store decides by; the default is time.Now.
+func WithClock(now func() time.Time) MemoryOption {
+	return func(s *MemoryStore) { s.now = now }
+}
+
+// NewMemoryStore returns an empty memory store.
+func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
+	s := &MemoryStore{now: time.Now, seed: maphash.MakeSeed()}
+	for _, o := range opts {
+		o(s)
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]*State)
+	}
+	return s
+}
+
+// Apply implements Store.
+func (s *MemoryStore) Apply(_ context.Context, b *Batch) error {
+	n := len(b.Checks)
+	b.Outcomes = slices.Grow(b.Outcomes[:0], n)[:n]
+	b.Admitted = true
+	if n == 0 {
+		return nil
+	}
+	now := s.now().UnixMicro()
+
+	// Lock every shard the batch touches, in ascending order so that two
+	// batches can never wait on each other.
+	var buf [16]uint16
+	idx := buf[:0]
+	for i := range b.Checks {
+		idx = append(idx, s.shardOf(b.Checks[i].Key))
+	}
+	var obuf [16]uint16
+	order := append(obuf[:0], idx...)
+	slices.Sort(order)
+	order = slices.Compact(order)
+	for _, i := range order {
+		s.shards[i].mu.Lock()
+	}
+	defer func() {
+		for _, i := range order {
+			s.shards[i].mu.Unlock()
+		}
+	}()
+
+	// Evaluate in order on working copies, so checks that share a key see
+	// each other's hits, then write back only if the request is admitted.
+	var nbuf, sbuf [16]State
+	next, start := nbuf[:0], sbuf[:0]
+	for i := range b.Checks {
+		c := &b.Checks[i]
+		st := s.lookup(idx[i], c.Key, b.Checks[:i], next)
+		out, nst := c.Limit.Evaluate(st, now, c.Hits)
+		if out.Over {
+			nst = st
+			if !c.Limit.Shadow {
+				b.Admitted = false
+			}
+		}
+		b.Outcomes[i] = out
+		start = append(start, st)
+		next = append(next, nst)
+	}
+	if !b.Admitted {
+		// Nothing is consumed, so the limits that would have admitted
+		// report their state without this request.
+		for i := range b.Checks {
+			if !b.Outcomes[i].Over {
+				b.Outcomes[i], _ = b.Checks[i].Limit.Evaluate(start[i], now, 0)
+			}
+		}
+		return nil
+	}
+	for i := range b.Checks {
+		c := &b.Checks[i]
+		if c.Hits == 0 || b.Outcomes[i].Over || laterSameKey(b.Checks, i) {
+			continue
+		}
+		sh := &s.shards[idx[i]]
+		if next[i].Expire <= now {
+			delete(sh.m, c.Key)
+			continue
+		}
+		if p, ok := sh.m[c.Key]; ok {
+			*p = next[i]
+		} else {
+			p := new(State)
+			*p = next[i]
+			sh.m[c.Key] = p
+		}
+	}
+	for _, i := range order {
+		s.shards[i].sweep(now)
+	}
+	return nil
+}
+
+// lookup returns the state a check starts from: the working copy of the
+// last earlier check with the same key, else the stored state.
+// requires the key's shard locked
+func (s *MemoryStore) lookup(shardIdx uint16, key string, earlier []Check, next []State) State {
+	for j := len(earlier) - 1; j >= 0; j-- {
+		if earlier[j].Key == key {
+			return next[j]
+		}
+	}
+	if p, ok := s.shards[shardIdx].m[key]; ok {
+		return *p
+	}
+	return State{}
+}
+
+// laterSameKey reports whether a later check shares check i's key; its
+// working copy then already includes check i's hits.
+func laterSameKey(cs []Check, i int) bool {
+	for j := i + 1; j < len(cs); j++ {
+		if cs[j].Key == cs[i].Key {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *MemoryStore) shardOf(key string) uint16 {
+	return uint16(maphash.String(s.seed, key) % memoryShards)
+}
+
+// sweep drops expired state at most once per sweepEvery.
+// requires sh.mu held
+func (sh *shard) sweep(now int64) {
+	if now < sh.nextSweep {
+		return
+	}
+	sh.nextSweep = now + sweepEvery.Microseconds()
+	for k, st := range sh.m {
+		if st.Expire <= now {
+			delete(sh.m, k)
+		}
+	}
+}
+
+// Len returns how many keys the store holds, expired or not. It is for
+// tests and metrics.
+func (s *MemoryStore) Len() int {
+	n := 0
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+		n += len(s.shards[i].m)
+		s.shards[i].mu.Unlock()
+	}
+	return n
+}

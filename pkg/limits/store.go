@@ -1,0 +1,59 @@
+package limits
+
+import (
+	"context"
+	"errors"
+)
+
+// Check is one limit to apply to one request.
+type Check struct {
+	// Key identifies the counter: see AppendKey. Stores may prefix it but
+	// must not otherwise change it.
+	Key string
+	// Slot groups the checks of one descriptor: Key[:Slot] is the part
+	// that a clustered store hashes, so every limit of a descriptor lands
+	// on one node.
+	Slot  int
+	Limit *Limit
+	// Hits to consume. Zero only checks whether the limit is exhausted.
+	Hits uint64
+}
+
+// Batch is every check of one request. The engine fills Checks; the store
+// fills Outcomes (same length and order) and Admitted.
+type Batch struct {
+	Checks   []Check
+	Outcomes []Outcome
+	// Admitted is set when no enforced (non-shadow) check was over, in
+	// which case every check that was not itself over consumed its hits.
+	// Otherwise nothing was consumed anywhere.
+	Admitted bool
+}
+
+// Reset empties b for reuse, keeping its capacity.
+func (b *Batch) Reset() {
+	clear(b.Checks)
+	b.Checks = b.Checks[:0]
+	b.Outcomes = b.Outcomes[:0]
+	b.Admitted = false
+}
+
+// Store decides batches. Implementations must be safe for concurrent use.
+//
+// Apply decides every check of b as one atomic unit, using the store's own
+// clock: the request is admitted only if every non-shadow check admits its
+// hits. If it is admitted, each check that admits its hits consumes them
+// (shadow checks that are over consume nothing, so they preview exactly
+// what enforcing them would do); if it is rejected, nothing is consumed.
+// Checks with the same key see each other's hits, in order.
+//
+// An error means the store could not decide (it is unreachable, too slow,
+// or answered nonsense); b's outcomes are then undefined and nothing may
+// be assumed consumed.
+type Store interface {
+	Apply(ctx context.Context, b *Batch) error
+}
+
+// ErrStoreUnavailable is wrapped by stores when they cannot reach their
+// backend, so callers can apply a failure mode.
+var ErrStoreUnavailable = errors.New("store unavailable")
