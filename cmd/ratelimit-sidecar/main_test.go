@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestInvalidConfigListsEveryProblem(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n")
+	write(t, filepath.Join(dir, "b.yaml"), "domain: b\ndescriptors:\n  - value: v\n    colour: blue\n")
+	var stderr bytes.Buffer
+	err := run(context.Background(), []string{"--config", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, io.Discard, &stderr)
+	if err == nil {
+		t.Fatal("run succeeded with an invalid config")
+	}
+	for _, want := range []string{
+		filepath.Join(dir, "a.yaml") + `:5: descriptors[0].rate_limit.unit: unknown unit "fortnight"`,
+		filepath.Join(dir, "b.yaml") + ":4: descriptors[0].colour: unknown field",
+		filepath.Join(dir, "b.yaml") + ":3: descriptors[0].key: required",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not contain %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestServesUntilCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan [2]string, 1)
+	c, err := parseFlags([]string{"--config", "../../config/", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.onReady = func(g, h string) { ready <- [2]string{g, h} }
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, c, io.Discard) }()
+	var addrs [2]string
+	select {
+	case addrs = <-ready:
+	case err := <-done:
+		t.Fatalf("serve returned early: %v", err)
+	}
+
+	conn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
+		h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health(%q) = %v, %v; want SERVING", svc, h, err)
+		}
+	}
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+		Domain:      "edge",
+		HitsAddend:  10,
+		Descriptors: []*rlscommon.RateLimitDescriptor{{Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "tenant", Value: "t1"}, {Key: "user", Value: "u1"}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 0 {
+		t.Errorf("first burst of 10 = %v, want OK with 0 remaining (config/rules.yaml user burst is 10)", resp)
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		r, err := http.Get("http://" + addrs[1] + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != http.StatusOK {
+			t.Errorf("GET %s = %d, want 200", path, r.StatusCode)
+		}
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop within 10s of cancellation")
+	}
+}
+
+func TestFlagsFromEnvironment(t *testing.T) {
+	env := map[string]string{"RLS_GRPC_ADDR": "127.0.0.1:9999", "RLS_MERGE_DOMAINS": "true", "RLS_HTTP_ADDR": "127.0.0.1:1"}
+	getenv := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	c, err := parseFlags([]string{"--http-addr", "127.0.0.1:2"}, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.grpcAddr != "127.0.0.1:9999" || !c.mergeDomains {
+		t.Errorf("environment not applied: grpc %q merge %v", c.grpcAddr, c.mergeDomains)
+	}
+	if c.httpAddr != "127.0.0.1:2" {
+		t.Errorf("http addr = %q, want the flag to win over RLS_HTTP_ADDR", c.httpAddr)
+	}
+	env["RLS_MAX_HITS_ADDEND"] = "lots"
+	if _, err := parseFlags(nil, getenv, io.Discard); err == nil || !strings.Contains(err.Error(), "RLS_MAX_HITS_ADDEND") {
+		t.Errorf("bad environment value: err = %v, want one naming RLS_MAX_HITS_ADDEND", err)
+	}
+}
+
+func noEnv(string) (string, bool) { return "", false }
+
+func write(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,129 @@
+package redistest
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Sentinel settings: a quick failover with a single sentinel.
+const (
+	sentinelMasterName  = "mymaster"
+	sentinelQuorum      = 1
+	downAfterMillis     = 500
+	failoverTimeoutMsec = 2000
+)
+
+// Sentinel is a private Redis Sentinel setup: one master, one replica and
+// one sentinel with quorum 1, tuned so that a failover completes within a
+// few seconds after the master dies.
+type Sentinel struct {
+	// MasterName is the name the sentinel monitors the master under.
+	MasterName string
+	// SentinelAddrs are the "127.0.0.1:port" addresses of the sentinels.
+	SentinelAddrs []string
+	// Master is the initial master. After a failover it is no longer the
+	// master.
+	Master *Server
+	// Replica is the initial replica, promoted by a failover.
+	Replica *Server
+	// Sentinels are the sentinel processes, in the order of SentinelAddrs.
+	Sentinels []*Server
+}
+
+// StartSentinel starts a master, a replica of it and a sentinel watching
+// them, and waits until the replica is in sync and the sentinel knows both
+// the master and the replica, so that killing Master triggers a failover
+// to Replica. The processes are stopped at test cleanup.
+func StartSentinel(t testing.TB) *Sentinel {
+	t.Helper()
+	// Without a delay the master starts the diskless sync at once instead
+	// of waiting 5 s for more replicas.
+	noDelay := WithArgs("--repl-diskless-sync-delay", "0")
+	master := StartServer(t, noDelay)
+	replica := StartServer(t, noDelay, WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(master.port)))
+
+	err := poll(formTimeout, func() error {
+		info, err := doString(replica.Addr, cmdTimeout, "INFO", "replication")
+		if err != nil {
+			return err
+		}
+		if v := infoField(info, "master_link_status"); v != "up" {
+			return fmt.Errorf("master_link_status is %q, want \"up\"", v)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("redistest: wait for replica %s to sync with %s: %v", replica.Addr, master.Addr, err)
+	}
+
+	conf := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d %[3]d\n"+
+		"sentinel down-after-milliseconds %[1]s %[4]d\n"+
+		"sentinel failover-timeout %[1]s %[5]d\n"+
+		"sentinel parallel-syncs %[1]s 1\n",
+		sentinelMasterName, master.port, sentinelQuorum, downAfterMillis, failoverTimeoutMsec)
+	sentinel := StartServer(t, withSentinel(conf))
+
+	s := &Sentinel{
+		MasterName:    sentinelMasterName,
+		SentinelAddrs: []string{sentinel.Addr},
+		Master:        master,
+		Replica:       replica,
+		Sentinels:     []*Server{sentinel},
+	}
+	err = poll(formTimeout, func() error {
+		return checkSentinel(sentinel.Addr, s.MasterName, master.Addr, replica.Addr)
+	})
+	if err != nil {
+		t.Fatalf("redistest: wait for sentinel %s to discover master %s and replica %s: %v",
+			sentinel.Addr, master.Addr, replica.Addr, err)
+	}
+	return s
+}
+
+// checkSentinel reports whether the sentinel at addr sees master as a
+// healthy master and replica as a healthy replica of it.
+func checkSentinel(addr, name, master, replica string) error {
+	reply, err := do(addr, cmdTimeout, "SENTINEL", "MASTER", name)
+	if err != nil {
+		return err
+	}
+	m := pairs(reply)
+	if got := m["ip"] + ":" + m["port"]; got != master {
+		return fmt.Errorf("master is %s, want %s", got, master)
+	}
+	if m["flags"] != "master" {
+		return fmt.Errorf("master flags are %q, want \"master\"", m["flags"])
+	}
+	reply, err = do(addr, cmdTimeout, "SENTINEL", "REPLICAS", name)
+	if err != nil {
+		return err
+	}
+	replicas, _ := reply.([]any)
+	for _, r := range replicas {
+		m := pairs(r)
+		if m["ip"]+":"+m["port"] != replica {
+			continue
+		}
+		if m["flags"] != "slave" || m["master-link-status"] != "ok" {
+			return fmt.Errorf("replica has flags %q and master-link-status %q", m["flags"], m["master-link-status"])
+		}
+		return nil
+	}
+	return errors.New("replica not discovered yet")
+}
+
+// FailoverClient returns a go-redis failover client that finds the master
+// through the sentinels, closed at test cleanup.
+func (s *Sentinel) FailoverClient(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    s.MasterName,
+		SentinelAddrs: s.SentinelAddrs,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}

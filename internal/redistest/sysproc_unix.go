@@ -1,0 +1,26 @@
+//go:build unix && !linux
+
+package redistest
+
+import (
+	"os"
+	"syscall"
+)
+
+// sysProcAttr puts the server in its own process group, so forked children
+// can be killed with it.
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}
+
+// killGroup sends SIGKILL to the process group led by p.
+func killGroup(p *os.Process) {
+	if err := syscall.Kill(-p.Pid, syscall.SIGKILL); err != nil {
+		_ = p.Kill()
+	}
+}
+
+// terminate asks p to shut down.
+func terminate(p *os.Process) {
+	_ = p.Signal(syscall.SIGTERM)
+}

@@ -1,0 +1,171 @@
+// Package envoy serves Envoy's Rate Limit Service v3 API
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) on top of a
+// limits.Engine.
+//
+// It only translates: protos in, limits.Request to the engine, the
+// limits.Decision back to protos, and errors to gRPC codes in one place
+// (Code). It knows nothing of YAML or Redis.
+package envoy
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+// ServiceName is the RLS v3 service's full name, also used for its gRPC
+// health status.
+const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// Server implements the RLS v3 service. It is safe for concurrent use.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	engine *limits.Engine
+	log    *zap.Logger
+	work   sync.Pool // *work
+}
+
+// work is the per-request scratch space, pooled so that a decision does not
+// allocate beyond its keys and its response.
+type work struct {
+	req     limits.Request
+	descs   []limits.Descriptor
+	entries []limits.Entry
+	over    []limits.Override
+	dec     limits.Decision
+}
+
+// NewServer returns a server deciding through e.
+func NewServer(e *limits.Engine, log *zap.Logger) *Server {
+	return &Server{engine: e, log: log, work: sync.Pool{New: func() any { return new(work) }}}
+}
+
+// Register registers the RLS service on g.
+func (s *Server) Register(g *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(g, s) }
+
+// ShouldRateLimit implements the RLS v3 API.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	w := s.work.Get().(*work)
+	defer s.work.Put(w)
+	w.fill(req)
+	if err := s.engine.Decide(ctx, &w.req, &w.dec); err != nil {
+		return nil, s.statusError(err)
+	}
+	return Response(&w.dec), nil
+}
+
+// fill converts req without copying its strings.
+func (w *work) fill(req *rlsv3.RateLimitRequest) {
+	n := 0
+	for _, d := range req.GetDescriptors() {
+		n += len(d.GetEntries())
+	}
+	w.entries = growEntries(w.entries, n)
+	w.descs = w.descs[:0]
+	w.over = w.over[:0]
+	for _, d := range req.GetDescriptors() {
+		w.over = append(w.over, limits.Override{}) // keep indexes aligned with descs
+		start := len(w.entries)
+		for _, e := range d.GetEntries() {
+			w.entries = append(w.entries, limits.Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		desc := limits.Descriptor{Entries: w.entries[start:len(w.entries):len(w.entries)]}
+		if o := d.GetLimit(); o != nil {
+			w.over[len(w.over)-1] = limits.Override{Requests: uint64(o.GetRequestsPerUnit()), Unit: limits.Unit(o.GetUnit())}
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			desc.Hits, desc.HasHits = h.GetValue(), true
+		}
+		w.descs = append(w.descs, desc)
+	}
+	// Point overrides at their final slots only now that w.over stops
+	// growing.
+	for i, d := range req.GetDescriptors() {
+		if d.GetLimit() != nil {
+			w.descs[i].Override = &w.over[i]
+		}
+	}
+	w.req = limits.Request{Domain: req.GetDomain(), Descriptors: w.descs, Hits: uint64(req.GetHitsAddend())}
+}
+
+func growEntries(s []limits.Entry, n int) []limits.Entry {
+	clear(s)
+	if cap(s) < n {
+		return make([]limits.Entry, 0, n)
+	}
+	return s[:0]
+}
+
+// Response converts a decision to the RLS response. Per descriptor, in
+// request order: the code, the reported limit, what remains and the time
+// until reset. An unlimited descriptor reports no limit and the maximum
+// remaining, and a descriptor without a limit reports OK alone, as
+// envoyproxy/ratelimit does.
+func Response(d *limits.Decision) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: code(d.Code),
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(d.Statuses)),
+	}
+	for i := range d.Statuses {
+		st := &d.Statuses[i]
+		ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: code(st.Code)}
+		switch {
+		case st.Unlimited:
+			ds.LimitRemaining = math.MaxUint32
+		case st.Limit != nil:
+			ds.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
+				Name:            st.Limit.Name,
+				RequestsPerUnit: uint32(min(st.Limit.Requests, math.MaxUint32)),
+				Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(st.Limit.Unit),
+			}
+			ds.LimitRemaining = uint32(min(st.Remaining, math.MaxUint32))
+			ds.DurationUntilReset = durationpb.New(st.Reset)
+		}
+		resp.Statuses[i] = ds
+	}
+	return resp
+}
+
+func code(c limits.Code) rlsv3.RateLimitResponse_Code {
+	if c == limits.OverLimit {
+		return rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	return rlsv3.RateLimitResponse_OK
+}
+
+// Code maps an engine error to its gRPC code: a malformed request is
+// InvalidArgument, an expired or cancelled call keeps its context code,
+// and a store that could not decide is Unavailable, which leaves the
+// choice to Envoy's failure_mode_deny.
+func Code(err error) codes.Code {
+	var re *limits.RequestError
+	switch {
+	case errors.As(err, &re):
+		return codes.InvalidArgument
+	case errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return codes.Canceled
+	}
+	return codes.Unavailable
+}
+
+func (s *Server) statusError(err error) error {
+	c := Code(err)
+	if c == codes.Unavailable {
+		if ce := s.log.Check(zap.DebugLevel, "decision failed"); ce != nil {
+			ce.Write(zap.Error(err))
+		}
+	}
+	return status.Error(c, err.Error())
+}
