@@ -1,0 +1,76 @@
+package limits_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+func loadDefault(b *testing.B) *limits.Ruleset {
+	rs, err := limits.Load("../../config/", limits.LoadOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rs
+}
+
+// tieredRequests returns n requests shaped like rlsload's tiered workload:
+// global, tenant, and tenant+user, over 10 tenants and 1000 users.
+func tieredRequests(n int) []limits.Request {
+	reqs := make([]limits.Request, n)
+	for i := range reqs {
+		tenant, user := fmt.Sprint("t", i%10), fmt.Sprint("u", i%1000)
+		reqs[i] = limits.Request{Domain: "edge", Descriptors: []limits.Descriptor{
+			{Entries: []limits.Entry{{Key: "generic_key", Value: "global"}}},
+			{Entries: []limits.Entry{{Key: "tenant", Value: tenant}}},
+			{Entries: []limits.Entry{{Key: "tenant", Value: tenant}, {Key: "user", Value: user}}},
+		}}
+	}
+	return reqs
+}
+
+func BenchmarkMatch(b *testing.B) {
+	rs := loadDefault(b)
+	reqs := tieredRequests(1024)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		for _, d := range reqs[i%len(reqs)].Descriptors {
+			if rs.Match("edge", d.Entries) == nil {
+				b.Fatal("no match")
+			}
+		}
+		i++
+	}
+}
+
+func BenchmarkDecideMemory(b *testing.B) {
+	rs := loadDefault(b)
+	tiered := tieredRequests(1024)
+	single := make([]limits.Request, len(tiered))
+	for i, r := range tiered {
+		single[i] = limits.Request{Domain: "edge", Descriptors: r.Descriptors[2:]}
+	}
+	for _, bc := range []struct {
+		name string
+		reqs []limits.Request
+	}{{"one_descriptor", single}, {"three_tier", tiered}} {
+		b.Run(bc.name, func(b *testing.B) {
+			// Limits far above the load, so every decision does full work.
+			e := limits.NewEngine(rs, limits.NewMemoryStore(), limits.DefaultRequestLimits)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				var d limits.Decision
+				i := 0
+				for pb.Next() {
+					if err := e.Decide(context.Background(), &bc.reqs[i%len(bc.reqs)], &d); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+			})
+		})
+	}
+}
