@@ -177,7 +177,8 @@ func (p *parser) parseFile(rs *Ruleset, data []byte, opts LoadOptions) {
 		return
 	}
 	var domain string
-	var domainNode, descNode *yaml.Node
+	var domainNode, descNode, failNode *yaml.Node
+	failure := FailDefault
 	p.fields(root, "", func(key string, k, v *yaml.Node) {
 		switch key {
 		case "domain":
@@ -185,6 +186,13 @@ func (p *parser) parseFile(rs *Ruleset, data []byte, opts LoadOptions) {
 			domainNode = v
 		case "descriptors":
 			descNode = v
+		case "failure_mode":
+			failNode = v
+			m, err := ParseFailureMode(p.str(v, key))
+			if err != nil {
+				p.errorf(v, key, "%v", err)
+			}
+			failure = m
 		default:
 			p.errorf(k, key, "unknown field")
 		}
@@ -204,6 +212,12 @@ func (p *parser) parseFile(rs *Ruleset, data []byte, opts LoadOptions) {
 	case !opts.MergeDomains:
 		p.errorf(domainNode, "domain", "domain %q is already defined in %s (set --merge-domains to combine files)", domain, d.file)
 		return
+	}
+	if failure != FailDefault {
+		if d.failure != FailDefault && d.failure != failure {
+			p.errorf(failNode, "failure_mode", "%s, but another file of domain %q says %s", failure, domain, d.failure)
+		}
+		d.failure = failure
 	}
 	p.descriptors(d.root, descNode, "descriptors")
 }

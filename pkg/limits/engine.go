@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -68,6 +69,10 @@ type Status struct {
 type Decision struct {
 	Code     Code
 	Statuses []Status
+	// StoreErr is the store's error when it could not decide and Fallback
+	// (the domain's failure mode) answered instead; nil otherwise.
+	StoreErr error
+	Fallback FailureMode
 
 	batch Batch
 	owner []int  // owner[i] is the descriptor of batch.Checks[i]
@@ -106,14 +111,40 @@ var DefaultRequestLimits = RequestLimits{
 // Engine decides requests against the current Ruleset through a Store. It
 // is safe for concurrent use.
 type Engine struct {
-	rules  atomic.Pointer[Ruleset]
-	store  Store
-	limits RequestLimits
+	rules   atomic.Pointer[Ruleset]
+	store   Store
+	limits  RequestLimits
+	failure FailureMode
+	local   Store
+	divisor uint64
+}
+
+// EngineOption configures an Engine.
+type EngineOption func(*Engine)
+
+// WithFailureMode sets what requests get while the store cannot decide,
+// for domains whose rule file does not say (failure_mode). The default is
+// FailLocal.
+func WithFailureMode(m FailureMode) EngineOption {
+	return func(e *Engine) { e.failure = m }
+}
+
+// WithLocalFallback sets the store FailLocal decides on, and the number of
+// replicas that share the limits (each limit is divided by it there). The
+// default is a new MemoryStore and 1.
+func WithLocalFallback(s Store, divisor uint64) EngineOption {
+	return func(e *Engine) { e.local, e.divisor = s, max(divisor, 1) }
 }
 
 // NewEngine returns an engine deciding rs through store.
-func NewEngine(rs *Ruleset, store Store, lim RequestLimits) *Engine {
-	e := &Engine{store: store, limits: lim}
+func NewEngine(rs *Ruleset, store Store, lim RequestLimits, opts ...EngineOption) *Engine {
+	e := &Engine{store: store, limits: lim, failure: FailLocal, divisor: 1}
+	for _, o := range opts {
+		o(e)
+	}
+	if e.local == nil {
+		e.local = NewMemoryStore()
+	}
 	e.rules.Store(rs)
 	return e
 }
@@ -241,7 +272,36 @@ func (e *Engine) Decide(ctx context.Context, req *Request, d *Decision) error {
 		return nil
 	}
 	if err := e.store.Apply(ctx, &d.batch); err != nil {
-		return err
+		if errors.As(err, new(*RequestError)) {
+			return err
+		}
+		mode := rs.failureMode(req.Domain, e.failure)
+		d.StoreErr, d.Fallback = err, mode
+		switch mode {
+		case FailOpen:
+			for i := range d.Statuses {
+				d.Statuses[i] = Status{Rule: d.Statuses[i].Rule}
+			}
+			return nil
+		case FailClosed:
+			for j := range d.batch.Checks {
+				st := &d.Statuses[d.owner[j]]
+				if st.Limit == nil {
+					st.Code, st.Limit = OverLimit, d.batch.Checks[j].Limit
+				}
+			}
+			d.Code = OverLimit
+			return nil
+		case FailLocal:
+			for j := range d.batch.Checks {
+				d.batch.Checks[j].Limit = d.batch.Checks[j].Limit.divided(e.divisor)
+			}
+			if err := e.local.Apply(ctx, &d.batch); err != nil {
+				return fmt.Errorf("local fallback: %w", err)
+			}
+		default:
+			return err
+		}
 	}
 
 	// Report, per descriptor, the limit that is over, else the one with
@@ -306,6 +366,7 @@ func replaced(ls []*Limit, name string) bool {
 
 func (d *Decision) reset(n int) {
 	d.Code = OK
+	d.StoreErr, d.Fallback = nil, FailDefault
 	clear(d.Statuses)
 	if cap(d.Statuses) < n {
 		d.Statuses = make([]Status, n)

@@ -16,10 +16,23 @@ type Ruleset struct {
 }
 
 type domainRules struct {
-	name string
-	file string // where the domain was first defined
-	root *Rule  // a synthetic rule whose Children are the top level
+	name    string
+	file    string      // where the domain was first defined
+	root    *Rule       // a synthetic rule whose Children are the top level
+	failure FailureMode // failure_mode; FailDefault if unset
 }
+
+// failureMode returns domain's failure mode, or def if its rules do not set
+// one.
+func (rs *Ruleset) failureMode(domain string, def FailureMode) FailureMode {
+	if d := rs.domains[domain]; d != nil && d.failure != FailDefault {
+		return d.failure
+	}
+	return def
+}
+
+// FailureMode returns the failure_mode a domain's rules set, or FailDefault.
+func (rs *Ruleset) FailureMode(domain string) FailureMode { return rs.failureMode(domain, FailDefault) }
 
 // Rule is one descriptor node of a rule file: an entry key, an optional
 // value (exact, a '*' pattern, or empty for any value), the limits that

@@ -1,0 +1,134 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrBreakerOpen is returned, wrapping ErrStoreUnavailable, while a
+// Breaker is open and requests are not sent to the store.
+var ErrBreakerOpen = fmt.Errorf("circuit breaker open: %w", ErrStoreUnavailable)
+
+// BreakerOptions tunes a Breaker. Zero fields take the defaults.
+type BreakerOptions struct {
+	// Failures is how many consecutive unavailable errors open the
+	// breaker. Default 5.
+	Failures int
+	// Cooldown is how long the breaker waits between background probes
+	// while open. Default 500ms.
+	Cooldown time.Duration
+	// ProbeTimeout bounds one probe. Default 100ms.
+	ProbeTimeout time.Duration
+	// OnChange, if set, is called with true when the breaker opens and
+	// false when it closes, from the goroutine that changed it.
+	OnChange func(open bool, cause error)
+}
+
+// Breaker is a Store that stops calling a failing store. After
+// Options.Failures consecutive errors that wrap ErrStoreUnavailable it
+// opens: every Apply fails at once with ErrBreakerOpen, so an outage does
+// not add the store's timeout to every request, and a goroutine probes the
+// store every Cooldown until a probe succeeds, which closes it again.
+//
+// Breaker is safe for concurrent use. Close stops the probe and waits for
+// it.
+type Breaker struct {
+	store Store
+	probe func(context.Context) error
+	opts  BreakerOptions
+
+	fails atomic.Int64
+	open  atomic.Bool
+
+	mu     sync.Mutex
+	closed bool          // guarded by mu: Close was called
+	stop   chan struct{} // closed by Close
+	wg     sync.WaitGroup
+}
+
+// NewBreaker wraps store; probe checks whether the store is back (for
+// Redis, a PING).
+func NewBreaker(store Store, probe func(context.Context) error, opts BreakerOptions) *Breaker {
+	if opts.Failures <= 0 {
+		opts.Failures = 5
+	}
+	if opts.Cooldown <= 0 {
+		opts.Cooldown = 500 * time.Millisecond
+	}
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = 100 * time.Millisecond
+	}
+	return &Breaker{store: store, probe: probe, opts: opts, stop: make(chan struct{})}
+}
+
+// Open reports whether the breaker is open.
+func (b *Breaker) Open() bool { return b.open.Load() }
+
+// Apply implements Store.
+func (b *Breaker) Apply(ctx context.Context, batch *Batch) error {
+	if b.open.Load() {
+		return ErrBreakerOpen
+	}
+	err := b.store.Apply(ctx, batch)
+	switch {
+	case err == nil:
+		b.fails.Store(0)
+	case errors.Is(err, ErrStoreUnavailable):
+		if b.fails.Add(1) >= int64(b.opts.Failures) {
+			b.trip(err)
+		}
+	}
+	return err
+}
+
+// trip opens the breaker and starts the probe, once.
+func (b *Breaker) trip(cause error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || !b.open.CompareAndSwap(false, true) {
+		return
+	}
+	if b.opts.OnChange != nil {
+		b.opts.OnChange(true, cause)
+	}
+	b.wg.Go(b.probeUntilUp)
+}
+
+func (b *Breaker) probeUntilUp() {
+	t := time.NewTicker(b.opts.Cooldown)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), b.opts.ProbeTimeout)
+		err := b.probe(ctx)
+		cancel()
+		if err == nil {
+			b.fails.Store(0)
+			b.open.Store(false)
+			if b.opts.OnChange != nil {
+				b.opts.OnChange(false, nil)
+			}
+			return
+		}
+	}
+}
+
+// Close stops the probe, if one runs, and waits for it. It does not close
+// the wrapped store.
+func (b *Breaker) Close() {
+	b.mu.Lock()
+	if !b.closed {
+		b.closed = true
+		close(b.stop)
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+}

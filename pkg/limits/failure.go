@@ -1,0 +1,58 @@
+package limits
+
+import "fmt"
+
+// FailureMode is what a request gets while the store cannot decide (it is
+// unreachable, too slow, or its breaker is open).
+type FailureMode uint8
+
+// The failure modes. FailDefault, in a rule file, means "the engine's".
+const (
+	FailDefault FailureMode = iota
+	// FailOpen admits the request; every descriptor reports no limit.
+	FailOpen
+	// FailClosed rejects the request.
+	FailClosed
+	// FailLocal decides on the local fallback store, with every limit
+	// divided by the number of replicas expected to share the load.
+	FailLocal
+	// FailError fails the call (gRPC Unavailable) and leaves the choice to
+	// Envoy's failure_mode_deny, as envoyproxy/ratelimit does.
+	FailError
+)
+
+var failureNames = [...]string{FailDefault: "", FailOpen: "open", FailClosed: "closed", FailLocal: "local", FailError: "error"}
+
+// ParseFailureMode parses "open", "closed", "local" or "error".
+func ParseFailureMode(s string) (FailureMode, error) {
+	for m, name := range failureNames {
+		if name == s && s != "" {
+			return FailureMode(m), nil
+		}
+	}
+	return FailDefault, fmt.Errorf("unknown failure mode %q (want open, closed, local or error)", s)
+}
+
+func (m FailureMode) String() string {
+	if int(m) < len(failureNames) && m != FailDefault {
+		return failureNames[m]
+	}
+	return "default"
+}
+
+// divided returns l with Requests and Burst divided by n (rounded down, but
+// at least 1 unless l bans everything), for the local fallback: n replicas
+// deciding alone should together admit no more than l.
+func (l *Limit) divided(n uint64) *Limit {
+	if n <= 1 || l.Unlimited {
+		return l
+	}
+	c := *l
+	if c.Requests > 0 {
+		c.Requests = max(1, c.Requests/n)
+	}
+	if c.Burst > 0 {
+		c.Burst = max(1, c.Burst/n)
+	}
+	return &c
+}
