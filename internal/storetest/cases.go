@@ -130,7 +130,7 @@ func Cases() []Case {
 			{At: sec, Checks: one("k", sl3per10s, 1), Admitted: true, Want: []limits.Outcome{ok(1, 10*sec)}},
 			{At: 2 * sec, Checks: one("k", sl3per10s, 1), Admitted: true, Want: []limits.Outcome{ok(0, 10*sec)}},
 			// Free again when the hit at 0 leaves the window at 10 s.
-			{At: 3 * sec, Checks: one("k", sl3per10s, 1), Want: []limits.Outcome{over(0, 6*sec)}},
+			{At: 3 * sec, Checks: one("k", sl3per10s, 1), Want: []limits.Outcome{over(0, 7*sec)}},
 			{At: 10 * sec, Checks: one("k", sl3per10s, 1), Admitted: true, Want: []limits.Outcome{ok(0, 10*sec)}},
 			{At: 10500 * ms, Checks: one("k", sl3per10s, 1), Want: []limits.Outcome{over(0, 500*ms)}},
 			{At: 20 * sec, Checks: one("k", sl3per10s, 2), Admitted: true, Want: []limits.Outcome{ok(1, 10*sec)}},

@@ -81,12 +81,18 @@ func ReadFiles(path string) ([]File, error) {
 		}
 		return []File{{Name: path, Data: data}}, nil
 	}
+	// A trailing separator makes WalkDir follow path itself when it is a
+	// link to a directory, as a mounted volume often is.
+	root := path
+	if !strings.HasSuffix(root, string(filepath.Separator)) {
+		root += string(filepath.Separator)
+	}
 	var files []File
-	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if p != path && strings.HasPrefix(d.Name(), ".") {
+		if p != root && strings.HasPrefix(d.Name(), ".") {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}
@@ -370,14 +376,10 @@ func (p *parser) limit(r *Rule, n *yaml.Node, path string, single bool) *Limit {
 			}
 		case "burst":
 			burstNode = v
-			if l.Burst = p.uint(v, fp, 1<<32-1); l.Burst < 1 && len(p.errs) == nerr {
-				p.errorf(v, fp, "must be at least 1")
-			}
+			l.Burst = p.positive(v, fp)
 		case "unit_multiplier":
 			multNode = v
-			if l.Multiplier = p.uint(v, fp, 1<<32-1); l.Multiplier < 1 && len(p.errs) == nerr {
-				p.errorf(v, fp, "must be at least 1")
-			}
+			l.Multiplier = p.positive(v, fp)
 		default:
 			p.errorf(k, fp, "unknown field")
 		}
@@ -501,6 +503,16 @@ func deref(n *yaml.Node) *yaml.Node {
 		n = n.Alias
 	}
 	return n
+}
+
+// positive parses a whole number of at least 1.
+func (p *parser) positive(n *yaml.Node, path string) uint64 {
+	nerr := len(p.errs)
+	v := p.uint(n, path, 1<<32-1)
+	if v < 1 && len(p.errs) == nerr {
+		p.errorf(n, path, "must be at least 1")
+	}
+	return v
 }
 
 func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
