@@ -180,5 +180,14 @@ func Cases() []Case {
 			{At: 0, Checks: []Check{{"x", fw3s, 1}, {"x", fw3s, 2}}, Admitted: true, Want: []limits.Outcome{ok(2, sec), ok(0, sec)}},
 			{At: 0, Checks: one("x", fw3s, 0), Want: []limits.Outcome{over(0, sec)}},
 		}},
+		{Name: "same_key_twice/later_check_that_consumes_nothing_keeps_earlier_hits", Steps: []Step{
+			// The key is written from its last check's working copy even
+			// when that check itself (zero hits, or an over shadow limit)
+			// consumes nothing.
+			{At: 0, Checks: []Check{{"x", fw3s, 1}, {"x", fw3s, 0}}, Admitted: true, Want: []limits.Outcome{ok(2, sec), ok(2, sec)}},
+			{At: 0, Checks: []Check{{"y", tb, 2}, {"y", shadow(tb), 4}}, Admitted: true, Want: []limits.Outcome{ok(3, 200*ms), over(3, 100*ms)}},
+			{At: 0, Checks: one("x", fw3s, 0), Admitted: true, Want: []limits.Outcome{ok(2, sec)}},
+			{At: 0, Checks: one("y", tb, 0), Admitted: true, Want: []limits.Outcome{ok(3, 200*ms)}},
+		}},
 	}
 }

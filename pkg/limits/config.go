@@ -1,13 +1,14 @@
 package limits
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -134,18 +135,14 @@ func ReadFiles(path string) ([]File, error) {
 // Parse compiles rule files into a Ruleset. Like Load, it reports every
 // problem it finds, not only the first.
 func Parse(files []File, opts LoadOptions) (*Ruleset, error) {
-	rs := &Ruleset{domains: make(map[string]*domainRules)}
-	h := sha256.New()
+	rs := &Ruleset{domains: make(map[string]*domainRules), Checksum: checksum(files)}
 	var errs []error
 	for _, f := range files {
-		fmt.Fprintf(h, "%d:%s%d:", len(f.Name), f.Name, len(f.Data))
-		h.Write(f.Data)
 		rs.Files = append(rs.Files, f.Name)
 		p := &parser{file: f.Name}
 		p.parseFile(rs, f.Data, opts)
 		errs = append(errs, p.errs...)
 	}
-	rs.Checksum = hex.EncodeToString(h.Sum(nil))
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -167,10 +164,34 @@ func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 	p.errs = append(p.errs, e)
 }
 
+// yamlLine finds the line number in a yaml.v3 error message.
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// yamlError records a YAML syntax error, moving its line number into the
+// ConfigError's.
+func (p *parser) yamlError(err error) {
+	msg := err.Error()
+	e := &ConfigError{File: p.file, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		e.Line, _ = strconv.Atoi(m[1])
+		e.Msg = "invalid YAML: " + msg[len(m[0]):]
+	}
+	p.errs = append(p.errs, e)
+}
+
 func (p *parser) parseFile(rs *Ruleset, data []byte, opts LoadOptions) {
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		p.errorf(nil, "", "invalid YAML: %v", strings.TrimPrefix(err.Error(), "yaml: "))
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		p.yamlError(err)
+		return
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		p.errorf(&extra, "", "a second YAML document; put each domain in its own file")
+		return
+	} else if !errors.Is(err, io.EOF) {
+		p.yamlError(err)
 		return
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
@@ -266,7 +287,7 @@ func (p *parser) descriptor(parent *Rule, n *yaml.Node, path string) {
 		return
 	}
 	r := &Rule{Domain: parent.Domain, File: p.file, Line: n.Line, Path: path, parent: parent}
-	var keyNode, limitNode, limitsNode, childNode *yaml.Node
+	var keyNode, limitNode, limitsNode, childNode, shareNode *yaml.Node
 	p.fields(n, path, func(key string, k, v *yaml.Node) {
 		fp := join(path, key)
 		switch key {
@@ -288,6 +309,7 @@ func (p *parser) descriptor(parent *Rule, n *yaml.Node, path string) {
 		case "value_to_metric":
 			r.ValueToMetric = p.bool(v, fp)
 		case "share_threshold":
+			shareNode = v
 			r.ShareThreshold = p.bool(v, fp)
 		case "quota_mode", "metadata":
 			p.errorf(k, fp, "not supported yet (ratelimit-sidecar does not implement envoyproxy/ratelimit's %s)", key)
@@ -302,7 +324,7 @@ func (p *parser) descriptor(parent *Rule, n *yaml.Node, path string) {
 		p.errorf(keyNode, join(path, "key"), "required and must not be empty")
 	}
 	if r.ShareThreshold && !strings.Contains(r.Value, "*") {
-		p.errorf(n, join(path, "share_threshold"), "needs a wildcard value (one with '*'), got %q", r.Value)
+		p.errorf(shareNode, join(path, "share_threshold"), "needs a wildcard value (one with '*'), got %q", r.Value)
 	}
 	if limitNode != nil && limitsNode != nil {
 		p.errorf(limitsNode, join(path, "rate_limits"), "use rate_limit or rate_limits, not both")
@@ -350,7 +372,7 @@ func (p *parser) limit(r *Rule, n *yaml.Node, path string, single bool) *Limit {
 		return nil
 	}
 	l := &Limit{Shadow: r.ShadowMode}
-	var unitNode, algNode, burstNode, multNode *yaml.Node
+	var unitNode, algNode, burstNode, multNode, replNode *yaml.Node
 	var unitStr string
 	nerr := len(p.errs)
 	p.fields(n, path, func(key string, k, v *yaml.Node) {
@@ -366,6 +388,7 @@ func (p *parser) limit(r *Rule, n *yaml.Node, path string, single bool) *Limit {
 		case "name":
 			l.Name = p.str(v, fp)
 		case "replaces":
+			replNode = v
 			l.Replaces = p.replaces(v, fp)
 		case "algorithm":
 			algNode = v
@@ -386,7 +409,7 @@ func (p *parser) limit(r *Rule, n *yaml.Node, path string, single bool) *Limit {
 	})
 	for _, name := range l.Replaces {
 		if name != "" && name == l.Name {
-			p.errorf(n, join(path, "replaces"), "a limit cannot replace itself (%q)", name)
+			p.errorf(replNode, join(path, "replaces"), "a limit cannot replace itself (%q)", name)
 		}
 	}
 	if l.Unlimited {

@@ -235,12 +235,13 @@ func (e *Engine) Decide(ctx context.Context, req *Request, d *Decision) error {
 		}
 	}
 
-	// A matched limit's replaces drop the limits of that name, unlimited
-	// ones included, as in the reference: names are collected from every
-	// matched limit before any is dropped.
+	// A matched limit's replaces drop the counted limits of that name, as
+	// in the reference: names are collected from every matched limit,
+	// unlimited ones included, before any is dropped, and an unlimited
+	// limit is never dropped (the reference sets it aside first).
 	d.drop = d.drop[:0]
 	for _, l := range d.limit {
-		d.drop = append(d.drop, l.Name != "" && replaced(d.limit, l.Name))
+		d.drop = append(d.drop, !l.Unlimited && l.Name != "" && replaced(d.limit, l.Name))
 	}
 	for j, drop := range d.drop {
 		if drop {

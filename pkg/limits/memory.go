@@ -114,9 +114,11 @@ func (s *MemoryStore) Apply(_ context.Context, b *Batch) error {
 		}
 		return nil
 	}
+	// Write each key once, from the working copy of its last check, if any
+	// of its checks consumed hits.
 	for i := range b.Checks {
 		c := &b.Checks[i]
-		if c.Hits == 0 || b.Outcomes[i].Over || laterSameKey(b.Checks, i) {
+		if laterSameKey(b.Checks, i) || !consumed(b, i) {
 			continue
 		}
 		sh := &s.shards[idx[i]]
@@ -151,6 +153,17 @@ func (s *MemoryStore) lookup(shardIdx uint16, key string, earlier []Check, next 
 		return *p
 	}
 	return State{}
+}
+
+// consumed reports whether check i or an earlier check with its key
+// consumed hits.
+func consumed(b *Batch, i int) bool {
+	for j := 0; j <= i; j++ {
+		if b.Checks[j].Key == b.Checks[i].Key && b.Checks[j].Hits > 0 && !b.Outcomes[j].Over {
+			return true
+		}
+	}
+	return false
 }
 
 // laterSameKey reports whether a later check shares check i's key; its

@@ -1,0 +1,476 @@
+package limits_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+// configProblems flattens the error Load and Parse return (an errors.Join of
+// every problem) into its parts.
+func configProblems(err error) []error {
+	if err == nil {
+		return nil
+	}
+	var j interface{ Unwrap() []error }
+	if !errors.As(err, &j) {
+		return []error{err}
+	}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, configProblems(e)...)
+	}
+	return out
+}
+
+// parsePaths reads each path with ReadFiles and parses them together, in
+// order, as one config.
+func parsePaths(t *testing.T, paths []string, opts limits.LoadOptions) (*limits.Ruleset, error) {
+	t.Helper()
+	var files []limits.File
+	for _, p := range paths {
+		fs, err := limits.ReadFiles(p)
+		if err != nil {
+			t.Fatalf("ReadFiles(%q): %v", p, err)
+		}
+		files = append(files, fs...)
+	}
+	return limits.Parse(files, opts)
+}
+
+// TestLoadRejects checks each bad file alone: it reports exactly one
+// problem, as a *ConfigError, written as file:line: path: reason.
+func TestLoadRejects(t *testing.T) {
+	tests := []struct {
+		give []string // files parsed together, in order
+		want string   // substring of the one problem
+	}{
+		{
+			give: []string{"testdata/unknown_top_field.bad.yaml"},
+			want: "testdata/unknown_top_field.bad.yaml:2: descriptor: unknown field",
+		},
+		{
+			give: []string{"testdata/unknown_descriptor_field.bad.yaml"},
+			want: "testdata/unknown_descriptor_field.bad.yaml:4: descriptors[0].ratelimit: unknown field",
+		},
+		{
+			give: []string{"testdata/unknown_rate_limit_field.bad.yaml"},
+			want: "testdata/unknown_rate_limit_field.bad.yaml:6: descriptors[0].rate_limit.requestsperunit: unknown field",
+		},
+		{
+			give: []string{"testdata/missing_unit.bad.yaml"},
+			want: "testdata/missing_unit.bad.yaml:5: descriptors[0].rate_limit.unit: required",
+		},
+		{
+			give: []string{"testdata/invalid_unit.bad.yaml"},
+			want: `testdata/invalid_unit.bad.yaml:8: descriptors[0].descriptors[0].rate_limit.unit: unknown unit "fortnight"`,
+		},
+		{
+			give: []string{"testdata/unlimited_with_unit.bad.yaml"},
+			want: "testdata/unlimited_with_unit.bad.yaml:6: descriptors[0].rate_limit.unit: must not be set when unlimited is true",
+		},
+		{
+			give: []string{"testdata/unlimited_in_rate_limits.bad.yaml"},
+			want: "testdata/unlimited_in_rate_limits.bad.yaml:5: descriptors[0].rate_limits[0].unlimited: unlimited goes in rate_limit",
+		},
+		{
+			give: []string{"testdata/burst_below_one.bad.yaml"},
+			want: "testdata/burst_below_one.bad.yaml:8: descriptors[0].rate_limit.burst: must be at least 1",
+		},
+		{
+			give: []string{"testdata/burst_not_bucket.bad.yaml"},
+			want: "testdata/burst_not_bucket.bad.yaml:7: descriptors[0].rate_limit.burst: applies only to token_bucket and leaky_bucket, not fixed_window",
+		},
+		{
+			give: []string{"testdata/unknown_algorithm.bad.yaml"},
+			want: `testdata/unknown_algorithm.bad.yaml:5: descriptors[0].rate_limit.algorithm: unknown algorithm "gcra"`,
+		},
+		{
+			give: []string{"testdata/unit_multiplier_zero.bad.yaml"},
+			want: "testdata/unit_multiplier_zero.bad.yaml:6: descriptors[0].rate_limit.unit_multiplier: must be at least 1",
+		},
+		{
+			give: []string{"testdata/duplicate_key.bad.yaml"},
+			want: `testdata/duplicate_key.bad.yaml:6: descriptors[1]: duplicate descriptor key "user" value "alice" at this level (first at testdata/duplicate_key.bad.yaml:3)`,
+		},
+		{
+			give: []string{"testdata/duplicate_key_only.bad.yaml"},
+			want: `testdata/duplicate_key_only.bad.yaml:8: descriptors[0].descriptors[1]: duplicate descriptor key "user" value ""`,
+		},
+		{
+			give: []string{"testdata/field_twice.bad.yaml"},
+			want: "testdata/field_twice.bad.yaml:6: descriptors[0].rate_limit.unit: field given twice",
+		},
+		{
+			give: []string{"testdata/replaces_empty_name.bad.yaml"},
+			want: "testdata/replaces_empty_name.bad.yaml:8: descriptors[0].rate_limit.replaces[0].name: required and must not be empty",
+		},
+		{
+			give: []string{"testdata/replaces_self.bad.yaml"},
+			want: `testdata/replaces_self.bad.yaml:9: descriptors[0].rate_limit.replaces: a limit cannot replace itself ("per_user")`,
+		},
+		{
+			give: []string{"testdata/share_threshold_no_wildcard.bad.yaml"},
+			want: `testdata/share_threshold_no_wildcard.bad.yaml:5: descriptors[0].share_threshold: needs a wildcard value (one with '*'), got "/files"`,
+		},
+		{
+			give: []string{"testdata/quota_mode.bad.yaml"},
+			want: "testdata/quota_mode.bad.yaml:4: descriptors[0].quota_mode: not supported yet",
+		},
+		{
+			give: []string{"testdata/metadata.bad.yaml"},
+			want: "testdata/metadata.bad.yaml:5: descriptors[0].metadata: not supported yet",
+		},
+		{
+			give: []string{"testdata/empty_domain.bad.yaml"},
+			want: "testdata/empty_domain.bad.yaml:1: domain: required and must not be empty",
+		},
+		{
+			give: []string{"testdata/missing_key.bad.yaml"},
+			want: "testdata/missing_key.bad.yaml:3: descriptors[0].key: required and must not be empty",
+		},
+		{
+			give: []string{"testdata/requests_not_number.bad.yaml"},
+			want: `testdata/requests_not_number.bad.yaml:6: descriptors[0].rate_limit.requests_per_unit: want a whole number, got "ten"`,
+		},
+		{
+			give: []string{"testdata/rate_limit_is_list.bad.yaml"},
+			want: "testdata/rate_limit_is_list.bad.yaml:5: descriptors[0].rate_limit: want a rate limit mapping, got a list",
+		},
+		{
+			give: []string{"testdata/descriptor_not_mapping.bad.yaml"},
+			want: `testdata/descriptor_not_mapping.bad.yaml:3: descriptors[0]: want a descriptor mapping, got "user"`,
+		},
+		{
+			// The line is the YAML parser's own position.
+			give: []string{"testdata/invalid_yaml.bad.yaml"},
+			want: "testdata/invalid_yaml.bad.yaml:3: invalid YAML: did not find expected",
+		},
+		{
+			// A second document would be silently ignored otherwise.
+			give: []string{"testdata/two_documents.bad.yaml"},
+			want: "testdata/two_documents.bad.yaml:5: a second YAML document",
+		},
+		{
+			give: []string{"testdata/merge_a.yaml", "testdata/duplicate_domain.bad.yaml"},
+			want: `testdata/duplicate_domain.bad.yaml:1: domain: domain "shop" is already defined in testdata/merge_a.yaml (set --merge-domains to combine files)`,
+		},
+		{
+			give: []string{"testdata/rate_limit_and_rate_limits.bad.yaml"},
+			want: "testdata/rate_limit_and_rate_limits.bad.yaml:6: descriptors[0].rate_limits: use rate_limit or rate_limits, not both",
+		},
+		{
+			give: []string{"testdata/rate_limits_same_window.bad.yaml"},
+			want: "testdata/rate_limits_same_window.bad.yaml:6: descriptors[0].rate_limits[1]: same algorithm and window as another limit of this descriptor (fixed_window/60)",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(filepath.Base(tt.give[len(tt.give)-1]), func(t *testing.T) {
+			rs, err := parsePaths(t, tt.give, limits.LoadOptions{})
+			if err == nil {
+				t.Fatalf("Parse succeeded, want an error containing %q", tt.want)
+			}
+			if rs != nil {
+				t.Errorf("Parse returned a ruleset along with the error")
+			}
+			ps := configProblems(err)
+			if len(ps) != 1 {
+				t.Errorf("got %d problems, want 1:\n%v", len(ps), err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error:\n%v\nwant it to contain:\n%s", err, tt.want)
+			}
+			var ce *limits.ConfigError
+			if !errors.As(err, &ce) {
+				t.Errorf("error %v is not a *limits.ConfigError", err)
+			} else if ce.File != tt.give[len(tt.give)-1] {
+				t.Errorf("ConfigError.File = %q, want %q", ce.File, tt.give[len(tt.give)-1])
+			}
+		})
+	}
+}
+
+// TestLoadReportsEveryProblem checks that validation goes on after a
+// problem, so a file with several problems reports all of them, each as
+// file:line: path: reason.
+func TestLoadReportsEveryProblem(t *testing.T) {
+	tests := []struct {
+		give string
+		want []string // file:line: path of each problem, in order
+	}{
+		{
+			// Problems spread over the file and its nesting.
+			give: "testdata/multi.bad.yaml",
+			want: []string{
+				"testdata/multi.bad.yaml:2: version",
+				"testdata/multi.bad.yaml:6: descriptors[0].rate_limit.unit",
+				"testdata/multi.bad.yaml:8: descriptors[1].key",
+				"testdata/multi.bad.yaml:10: descriptors[2]",
+				"testdata/multi.bad.yaml:19: descriptors[3].descriptors[0].rate_limit.burst",
+				"testdata/multi.bad.yaml:22: descriptors[3].descriptors[1].share_threshold",
+				"testdata/multi.bad.yaml:23: descriptors[3].descriptors[1].rate_limit.requests_per_unit",
+			},
+		},
+		{
+			// Several problems inside one rate_limit: one must not hide
+			// the next.
+			give: "testdata/multi_one_limit.bad.yaml",
+			want: []string{
+				"testdata/multi_one_limit.bad.yaml:5: descriptors[0].rate_limit.colour",
+				"testdata/multi_one_limit.bad.yaml:9: descriptors[0].rate_limit.burst",
+				"testdata/multi_one_limit.bad.yaml:10: descriptors[0].rate_limit.unit_multiplier",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(filepath.Base(tt.give), func(t *testing.T) {
+			_, err := limits.Load(tt.give, limits.LoadOptions{})
+			if err == nil {
+				t.Fatal("Load succeeded, want errors")
+			}
+			var got []string
+			for _, p := range configProblems(err) {
+				var ce *limits.ConfigError
+				if !errors.As(p, &ce) {
+					t.Errorf("problem %v is not a *limits.ConfigError", p)
+					continue
+				}
+				if ce.Msg == "" {
+					t.Errorf("problem %v has no reason", p)
+				}
+				if want := fmt.Sprintf("%s:%d: %s: %s", ce.File, ce.Line, ce.Path, ce.Msg); p.Error() != want {
+					t.Errorf("problem reads %q, want the form %q", p.Error(), want)
+				}
+				got = append(got, fmt.Sprintf("%s:%d: %s", ce.File, ce.Line, ce.Path))
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("problems (-want +got):\n%s\nfull error:\n%v", diff, err)
+			}
+		})
+	}
+}
+
+func mustWriteFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustSymlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func oneRule(domain, key string) string {
+	return fmt.Sprintf("domain: %s\ndescriptors:\n  - key: %s\n    rate_limit: {unit: second, requests_per_unit: 1}\n", domain, key)
+}
+
+// mountConfigMap lays out dir as Kubernetes mounts a ConfigMap with one key,
+// rules.yaml: the real file sits in a timestamped dot-directory, ..data
+// links to it, and the top-level name links through ..data.
+func mountConfigMap(t *testing.T, dir, stamp, rules string) {
+	t.Helper()
+	mustWriteFile(t, filepath.Join(dir, stamp, "rules.yaml"), rules)
+	mustSymlink(t, stamp, filepath.Join(dir, "..data"))
+	mustSymlink(t, filepath.Join("..data", "rules.yaml"), filepath.Join(dir, "rules.yaml"))
+}
+
+func TestLoadDirectory(t *testing.T) {
+	dir := t.TempDir()
+	mountConfigMap(t, dir, "..2026_11_22_00_00_00.123", oneRule("mounted", "user"))
+	mustWriteFile(t, filepath.Join(dir, "a.yaml"), oneRule("alpha", "user"))
+	mustWriteFile(t, filepath.Join(dir, "sub", "b.yml"), oneRule("beta", "user"))
+	mustWriteFile(t, filepath.Join(dir, "z.yaml"), oneRule("zulu", "user"))
+	// Skipped: dot-files, dot-directories, other extensions. Each would
+	// break the load (bad YAML, or a duplicate domain) if it were read.
+	mustWriteFile(t, filepath.Join(dir, ".hidden.yaml"), "not: [valid")
+	mustWriteFile(t, filepath.Join(dir, ".git", "config.yaml"), oneRule("alpha", "user"))
+	mustWriteFile(t, filepath.Join(dir, "sub", ".cache", "c.yaml"), oneRule("beta", "user"))
+	mustWriteFile(t, filepath.Join(dir, "README.md"), "not: [valid")
+	mustWriteFile(t, filepath.Join(dir, "rules.yaml.bak"), "not: [valid")
+
+	rs, err := limits.Load(dir, limits.LoadOptions{})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	wantFiles := []string{
+		filepath.Join(dir, "a.yaml"),
+		filepath.Join(dir, "rules.yaml"),
+		filepath.Join(dir, "sub", "b.yml"),
+		filepath.Join(dir, "z.yaml"),
+	}
+	if diff := cmp.Diff(wantFiles, rs.Files); diff != "" {
+		t.Errorf("Files (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"alpha", "beta", "mounted", "zulu"}, rs.Domains()); diff != "" {
+		t.Errorf("Domains (-want +got):\n%s", diff)
+	}
+	if got := len(rs.Rules("mounted")); got != 1 {
+		t.Errorf("domain mounted has %d rules, want 1 (read once)", got)
+	}
+}
+
+func TestLoadFile(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "real", "limits.yaml")
+	mustWriteFile(t, target, oneRule("shop", "user"))
+	link := filepath.Join(dir, "link.yaml")
+	mustSymlink(t, target, link)
+
+	tests := []struct {
+		name string
+		give string
+	}{
+		{name: "file", give: target},
+		{name: "symlink to a file", give: link},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rs, err := limits.Load(tt.give, limits.LoadOptions{})
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if diff := cmp.Diff([]string{tt.give}, rs.Files); diff != "" {
+				t.Errorf("Files (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff([]string{"shop"}, rs.Domains()); diff != "" {
+				t.Errorf("Domains (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestLoadDirectoryThroughSymlink loads a config path whose last element
+// is a symbolic link to a directory, as with envoyproxy/ratelimit's
+// RUNTIME_ROOT convention (a "current" link swapped on deploy) or a
+// hand-made "config -> config-v2" link.
+func TestLoadDirectoryThroughSymlink(t *testing.T) {
+	dir := t.TempDir()
+	mustWriteFile(t, filepath.Join(dir, "config-v2", "limits.yaml"), oneRule("shop", "user"))
+	link := filepath.Join(dir, "config")
+	mustSymlink(t, "config-v2", link)
+
+	rs, err := limits.Load(link, limits.LoadOptions{})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if diff := cmp.Diff([]string{"shop"}, rs.Domains()); diff != "" {
+		t.Errorf("Domains (-want +got):\n%s\n(files read: %q)", diff, rs.Files)
+	}
+}
+
+func TestLoadMissingPath(t *testing.T) {
+	_, err := limits.Load(filepath.Join(t.TempDir(), "nope"), limits.LoadOptions{})
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load of a missing path: err = %v, want one wrapping os.ErrNotExist", err)
+	}
+}
+
+func TestMergeDomains(t *testing.T) {
+	give := []string{"testdata/merge_a.yaml", "testdata/merge_b.yaml"}
+	if _, err := parsePaths(t, give, limits.LoadOptions{}); err == nil {
+		t.Error("without MergeDomains, one domain in two files loaded; want an error")
+	}
+	rs, err := parsePaths(t, give, limits.LoadOptions{MergeDomains: true})
+	if err != nil {
+		t.Fatalf("with MergeDomains: %v", err)
+	}
+	var keys []string
+	for _, r := range rs.Rules("shop") {
+		keys = append(keys, r.Key)
+	}
+	if diff := cmp.Diff([]string{"user", "tenant"}, keys); diff != "" {
+		t.Errorf("merged rules (-want +got):\n%s", diff)
+	}
+}
+
+// TestMergeDomainsDuplicateKey checks that merging files still rejects a
+// key/value that both files define at one level, as the reference does.
+func TestMergeDomainsDuplicateKey(t *testing.T) {
+	files := []limits.File{
+		{Name: "one.yaml", Data: []byte(oneRule("shop", "user"))},
+		{Name: "two.yaml", Data: []byte(oneRule("shop", "user"))},
+	}
+	_, err := limits.Parse(files, limits.LoadOptions{MergeDomains: true})
+	want := `two.yaml:3: descriptors[0]: duplicate descriptor key "user" value "" at this level (first at one.yaml:3)`
+	if err == nil || err.Error() != want {
+		t.Errorf("err = %v, want %s", err, want)
+	}
+}
+
+func TestChecksum(t *testing.T) {
+	dir := t.TempDir()
+	mountConfigMap(t, dir, "..2026_11_22_00_00_00.123", oneRule("shop", "user"))
+	mustWriteFile(t, filepath.Join(dir, "other.yaml"), oneRule("other", "user"))
+	load := func() string {
+		t.Helper()
+		rs, err := limits.Load(dir, limits.LoadOptions{})
+		if err != nil {
+			t.Fatalf("Load: %v", err)
+		}
+		return rs.Checksum
+	}
+	// swap points ..data at a new timestamped directory, as the kubelet
+	// does on a ConfigMap update.
+	swap := func(stamp, rules string) {
+		t.Helper()
+		mustWriteFile(t, filepath.Join(dir, stamp, "rules.yaml"), rules)
+		tmp := filepath.Join(dir, "..data_tmp")
+		mustSymlink(t, stamp, tmp)
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	first := load()
+	if len(first) != 64 {
+		t.Errorf("Checksum = %q, want 64 hex digits (SHA-256)", first)
+	}
+	if again := load(); again != first {
+		t.Errorf("Checksum changed without a change: %s then %s", first, again)
+	}
+
+	swap("..2026_11_22_00_05_00.456", oneRule("shop", "user"))
+	if got := load(); got != first {
+		t.Errorf("Checksum changed on a ..data swap to identical content: %s then %s", first, got)
+	}
+
+	swap("..2026_11_22_00_10_00.789", oneRule("shop", "tenant"))
+	second := load()
+	if second == first {
+		t.Errorf("Checksum did not change when rules.yaml changed through a ..data swap")
+	}
+
+	mustWriteFile(t, filepath.Join(dir, "other.yaml"), oneRule("other", "tenant"))
+	third := load()
+	if third == second {
+		t.Errorf("Checksum did not change on an in-place edit of other.yaml")
+	}
+
+	files := []limits.File{{Name: "a.yaml", Data: []byte(oneRule("shop", "user"))}}
+	moved := []limits.File{{Name: "b.yaml", Data: []byte(oneRule("shop", "user"))}}
+	a, err := limits.Parse(files, limits.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := limits.Parse(moved, limits.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Checksum == b.Checksum {
+		t.Errorf("Checksum ignores the file name: a.yaml and b.yaml with one content both give %s", a.Checksum)
+	}
+}

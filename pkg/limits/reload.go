@@ -1,0 +1,199 @@
+package limits
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"go.uber.org/zap"
+)
+
+// ReloadStatus describes the ruleset in use and the last reload attempt.
+type ReloadStatus struct {
+	// Checksum and LoadedAt describe the ruleset in use.
+	Checksum string
+	LoadedAt time.Time
+	Files    []string
+	// LastError is the last failed reload's error, or nil if the last
+	// attempt succeeded (or none failed yet). The ruleset in use is then
+	// the last good one.
+	LastError error
+	// LastAttempt is when a changed file set was last parsed.
+	LastAttempt time.Time
+	Successes   int
+	Failures    int
+}
+
+// Reloader reloads an Engine's rules from a path when they change. Reload
+// is safe for concurrent use; Watch runs until its context ends.
+type Reloader struct {
+	path     string
+	opts     LoadOptions
+	engine   *Engine
+	log      *zap.Logger
+	debounce time.Duration
+	notify   func(ReloadStatus, error)
+
+	mu     sync.Mutex // serializes reloads; guards status
+	status ReloadStatus
+}
+
+// ReloaderOptions tunes a Reloader.
+type ReloaderOptions struct {
+	// Debounce is how long the watcher waits for file events to stop
+	// before reloading. Default 200ms.
+	Debounce time.Duration
+	// OnReload, if set, is called after every reload attempt that found
+	// changed files, with the new status and the attempt's error.
+	OnReload func(ReloadStatus, error)
+}
+
+// NewReloader returns a reloader for engine, whose current rules were
+// loaded from path at loadedAt.
+func NewReloader(path string, opts LoadOptions, engine *Engine, log *zap.Logger, ro ReloaderOptions) *Reloader {
+	if ro.Debounce <= 0 {
+		ro.Debounce = 200 * time.Millisecond
+	}
+	rs := engine.Rules()
+	return &Reloader{
+		path: path, opts: opts, engine: engine, log: log, debounce: ro.Debounce, notify: ro.OnReload,
+		status: ReloadStatus{Checksum: rs.Checksum, Files: rs.Files, LoadedAt: time.Now()},
+	}
+}
+
+// Status returns the reload status.
+func (r *Reloader) Status() ReloadStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status
+}
+
+// Reload reads the rule files and, if their checksum differs from the
+// rules in use, parses them and swaps them in. A file set that fails to
+// parse is rejected whole, with every problem logged at Error, and the
+// rules in use stay. It reports whether new rules were swapped in.
+func (r *Reloader) Reload() (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	files, err := ReadFiles(r.path)
+	if err == nil && checksum(files) == r.status.Checksum {
+		return false, nil
+	}
+	r.status.LastAttempt = time.Now()
+	var rs *Ruleset
+	if err == nil {
+		rs, err = Parse(files, r.opts)
+	}
+	if err != nil {
+		r.status.Failures++
+		r.status.LastError = err
+		r.log.Error("config reload rejected; keeping the rules in use",
+			zap.String("path", r.path), zap.String("checksum", r.status.Checksum), zap.Error(err))
+		if r.notify != nil {
+			r.notify(r.status, err)
+		}
+		return false, err
+	}
+	r.engine.SetRules(rs)
+	r.status = ReloadStatus{
+		Checksum: rs.Checksum, LoadedAt: time.Now(), Files: rs.Files, LastAttempt: r.status.LastAttempt,
+		Successes: r.status.Successes + 1, Failures: r.status.Failures,
+	}
+	r.log.Info("config reloaded", zap.String("path", r.path), zap.String("checksum", rs.Checksum),
+		zap.Int("files", len(rs.Files)), zap.Strings("domains", rs.Domains()))
+	if r.notify != nil {
+		r.notify(r.status, nil)
+	}
+	return true, nil
+}
+
+// Watch reloads whenever files under the config path change, until ctx
+// ends. For a directory it watches the directory and its subdirectories
+// (not dot-directories: a ConfigMap's ..data swap shows up as an event in
+// the directory itself); for a file it watches the file's directory, so
+// replacing the file or swapping a symbolic link is seen too. Events are
+// debounced, and the checksum makes a burst of events, or an event that
+// changed nothing, reload at most once.
+func (r *Reloader) Watch(ctx context.Context) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch config: %w", err)
+	}
+	defer w.Close()
+	if err := r.addWatches(w); err != nil {
+		return err
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			if ev.Op == fsnotify.Chmod {
+				continue
+			}
+			timer.Reset(r.debounce)
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			r.log.Warn("config watch error", zap.Error(err))
+		case <-timer.C:
+			r.Reload() //nolint:errcheck // Reload logs its own errors
+			// New subdirectories may have appeared.
+			if err := r.addWatches(w); err != nil {
+				r.log.Warn("config watch error", zap.Error(err))
+			}
+		}
+	}
+}
+
+func (r *Reloader) addWatches(w *fsnotify.Watcher) error {
+	info, err := os.Stat(r.path)
+	if err != nil {
+		return fmt.Errorf("watch config: %w", err)
+	}
+	if !info.IsDir() {
+		if err := w.Add(filepath.Dir(r.path)); err != nil {
+			return fmt.Errorf("watch config: %w", err)
+		}
+		return nil
+	}
+	root := r.path + string(filepath.Separator)
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if p != root && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
+		if err := w.Add(p); err != nil {
+			return fmt.Errorf("watch config: %w", err)
+		}
+		return nil
+	})
+}
+
+// checksum is the SHA-256 over a file set that Parse records as
+// Ruleset.Checksum.
+func checksum(files []File) string {
+	h := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(h, "%d:%s%d:", len(f.Name), f.Name, len(f.Data))
+		h.Write(f.Data)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}

@@ -1,0 +1,257 @@
+package limits_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+const rulesV1 = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"
+const rulesV2 = rulesV1 + "  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 100}\n"
+const rulesV3 = rulesV2 + "  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"
+const rulesBad = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 10}\n"
+
+// swapConfigMap lays out dir the way the kubelet mounts a ConfigMap and
+// updates it: files in a timestamped dot-directory, a ..data link to it,
+// swapped atomically by rename, and top-level links through ..data.
+func swapConfigMap(t *testing.T, dir, stamp string, files map[string]string) {
+	t.Helper()
+	real := filepath.Join(dir, "..2026_11_22_"+stamp)
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(real, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tmp := filepath.Join(dir, "..data_tmp")
+	if err := os.Symlink(filepath.Base(real), tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	for name := range files {
+		link := filepath.Join(dir, name)
+		if _, err := os.Lstat(link); err == nil {
+			continue
+		}
+		if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// watching starts a Reloader's Watch on path and returns it with a
+// function that waits, up to 5 s, for the reload counters to reach the
+// given values.
+func watching(t *testing.T, path string, e *limits.Engine) (*limits.Reloader, func(successes, failures int)) {
+	t.Helper()
+	var mu sync.Mutex
+	changed := sync.NewCond(&mu)
+	r := limits.NewReloader(path, limits.LoadOptions{}, e, zap.NewNop(), limits.ReloaderOptions{
+		Debounce: 20 * time.Millisecond,
+		OnReload: func(limits.ReloadStatus, error) { mu.Lock(); changed.Broadcast(); mu.Unlock() },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := r.Watch(ctx); err != nil {
+			t.Errorf("Watch: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	// Give the watcher its watches before the test changes files.
+	time.Sleep(50 * time.Millisecond)
+	wait := func(successes, failures int) {
+		t.Helper()
+		deadline := time.AfterFunc(5*time.Second, func() { mu.Lock(); changed.Broadcast(); mu.Unlock() })
+		defer deadline.Stop()
+		start := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		for {
+			st := r.Status()
+			if st.Successes == successes && st.Failures == failures {
+				return
+			}
+			if st.Successes > successes || st.Failures > failures || time.Since(start) > 5*time.Second {
+				t.Fatalf("reloads: %d good, %d bad; want %d good, %d bad (last error: %v)", st.Successes, st.Failures, successes, failures, st.LastError)
+			}
+			changed.Wait()
+		}
+	}
+	return r, wait
+}
+
+func load(t *testing.T, path string) *limits.Engine {
+	t.Helper()
+	rs, err := limits.Load(path, limits.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return limits.NewEngine(rs, limits.NewMemoryStore(), limits.DefaultRequestLimits)
+}
+
+func hasRule(e *limits.Engine, key string) bool {
+	return e.Rules().Match("edge", []limits.Entry{{Key: key, Value: "x"}}) != nil
+}
+
+func TestReloadConfigMapSwap(t *testing.T) {
+	dir := t.TempDir()
+	swapConfigMap(t, dir, "01", map[string]string{"rules.yaml": rulesV1})
+	e := load(t, dir)
+	_, wait := watching(t, dir, e)
+
+	swapConfigMap(t, dir, "02", map[string]string{"rules.yaml": rulesV2})
+	wait(1, 0)
+	if !hasRule(e, "tenant") {
+		t.Fatal("new rules not in use after the ..data swap")
+	}
+	// The kubelet then deletes the old directory; nothing changes.
+	if err := os.RemoveAll(filepath.Join(dir, "..2026_11_22_01")); err != nil {
+		t.Fatal(err)
+	}
+	swapConfigMap(t, dir, "03", map[string]string{"rules.yaml": rulesV3})
+	wait(2, 0)
+	if !hasRule(e, "path") {
+		t.Fatal("third version not in use")
+	}
+	if got := len(e.Rules().Files); got != 1 {
+		t.Errorf("read %d files, want 1 (dot-directories must be skipped)", got)
+	}
+}
+
+func TestReloadRenameEditAddRemove(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	write := func(p, data string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(path, rulesV1)
+	e := load(t, dir)
+	_, wait := watching(t, dir, e)
+
+	// Atomic rename over the file.
+	write(filepath.Join(dir, ".rules.yaml.tmp"), rulesV2)
+	if err := os.Rename(filepath.Join(dir, ".rules.yaml.tmp"), path); err != nil {
+		t.Fatal(err)
+	}
+	wait(1, 0)
+	if !hasRule(e, "tenant") {
+		t.Fatal("rename: new rules not in use")
+	}
+	// In-place edit.
+	write(path, rulesV3)
+	wait(2, 0)
+	if !hasRule(e, "path") {
+		t.Fatal("edit: new rules not in use")
+	}
+	// A file added, then removed.
+	write(filepath.Join(dir, "more.yml"), "domain: other\ndescriptors: []\n")
+	wait(3, 0)
+	if !e.Rules().HasDomain("other") {
+		t.Fatal("added file not loaded")
+	}
+	if err := os.Remove(filepath.Join(dir, "more.yml")); err != nil {
+		t.Fatal(err)
+	}
+	wait(4, 0)
+	if e.Rules().HasDomain("other") {
+		t.Fatal("removed file still loaded")
+	}
+	// Rewriting the same bytes changes nothing, and a dot-file is ignored.
+	write(path, rulesV3)
+	write(filepath.Join(dir, ".swap.yaml"), "not: [valid")
+	time.Sleep(100 * time.Millisecond)
+	wait(4, 0)
+}
+
+func TestReloadSingleFileSymlinkSwap(t *testing.T) {
+	dir := t.TempDir()
+	swapConfigMap(t, dir, "01", map[string]string{"rules.yaml": rulesV1})
+	path := filepath.Join(dir, "rules.yaml")
+	e := load(t, path)
+	_, wait := watching(t, path, e)
+	swapConfigMap(t, dir, "02", map[string]string{"rules.yaml": rulesV2})
+	wait(1, 0)
+	if !hasRule(e, "tenant") {
+		t.Fatal("new rules not in use after swapping the link behind --config FILE")
+	}
+}
+
+func TestReloadBadConfigKeepsLastGood(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(path, []byte(rulesV2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := load(t, dir)
+	before := e.Rules()
+	r, wait := watching(t, dir, e)
+	if err := os.WriteFile(path, []byte(rulesBad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wait(0, 1)
+	if e.Rules() != before {
+		t.Fatal("a bad config replaced the rules in use")
+	}
+	st := r.Status()
+	if st.Checksum != before.Checksum || st.LastError == nil || !strings.Contains(st.LastError.Error(), "rules.yaml:4: descriptors[0].rate_limit.unit") {
+		t.Errorf("status %+v; want the old checksum and an error naming rules.yaml:4 and the path", st)
+	}
+	// Fixing the file recovers.
+	if err := os.WriteFile(path, []byte(rulesV3), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wait(1, 1)
+	if !hasRule(e, "path") || r.Status().LastError != nil {
+		t.Errorf("fixed config not in use, or error kept: %v", r.Status().LastError)
+	}
+}
+
+// TestReloadKeepsCounters consumes part of a limit, reloads an unrelated
+// change, and checks nothing was forgotten: keys come from rules and
+// entries, never from a config version.
+func TestReloadKeepsCounters(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(path, []byte(rulesV1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := load(t, dir)
+	r := limits.NewReloader(dir, limits.LoadOptions{}, e, zap.NewNop(), limits.ReloaderOptions{})
+	req := &limits.Request{Domain: "edge", Hits: 3, Descriptors: []limits.Descriptor{{Entries: []limits.Entry{{Key: "user", Value: "u1"}}}}}
+	var d limits.Decision
+	if err := e.Decide(context.Background(), req, &d); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(rulesV2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := r.Reload(); !changed || err != nil {
+		t.Fatalf("Reload = %v, %v; want a change", changed, err)
+	}
+	if changed, err := r.Reload(); changed || err != nil {
+		t.Fatalf("second Reload of the same files = %v, %v; want no change", changed, err)
+	}
+	if err := e.Decide(context.Background(), req, &d); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Statuses[0].Remaining; got != 4 {
+		t.Errorf("remaining after reload = %d, want 4 (10 - 3 before - 3 after)", got)
+	}
+}
