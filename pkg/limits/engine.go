@@ -73,6 +73,8 @@ type Decision struct {
 	// (the domain's failure mode) answered instead; nil otherwise.
 	StoreErr error
 	Fallback FailureMode
+	// Rules is the ruleset the decision used.
+	Rules *Ruleset
 
 	batch Batch
 	owner []int  // owner[i] is the descriptor of batch.Checks[i]
@@ -111,12 +113,25 @@ var DefaultRequestLimits = RequestLimits{
 // Engine decides requests against the current Ruleset through a Store. It
 // is safe for concurrent use.
 type Engine struct {
-	rules   atomic.Pointer[Ruleset]
-	store   Store
-	limits  RequestLimits
-	failure FailureMode
-	local   Store
-	divisor uint64
+	rules    atomic.Pointer[Ruleset]
+	store    Store
+	limits   RequestLimits
+	failure  FailureMode
+	local    Store
+	divisor  uint64
+	observer Observer
+	now      func() time.Time
+}
+
+// Observer is told about every decision, for metrics. Observe must be fast
+// and safe for concurrent use, and must not keep req or d.
+type Observer interface {
+	Observe(req *Request, d *Decision, took time.Duration, err error)
+}
+
+// WithObserver sets the engine's observer.
+func WithObserver(o Observer) EngineOption {
+	return func(e *Engine) { e.observer = o }
 }
 
 // EngineOption configures an Engine.
@@ -138,7 +153,7 @@ func WithLocalFallback(s Store, divisor uint64) EngineOption {
 
 // NewEngine returns an engine deciding rs through store.
 func NewEngine(rs *Ruleset, store Store, lim RequestLimits, opts ...EngineOption) *Engine {
-	e := &Engine{store: store, limits: lim, failure: FailLocal, divisor: 1}
+	e := &Engine{store: store, limits: lim, failure: FailLocal, divisor: 1, now: time.Now}
 	for _, o := range opts {
 		o(e)
 	}
@@ -202,11 +217,23 @@ func (e *Engine) Validate(req *Request) error {
 // request, or the store's error if the store could not decide; over limit
 // is a verdict in d, not an error.
 func (e *Engine) Decide(ctx context.Context, req *Request, d *Decision) error {
+	if e.observer == nil {
+		return e.decide(ctx, req, d)
+	}
+	start := e.now()
+	err := e.decide(ctx, req, d)
+	e.observer.Observe(req, d, e.now().Sub(start), err)
+	return err
+}
+
+func (e *Engine) decide(ctx context.Context, req *Request, d *Decision) error {
+	d.reset(0)
 	if err := e.Validate(req); err != nil {
 		return err
 	}
 	d.reset(len(req.Descriptors))
 	rs := e.rules.Load()
+	d.Rules = rs
 	if !rs.HasDomain(req.Domain) {
 		return nil // unknown domain: OK, no limits (as the reference)
 	}
@@ -365,9 +392,24 @@ func replaced(ls []*Limit, name string) bool {
 	return false
 }
 
+// Checks returns the limit checks the decision made, in order; Outcomes
+// and Admitted give their results and Descriptor the index of the request
+// descriptor each check belongs to. The slices are reused by the next
+// decision.
+func (d *Decision) Checks() []Check { return d.batch.Checks }
+
+// Outcomes returns the outcome of each of Checks.
+func (d *Decision) Outcomes() []Outcome { return d.batch.Outcomes }
+
+// Admitted reports whether the checks consumed their hits.
+func (d *Decision) Admitted() bool { return d.batch.Admitted }
+
+// Descriptor returns the request descriptor that check j belongs to.
+func (d *Decision) Descriptor(j int) int { return d.owner[j] }
+
 func (d *Decision) reset(n int) {
 	d.Code = OK
-	d.StoreErr, d.Fallback = nil, FailDefault
+	d.StoreErr, d.Fallback, d.Rules = nil, FailDefault, nil
 	clear(d.Statuses)
 	if cap(d.Statuses) < n {
 		d.Statuses = make([]Status, n)

@@ -56,6 +56,11 @@ type Rule struct {
 	Line int
 	Path string
 
+	// Name is the rule's name in metrics and logs: its keys from the top,
+	// joined by '.', each with _<value> when the rule has a value, as
+	// envoyproxy/ratelimit names its stats (e.g. tenant_acme.user).
+	Name string
+
 	parent *Rule
 	depth  int     // 1 for a top-level rule
 	chain  []*Rule // chain[i] is the ancestor matched at entry i; chain[depth-1] == r
@@ -86,6 +91,10 @@ func (r *Rule) Parent() *Rule {
 	return r.parent
 }
 
+// Lineage returns the rules from the top level down to r: Lineage()[i] is
+// the rule a descriptor's entry i matched on the way to r.
+func (r *Rule) Lineage() []*Rule { return r.chain }
+
 // Unlimited reports whether the rule's limit is `unlimited: true`.
 func (r *Rule) Unlimited() bool { return len(r.Limits) == 1 && r.Limits[0].Unlimited }
 
@@ -100,6 +109,13 @@ func (r *Rule) index(depth int, chain []*Rule) {
 	r.depth = depth
 	if depth > 0 {
 		r.chain = append(chain[:depth-1:depth-1], r)
+		r.Name = r.Key
+		if r.Value != "" {
+			r.Name += "_" + r.Value
+		}
+		if depth > 1 {
+			r.Name = r.parent.Name + "." + r.Name
+		}
 	}
 	r.next = level{exact: map[string]map[string]*Rule{}, anyValue: map[string]*Rule{}}
 	for _, c := range r.Children {

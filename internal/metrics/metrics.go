@@ -1,0 +1,306 @@
+// Package metrics defines the sidecar's Prometheus metrics and records
+// them: it observes the engine's decisions, times the store, and reports
+// reloads and the circuit breaker.
+//
+// Per-rule series are labelled by domain, rule name, algorithm and window,
+// never by a request's values, unless the rule sets detailed_metric or
+// value_to_metric; so the number of series is bounded by the rules, not by
+// the traffic.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+const ns = "ratelimit_sidecar"
+
+// Metrics holds every metric. It is safe for concurrent use.
+type Metrics struct {
+	// Registry holds the sidecar's metrics plus the Go and process
+	// collectors.
+	Registry *prometheus.Registry
+
+	nearRatio float64
+
+	ruleHits, ruleOver, ruleNear, ruleWithin, ruleShadow *prometheus.CounterVec
+
+	decisions        *prometheus.CounterVec
+	decisionSeconds  prometheus.Histogram
+	fallbacks        *prometheus.CounterVec
+	storeSeconds     *prometheus.HistogramVec
+	storeErrors      *prometheus.CounterVec
+	breakerOpen      prometheus.Gauge
+	reloadSuccessful prometheus.Gauge
+	reloadTimestamp  prometheus.Gauge
+	reloads          *prometheus.CounterVec
+	configInfo       *prometheus.GaugeVec
+
+	cache atomic.Pointer[ruleCache]
+}
+
+// ruleCache maps a ruleset's (rule, limit) pairs to their counters, so the
+// hot path does not hash label values. It is replaced when the ruleset
+// changes, so entries of old rulesets are dropped.
+type ruleCache struct {
+	rs *limits.Ruleset
+	m  sync.Map // ruleKey → *ruleCounters
+}
+
+type ruleKey struct {
+	rule  *limits.Rule
+	limit *limits.Limit
+}
+
+type ruleCounters struct {
+	hits, over, near, within, shadow prometheus.Counter
+}
+
+// New creates and registers every metric. nearRatio is the share of a
+// limit (0 to 1) past which admitted hits count as near the limit.
+func New(version string, nearRatio float64) *Metrics {
+	reg := prometheus.NewRegistry()
+	ruleLabels := []string{"domain", "rule", "algorithm", "window"}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, labels)
+		reg.MustRegister(c)
+		return c
+	}
+	gauge := func(name, help string) prometheus.Gauge {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help})
+		reg.MustRegister(g)
+		return g
+	}
+	latency := []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .02, .05, .1}
+	m := &Metrics{
+		Registry:   reg,
+		nearRatio:  nearRatio,
+		ruleHits:   counter("rule_hits_total", "Hits checked against a rule's limit.", ruleLabels...),
+		ruleOver:   counter("rule_over_limit_total", "Hits a rule's enforced limit rejected.", ruleLabels...),
+		ruleNear:   counter("rule_near_limit_total", "Admitted hits past the near-limit ratio of a rule's limit.", ruleLabels...),
+		ruleWithin: counter("rule_within_limit_total", "Hits a rule's limit admitted and consumed.", ruleLabels...),
+		ruleShadow: counter("rule_shadow_mode_total", "Hits over a shadow-mode limit (admitted anyway).", ruleLabels...),
+		decisions:  counter("decisions_total", "Decisions by result: ok, over_limit, invalid (bad request) or error (no decision).", "result"),
+		decisionSeconds: func() prometheus.Histogram {
+			h := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "decision_duration_seconds", Help: "Time to decide one request, store included.", Buckets: latency})
+			reg.MustRegister(h)
+			return h
+		}(),
+		fallbacks: counter("failure_mode_decisions_total", "Decisions made by a failure mode because the store could not decide.", "mode"),
+		storeSeconds: func() *prometheus.HistogramVec {
+			h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "store_duration_seconds", Help: "Time of one store call.", Buckets: latency}, []string{"store"})
+			reg.MustRegister(h)
+			return h
+		}(),
+		storeErrors:      counter("store_errors_total", "Store calls that failed, by kind: timeout, unavailable (incl. circuit open) or other.", "store", "kind"),
+		breakerOpen:      gauge("redis_circuit_open", "1 while the Redis circuit breaker is open and requests skip Redis."),
+		reloadSuccessful: gauge("config_last_reload_successful", "1 if the last config reload succeeded (or none failed since start)."),
+		reloadTimestamp:  gauge("config_last_reload_success_timestamp_seconds", "When the rules in use were loaded, in Unix seconds."),
+		reloads:          counter("config_reloads_total", "Config reloads of changed files, by result: success or failure.", "result"),
+		configInfo: func() *prometheus.GaugeVec {
+			g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "config_info", Help: "1, labelled with the checksum of the rules in use."}, []string{"checksum"})
+			reg.MustRegister(g)
+			return g
+		}(),
+	}
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info", Help: "1, labelled with the build's version and Go version."}, []string{"version", "goversion"})
+	reg.MustRegister(build)
+	build.WithLabelValues(version, runtime.Version()).Set(1)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reloadSuccessful.Set(1)
+	for _, r := range []string{"ok", "over_limit", "invalid", "error"} {
+		m.decisions.WithLabelValues(r)
+	}
+	return m
+}
+
+// Observe implements limits.Observer.
+func (m *Metrics) Observe(req *limits.Request, d *limits.Decision, took time.Duration, err error) {
+	m.decisionSeconds.Observe(took.Seconds())
+	switch {
+	case err != nil && errors.As(err, new(*limits.RequestError)):
+		m.decisions.WithLabelValues("invalid").Inc()
+		return
+	case err != nil:
+		m.decisions.WithLabelValues("error").Inc()
+		return
+	case d.Code == limits.OverLimit:
+		m.decisions.WithLabelValues("over_limit").Inc()
+	default:
+		m.decisions.WithLabelValues("ok").Inc()
+	}
+	if d.StoreErr != nil {
+		m.fallbacks.WithLabelValues(d.Fallback.String()).Inc()
+	}
+	if d.Rules == nil {
+		return
+	}
+	cache := m.cache.Load()
+	if cache == nil || cache.rs != d.Rules {
+		cache = &ruleCache{rs: d.Rules}
+		m.cache.Store(cache)
+	}
+	// With a failure mode other than local, no store decided: count the
+	// hits only.
+	decided := d.StoreErr == nil || d.Fallback == limits.FailLocal
+	checks, outs := d.Checks(), d.Outcomes()
+	for j := range checks {
+		c := &checks[j]
+		st := &d.Statuses[d.Descriptor(j)]
+		rc := m.counters(cache, req.Domain, st.Rule, c.Limit, req.Descriptors[d.Descriptor(j)].Entries)
+		hits := float64(c.Hits)
+		rc.hits.Add(hits)
+		if !decided || j >= len(outs) {
+			continue
+		}
+		out := &outs[j]
+		switch {
+		case out.Over && c.Limit.Shadow:
+			rc.shadow.Add(hits)
+		case out.Over:
+			rc.over.Add(hits)
+		case d.Admitted():
+			rc.within.Add(hits)
+			if c.Limit.Requests > 0 && float64(c.Limit.Requests-out.Remaining) >= m.nearRatio*float64(c.Limit.Requests) {
+				rc.near.Add(hits)
+			}
+		}
+	}
+}
+
+// counters returns the counters of one rule's limit, from the cache unless
+// the rule's metric name depends on the request's values.
+func (m *Metrics) counters(cache *ruleCache, domain string, r *limits.Rule, l *limits.Limit, entries []limits.Entry) *ruleCounters {
+	dynamic := r != nil && (r.DetailedMetric || valueToMetric(r))
+	key := ruleKey{r, l}
+	if !dynamic {
+		if rc, ok := cache.m.Load(key); ok {
+			return rc.(*ruleCounters)
+		}
+	}
+	name := "_override" // Envoy's per-request limit: no rule to name
+	switch {
+	case r == nil:
+	case l.Name != "":
+		name = l.Name
+	case dynamic:
+		name = dynamicName(r, entries)
+	default:
+		name = r.Name
+	}
+	labels := []string{domain, name, l.Algorithm.String(), l.Window().String()}
+	rc := &ruleCounters{
+		hits:   m.ruleHits.WithLabelValues(labels...),
+		over:   m.ruleOver.WithLabelValues(labels...),
+		near:   m.ruleNear.WithLabelValues(labels...),
+		within: m.ruleWithin.WithLabelValues(labels...),
+		shadow: m.ruleShadow.WithLabelValues(labels...),
+	}
+	if !dynamic {
+		cache.m.Store(key, rc)
+	}
+	return rc
+}
+
+func valueToMetric(r *limits.Rule) bool {
+	for _, a := range r.Lineage() {
+		if a.ValueToMetric {
+			return true
+		}
+	}
+	return false
+}
+
+// dynamicName names a rule with the request's values: all of them for
+// detailed_metric, or at the levels that set value_to_metric.
+func dynamicName(r *limits.Rule, entries []limits.Entry) string {
+	var b strings.Builder
+	for i, a := range r.Lineage() {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(a.Key)
+		switch {
+		case (r.DetailedMetric || a.ValueToMetric) && i < len(entries) && entries[i].Value != "":
+			b.WriteByte('_')
+			b.WriteString(entries[i].Value)
+		case a.Value != "":
+			b.WriteByte('_')
+			b.WriteString(a.Value)
+		}
+	}
+	return b.String()
+}
+
+// Reloaded records a reload attempt of changed files.
+func (m *Metrics) Reloaded(st limits.ReloadStatus, err error) {
+	if err != nil {
+		m.reloadSuccessful.Set(0)
+		m.reloads.WithLabelValues("failure").Inc()
+		return
+	}
+	m.reloadSuccessful.Set(1)
+	m.reloads.WithLabelValues("success").Inc()
+	m.Loaded(st.Checksum, st.LoadedAt)
+}
+
+// Loaded records the rules in use.
+func (m *Metrics) Loaded(checksum string, at time.Time) {
+	m.reloadTimestamp.Set(float64(at.UnixNano()) / 1e9)
+	m.configInfo.Reset()
+	m.configInfo.WithLabelValues(checksum).Set(1)
+}
+
+// BreakerChanged records the circuit breaker's state; it fits
+// limits.BreakerOptions.OnChange.
+func (m *Metrics) BreakerChanged(open bool, _ error) {
+	if open {
+		m.breakerOpen.Set(1)
+	} else {
+		m.breakerOpen.Set(0)
+	}
+}
+
+// Store wraps s so that its calls are timed and its errors counted under
+// the label name.
+func (m *Metrics) Store(name string, s limits.Store) limits.Store {
+	return &timedStore{
+		s:           s,
+		seconds:     m.storeSeconds.WithLabelValues(name),
+		timeouts:    m.storeErrors.WithLabelValues(name, "timeout"),
+		unavailable: m.storeErrors.WithLabelValues(name, "unavailable"),
+		other:       m.storeErrors.WithLabelValues(name, "other"),
+	}
+}
+
+type timedStore struct {
+	s                            limits.Store
+	seconds                      prometheus.Observer
+	timeouts, unavailable, other prometheus.Counter
+}
+
+func (t *timedStore) Apply(ctx context.Context, b *limits.Batch) error {
+	start := time.Now()
+	err := t.s.Apply(ctx, b)
+	t.seconds.Observe(time.Since(start).Seconds())
+	switch {
+	case err == nil:
+	case errors.Is(err, context.DeadlineExceeded):
+		t.timeouts.Inc()
+	case errors.Is(err, limits.ErrStoreUnavailable):
+		t.unavailable.Inc()
+	default:
+		t.other.Inc()
+	}
+	return err
+}

@@ -1,0 +1,211 @@
+package metrics_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+const rules = `
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: tenant
+    value: "t*"
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: plan
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1, name: plan-preview}
+`
+
+func engine(t *testing.T, m *metrics.Metrics) *limits.Engine {
+	t.Helper()
+	rs, err := limits.Parse([]limits.File{{Name: "rules.yaml", Data: []byte(rules)}}, limits.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := storetest.NewClock(storetest.Epoch)
+	store := m.Store("memory", limits.NewMemoryStore(limits.WithClock(clk.Now)))
+	return limits.NewEngine(rs, store, limits.DefaultRequestLimits, limits.WithObserver(m))
+}
+
+func decide(t *testing.T, e *limits.Engine, kv ...string) {
+	t.Helper()
+	var descs []limits.Descriptor
+	for i := 0; i+1 < len(kv); i += 2 {
+		descs = append(descs, limits.Descriptor{Entries: []limits.Entry{{Key: kv[i], Value: kv[i+1]}}})
+	}
+	var d limits.Decision
+	if err := e.Decide(context.Background(), &limits.Request{Domain: "edge", Descriptors: descs}, &d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRuleCountersExact(t *testing.T) {
+	m := metrics.New("test", 0.8)
+	e := engine(t, m)
+	for range 12 {
+		decide(t, e, "user", "alice")
+	}
+	decide(t, e, "plan", "gold")
+	decide(t, e, "plan", "gold")
+	var d limits.Decision
+	e.Decide(context.Background(), &limits.Request{}, &d) //nolint:errcheck // an invalid request, counted below
+
+	want := `
+# HELP ratelimit_sidecar_rule_hits_total Hits checked against a rule's limit.
+# TYPE ratelimit_sidecar_rule_hits_total counter
+ratelimit_sidecar_rule_hits_total{algorithm="fixed_window",domain="edge",rule="plan-preview",window="1m0s"} 2
+ratelimit_sidecar_rule_hits_total{algorithm="fixed_window",domain="edge",rule="user",window="1m0s"} 12
+# HELP ratelimit_sidecar_rule_over_limit_total Hits a rule's enforced limit rejected.
+# TYPE ratelimit_sidecar_rule_over_limit_total counter
+ratelimit_sidecar_rule_over_limit_total{algorithm="fixed_window",domain="edge",rule="plan-preview",window="1m0s"} 0
+ratelimit_sidecar_rule_over_limit_total{algorithm="fixed_window",domain="edge",rule="user",window="1m0s"} 2
+# HELP ratelimit_sidecar_rule_near_limit_total Admitted hits past the near-limit ratio of a rule's limit.
+# TYPE ratelimit_sidecar_rule_near_limit_total counter
+ratelimit_sidecar_rule_near_limit_total{algorithm="fixed_window",domain="edge",rule="plan-preview",window="1m0s"} 1
+ratelimit_sidecar_rule_near_limit_total{algorithm="fixed_window",domain="edge",rule="user",window="1m0s"} 3
+# HELP ratelimit_sidecar_rule_within_limit_total Hits a rule's limit admitted and consumed.
+# TYPE ratelimit_sidecar_rule_within_limit_total counter
+ratelimit_sidecar_rule_within_limit_total{algorithm="fixed_window",domain="edge",rule="plan-preview",window="1m0s"} 1
+ratelimit_sidecar_rule_within_limit_total{algorithm="fixed_window",domain="edge",rule="user",window="1m0s"} 10
+# HELP ratelimit_sidecar_rule_shadow_mode_total Hits over a shadow-mode limit (admitted anyway).
+# TYPE ratelimit_sidecar_rule_shadow_mode_total counter
+ratelimit_sidecar_rule_shadow_mode_total{algorithm="fixed_window",domain="edge",rule="plan-preview",window="1m0s"} 1
+ratelimit_sidecar_rule_shadow_mode_total{algorithm="fixed_window",domain="edge",rule="user",window="1m0s"} 0
+# HELP ratelimit_sidecar_decisions_total Decisions by result: ok, over_limit, invalid (bad request) or error (no decision).
+# TYPE ratelimit_sidecar_decisions_total counter
+ratelimit_sidecar_decisions_total{result="error"} 0
+ratelimit_sidecar_decisions_total{result="invalid"} 1
+ratelimit_sidecar_decisions_total{result="ok"} 12
+ratelimit_sidecar_decisions_total{result="over_limit"} 2
+`
+	names := []string{
+		"ratelimit_sidecar_rule_hits_total", "ratelimit_sidecar_rule_over_limit_total",
+		"ratelimit_sidecar_rule_near_limit_total", "ratelimit_sidecar_rule_within_limit_total",
+		"ratelimit_sidecar_rule_shadow_mode_total", "ratelimit_sidecar_decisions_total",
+	}
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(m.Registry, "ratelimit_sidecar_decision_duration_seconds"); n != 1 {
+		t.Errorf("decision histogram series = %d, want 1", n)
+	}
+}
+
+// TestCardinalityBounded sends 5000 distinct users through one rule: the
+// number of series must not grow with them. Only detailed_metric rules
+// name series by value, as they ask to.
+func TestCardinalityBounded(t *testing.T) {
+	m := metrics.New("test", 0.8)
+	e := engine(t, m)
+	decide(t, e, "user", "u0")
+	before := testutil.CollectAndCount(m.Registry)
+	for i := range 5000 {
+		decide(t, e, "user", fmt.Sprint("u", i))
+	}
+	if after := testutil.CollectAndCount(m.Registry); after != before {
+		t.Errorf("series grew from %d to %d with 5000 users", before, after)
+	}
+	decide(t, e, "tenant", "t1")
+	decide(t, e, "tenant", "t2")
+	if got := value(t, m, "ratelimit_sidecar_rule_hits_total", "tenant_t2"); got != 1 {
+		t.Errorf("detailed_metric series for t2 = %v, want 1", got)
+	}
+}
+
+// value returns the value of the series of family name whose rule label is
+// rule.
+func value(t *testing.T, m *metrics.Metrics, name, rule string) float64 {
+	t.Helper()
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "rule" && l.GetValue() == rule {
+					return s.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s series with rule=%q", name, rule)
+	return 0
+}
+
+func TestReloadAndBreakerGauges(t *testing.T) {
+	m := metrics.New("test", 0.8)
+	m.Reloaded(limits.ReloadStatus{Checksum: "abc", LoadedAt: time.Unix(100, 0)}, nil)
+	m.Reloaded(limits.ReloadStatus{}, fmt.Errorf("bad"))
+	m.BreakerChanged(true, nil)
+	want := `
+# HELP ratelimit_sidecar_config_last_reload_successful 1 if the last config reload succeeded (or none failed since start).
+# TYPE ratelimit_sidecar_config_last_reload_successful gauge
+ratelimit_sidecar_config_last_reload_successful 0
+# HELP ratelimit_sidecar_config_last_reload_success_timestamp_seconds When the rules in use were loaded, in Unix seconds.
+# TYPE ratelimit_sidecar_config_last_reload_success_timestamp_seconds gauge
+ratelimit_sidecar_config_last_reload_success_timestamp_seconds 100
+# HELP ratelimit_sidecar_config_reloads_total Config reloads of changed files, by result: success or failure.
+# TYPE ratelimit_sidecar_config_reloads_total counter
+ratelimit_sidecar_config_reloads_total{result="failure"} 1
+ratelimit_sidecar_config_reloads_total{result="success"} 1
+# HELP ratelimit_sidecar_config_info 1, labelled with the checksum of the rules in use.
+# TYPE ratelimit_sidecar_config_info gauge
+ratelimit_sidecar_config_info{checksum="abc"} 1
+# HELP ratelimit_sidecar_redis_circuit_open 1 while the Redis circuit breaker is open and requests skip Redis.
+# TYPE ratelimit_sidecar_redis_circuit_open gauge
+ratelimit_sidecar_redis_circuit_open 1
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want),
+		"ratelimit_sidecar_config_last_reload_successful", "ratelimit_sidecar_config_last_reload_success_timestamp_seconds",
+		"ratelimit_sidecar_config_reloads_total", "ratelimit_sidecar_config_info", "ratelimit_sidecar_redis_circuit_open"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestObserveFailureMode: with the store down and a failure mode other than
+// local, no outcome exists; only hits and the fallback are counted.
+func TestObserveFailureMode(t *testing.T) {
+	m := metrics.New("test", 0.8)
+	rs, err := limits.Parse([]limits.File{{Name: "rules.yaml", Data: []byte(rules)}}, limits.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []limits.FailureMode{limits.FailOpen, limits.FailClosed, limits.FailLocal} {
+		e := limits.NewEngine(rs, downStore{}, limits.DefaultRequestLimits, limits.WithObserver(m), limits.WithFailureMode(mode))
+		decide(t, e, "user", "alice")
+	}
+	want := `
+# HELP ratelimit_sidecar_failure_mode_decisions_total Decisions made by a failure mode because the store could not decide.
+# TYPE ratelimit_sidecar_failure_mode_decisions_total counter
+ratelimit_sidecar_failure_mode_decisions_total{mode="closed"} 1
+ratelimit_sidecar_failure_mode_decisions_total{mode="local"} 1
+ratelimit_sidecar_failure_mode_decisions_total{mode="open"} 1
+# HELP ratelimit_sidecar_rule_within_limit_total Hits a rule's limit admitted and consumed.
+# TYPE ratelimit_sidecar_rule_within_limit_total counter
+ratelimit_sidecar_rule_within_limit_total{algorithm="fixed_window",domain="edge",rule="user",window="1m0s"} 1
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want),
+		"ratelimit_sidecar_failure_mode_decisions_total", "ratelimit_sidecar_rule_within_limit_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+type downStore struct{}
+
+func (downStore) Apply(context.Context, *limits.Batch) error { return limits.ErrStoreUnavailable }
