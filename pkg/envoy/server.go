@@ -32,6 +32,7 @@ type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	engine *limits.Engine
 	log    *zap.Logger
+	opts   serverOptions
 	work   sync.Pool // *work
 }
 
@@ -46,8 +47,12 @@ type work struct {
 }
 
 // NewServer returns a server deciding through e.
-func NewServer(e *limits.Engine, log *zap.Logger) *Server {
-	return &Server{engine: e, log: log, work: sync.Pool{New: func() any { return new(work) }}}
+func NewServer(e *limits.Engine, log *zap.Logger, opts ...Option) *Server {
+	s := &Server{engine: e, log: log, work: sync.Pool{New: func() any { return new(work) }}}
+	for _, o := range opts {
+		o(&s.opts)
+	}
+	return s
 }
 
 // Register registers the RLS service on g.
@@ -61,7 +66,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err := s.engine.Decide(ctx, &w.req, &w.dec); err != nil {
 		return nil, s.statusError(err)
 	}
-	return Response(&w.dec), nil
+	resp := Response(&w.dec)
+	AddHeaders(s.opts.headers, &w.dec, resp)
+	return resp, nil
 }
 
 // fill converts req without copying its strings.

@@ -292,7 +292,7 @@ func (e *Engine) decide(ctx context.Context, req *Request, d *Decision) error {
 			hits = desc.Hits
 		}
 		var slot int
-		d.key, slot = AppendKey(d.key[:0], req.Domain, d.keyEntries(d.Statuses[i].Rule, desc.Entries), l)
+		d.key, slot = AppendKey(d.key[:0], req.Domain, counterEntries(d.Statuses[i].Rule, desc.Entries, &d.ents), l)
 		d.batch.Checks = append(d.batch.Checks, Check{Key: string(d.key), Slot: slot, Limit: l, Hits: hits})
 		d.owner[len(d.batch.Checks)-1] = i
 	}
@@ -356,29 +356,6 @@ func (e *Engine) decide(ctx context.Context, req *Request, d *Decision) error {
 		d.Code = OverLimit
 	}
 	return nil
-}
-
-// keyEntries returns the entries that name a descriptor's counter: the
-// request's, except that entries matched by a share_threshold wildcard use
-// the pattern, so every matching value shares one counter.
-func (d *Decision) keyEntries(r *Rule, entries []Entry) []Entry {
-	if r == nil {
-		return entries
-	}
-	share := false
-	for _, c := range r.chain {
-		share = share || c.ShareThreshold
-	}
-	if !share {
-		return entries
-	}
-	d.ents = append(d.ents[:0], entries...)
-	for i, c := range r.chain {
-		if c.ShareThreshold {
-			d.ents[i].Value = c.Value
-		}
-	}
-	return d.ents
 }
 
 func replaced(ls []*Limit, name string) bool {

@@ -1,0 +1,213 @@
+package envoy
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+// HeaderMode says which rate-limit headers the server asks Envoy to add to
+// the client's response (RateLimitResponse.response_headers_to_add). The
+// zero value is HeadersNone.
+//
+// Independently of the mode, Envoy can write the X-RateLimit-* headers of
+// draft 03 itself from the descriptor statuses
+// (enable_x_ratelimit_headers: DRAFT_VERSION_03).
+type HeaderMode uint8
+
+// The header modes.
+const (
+	// HeadersNone adds no headers.
+	HeadersNone HeaderMode = iota
+	// HeadersDraft03 adds RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset, as envoyproxy/ratelimit does with
+	// LIMIT_RESPONSE_HEADERS_ENABLED: the limit's requests_per_unit, what
+	// remains, and the seconds until reset, rounded up.
+	HeadersDraft03
+	// HeadersIETF adds the structured fields of
+	// draft-ietf-httpapi-ratelimit-headers (drafts 07 to 11):
+	//
+	//	RateLimit-Policy: "name";q=<requests_per_unit>;w=<window seconds>
+	//	RateLimit: "name";r=<remaining>;t=<seconds until reset>
+	//
+	// The policy is the limit's name, or "default" when it has none (or
+	// one that is not printable ASCII). w is the rule's whole window,
+	// unit_multiplier included.
+	HeadersIETF
+)
+
+var headerModeNames = [...]string{HeadersNone: "none", HeadersDraft03: "draft03", HeadersIETF: "ietf"}
+
+// ParseHeaderMode parses "none", "draft03" or "ietf".
+func ParseHeaderMode(s string) (HeaderMode, error) {
+	for m, name := range headerModeNames {
+		if name == s {
+			return HeaderMode(m), nil
+		}
+	}
+	return HeadersNone, fmt.Errorf("unknown response header mode %q (want none, draft03 or ietf)", s)
+}
+
+// String returns the mode's flag value.
+func (m HeaderMode) String() string {
+	if int(m) < len(headerModeNames) {
+		return headerModeNames[m]
+	}
+	return fmt.Sprintf("HeaderMode(%d)", m)
+}
+
+// Set parses s into m, so that *HeaderMode is a flag.Value.
+func (m *HeaderMode) Set(s string) error {
+	v, err := ParseHeaderMode(s)
+	if err != nil {
+		return err
+	}
+	*m = v
+	return nil
+}
+
+// The header names.
+const (
+	headerLimit      = "RateLimit-Limit"
+	headerRemaining  = "RateLimit-Remaining"
+	headerReset      = "RateLimit-Reset"
+	headerPolicy     = "RateLimit-Policy"
+	headerRateLimit  = "RateLimit"
+	headerRetryAfter = "Retry-After"
+)
+
+// Option configures a Server.
+type Option func(*serverOptions)
+
+// serverOptions is what Options set.
+type serverOptions struct {
+	headers HeaderMode
+}
+
+// WithResponseHeaders makes the server add the rate-limit headers of mode
+// to every response (see AddHeaders). The default is HeadersNone.
+func WithResponseHeaders(mode HeaderMode) Option {
+	return func(o *serverOptions) { o.headers = mode }
+}
+
+// AddHeaders appends to resp.ResponseHeadersToAdd the rate-limit headers
+// of mode for decision d, and Retry-After (seconds, rounded up, at least 1)
+// when the request is over the limit.
+//
+// The headers describe the most restrictive limit the request touched:
+// among the descriptors that are over the limit, the one that resets
+// last, since a retry before then fails again; otherwise the one with the
+// least remaining (on a tie, the one that resets last). Shadow limits are
+// left out, since they never deny and are not yet policy; so are
+// unlimited descriptors. Nothing is added when no limit applies, or when
+// the store was down and the domain fails closed, since then no limit
+// was counted.
+//
+// With HeadersNone, AddHeaders returns at once and allocates nothing.
+func AddHeaders(mode HeaderMode, d *limits.Decision, resp *rlsv3.RateLimitResponse) {
+	if mode == HeadersNone {
+		return
+	}
+	st := restrictive(d)
+	if st == nil {
+		return
+	}
+	l := st.Limit
+	reset := strconv.FormatUint(ceilSeconds(st.Reset), 10)
+	remaining := strconv.FormatUint(st.Remaining, 10)
+	switch mode {
+	case HeadersDraft03:
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+			&corev3.HeaderValue{Key: headerLimit, Value: strconv.FormatUint(l.Requests, 10)},
+			&corev3.HeaderValue{Key: headerRemaining, Value: remaining},
+			&corev3.HeaderValue{Key: headerReset, Value: reset},
+		)
+	case HeadersIETF:
+		name := policyName(l.Name)
+		window := strconv.FormatInt(int64(l.Window()/time.Second), 10)
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+			&corev3.HeaderValue{Key: headerPolicy, Value: name + ";q=" + strconv.FormatUint(l.Requests, 10) + ";w=" + window},
+			&corev3.HeaderValue{Key: headerRateLimit, Value: name + ";r=" + remaining + ";t=" + reset},
+		)
+	default:
+		return
+	}
+	if st.Code == limits.OverLimit {
+		retry := strconv.FormatUint(max(ceilSeconds(st.Reset), 1), 10)
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: headerRetryAfter, Value: retry})
+	}
+}
+
+// restrictive returns the status the headers describe, or nil.
+func restrictive(d *limits.Decision) *limits.Status {
+	if d.StoreErr != nil && d.Fallback == limits.FailClosed {
+		return nil
+	}
+	var best *limits.Status
+	for i := range d.Statuses {
+		st := &d.Statuses[i]
+		if st.Limit == nil || st.Unlimited || st.Limit.Shadow {
+			continue
+		}
+		switch {
+		case best == nil:
+			best = st
+		case st.Code != best.Code:
+			if st.Code == limits.OverLimit {
+				best = st
+			}
+		case st.Code == limits.OverLimit:
+			if st.Reset > best.Reset {
+				best = st
+			}
+		case st.Remaining < best.Remaining, st.Remaining == best.Remaining && st.Reset > best.Reset:
+			best = st
+		}
+	}
+	return best
+}
+
+// ceilSeconds is d in whole seconds, rounded up.
+func ceilSeconds(d time.Duration) uint64 {
+	if d <= 0 {
+		return 0
+	}
+	return uint64((d + time.Second - 1) / time.Second)
+}
+
+// policyName returns name as a structured-field string (RFC 8941 sf-string:
+// printable ASCII in quotes, with '"' and '\' escaped), or "default" if
+// name is empty or cannot be one.
+func policyName(name string) string {
+	if name == "" {
+		return `"default"`
+	}
+	escape := false
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case c < 0x20 || c > 0x7e:
+			return `"default"`
+		case c == '"' || c == '\\':
+			escape = true
+		}
+	}
+	if !escape {
+		return `"` + name + `"`
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(name); i++ {
+		if name[i] == '"' || name[i] == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(name[i])
+	}
+	b.WriteByte('"')
+	return b.String()
+}
