@@ -116,6 +116,12 @@ func Cases() []Case {
 			{At: 90 * sec, Checks: one("k", sw10m, 4), Admitted: true, Want: []limits.Outcome{ok(0, 90*sec)}},
 			{At: 90 * sec, Checks: one("k", sw10m, 1), Want: []limits.Outcome{over(0, 6*sec)}},
 		}},
+		{Name: "sliding_window/more_hits_than_the_limit_never_fit", Steps: []Step{
+			// 584943 × the year in µs overflows 64 bits: the check must not
+			// multiply before comparing with the limit.
+			{At: 0, Checks: one("k", mustLimit(limits.SlidingWindow, 1, limits.UnitYear, 1, 0), 584943), Want: []limits.Outcome{over(1, 730*day)}},
+			{At: 0, Checks: one("k", mustLimit(limits.SlidingWindow, 1, limits.UnitYear, 1, 0), 1), Admitted: true, Want: []limits.Outcome{ok(0, 730*day)}},
+		}},
 		{Name: "sliding_window/retry_after_reaches_into_next_window", Steps: []Step{
 			{At: 0, Checks: one("k", sw4s, 4), Admitted: true, Want: []limits.Outcome{ok(0, 2*sec)}},
 			// Full until the current count has aged a quarter into the

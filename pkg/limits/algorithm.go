@@ -249,13 +249,20 @@ func (l *Limit) slidingWindow(st State, now int64, hits, probe uint64) (Outcome,
 	elapsed := uint64((now - start) / l.tick)
 	est := st.Prev*(wt-elapsed) + st.Count*wt
 	capacity := l.Requests * wt
-	if est+probe*wt > capacity {
+	if probe > l.Requests || est+probe*wt > capacity {
 		// Wait until the estimate has fallen by need: first as the previous
 		// window ages out of this one, then as this window ages out of the
-		// next.
-		need := est + probe*wt - capacity
+		// next. More hits than the limit never fit; they get the time until
+		// both windows are empty. (Checking that first also keeps probe×W
+		// from overflowing.)
 		var ticks uint64
+		need := uint64(0)
+		if probe <= l.Requests {
+			need = est + probe*wt - capacity
+		}
 		switch {
+		case probe > l.Requests:
+			ticks = 2*wt - elapsed
 		case st.Prev > 0 && ceilDiv(need, st.Prev) <= wt-elapsed:
 			ticks = ceilDiv(need, st.Prev)
 		case st.Count+probe <= l.Requests:

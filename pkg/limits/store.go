@@ -10,9 +10,9 @@ type Check struct {
 	// Key identifies the counter: see AppendKey. Stores may prefix it but
 	// must not otherwise change it.
 	Key string
-	// Slot groups the checks of one descriptor: Key[:Slot] is the part
-	// that a clustered store hashes, so every limit of a descriptor lands
-	// on one node.
+	// Slot is the length of the key's first part: Key[:Slot] holds the
+	// key's Redis Cluster hash tag and is the same for every limit of a
+	// descriptor, so they share a slot.
 	Slot  int
 	Limit *Limit
 	// Hits to consume. Zero only checks whether the limit is exhausted.
