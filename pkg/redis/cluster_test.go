@@ -1,0 +1,292 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
+)
+
+// TestCluster runs everything that needs a Redis Cluster against one
+// three-master cluster, which takes seconds to form. Every subtest has its
+// own key prefix.
+func TestCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	opts := redis.Options{ClusterAddrs: c.Addrs}
+
+	t.Run("cases", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T, clk *storetest.Clock) limits.Store {
+			return newStore(t, opts, redis.WithClock(clk.Now))
+		})
+	})
+	t.Run("exact", func(t *testing.T) {
+		storetest.RunExact(t, func(t *testing.T, clk *storetest.Clock) []limits.Store {
+			return sharedStores(t, opts, 3, clk)
+		}, 3*64, 3)
+	})
+	t.Run("tiers", func(t *testing.T) {
+		storetest.RunTiers(t, func(t *testing.T, clk *storetest.Clock) []limits.Store {
+			return sharedStores(t, opts, 3, clk)
+		}, 3*64)
+	})
+	t.Run("slot", func(t *testing.T) { testSlot(t, c) })
+	t.Run("cross_slot_refund", func(t *testing.T) { testCrossSlotRefund(t, opts) })
+	t.Run("tiers_real_clock", func(t *testing.T) { testTiersRealClock(t, opts) })
+	t.Run("differential", func(t *testing.T) { testDifferential(t, opts) })
+	t.Run("round_trips", func(t *testing.T) { testClusterRoundTrips(t, opts, c.Client(t)) })
+	t.Run("under_admission", func(t *testing.T) { testUnderAdmission(t, opts) })
+	t.Run("script_flush", func(t *testing.T) {
+		cc := c.Client(t)
+		testScriptFlush(t, opts, func() {
+			err := cc.ForEachShard(context.Background(), func(ctx context.Context, n *goredis.Client) error {
+				return n.ScriptFlush(ctx).Err()
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+}
+
+// testSlot checks the store's slot function against CLUSTER KEYSLOT,
+// through the grouping it drives: keys in one group must share a slot.
+func testSlot(t *testing.T, c *redistest.Cluster) {
+	cc := c.Client(t)
+	ctx := context.Background()
+	keys := []string{
+		"", "a", "{a}", "{a}b", "x{a}y", "{}", "{}a", "a{}b{c}", "{{a}}", "{a}}", "a{b", "a}b{c}",
+		"rls:{6:domain3:key5:value}18:sliding_window/60", "ключ{значение}", "\x00{\xff}",
+	}
+	for i := range 200 {
+		keys = append(keys, fmt.Sprintf("rls:{%d:user%d}x", i, i*7919))
+	}
+	for _, k := range keys {
+		want, err := cc.ClusterKeySlot(ctx, k).Result()
+		if err != nil {
+			t.Fatalf("CLUSTER KEYSLOT %q: %v", k, err)
+		}
+		if got := redis.Slot(k); int64(got) != want {
+			t.Errorf("Slot(%q) = %d, want %d (CLUSTER KEYSLOT)", k, got, want)
+		}
+		// Split anywhere before the first brace, as a prefix would be.
+		for i := 0; i <= len(k) && !strings.ContainsRune(k[:i], '{'); i++ {
+			if got := redis.SlotWithPrefix(k[:i], k[i:]); int64(got) != want {
+				t.Errorf("SlotWithPrefix(%q, %q) = %d, want %d (CLUSTER KEYSLOT)", k[:i], k[i:], got, want)
+			}
+		}
+	}
+}
+
+// testCrossSlotRefund: a request that one slot group rejects leaves the
+// limits in the other groups exactly as they were, whatever their
+// algorithm, and reports what the memory store reports.
+func testCrossSlotRefund(t *testing.T, opts redis.Options) {
+	clk := storetest.NewClock(storetest.Epoch.Add(1234567 * time.Microsecond))
+	s := newStore(t, opts, redis.WithClock(clk.Now))
+	mem := limits.NewMemoryStore(limits.WithClock(clk.Now))
+	ban := mustLimit(t, limits.FixedWindow, 0, limits.UnitMinute, 1, 0)
+	for _, alg := range limits.Algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			other := mustLimit(t, alg, 10, limits.UnitMinute, 1, 0)
+			user := check(alg.String()+"/user", ban, 1)
+			tenant := check(alg.String()+"/tenant", other, 2)
+			global := check(alg.String()+"/global", other, 1)
+			for _, c := range []limits.Check{tenant, global} {
+				if redis.Slot(c.Key) == redis.Slot(user.Key) {
+					t.Fatalf("keys %q and %q share a slot: the test needs two", c.Key, user.Key)
+				}
+			}
+			both := func(checks ...limits.Check) *limits.Batch {
+				t.Helper()
+				b := apply(t, s, checks...)
+				want := apply(t, mem, checks...)
+				if diff := diffBatch(want, b); diff != "" {
+					t.Errorf("batch differs from the memory store's (-memory +redis):\n%s", diff)
+				}
+				return b
+			}
+			// Some history first, so refunds act on state, not on fresh keys.
+			both(tenant, global)
+			clk.Advance(10 * time.Millisecond)
+			before := both(probe(tenant), probe(global)).Outcomes
+
+			if b := both(tenant, user, global, tenant); b.Admitted {
+				t.Fatal("request with a banned user was admitted")
+			}
+			after := both(probe(tenant), probe(global)).Outcomes
+			if diff := cmp.Diff(before, after); diff != "" {
+				t.Errorf("state changed by a rejected request (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
+
+// probe returns c with zero hits: it reports without consuming.
+func probe(c limits.Check) limits.Check {
+	c.Hits = 0
+	return c
+}
+
+// testTiersRealClock runs the three tiers on Redis's clock from several
+// stores, and checks that no tier over-admits and that rejected requests
+// refund the tiers they reserved: the global tier counts exactly the
+// admitted requests.
+func testTiersRealClock(t *testing.T, opts redis.Options) {
+	opts.KeyPrefix = newPrefix(t)
+	var stores []*redis.Store
+	for range 3 {
+		stores = append(stores, newStore(t, opts))
+	}
+	// A minute-long global window that cannot turn over during the test.
+	global := mustLimit(t, limits.FixedWindow, 100000, limits.UnitYear, 1, 0)
+	tenant := mustLimit(t, limits.SlidingLog, 60, limits.UnitHour, 1, 0)
+	user := mustLimit(t, limits.TokenBucket, 5, limits.UnitHour, 1, 5)
+	var (
+		mu       sync.Mutex
+		admitted int
+		perUser  = map[int]int{}
+		wg       sync.WaitGroup
+	)
+	for g := range 48 {
+		s := stores[g%len(stores)]
+		wg.Go(func() {
+			for i := range 10 {
+				u := (g*10 + i) % 20
+				b := &limits.Batch{Checks: []limits.Check{
+					check("global", global, 1), check("tenant", tenant, 1), check(fmt.Sprint("user", u), user, 1),
+				}}
+				if err := s.Apply(context.Background(), b); err != nil {
+					t.Errorf("Apply: %v", err)
+					return
+				}
+				if b.Admitted {
+					mu.Lock()
+					admitted++
+					perUser[u]++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if admitted > 60 {
+		t.Errorf("admitted %d, more than the tenant limit 60", admitted)
+	}
+	for u, n := range perUser {
+		if n > 5 {
+			t.Errorf("user %d admitted %d, more than its limit 5", u, n)
+		}
+	}
+	b := apply(t, stores[0], check("global", global, 0), check("tenant", tenant, 0))
+	if got, want := b.Outcomes[0].Remaining, uint64(100000-admitted); got != want {
+		t.Errorf("global remaining = %d, want %d: a rejected request kept its reservation", got, want)
+	}
+	if got, want := b.Outcomes[1].Remaining, uint64(60-admitted); got != want {
+		t.Errorf("tenant remaining = %d, want %d: a rejected request kept its reservation", got, want)
+	}
+	t.Logf("admitted %d of 480 (tenant limit 60, 20 users × 5)", admitted)
+}
+
+// testClusterRoundTrips counts script calls on a cluster: one per slot
+// group, plus one refund per group that reserved for a rejected request.
+func testClusterRoundTrips(t *testing.T, opts redis.Options, cc goredis.UniversalClient) {
+	s := newStore(t, opts)
+	global := mustLimit(t, limits.FixedWindow, 1000, limits.UnitHour, 1, 0)
+	user := mustLimit(t, limits.TokenBucket, 1, limits.UnitHour, 1, 0)
+	// All limits of one descriptor share a slot: one call.
+	one := []limits.Check{check("d", global, 1), check("d", user, 1)}
+	if redis.Slot(one[0].Key) != redis.Slot(one[1].Key) {
+		t.Fatal("limits of one descriptor in different slots")
+	}
+	three := []limits.Check{check("global", global, 1), check("tenant", global, 1), check("user", user, 1)}
+	tests := []struct {
+		name     string
+		give     []limits.Check
+		admitted bool
+		want     int64
+	}{
+		{name: "one_descriptor", give: one, admitted: true, want: 1},
+		{name: "three_slots_admitted", give: three, admitted: true, want: 3},
+		// The user tier rejects; the other two reserved and are refunded.
+		{name: "three_slots_rejected", give: three, admitted: false, want: 5},
+	}
+	for _, tt := range tests {
+		before := commandCalls(t, cc)
+		b := apply(t, s, tt.give...)
+		after := commandCalls(t, cc)
+		if b.Admitted != tt.admitted {
+			t.Fatalf("%s: admitted %v, want %v", tt.name, b.Admitted, tt.admitted)
+		}
+		got := after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
+		if got != tt.want {
+			t.Errorf("%s: %d script calls, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+// testUnderAdmission measures how often a cross-slot request is rejected
+// only because of other requests' reservations, which are refunded a
+// moment later. The global tier's limit is above what the users can ever
+// take together, so exact all-or-nothing would never let it reject: every
+// request it rejects is such a momentary under-admission. The share grows
+// with the number of requests in flight that another tier rejects,
+// relative to the global budget. Over-admission is an error.
+func testUnderAdmission(t *testing.T, opts redis.Options) {
+	for _, goroutines := range []int{8, 3 * 64} {
+		t.Run(fmt.Sprint(goroutines), func(t *testing.T) {
+			clk := storetest.NewClock(storetest.Epoch.Add(time.Second))
+			stores := sharedStores(t, opts, 3, clk)
+			const users, perUser, globalLimit = 20, 2, 50 // users take at most 40 < 50
+			global := mustLimit(t, limits.FixedWindow, globalLimit, limits.UnitHour, 1, 0)
+			user := mustLimit(t, limits.TokenBucket, perUser, limits.UnitHour, 1, 0)
+			perGoroutine := 1920 / goroutines
+			var (
+				mu                          sync.Mutex
+				admitted, globalOver, total int
+				wg                          sync.WaitGroup
+			)
+			for g := range goroutines {
+				s := stores[g%len(stores)]
+				wg.Go(func() {
+					for i := range perGoroutine {
+						u := (g*perGoroutine + i) % users
+						b := &limits.Batch{Checks: []limits.Check{check("global", global, 1), check(fmt.Sprint("user", u), user, 1)}}
+						if err := s.Apply(context.Background(), b); err != nil {
+							t.Errorf("Apply: %v", err)
+							return
+						}
+						mu.Lock()
+						total++
+						if b.Admitted {
+							admitted++
+						}
+						if b.Outcomes[0].Over {
+							globalOver++
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			if admitted > users*perUser {
+				t.Errorf("admitted %d, more than the users' %d", admitted, users*perUser)
+			}
+			b := apply(t, stores[0], check("global", global, 0))
+			if got, want := b.Outcomes[0].Remaining, uint64(globalLimit-admitted); got != want {
+				t.Errorf("global remaining %d, want %d", got, want)
+			}
+			t.Logf("%d in flight: %d requests, %d admitted (exact: %d), %d (%.1f%%) rejected by the global tier (limit %d) only for reservations refunded later",
+				goroutines, total, admitted, users*perUser, globalOver, 100*float64(globalOver)/float64(total), globalLimit)
+		})
+	}
+}

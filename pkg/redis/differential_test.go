@@ -1,0 +1,95 @@
+package redis_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
+)
+
+func TestStandaloneDifferential(t *testing.T) {
+	srv := redistest.StartServer(t)
+	testDifferential(t, redis.Options{URL: urlOf(srv.Addr)})
+}
+
+// testDifferential sends the same random requests to a Redis store and to
+// the memory store, which is the reference, and requires the same answer
+// to every one: same algorithms, same keys repeated within a batch, shadow
+// limits, zero and large hits, and a clock that jumps across windows.
+func testDifferential(t *testing.T, opts redis.Options) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 42))
+			clk := storetest.NewClock(storetest.Epoch.Add(time.Duration(rng.Int64N(int64(time.Hour)))))
+			s := newStore(t, opts, redis.WithClock(clk.Now))
+			mem := limits.NewMemoryStore(limits.WithClock(clk.Now))
+			pool := []*limits.Limit{
+				mustLimit(t, limits.FixedWindow, 5, limits.UnitSecond, 1, 0),
+				mustLimit(t, limits.FixedWindow, 20, limits.UnitSecond, 10, 0),
+				mustLimit(t, limits.SlidingWindow, 6, limits.UnitSecond, 2, 0),
+				mustLimit(t, limits.SlidingWindow, 7, limits.UnitSecond, 1, 0),
+				mustLimit(t, limits.SlidingLog, 5, limits.UnitSecond, 2, 0),
+				mustLimit(t, limits.SlidingLog, 40, limits.UnitSecond, 1, 0),
+				mustLimit(t, limits.TokenBucket, 3, limits.UnitSecond, 1, 6),
+				mustLimit(t, limits.TokenBucket, 7, limits.UnitSecond, 3, 2),
+				mustLimit(t, limits.LeakyBucket, 3, limits.UnitSecond, 1, 4),
+				mustLimit(t, limits.LeakyBucket, 11, limits.UnitSecond, 2, 0),
+				mustLimit(t, limits.FixedWindow, 0, limits.UnitSecond, 1, 0),
+			}
+			for _, l := range pool[:len(pool)-1] {
+				sh := *l
+				sh.Shadow = true
+				pool = append(pool, &sh)
+			}
+			names := []string{"a", "b", "c", "d"}
+			for step := range 500 {
+				switch r := rng.IntN(20); {
+				case r < 8:
+					clk.Advance(time.Duration(rng.Int64N(int64(300 * time.Millisecond))))
+				case r < 12:
+					clk.Advance(time.Duration(rng.IntN(6)) * 50 * time.Millisecond)
+				case r < 14:
+					// To a window edge, or a microsecond either side.
+					now := clk.Now()
+					edge := now.Truncate(time.Second).Add(time.Second)
+					clk.Set(edge.Add(time.Duration(rng.IntN(3)-1) * time.Microsecond))
+				case r < 19:
+				default:
+					clk.Advance(time.Duration(rng.Int64N(int64(25 * time.Second))))
+				}
+				var checks []limits.Check
+				for range 1 + rng.IntN(4) {
+					l := pool[rng.IntN(len(pool))]
+					hits := uint64(rng.IntN(3))
+					if rng.IntN(10) == 0 {
+						hits = uint64(rng.IntN(50))
+					}
+					key, slot := storetest.Key(t.Name(), names[rng.IntN(len(names))], l)
+					checks = append(checks, limits.Check{Key: key, Slot: slot, Limit: l, Hits: hits})
+				}
+				want := apply(t, mem, checks...)
+				got := apply(t, s, checks...)
+				if diff := diffBatch(want, got); diff != "" {
+					t.Fatalf("step %d at %v: batch %s differs from the memory store's (-memory +redis):\n%s",
+						step, clk.Now().Sub(storetest.Epoch), describe(checks), diff)
+				}
+			}
+		})
+	}
+}
+
+// describe lists checks for a failure message.
+func describe(checks []limits.Check) string {
+	var sb strings.Builder
+	for _, c := range checks {
+		l := c.Limit
+		fmt.Fprintf(&sb, "\n  %s %d/%v burst %d shadow %v hits %d", c.Key, l.Requests, l.Window(), l.Burst, l.Shadow, c.Hits)
+	}
+	return sb.String()
+}

@@ -1,0 +1,71 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+// ReplyError is a reply from Redis that the store cannot read: a script
+// and its caller out of step, or a key of the store's prefix written by
+// something else. It never wraps limits.ErrStoreUnavailable.
+type ReplyError struct {
+	Script string // "apply" or "refund"
+	Msg    string
+}
+
+func (e *ReplyError) Error() string { return "redis " + e.Script + ": bad reply: " + e.Msg }
+
+// wrap annotates an error from a Redis call made under ctx with op.
+// Errors that mean Redis cannot be used right now (see unavailable) also
+// wrap limits.ErrStoreUnavailable, so callers apply their failure mode.
+// When ctx is done, the error wraps ctx's error too: a socket deadline
+// that go-redis took from ctx reports itself as an i/o timeout.
+func wrap(ctx context.Context, op string, err error) error {
+	cerr := ctx.Err()
+	if d, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(d) {
+		cerr = context.DeadlineExceeded // ctx's timer has yet to fire
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w: %w", cerr, err)
+	}
+	if unavailable(err) {
+		return fmt.Errorf("redis %s: %w: %w", op, limits.ErrStoreUnavailable, err)
+	}
+	return fmt.Errorf("redis %s: %w", op, err)
+}
+
+// unavailable reports whether err means that Redis is unreachable, too
+// slow, or not serving: everything the client itself reports (dial and
+// socket errors, timeouts, deadlines, a closed client or pool, sentinel
+// and cluster discovery), and the server errors of a node that is down,
+// loading, failing over or out of memory. The other server errors — a
+// script error, WRONGTYPE — are bugs or foreign keys, not outages.
+func unavailable(err error) bool {
+	var rerr goredis.Error
+	if !errors.As(err, &rerr) {
+		return true
+	}
+	if _, ok := goredis.IsMovedError(err); ok {
+		return true // more redirects than allowed: the cluster is resharding
+	}
+	if _, ok := goredis.IsAskError(err); ok {
+		return true
+	}
+	return goredis.IsClusterDownError(err) ||
+		goredis.IsTryAgainError(err) ||
+		goredis.IsLoadingError(err) ||
+		goredis.IsReadOnlyError(err) ||
+		goredis.IsMasterDownError(err) ||
+		goredis.IsMaxClientsError(err) ||
+		goredis.IsNoReplicasError(err) ||
+		goredis.IsOOMError(err) ||
+		goredis.IsAuthError(err) ||
+		goredis.IsPermissionError(err) ||
+		goredis.HasErrorPrefix(err, "BUSY")
+}

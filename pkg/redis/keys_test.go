@@ -1,0 +1,182 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
+)
+
+// TestOneEvalshaPerRequest counts, with INFO commandstats, what a request
+// costs on standalone Redis: exactly one EVALSHA, whatever the number of
+// limits, and nothing else.
+func TestOneEvalshaPerRequest(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rc := srv.Client(t)
+	s := newStore(t, redis.Options{URL: urlOf(srv.Addr)})
+	global := mustLimit(t, limits.FixedWindow, 1000, limits.UnitSecond, 1, 0)
+	tenant := mustLimit(t, limits.SlidingWindow, 60, limits.UnitMinute, 1, 0)
+	user := mustLimit(t, limits.TokenBucket, 5, limits.UnitHour, 1, 5)
+	log := mustLimit(t, limits.SlidingLog, 3, limits.UnitHour, 1, 0)
+	before := commandCalls(t, rc)
+	const n = 50
+	rejected := 0
+	for i := range n {
+		b := apply(t, s, check("global", global, 1), check("tenant", tenant, 1), check(fmt.Sprint("user", i%3), user, 1), check("log", log, 1))
+		if !b.Admitted {
+			rejected++
+		}
+		apply(t, s, check("single", global, 1))
+	}
+	after := commandCalls(t, rc)
+	if rejected == 0 {
+		t.Fatal("no request was rejected: the test must cover both paths")
+	}
+	if got := after["evalsha"] - before["evalsha"]; got != 2*n {
+		t.Errorf("%d EVALSHA for %d requests, want one each", got, 2*n)
+	}
+	// Commands that scripts call count too: each run reads Redis's clock
+	// once.
+	if got := after["time"] - before["time"]; got != 2*n {
+		t.Errorf("%d TIME calls in %d script runs, want one each", got, 2*n)
+	}
+	for _, cmd := range []string{"eval", "script|load", "script|exists", "ping"} {
+		if d := after[cmd] - before[cmd]; d != 0 {
+			t.Errorf("%d calls of %s during the requests, want none", d, cmd)
+		}
+	}
+}
+
+// TestKeyTTLs: every key a request writes expires, no later than its
+// algorithm needs it, so memory stays bounded.
+func TestKeyTTLs(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rc := srv.Client(t)
+	prefix := newPrefix(t)
+	s := newStore(t, redis.Options{URL: urlOf(srv.Addr), KeyPrefix: prefix})
+	tests := []struct {
+		give  *limits.Limit
+		hits  uint64
+		keys  int
+		bound time.Duration
+	}{
+		{give: mustLimit(t, limits.FixedWindow, 10, limits.UnitMinute, 1, 0), hits: 3, keys: 1, bound: time.Minute},
+		{give: mustLimit(t, limits.SlidingWindow, 10, limits.UnitMinute, 1, 0), hits: 3, keys: 1, bound: 2 * time.Minute},
+		{give: mustLimit(t, limits.SlidingLog, 10, limits.UnitMinute, 1, 0), hits: 3, keys: 2, bound: time.Minute},
+		// 3 hits at 10 per minute refill in 18 s.
+		{give: mustLimit(t, limits.TokenBucket, 10, limits.UnitMinute, 1, 0), hits: 3, keys: 1, bound: 18 * time.Second},
+		{give: mustLimit(t, limits.LeakyBucket, 10, limits.UnitMinute, 1, 20), hits: 3, keys: 1, bound: 18 * time.Second},
+	}
+	ctx := context.Background()
+	for _, tt := range tests {
+		t.Run(tt.give.Algorithm.String(), func(t *testing.T) {
+			c := check(tt.give.Algorithm.String(), tt.give, tt.hits)
+			apply(t, s, c)
+			// A rejected request writes nothing: no key, no TTL change.
+			apply(t, s, c, check(tt.give.Algorithm.String()+"/banned", mustLimit(t, limits.FixedWindow, 0, limits.UnitMinute, 1, 0), 1))
+			keys, err := rc.Keys(ctx, prefix+c.Key+"*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(keys) != tt.keys {
+				t.Fatalf("keys %q, want %d", keys, tt.keys)
+			}
+			for _, k := range keys {
+				ttl, err := rc.PTTL(ctx, k).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ttl <= 0 || ttl > tt.bound {
+					t.Errorf("key %q has TTL %v, want in (0, %v]", k, ttl, tt.bound)
+				}
+			}
+		})
+	}
+	// Nothing under the prefix lives forever.
+	iter := rc.Scan(ctx, 0, prefix+"*", 100).Iterator()
+	n := 0
+	for iter.Next(ctx) {
+		n++
+		if ttl := rc.PTTL(ctx, iter.Val()).Val(); ttl <= 0 {
+			t.Errorf("key %q has no TTL (%v)", iter.Val(), ttl)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != 6 {
+		t.Errorf("%d keys under the prefix, want 6", n)
+	}
+}
+
+// TestMemoryPerKey logs MEMORY USAGE of the state of one key per
+// algorithm, for the README, and keeps it from growing unnoticed.
+func TestMemoryPerKey(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rc := srv.Client(t)
+	prefix := newPrefix(t)
+	s := newStore(t, redis.Options{URL: urlOf(srv.Addr), KeyPrefix: prefix})
+	tests := []struct {
+		name  string
+		give  *limits.Limit
+		reqs  int
+		bound int64
+	}{
+		{name: "fixed_window", give: mustLimit(t, limits.FixedWindow, 1000, limits.UnitMinute, 1, 0), reqs: 1, bound: 1024},
+		{name: "sliding_window", give: mustLimit(t, limits.SlidingWindow, 1000, limits.UnitMinute, 1, 0), reqs: 1, bound: 1024},
+		{name: "sliding_log_1", give: mustLimit(t, limits.SlidingLog, 1000, limits.UnitMinute, 1, 0), reqs: 1, bound: 1024},
+		{name: "sliding_log_100", give: mustLimit(t, limits.SlidingLog, 1000, limits.UnitMinute, 1, 0), reqs: 100, bound: 16 << 10},
+		{name: "sliding_log_1000", give: mustLimit(t, limits.SlidingLog, 1000, limits.UnitMinute, 1, 0), reqs: 1000, bound: 160 << 10},
+		{name: "token_bucket", give: mustLimit(t, limits.TokenBucket, 1000, limits.UnitMinute, 1, 0), reqs: 1, bound: 1024},
+		{name: "leaky_bucket", give: mustLimit(t, limits.LeakyBucket, 1000, limits.UnitMinute, 1, 0), reqs: 1, bound: 1024},
+	}
+	ctx := context.Background()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// A realistic key: domain, two descriptor entries.
+			key, slot := limits.AppendKey(nil, "edge", []limits.Entry{{Key: "tenant", Value: "acme-" + tt.name}, {Key: "user", Value: "user-4711"}}, tt.give)
+			c := limits.Check{Key: string(key), Slot: slot, Limit: tt.give, Hits: 1}
+			for range tt.reqs {
+				apply(t, s, c)
+			}
+			keys, err := rc.Keys(ctx, prefix+c.Key+"*").Result()
+			if err != nil || len(keys) == 0 {
+				t.Fatalf("keys %q, %v", keys, err)
+			}
+			var total int64
+			for _, k := range keys {
+				n, err := rc.MemoryUsage(ctx, k, 0).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				total += n
+			}
+			t.Logf("MEMORY USAGE %s: %d bytes in %d key(s) of %d bytes (%s)", tt.name, total, len(keys), len(keys[0]), encodings(t, rc, keys))
+			if total <= 0 || total > tt.bound {
+				t.Errorf("%d bytes, want in (0, %d]", total, tt.bound)
+			}
+		})
+	}
+}
+
+// encodings returns the OBJECT ENCODING of keys.
+func encodings(t *testing.T, rc *goredis.Client, keys []string) string {
+	var out string
+	for i, k := range keys {
+		enc, err := rc.ObjectEncoding(context.Background(), k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 {
+			out += ", "
+		}
+		out += enc
+	}
+	return out
+}

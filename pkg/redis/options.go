@@ -1,0 +1,266 @@
+package redis
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// Defaults for Options.
+const (
+	// DefaultTimeout fits Envoy's default rate-limit timeout of 20 ms with
+	// room for the gRPC round trip.
+	DefaultTimeout = 15 * time.Millisecond
+	// DefaultKeyPrefix starts every key the store writes.
+	DefaultKeyPrefix = "rls:"
+)
+
+// backstopTimeout bounds socket reads and writes that carry no request
+// deadline, such as loading the scripts and go-redis's own topology
+// discovery. Request paths always carry Options.Timeout as a deadline.
+const backstopTimeout = time.Second
+
+// dialAttempts is how often go-redis tries to dial before it fails the
+// requests waiting for the connection. Its default of five, 100 ms apart,
+// would make every request wait its whole timeout while Redis refuses
+// connections; the next request dials again anyway.
+const dialAttempts = 1
+
+// noRetries turns off go-redis's command retries on standalone and
+// Sentinel (a Cluster client retries only MOVED, ASK and the like, within
+// MaxRedirects). A retried script that had already run would consume its
+// hits twice, the backoff eats the request's few milliseconds, and the
+// pool already drops connections that died while idle.
+const noRetries = -1
+
+// Options says how to reach Redis. Exactly one of URL, SentinelMaster and
+// ClusterAddrs must be set. The zero values of the other fields mean the
+// defaults documented on each.
+type Options struct {
+	// URL of a standalone Redis: redis://[user:password@]host:port[/db],
+	// or rediss:// for TLS. Query parameters are those of go-redis's
+	// ParseURL.
+	URL string
+
+	// SentinelMaster is the name of the master that the sentinels at
+	// SentinelAddrs ("host:port") monitor.
+	SentinelMaster string
+	SentinelAddrs  []string
+
+	// ClusterAddrs are seed nodes ("host:port") of a Redis Cluster.
+	ClusterAddrs []string
+
+	// Username and Password authenticate to Redis (not to the sentinels).
+	// When set they override those in URL.
+	Username string
+	Password string
+
+	// TLS configures TLS. It is used with a rediss:// URL, or when
+	// TLS.Enabled is set.
+	TLS TLSOptions
+
+	// PoolSize is the number of connections per Redis node; 0 means
+	// go-redis's default of 10 per GOMAXPROCS.
+	PoolSize int
+
+	// Timeout bounds each Redis operation; a request's own deadline bounds
+	// it further. 0 means DefaultTimeout.
+	Timeout time.Duration
+
+	// KeyPrefix starts every key, so several deployments can share a
+	// Redis. It must not contain '{' or '}', which would change the hash
+	// slot of the keys. "" means DefaultKeyPrefix.
+	KeyPrefix string
+}
+
+// TLSOptions configures TLS to Redis. Files hold PEM.
+type TLSOptions struct {
+	// Enabled turns TLS on for sentinel and cluster addresses and for
+	// redis:// URLs. A rediss:// URL turns it on by itself.
+	Enabled bool
+	// CAFile holds the CAs that Redis's certificate must chain to; empty
+	// means the system roots.
+	CAFile string
+	// CertFile and KeyFile are the client certificate and its key, for
+	// Redis servers that require one (tls-auth-clients).
+	CertFile string
+	KeyFile  string
+}
+
+// validate reports every problem with o.
+func (o *Options) validate() error {
+	var errs []error
+	n := 0
+	if o.URL != "" {
+		n++
+	}
+	if o.SentinelMaster != "" || len(o.SentinelAddrs) > 0 {
+		n++
+		if o.SentinelMaster == "" {
+			errs = append(errs, errors.New("sentinel addresses without a master name"))
+		}
+		if len(o.SentinelAddrs) == 0 {
+			errs = append(errs, errors.New("sentinel master name without sentinel addresses"))
+		}
+	}
+	if len(o.ClusterAddrs) > 0 {
+		n++
+	}
+	switch n {
+	case 0:
+		errs = append(errs, errors.New("no Redis configured: set a URL, a sentinel master and addresses, or cluster addresses"))
+	case 1:
+	default:
+		errs = append(errs, errors.New("more than one of URL, sentinel and cluster configured"))
+	}
+	if strings.ContainsAny(o.KeyPrefix, "{}") {
+		errs = append(errs, fmt.Errorf("key prefix %q contains '{' or '}'", o.KeyPrefix))
+	}
+	if o.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("negative timeout %v", o.Timeout))
+	}
+	if o.PoolSize < 0 {
+		errs = append(errs, fmt.Errorf("negative pool size %d", o.PoolSize))
+	}
+	if (o.TLS.CertFile == "") != (o.TLS.KeyFile == "") {
+		errs = append(errs, errors.New("TLS client certificate and key must be set together"))
+	}
+	tlsFiles := o.TLS.CAFile != "" || o.TLS.CertFile != ""
+	if tlsFiles && !o.TLS.Enabled && !strings.HasPrefix(o.URL, "rediss://") {
+		errs = append(errs, errors.New("TLS files set but TLS is off: use a rediss:// URL or enable TLS"))
+	}
+	return errors.Join(errs...)
+}
+
+// timeout returns the per-operation timeout.
+func (o *Options) timeout() time.Duration {
+	if o.Timeout == 0 {
+		return DefaultTimeout
+	}
+	return o.Timeout
+}
+
+// prefix returns the key prefix.
+func (o *Options) prefix() string {
+	if o.KeyPrefix == "" {
+		return DefaultKeyPrefix
+	}
+	return o.KeyPrefix
+}
+
+// tlsConfig returns the TLS configuration to use, starting from base (set
+// by a rediss:// URL), or nil for none.
+func (o *Options) tlsConfig(base *tls.Config) (*tls.Config, error) {
+	if base == nil && !o.TLS.Enabled {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if base != nil {
+		cfg = base.Clone()
+		cfg.MinVersion = max(cfg.MinVersion, tls.VersionTLS12)
+	}
+	if o.TLS.CAFile != "" {
+		pem, err := os.ReadFile(o.TLS.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("read TLS CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("TLS CA file %s: no PEM certificates", o.TLS.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if o.TLS.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(o.TLS.CertFile, o.TLS.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("load TLS client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// client builds the go-redis client that o describes. It does not connect.
+func (o *Options) client() (goredis.UniversalClient, bool, error) {
+	timeout := max(o.timeout(), backstopTimeout)
+	// Maintenance notifications are a Redis Enterprise feature; leaving
+	// them on auto would only add a command to every new connection.
+	maint := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	switch {
+	case o.URL != "":
+		ro, err := goredis.ParseURL(o.URL)
+		if err != nil {
+			// The URL may hold a password: do not repeat it.
+			return nil, false, errors.New("invalid Redis URL: " + redactURLError(err))
+		}
+		if ro.TLSConfig, err = o.tlsConfig(ro.TLSConfig); err != nil {
+			return nil, false, err
+		}
+		if o.Username != "" {
+			ro.Username = o.Username
+		}
+		if o.Password != "" {
+			ro.Password = o.Password
+		}
+		ro.PoolSize = o.PoolSize
+		ro.ReadTimeout, ro.WriteTimeout = timeout, timeout
+		ro.ContextTimeoutEnabled = true
+		ro.DialerRetries = dialAttempts
+		ro.MaxRetries = noRetries
+		ro.MaintNotificationsConfig = maint
+		return goredis.NewClient(ro), false, nil
+	case len(o.ClusterAddrs) > 0:
+		cfg, err := o.tlsConfig(nil)
+		if err != nil {
+			return nil, false, err
+		}
+		return goredis.NewClusterClient(&goredis.ClusterOptions{
+			Addrs:                    o.ClusterAddrs,
+			Username:                 o.Username,
+			Password:                 o.Password,
+			TLSConfig:                cfg,
+			PoolSize:                 o.PoolSize,
+			ReadTimeout:              timeout,
+			WriteTimeout:             timeout,
+			ContextTimeoutEnabled:    true,
+			DialerRetries:            dialAttempts,
+			MaintNotificationsConfig: maint,
+		}), true, nil
+	default:
+		cfg, err := o.tlsConfig(nil)
+		if err != nil {
+			return nil, false, err
+		}
+		return goredis.NewFailoverClient(&goredis.FailoverOptions{
+			MasterName:            o.SentinelMaster,
+			SentinelAddrs:         o.SentinelAddrs,
+			Username:              o.Username,
+			Password:              o.Password,
+			TLSConfig:             cfg,
+			PoolSize:              o.PoolSize,
+			ReadTimeout:           timeout,
+			WriteTimeout:          timeout,
+			ContextTimeoutEnabled: true,
+			DialerRetries:         dialAttempts,
+			MaxRetries:            noRetries,
+		}), false, nil
+	}
+}
+
+// redactURLError returns the message of a URL parse error without the URL,
+// which may contain a password.
+func redactURLError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}

@@ -1,0 +1,58 @@
+package redis
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+// TestReplyMalformed: a reply of the wrong shape is a ReplyError, never a
+// panic and never an outage.
+func TestReplyMalformed(t *testing.T) {
+	i := func(v int64) any { return v }
+	tests := []struct {
+		name    string
+		give    any
+		reserve bool
+	}{
+		{name: "nil", give: nil},
+		{name: "string", give: "OK"},
+		{name: "short", give: []any{i(1), i(0)}},
+		{name: "long", give: []any{i(1), i(0), i(1), i(2), i(3)}},
+		{name: "string_element", give: []any{i(1), i(0), "1", i(2)}},
+		{name: "nil_element", give: []any{i(1), i(0), nil, i(2)}},
+		{name: "bad_admitted", give: []any{i(2), i(0), i(1), i(2)}},
+		{name: "bad_over", give: []any{i(1), i(7), i(1), i(2)}},
+		{name: "negative_remaining", give: []any{i(1), i(0), i(-1), i(2)}},
+		{name: "negative_reset", give: []any{i(1), i(0), i(1), i(-2)}},
+		{name: "reserve_short", give: []any{i(1), i(0), i(1), i(2)}, reserve: true},
+		{name: "reserve_bad_receipt", give: []any{i(1), i(0), i(1), i(2), i(1), i(2), i(-5)}, reserve: true},
+		{name: "reserve_negative_alt", give: []any{i(1), i(0), i(1), i(2), i(-1), i(2), i(7)}, reserve: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var err error
+			if tt.reserve {
+				err = (&group{idx: []int{0}}).read(tt.give)
+			} else {
+				_, err = readApply(tt.give, make([]limits.Outcome, 1))
+			}
+			var re *ReplyError
+			if !errors.As(err, &re) {
+				t.Fatalf("err = %v, want a *ReplyError", err)
+			}
+			if errors.Is(err, limits.ErrStoreUnavailable) {
+				t.Errorf("err = %v wraps ErrStoreUnavailable", err)
+			}
+		})
+	}
+}
+
+func TestReplyWellFormed(t *testing.T) {
+	outs := make([]limits.Outcome, 1)
+	admitted, err := readApply([]any{int64(0), int64(1), int64(3), int64(1500)}, outs)
+	if err != nil || admitted || outs[0] != (limits.Outcome{Over: true, Remaining: 3, Reset: 1500 * 1000}) {
+		t.Errorf("readApply = %v, %+v, %v", admitted, outs[0], err)
+	}
+}

@@ -1,0 +1,434 @@
+// Package redis is the limits.Store through which sidecars share limits in
+// Redis: standalone, Sentinel or Cluster.
+//
+// One Lua script, scripts/apply.lua, decides all the checks of a request
+// at once. It mirrors limits.Limit.Evaluate and reads the time with
+// redis.call('TIME'), so no sidecar's clock matters, and it writes nothing
+// unless every enforced limit admits the request. On standalone Redis and
+// Sentinel a request is exactly one EVALSHA (EVAL once after Redis lost its
+// script cache). On a Cluster the checks are grouped by hash slot: one
+// group is one EVALSHA, and several run in parallel, each reserving
+// atomically; if any group rejects the request, the groups that reserved
+// are refunded by scripts/refund.lua, so the request stays all-or-nothing.
+// While a refund is under way the reserved hits count against other
+// requests, which can under-admit for that moment but never over-admit.
+//
+// Keys are Options.KeyPrefix followed by the key of limits.AppendKey; a
+// sliding log keeps a second key, the same followed by ":h". Every key
+// has a TTL that matches its algorithm, so memory stays bounded however
+// many distinct descriptors appear.
+//
+// Errors that mean Redis is unreachable, too slow or not serving wrap
+// limits.ErrStoreUnavailable.
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+var (
+	//go:embed scripts/apply.lua
+	applySrc string
+	//go:embed scripts/refund.lua
+	refundSrc string
+
+	applyScript  = goredis.NewScript(applySrc)
+	refundScript = goredis.NewScript(refundSrc)
+)
+
+// logSuffix names a sliding log's second key. Keys of limits.AppendKey end
+// in a limit ID, which ends in a digit, so no key ends in it.
+const logSuffix = ":h"
+
+// Store is a limits.Store in Redis. It is safe for concurrent use. Create
+// it with New and release it with Close.
+type Store struct {
+	rdb     goredis.UniversalClient
+	cluster bool
+	prefix  string
+	timeout time.Duration
+	now     func() time.Time // nil: Redis's clock
+}
+
+var _ limits.Store = (*Store)(nil)
+
+// Option configures a Store beyond Options.
+type Option func(*Store)
+
+// WithClock makes the store decide by now instead of by Redis's clock.
+// It is for tests only, so the shared case table can control time:
+// production must use Redis's clock, which every sidecar shares. Keys
+// still expire in Redis's time.
+func WithClock(now func() time.Time) Option {
+	return func(s *Store) { s.now = now }
+}
+
+// New connects to the Redis that o describes and loads the scripts, so
+// the first request is already an EVALSHA. An error from reaching Redis
+// wraps limits.ErrStoreUnavailable; an invalid o does not. New is not
+// bound by Options.Timeout, only by ctx (and a one-second bound on each
+// socket read or write): give ctx a deadline.
+func New(ctx context.Context, o Options, opts ...Option) (*Store, error) {
+	if err := o.validate(); err != nil {
+		return nil, fmt.Errorf("redis options: %w", err)
+	}
+	rdb, cluster, err := o.client()
+	if err != nil {
+		return nil, fmt.Errorf("redis options: %w", err)
+	}
+	s := &Store{rdb: rdb, cluster: cluster, prefix: o.prefix(), timeout: o.timeout()}
+	for _, opt := range opts {
+		opt(s)
+	}
+	for _, sc := range []*goredis.Script{applyScript, refundScript} {
+		if err := sc.Load(ctx, rdb).Err(); err != nil {
+			_ = rdb.Close()
+			return nil, wrap(ctx, "load scripts", err)
+		}
+	}
+	return s, nil
+}
+
+// Close closes the connections to Redis. Calls after Close fail.
+func (s *Store) Close() error {
+	return s.rdb.Close()
+}
+
+// Ping checks that Redis answers within the store's timeout: the master on
+// standalone and Sentinel, every master on a Cluster. It is for readiness
+// and circuit-breaker probes.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var err error
+	if cc, ok := s.rdb.(*goredis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {
+			return c.Ping(ctx).Err()
+		})
+	} else {
+		err = s.rdb.Ping(ctx).Err()
+	}
+	if err != nil {
+		return wrap(ctx, "ping", err)
+	}
+	return nil
+}
+
+// Apply implements limits.Store. Its Redis calls end by the earlier of
+// ctx's deadline and Options.Timeout, except a cross-slot refund, which
+// gets a fresh Options.Timeout: abandoning it would waste the budgets it
+// gives back.
+//
+// An error may leave hits consumed: a script that timed out on the client
+// may still have run. That under-admits; it never over-admits.
+func (s *Store) Apply(ctx context.Context, b *limits.Batch) error {
+	n := len(b.Checks)
+	b.Outcomes = slices.Grow(b.Outcomes[:0], n)[:n]
+	b.Admitted = true
+	if n == 0 {
+		return nil
+	}
+	for i := range b.Checks {
+		if l := b.Checks[i].Limit; l == nil || l.Window() <= 0 {
+			return fmt.Errorf("redis apply: check %d has no limit with a window", i)
+		}
+	}
+	now := ""
+	if s.now != nil {
+		now = strconv.FormatInt(s.now().UnixMicro(), 10)
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if !s.cluster {
+		return s.applyAll(rctx, b, now)
+	}
+	groups := s.groups(b.Checks)
+	if len(groups) == 1 {
+		return s.applyAll(rctx, b, now)
+	}
+	return s.applyGroups(ctx, rctx, b, now, groups)
+}
+
+// applyAll decides b in one script call; all its keys share a node.
+func (s *Store) applyAll(ctx context.Context, b *limits.Batch, now string) error {
+	keys, args := s.applyArgs(b.Checks, nil, now, false)
+	reply, err := applyScript.Run(ctx, s.rdb, keys, args...).Result()
+	if err != nil {
+		return wrap(ctx, "apply", err)
+	}
+	b.Admitted, err = readApply(reply, b.Outcomes)
+	return err
+}
+
+// readApply reads apply.lua's reply to a call without reserve into outs,
+// one per check, and returns whether the request was admitted.
+func readApply(reply any, outs []limits.Outcome) (bool, error) {
+	vals, err := replyInts(reply, 1+3*len(outs))
+	if err != nil {
+		return false, err
+	}
+	admitted, err := flag(vals[0])
+	if err != nil {
+		return false, err
+	}
+	for i := range outs {
+		v := vals[1+3*i:]
+		if outs[i], err = outcome(v[0], v[1], v[2]); err != nil {
+			return false, err
+		}
+	}
+	return admitted, nil
+}
+
+// group is the checks of one hash slot and what its script call returned.
+type group struct {
+	slot     uint16
+	idx      []int // indices into the batch, in batch order
+	admitted bool
+	out      []limits.Outcome // if the request is admitted
+	alt      []limits.Outcome // if it is rejected
+	receipts []int64          // -1: nothing consumed
+	err      error
+}
+
+// groups splits checks by the hash slot of their keys, in order of first
+// appearance.
+func (s *Store) groups(checks []limits.Check) []*group {
+	var gs []*group
+next:
+	for i := range checks {
+		sl := slot(s.prefix, checks[i].Key)
+		for _, g := range gs {
+			if g.slot == sl {
+				g.idx = append(g.idx, i)
+				continue next
+			}
+		}
+		gs = append(gs, &group{slot: sl, idx: []int{i}})
+	}
+	return gs
+}
+
+// applyGroups decides b as several slot groups: each reserves in parallel,
+// and if the request is rejected, the groups that reserved are refunded.
+// rctx bounds the reservations; refunds get a fresh timeout from ctx.
+func (s *Store) applyGroups(ctx, rctx context.Context, b *limits.Batch, now string, gs []*group) error {
+	// Every reservation runs to its end, even when another fails:
+	// cancelling one that Redis may already have run would lose its
+	// receipts and so leave its hits consumed.
+	var eg errgroup.Group
+	for _, g := range gs[1:] {
+		eg.Go(func() error {
+			s.reserve(rctx, b.Checks, now, g)
+			return nil
+		})
+	}
+	s.reserve(rctx, b.Checks, now, gs[0])
+	_ = eg.Wait()
+
+	var errs []error
+	admitted := true
+	for _, g := range gs {
+		if g.err != nil {
+			errs = append(errs, g.err)
+		} else if !g.admitted {
+			admitted = false
+		}
+	}
+	if len(errs) > 0 || !admitted {
+		if err := s.refund(ctx, b.Checks, now, gs); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	b.Admitted = admitted
+	for _, g := range gs {
+		outs := g.out
+		if !admitted {
+			outs = g.alt
+		}
+		for j, i := range g.idx {
+			b.Outcomes[i] = outs[j]
+		}
+	}
+	return nil
+}
+
+// reserve runs apply.lua in reserve mode for g and records the result in g.
+func (s *Store) reserve(ctx context.Context, checks []limits.Check, now string, g *group) {
+	keys, args := s.applyArgs(checks, g.idx, now, true)
+	reply, err := applyScript.Run(ctx, s.rdb, keys, args...).Result()
+	if err != nil {
+		g.err = wrap(ctx, "apply", err)
+		return
+	}
+	g.err = g.read(reply)
+}
+
+// read reads apply.lua's reply to a reserving call into g.
+func (g *group) read(reply any) error {
+	n := len(g.idx)
+	vals, err := replyInts(reply, 1+6*n)
+	if err != nil {
+		return err
+	}
+	if g.admitted, err = flag(vals[0]); err != nil {
+		return err
+	}
+	g.out = make([]limits.Outcome, n)
+	g.alt = make([]limits.Outcome, n)
+	g.receipts = make([]int64, n)
+	for j := range n {
+		v := vals[1+6*j:]
+		if g.out[j], err = outcome(v[0], v[1], v[2]); err != nil {
+			return err
+		}
+		if g.alt[j], err = outcome(v[0], v[3], v[4]); err != nil {
+			return err
+		}
+		r, ok := v[5].(int64)
+		if !ok || r < -1 {
+			return &ReplyError{Script: "apply", Msg: fmt.Sprintf("receipt %v", v[5])}
+		}
+		g.receipts[j] = r
+	}
+	return nil
+}
+
+// refund gives back every reservation of gs, in parallel. Its calls get
+// their own timeout: the request's may be spent, and a refund abandoned
+// halfway would leave budgets consumed.
+func (s *Store) refund(ctx context.Context, checks []limits.Check, now string, gs []*group) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	var eg errgroup.Group
+	for _, g := range gs {
+		if g.err != nil || !g.admitted {
+			continue
+		}
+		var keys []string
+		args := []any{now}
+		for j, i := range g.idx {
+			if g.receipts[j] < 0 {
+				continue
+			}
+			c := &checks[i]
+			keys = s.appendKeys(keys, c)
+			args = appendLimit(args, c.Limit)
+			args = append(args, c.Hits, g.receipts[j])
+		}
+		if len(keys) == 0 {
+			continue
+		}
+		eg.Go(func() error {
+			if err := refundScript.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
+				return wrap(ctx, "refund", err)
+			}
+			return nil
+		})
+	}
+	return eg.Wait()
+}
+
+// applyArgs returns the KEYS and ARGV of apply.lua for checks idx (nil:
+// all) of checks.
+func (s *Store) applyArgs(checks []limits.Check, idx []int, now string, reserve bool) ([]string, []any) {
+	n := len(idx)
+	if idx == nil {
+		n = len(checks)
+	}
+	keys := make([]string, 0, n+1)
+	args := make([]any, 0, 2+7*n)
+	mode := "0"
+	if reserve {
+		mode = "1"
+	}
+	args = append(args, now, mode)
+	for j := range n {
+		i := j
+		if idx != nil {
+			i = idx[j]
+		}
+		c := &checks[i]
+		keys = s.appendKeys(keys, c)
+		args = appendLimit(args, c.Limit)
+		shadow := 0
+		if c.Limit.Shadow {
+			shadow = 1
+		}
+		args = append(args, c.Hits, shadow)
+	}
+	return keys, args
+}
+
+// appendKeys appends the keys of c: its key, and for a sliding log its
+// second key.
+func (s *Store) appendKeys(keys []string, c *limits.Check) []string {
+	k := s.prefix + c.Key
+	keys = append(keys, k)
+	if c.Limit.Algorithm == limits.SlidingLog {
+		keys = append(keys, k+logSuffix)
+	}
+	return keys
+}
+
+// appendLimit appends the five ARGV values that describe l to both
+// scripts: algorithm, requests, window µs, tick µs and burst.
+func appendLimit(args []any, l *limits.Limit) []any {
+	return append(args, int(l.Algorithm), l.Requests, l.Window().Microseconds(), l.Tick(), l.Burst)
+}
+
+// replyInts checks that reply is an array of n integers.
+func replyInts(reply any, n int) ([]any, error) {
+	vals, ok := reply.([]any)
+	if !ok {
+		return nil, &ReplyError{Script: "apply", Msg: fmt.Sprintf("%T, want an array", reply)}
+	}
+	if len(vals) != n {
+		return nil, &ReplyError{Script: "apply", Msg: fmt.Sprintf("%d values, want %d", len(vals), n)}
+	}
+	for i, v := range vals {
+		if _, ok := v.(int64); !ok {
+			return nil, &ReplyError{Script: "apply", Msg: fmt.Sprintf("value %d is %T, want an integer", i, v)}
+		}
+	}
+	return vals, nil
+}
+
+// flag reads a 0 or 1.
+func flag(v any) (bool, error) {
+	switch v {
+	case int64(0):
+		return false, nil
+	case int64(1):
+		return true, nil
+	}
+	return false, &ReplyError{Script: "apply", Msg: fmt.Sprintf("flag %v, want 0 or 1", v)}
+}
+
+// outcome reads an outcome from the over flag, remaining and reset µs.
+func outcome(over, rem, reset any) (limits.Outcome, error) {
+	o, err := flag(over)
+	if err != nil {
+		return limits.Outcome{}, err
+	}
+	r, ok1 := rem.(int64)
+	us, ok2 := reset.(int64)
+	if !ok1 || !ok2 || r < 0 || us < 0 {
+		return limits.Outcome{}, &ReplyError{Script: "apply", Msg: fmt.Sprintf("remaining %v and reset %v, want integers >= 0", rem, reset)}
+	}
+	return limits.Outcome{Over: o, Remaining: uint64(r), Reset: time.Duration(us) * time.Microsecond}, nil
+}

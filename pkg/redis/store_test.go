@@ -1,0 +1,42 @@
+package redis_test
+
+import (
+	"testing"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
+)
+
+func TestStandaloneCases(t *testing.T) {
+	srv := redistest.StartServer(t)
+	storetest.Run(t, func(t *testing.T, clk *storetest.Clock) limits.Store {
+		return newStore(t, redis.Options{URL: urlOf(srv.Addr)}, redis.WithClock(clk.Now))
+	})
+}
+
+// sharedStores returns n stores, like n sidecars, on one Redis and one
+// key prefix.
+func sharedStores(t *testing.T, o redis.Options, n int, clk *storetest.Clock) []limits.Store {
+	o.KeyPrefix = newPrefix(t)
+	stores := make([]limits.Store, n)
+	for i := range stores {
+		stores[i] = newStore(t, o, redis.WithClock(clk.Now))
+	}
+	return stores
+}
+
+func TestStandaloneExact(t *testing.T) {
+	srv := redistest.StartServer(t)
+	storetest.RunExact(t, func(t *testing.T, clk *storetest.Clock) []limits.Store {
+		return sharedStores(t, redis.Options{URL: urlOf(srv.Addr)}, 3, clk)
+	}, 3*64, 3)
+}
+
+func TestStandaloneTiers(t *testing.T) {
+	srv := redistest.StartServer(t)
+	storetest.RunTiers(t, func(t *testing.T, clk *storetest.Clock) []limits.Store {
+		return sharedStores(t, redis.Options{URL: urlOf(srv.Addr)}, 3, clk)
+	}, 3*64)
+}
