@@ -4,10 +4,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
 )
 
 // config is every flag's value.
@@ -22,6 +25,17 @@ type config struct {
 	shutdownTimeout time.Duration
 	request         limits.RequestLimits
 	version         bool
+	nearLimitRatio  float64
+	responseHeaders envoy.HeaderMode
+	reloadDebounce  time.Duration
+
+	failureMode  limits.FailureMode
+	localDivisor uint64
+
+	redis             redis.Options
+	redisPasswordFile string
+	redisSentinels    string
+	redisCluster      string
 
 	// onReady, if set, is called with the listeners' addresses once the
 	// servers are about to serve. Tests use it to find ports chosen by :0.
@@ -47,6 +61,27 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	fs.IntVar(&c.request.MaxValueBytes, "max-value-bytes", c.request.MaxValueBytes, "longest domain, entry key or entry value, in bytes")
 	fs.Uint64Var(&c.request.MaxHits, "max-hits-addend", c.request.MaxHits, "largest hits_addend accepted")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
+	fs.Var(&c.responseHeaders, "response-headers", "`mode` of rate-limit headers for Envoy to add to responses: none, draft03 (RateLimit-Limit, -Remaining, -Reset) or ietf (RateLimit-Policy and RateLimit); both add Retry-After when over limit")
+	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", 0.8, "share of a limit past which admitted hits count as near the limit in metrics")
+	fs.DurationVar(&c.reloadDebounce, "reload-debounce", 200*time.Millisecond, "how long file changes must settle before rules are reloaded")
+
+	failure := "local"
+	fs.StringVar(&failure, "failure-mode", failure, "what requests get while Redis cannot decide: open, closed, local or error; rule files may override it per domain")
+	fs.Uint64Var(&c.localDivisor, "local-fallback-divisor", 1, "with failure mode local, divide every limit by this (the number of sidecar replicas)")
+
+	fs.StringVar(&c.redis.URL, "redis-url", "", "standalone Redis: redis://[user[:password]@]host:port[/db], or rediss:// for TLS; empty uses the embedded memory store")
+	fs.StringVar(&c.redis.SentinelMaster, "redis-sentinel-master", "", "Redis Sentinel: the master's name (with --redis-sentinel-addrs)")
+	fs.StringVar(&c.redisSentinels, "redis-sentinel-addrs", "", "Redis Sentinel: comma-separated sentinel host:port list")
+	fs.StringVar(&c.redisCluster, "redis-cluster-addrs", "", "Redis Cluster: comma-separated seed host:port list")
+	fs.StringVar(&c.redis.Username, "redis-username", "", "Redis ACL user name")
+	fs.StringVar(&c.redisPasswordFile, "redis-password-file", "", "file holding the Redis password (or set RLS_REDIS_PASSWORD; there is no password flag, so it never shows in ps)")
+	fs.BoolVar(&c.redis.TLS.Enabled, "redis-tls", false, "use TLS to Redis (implied by rediss://)")
+	fs.StringVar(&c.redis.TLS.CAFile, "redis-tls-ca", "", "PEM file of CAs for Redis's certificate (default: system roots)")
+	fs.StringVar(&c.redis.TLS.CertFile, "redis-tls-cert", "", "PEM client certificate for Redis")
+	fs.StringVar(&c.redis.TLS.KeyFile, "redis-tls-key", "", "PEM key of the client certificate")
+	fs.IntVar(&c.redis.PoolSize, "redis-pool-size", 0, "connections per Redis node (0: go-redis's default)")
+	fs.DurationVar(&c.redis.Timeout, "redis-timeout", redis.DefaultTimeout, "bound on each Redis operation; the RPC's own deadline bounds it too")
+	fs.StringVar(&c.redis.KeyPrefix, "redis-key-prefix", redis.DefaultKeyPrefix, "prefix of every Redis key")
 
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -63,6 +98,7 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	var err error
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
@@ -71,8 +107,41 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	default:
 		return nil, fmt.Errorf("--log-format: want json or console, got %q", c.logFormat)
 	}
+	if c.failureMode, err = limits.ParseFailureMode(failure); err != nil {
+		return nil, fmt.Errorf("--failure-mode: %w", err)
+	}
+	if c.nearLimitRatio <= 0 || c.nearLimitRatio > 1 {
+		return nil, fmt.Errorf("--near-limit-ratio: want a number above 0 and at most 1, got %v", c.nearLimitRatio)
+	}
+	c.redis.SentinelAddrs = splitList(c.redisSentinels)
+	c.redis.ClusterAddrs = splitList(c.redisCluster)
+	if pw, ok := getenv("RLS_REDIS_PASSWORD"); ok {
+		c.redis.Password = pw
+	}
+	if c.redisPasswordFile != "" {
+		b, err := os.ReadFile(c.redisPasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("--redis-password-file: %w", err)
+		}
+		c.redis.Password = strings.TrimRight(string(b), "\r\n")
+	}
 	if c.request.MaxDescriptors < 1 || c.request.MaxEntries < 1 || c.request.MaxValueBytes < 1 || c.request.MaxHits < 1 {
 		return nil, fmt.Errorf("--max-descriptors, --max-entries, --max-value-bytes and --max-hits-addend must be at least 1")
 	}
 	return c, nil
+}
+
+// useRedis reports whether any Redis topology is configured.
+func (c *config) useRedis() bool {
+	return c.redis.URL != "" || c.redis.SentinelMaster != "" || len(c.redis.ClusterAddrs) > 0
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

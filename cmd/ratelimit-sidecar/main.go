@@ -36,6 +36,14 @@ func main() {
 // run is the whole program; it returns when ctx is cancelled and shutdown
 // has finished, or on a startup error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "check":
+			return runCheck(args[1:], stdout, stderr)
+		case "explain":
+			return runExplain(args[1:], stdout, stderr)
+		}
+	}
 	cfg, err := parseFlags(args, os.LookupEnv, stderr)
 	if err != nil {
 		return err

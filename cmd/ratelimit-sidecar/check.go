@@ -1,0 +1,195 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+// runCheck implements `ratelimit-sidecar check --config DIR
+// [--merge-domains]`: it loads the rules as the server would, then prints
+// either every problem to stderr and fails, or a tree of the rules of each
+// domain to stdout.
+func runCheck(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("ratelimit-sidecar check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: ratelimit-sidecar check [--config PATH] [--merge-domains]")
+		fmt.Fprintln(fs.Output(), "Validates the rule files and prints their rules, or every problem found.")
+		fs.PrintDefaults()
+	}
+	path := fs.String("config", "config/", "rule file or directory of *.yaml/*.yml rule files")
+	merge := fs.Bool("merge-domains", false, "let several rule files add to one domain")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("check: unexpected argument %q", fs.Arg(0))
+	}
+	rs, err := checkLoad(*path, *merge, stderr)
+	if err != nil {
+		return err
+	}
+	checkPrint(stdout, rs, *path)
+	return nil
+}
+
+// checkLoad loads the rules at path. If they are invalid it prints every
+// problem to stderr, one a line (file:line: path: reason), and returns an
+// error that counts them.
+func checkLoad(path string, merge bool, stderr io.Writer) (*limits.Ruleset, error) {
+	rs, err := limits.Load(path, limits.LoadOptions{MergeDomains: merge})
+	if err == nil {
+		return rs, nil
+	}
+	problems := checkProblems(err)
+	if !errors.As(err, new(*limits.ConfigError)) {
+		return nil, err // not a problem in the rules, e.g. a missing directory
+	}
+	for _, p := range problems {
+		fmt.Fprintln(stderr, p)
+	}
+	if len(problems) == 1 {
+		return nil, fmt.Errorf("invalid config %s: 1 problem", path)
+	}
+	return nil, fmt.Errorf("invalid config %s: %d problems", path, len(problems))
+}
+
+// checkProblems flattens joined errors.
+func checkProblems(err error) []error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var all []error
+	for _, e := range j.Unwrap() {
+		all = append(all, checkProblems(e)...)
+	}
+	return all
+}
+
+// checkPrint writes the rules of every domain as a tree, e.g.
+//
+//	domain edge
+//	├── generic_key=global: fixed_window 1000 per 1s  # rules.yaml:13
+//	└── tenant (any value): sliding_window 600 per 1m0s  # rules.yaml:21
+//	    └── user (any value): token_bucket 5 per 1s, burst 10  # rules.yaml:29
+func checkPrint(w io.Writer, rs *limits.Ruleset, root string) {
+	nrules, nlimits := 0, 0
+	for i, domain := range rs.Domains() {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "domain %s", domain)
+		if m := rs.FailureMode(domain); m != limits.FailDefault {
+			fmt.Fprintf(w, " (failure_mode: %s)", m)
+		}
+		fmt.Fprintln(w)
+		var walk func(rules []*limits.Rule, indent string)
+		walk = func(rules []*limits.Rule, indent string) {
+			for j, r := range rules {
+				branch, next := "├── ", "│   "
+				if j == len(rules)-1 {
+					branch, next = "└── ", "    "
+				}
+				nrules++
+				nlimits += len(r.Limits)
+				fmt.Fprintf(w, "%s%s%s  # %s:%d\n", indent, branch, formatRule(r), relPath(root, r.File), r.Line)
+				walk(r.Children, indent+next)
+			}
+		}
+		walk(rs.Rules(domain), "")
+	}
+	fmt.Fprintf(w, "\nok: %s, %s, %s in %s\n",
+		plural(len(rs.Domains()), "domain"), plural(nrules, "rule"), plural(nlimits, "limit"), plural(len(rs.Files), "file"))
+}
+
+// formatRule is a rule's key, value, options and limits on one line.
+func formatRule(r *limits.Rule) string {
+	var b strings.Builder
+	b.WriteString(ruleName(r))
+	for _, o := range []struct {
+		set  bool
+		name string
+	}{{r.ShareThreshold, "share_threshold"}, {r.DetailedMetric, "detailed_metric"}, {r.ValueToMetric, "value_to_metric"}} {
+		if o.set {
+			b.WriteString(" [" + o.name + "]")
+		}
+	}
+	b.WriteString(": ")
+	switch {
+	case len(r.Limits) > 0:
+		for i, l := range r.Limits {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			b.WriteString(formatLimit(l))
+		}
+	case len(r.Children) > 0:
+		b.WriteString("no rate_limit")
+	default:
+		b.WriteString("no rate_limit (always OK)")
+	}
+	return b.String()
+}
+
+// ruleName is `key=value`, or `key (any value)` for a rule without one.
+func ruleName(r *limits.Rule) string {
+	if r.Value == "" {
+		return r.Key + " (any value)"
+	}
+	return r.Key + "=" + r.Value
+}
+
+// formatLimit is e.g. `token_bucket 5 per 1s, burst 10, name "api"`.
+func formatLimit(l *limits.Limit) string {
+	var b strings.Builder
+	if l.Unlimited {
+		b.WriteString("unlimited")
+	} else {
+		fmt.Fprintf(&b, "%s %d per %s", l.Algorithm, l.Requests, l.Window())
+		if l.Algorithm.Bucketed() {
+			fmt.Fprintf(&b, ", burst %d", l.Burst)
+		}
+		if l.Requests == 0 {
+			b.WriteString(" (bans every request)")
+		}
+	}
+	if l.Name != "" {
+		fmt.Fprintf(&b, ", name %q", l.Name)
+	}
+	if len(l.Replaces) > 0 {
+		b.WriteString(", replaces ")
+		for i, n := range l.Replaces {
+			if i > 0 {
+				b.WriteString(" and ")
+			}
+			fmt.Fprintf(&b, "%q", n)
+		}
+	}
+	if l.Shadow {
+		b.WriteString(", shadow")
+	}
+	return b.String()
+}
+
+// relPath is file relative to the --config directory, or its base name
+// when --config is the file itself.
+func relPath(root, file string) string {
+	if rel, err := filepath.Rel(root, file); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
+		return rel
+	}
+	return filepath.Base(file)
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}

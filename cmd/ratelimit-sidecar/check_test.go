@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+)
+
+func TestCheckGood(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{
+			// Every kind of rule, and two files; .ignored.yaml is not read.
+			name: "directory",
+			args: []string{"--config", "testdata/good"},
+			want: `domain api (failure_mode: closed)
+├── generic_key=global: fixed_window 1000 per 1s  # rules.yaml:5
+├── tenant (any value): sliding_window 600 per 1m0s, name "tenant"  # rules.yaml:8
+│   └── user (any value): token_bucket 5 per 1s, burst 10; leaky_bucket 5 per 30s, burst 5  # rules.yaml:15
+├── tenant=acme: fixed_window 6000 per 1m0s, name "acme", replaces "tenant"  # rules.yaml:19
+├── ip=10.* [share_threshold] [detailed_metric]: sliding_log 100 per 1h0m0s  # rules.yaml:26
+├── path=/health: unlimited  # rules.yaml:31
+├── path=/beta/*: fixed_window 0 per 24h0m0s (bans every request), shadow  # rules.yaml:34
+└── plan=free: no rate_limit (always OK)  # rules.yaml:38
+
+domain internal
+└── client (any value) [value_to_metric]: fixed_window 1000000 per 168h0m0s  # internal.yml:3
+
+ok: 2 domains, 9 rules, 9 limits in 2 files
+`,
+		},
+		{
+			name: "one file",
+			args: []string{"--config", "testdata/good/internal.yml"},
+			want: `domain internal
+└── client (any value) [value_to_metric]: fixed_window 1000000 per 168h0m0s  # internal.yml:3
+
+ok: 1 domain, 1 rule, 1 limit in 1 file
+`,
+		},
+		{
+			name: "merged domains",
+			args: []string{"--config", "testdata/merge", "--merge-domains"},
+			want: `domain shared
+├── a (any value): fixed_window 1 per 1s  # a.yaml:3
+└── b (any value): fixed_window 2 per 1s  # b.yaml:3
+
+ok: 1 domain, 2 rules, 2 limits in 2 files
+`,
+		},
+		{
+			name: "the default rules",
+			args: []string{"--config", "../../config/"},
+			want: `domain edge
+├── generic_key=global: fixed_window 1000 per 1s  # rules.yaml:13
+├── tenant (any value): sliding_window 600 per 1m0s  # rules.yaml:21
+│   └── user (any value): token_bucket 5 per 1s, burst 10  # rules.yaml:29
+└── tenant=acme: sliding_window 6000 per 1m0s  # rules.yaml:39
+    └── user (any value): token_bucket 5 per 1s, burst 10  # rules.yaml:46
+
+ok: 1 domain, 5 rules, 5 limits in 1 file
+`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if err := runCheck(tt.args, &stdout, &stderr); err != nil {
+				t.Fatalf("check: %v\n%s", err, stderr.String())
+			}
+			if got := stdout.String(); got != tt.want {
+				t.Errorf("stdout:\n%s\nwant:\n%s", got, tt.want)
+			}
+			if stderr.Len() > 0 {
+				t.Errorf("stderr: %s", stderr.String())
+			}
+		})
+	}
+}
+
+// TestCheckBad checks that every problem is printed, one a line, as
+// file:line: path: reason, and that check fails.
+func TestCheckBad(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		want    []string // one substring per stderr line, in order
+		wantErr string
+	}{
+		{
+			name:    "unknown unit",
+			args:    []string{"--config", "testdata/unknown_unit.bad.yaml"},
+			want:    []string{`testdata/unknown_unit.bad.yaml:5: descriptors[0].rate_limit.unit: unknown unit "fortnight"`},
+			wantErr: "invalid config testdata/unknown_unit.bad.yaml: 1 problem",
+		},
+		{
+			name: "many problems",
+			args: []string{"--config", "testdata/many.bad.yaml"},
+			want: []string{
+				"testdata/many.bad.yaml:4: descriptors[0].key: required",
+				"testdata/many.bad.yaml:7: descriptors[1].colour: unknown field",
+				"testdata/many.bad.yaml:8: descriptors[1].rate_limit.burst: applies only to token_bucket and leaky_bucket",
+				`testdata/many.bad.yaml:12: descriptors[3]: duplicate descriptor key "path" value "/a"`,
+				"descriptors[4].share_threshold: needs a wildcard value",
+			},
+			wantErr: "invalid config testdata/many.bad.yaml: 5 problems",
+		},
+		{
+			name:    "invalid YAML",
+			args:    []string{"--config", "testdata/invalid_yaml.bad.yaml"},
+			want:    []string{"testdata/invalid_yaml.bad.yaml:2: invalid YAML"},
+			wantErr: "1 problem",
+		},
+		{
+			name:    "domain in two files",
+			args:    []string{"--config", "testdata/merge"},
+			want:    []string{`testdata/merge/b.yaml:1: domain: domain "shared" is already defined in testdata/merge/a.yaml (set --merge-domains to combine files)`},
+			wantErr: "1 problem",
+		},
+		{
+			name:    "missing path",
+			args:    []string{"--config", "testdata/missing"},
+			wantErr: "read config: stat testdata/missing: no such file or directory",
+		},
+		{
+			name:    "extra argument",
+			args:    []string{"--config", "testdata/good", "rules.yaml"},
+			wantErr: `check: unexpected argument "rules.yaml"`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := runCheck(tt.args, &stdout, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("check returned %v, want an error with %q", err, tt.wantErr)
+			}
+			if stdout.Len() > 0 {
+				t.Errorf("stdout: %s", stdout.String())
+			}
+			lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+			if stderr.Len() == 0 {
+				lines = nil
+			}
+			if len(lines) != len(tt.want) {
+				t.Fatalf("stderr has %d lines, want %d:\n%s", len(lines), len(tt.want), stderr.String())
+			}
+			for i, want := range tt.want {
+				if !strings.Contains(lines[i], want) {
+					t.Errorf("stderr line %d is %q, want it to contain %q", i+1, lines[i], want)
+				}
+			}
+		})
+	}
+}
+
+func TestCheckUsage(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if err := runCheck([]string{"-h"}, &stdout, &stderr); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("check -h returned %v, want flag.ErrHelp", err)
+	}
+	if !strings.HasPrefix(stderr.String(), "Usage: ratelimit-sidecar check") || !strings.Contains(stderr.String(), "-merge-domains") {
+		t.Errorf("help:\n%s", stderr.String())
+	}
+	stderr.Reset()
+	err := runCheck([]string{"--config", "testdata/good", "--verbose"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "flag provided but not defined: -verbose") {
+		t.Errorf("check --verbose returned %v", err)
+	}
+	if !strings.Contains(stderr.String(), "Usage: ratelimit-sidecar check") {
+		t.Errorf("no usage after a bad flag:\n%s", stderr.String())
+	}
+	if stdout.Len() > 0 {
+		t.Errorf("stdout: %s", stdout.String())
+	}
+}

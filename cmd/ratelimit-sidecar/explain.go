@@ -1,0 +1,213 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+// runExplain implements `ratelimit-sidecar explain --config DIR --domain D
+// --descriptor 'tenant=acme,user=42' [--descriptor …] [--key-prefix rls:]`:
+// for each descriptor it shows, entry by entry, which rule matched and how,
+// or why nothing did, then the limits that would apply and the store keys
+// of their counters.
+func runExplain(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("ratelimit-sidecar explain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: ratelimit-sidecar explain [--config PATH] --domain D --descriptor 'k=v,k=v' [--descriptor ...]")
+		fmt.Fprintln(fs.Output(), "Shows how each descriptor matches the rules, the limits that apply and their store keys.")
+		fs.PrintDefaults()
+	}
+	path := fs.String("config", "config/", "rule file or directory of *.yaml/*.yml rule files")
+	merge := fs.Bool("merge-domains", false, "let several rule files add to one domain")
+	domain := fs.String("domain", "", "the request's domain (required)")
+	prefix := fs.String("key-prefix", "rls:", "the Redis store's key prefix, shown before each key")
+	var descs descriptorFlag
+	fs.Var(&descs, "descriptor", "a `descriptor`: comma-separated key=value entries, in order; a value may hold '=', and \\, is a comma and \\\\ a backslash in a key or value; repeat the flag for each descriptor of the request")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("explain: unexpected argument %q", fs.Arg(0))
+	case *domain == "":
+		return errors.New("explain: --domain is required")
+	case len(descs) == 0:
+		return errors.New("explain: at least one --descriptor is required")
+	}
+	rs, err := checkLoad(*path, *merge, stderr)
+	if err != nil {
+		return err
+	}
+	xs := make([]limits.Explanation, len(descs))
+	for i, d := range descs {
+		xs[i] = rs.Explain(*domain, d.entries)
+	}
+	replacedBy := replacements(xs)
+	for i, x := range xs {
+		if i > 0 {
+			fmt.Fprintln(stdout)
+		}
+		explainPrint(stdout, i, descs[i].text, x, *prefix, replacedBy)
+	}
+	return nil
+}
+
+// descriptor is one --descriptor: what was typed and its entries.
+type descriptor struct {
+	text    string
+	entries []limits.Entry
+}
+
+// descriptorFlag collects --descriptor flags.
+type descriptorFlag []descriptor
+
+func (f *descriptorFlag) String() string { return "" }
+
+func (f *descriptorFlag) Set(s string) error {
+	ents, err := parseDescriptor(s)
+	if err != nil {
+		return err
+	}
+	*f = append(*f, descriptor{text: s, entries: ents})
+	return nil
+}
+
+// parseDescriptor parses comma-separated key=value entries. The first '='
+// of an entry ends its key, so a value may contain '='. A backslash makes
+// the next character literal: `\,` is a comma and `\\` a backslash inside
+// a key or value (and `\=` an '=' inside a key). Values may be empty; keys
+// may not.
+func parseDescriptor(s string) ([]limits.Entry, error) {
+	if s == "" {
+		return nil, errors.New("empty descriptor; want key=value[,key=value...]")
+	}
+	var ents []limits.Entry
+	var cur strings.Builder
+	var key string
+	inValue := false
+	start := 0
+	end := func(i int) error {
+		raw := s[start:i]
+		switch {
+		case !inValue:
+			return fmt.Errorf("entry %d %q has no '='; want key=value", len(ents), raw)
+		case key == "":
+			return fmt.Errorf("entry %d %q has an empty key", len(ents), raw)
+		}
+		ents = append(ents, limits.Entry{Key: key, Value: cur.String()})
+		cur.Reset()
+		key, inValue, start = "", false, i+1
+		return nil
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\':
+			if i+1 == len(s) {
+				return nil, fmt.Errorf("entry %d %q ends in a lone backslash", len(ents), s[start:])
+			}
+			i++
+			cur.WriteByte(s[i])
+		case c == ',':
+			if err := end(i); err != nil {
+				return nil, err
+			}
+		case c == '=' && !inValue:
+			key, inValue = cur.String(), true
+			cur.Reset()
+		default:
+			cur.WriteByte(c)
+		}
+	}
+	if err := end(len(s)); err != nil {
+		return nil, err
+	}
+	return ents, nil
+}
+
+// replacement says that descriptor desc's limit named by drops limits of
+// the name it replaces, when the descriptors are sent in one request.
+type replacement struct {
+	desc int
+	by   string
+}
+
+// replacements maps each name that some applying limit replaces to the
+// limits that replace it, as the engine does across a request's
+// descriptors.
+func replacements(xs []limits.Explanation) map[string][]replacement {
+	m := map[string][]replacement{}
+	for i, x := range xs {
+		for _, k := range x.Limits {
+			for _, name := range k.Limit.Replaces {
+				m[name] = append(m[name], replacement{desc: i, by: k.Limit.Name})
+			}
+		}
+	}
+	return m
+}
+
+func explainPrint(w io.Writer, i int, text string, x limits.Explanation, prefix string, replacedBy map[string][]replacement) {
+	fmt.Fprintf(w, "descriptor %d: %s\n", i+1, text)
+	for _, s := range x.Steps {
+		entry := fmt.Sprintf("entries[%d] %s=%s", s.Index, s.Entry.Key, s.Entry.Value)
+		for _, m := range s.Missed {
+			fmt.Fprintf(w, "  %s: tried wildcard %s, no match\n", entry, ruleRef(m))
+		}
+		if s.Rule == nil {
+			fmt.Fprintf(w, "  %s: no rule\n", entry)
+			continue
+		}
+		fmt.Fprintf(w, "  %s: matched %s by %s\n", entry, ruleRef(s.Rule), s.Via)
+		for _, p := range s.Passed {
+			fmt.Fprintf(w, "      also matches %s, later in the matching order: not tried\n", ruleRef(p))
+		}
+	}
+	fmt.Fprintf(w, "  result: %s\n", x.Reason)
+	for _, k := range x.Limits {
+		fmt.Fprintf(w, "  limit: %s\n", formatLimit(k.Limit))
+		if k.Limit.Name != "" {
+			for _, r := range replacedBy[k.Limit.Name] {
+				if r.desc == i {
+					fmt.Fprintf(w, "    dropped: limit %q of this descriptor replaces it\n", r.by)
+				} else {
+					fmt.Fprintf(w, "    dropped when sent with descriptor %d, whose limit %q replaces it\n", r.desc+1, r.by)
+				}
+			}
+		}
+		if k.Key != "" {
+			fmt.Fprintf(w, "    key: %s%s\n", prefix, k.Key)
+		}
+	}
+	for _, d := range x.Detours {
+		if d.Reaches == d.Rule {
+			fmt.Fprintf(w, "  note: entries[%d] also matches %s, whose limits would apply: %s.\n", d.Step, ruleRef(d.Rule), limitList(d.Reaches.Limits))
+		} else {
+			fmt.Fprintf(w, "  note: entries[%d] also matches %s, whose branch would reach %s: %s.\n", d.Step, ruleRef(d.Rule), ruleRef(d.Reaches), limitList(d.Reaches.Limits))
+		}
+		fmt.Fprintln(w, "        Matching takes the first match at each level (exact value, then wildcards in config order, then any value) and never backtracks.")
+	}
+}
+
+// ruleRef names a rule for people: its YAML path, key and value, and where
+// it is defined.
+func ruleRef(r *limits.Rule) string {
+	kv := r.Key + "=" + r.Value
+	if r.Value == "" {
+		kv = r.Key + ", any value"
+	}
+	return fmt.Sprintf("%s (%s) at %s:%d", r.Path, kv, r.File, r.Line)
+}
+
+func limitList(ls []*limits.Limit) string {
+	s := make([]string, len(ls))
+	for i, l := range ls {
+		s[i] = formatLimit(l)
+	}
+	return strings.Join(s, "; ")
+}

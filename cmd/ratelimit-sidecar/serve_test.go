@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+)
+
+// sidecar is a running serve() for a test.
+type sidecar struct {
+	grpcAddr, httpAddr string
+	rls                rlsv3.RateLimitServiceClient
+	health             healthpb.HealthClient
+	stop               func() error // cancels and waits for serve to return
+}
+
+func startSidecar(t *testing.T, args ...string) *sidecar {
+	t.Helper()
+	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
+	c, err := parseFlags(args, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan [2]string, 1)
+	c.onReady = func(g, h string) { ready <- [2]string{g, h} }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, c, io.Discard) }()
+	s := &sidecar{}
+	select {
+	case a := <-ready:
+		s.grpcAddr, s.httpAddr = a[0], a[1]
+	case err := <-done:
+		cancel()
+		t.Fatalf("serve returned early: %v", err)
+	}
+	var once sync.Once
+	var serr error
+	s.stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case serr = <-done:
+			case <-time.After(15 * time.Second):
+				serr = fmt.Errorf("serve did not stop within 15s")
+			}
+		})
+		return serr
+	}
+	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.rls = rlsv3.NewRateLimitServiceClient(conn)
+	s.health = healthpb.NewHealthClient(conn)
+	t.Cleanup(func() {
+		if err := s.stop(); err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		conn.Close()
+	})
+	return s
+}
+
+func (s *sidecar) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	r, err := http.Get("http://" + s.httpAddr + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	return r.StatusCode, string(b)
+}
+
+func userRequest(user string, hits uint32) *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: hits, Descriptors: []*rlscommon.RateLimitDescriptor{
+		{Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "user", Value: user}}},
+	}}
+}
+
+const userRules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"
+
+func TestMetricsDebugConfigAndSIGHUP(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "rules.yaml"), userRules)
+	s := startSidecar(t, "--config", dir, "--reload-debounce", "1h") // only SIGHUP reloads here
+	ctx := context.Background()
+	for range 4 {
+		if _, err := s.rls.ShouldRateLimit(ctx, userRequest("alice", 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, body := s.get(t, "/metrics")
+	for _, want := range []string{
+		`ratelimit_sidecar_decisions_total{result="ok"} 3`,
+		`ratelimit_sidecar_decisions_total{result="over_limit"} 1`,
+		`ratelimit_sidecar_rule_within_limit_total{algorithm="fixed_window",domain="edge",rule="user",window="1m0s"} 3`,
+		`ratelimit_sidecar_rule_over_limit_total{algorithm="fixed_window",domain="edge",rule="user",window="1m0s"} 1`,
+		`ratelimit_sidecar_store_duration_seconds_count{store="memory"} 4`,
+		`ratelimit_sidecar_config_last_reload_successful 1`,
+		`ratelimit_sidecar_build_info{goversion="`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	var before configView
+	_, body = s.get(t, "/debug/config")
+	if err := json.Unmarshal([]byte(body), &before); err != nil {
+		t.Fatalf("/debug/config: %v\n%s", err, body)
+	}
+	if before.Checksum == "" || len(before.Domains["edge"].Descriptors) != 1 || before.Domains["edge"].Descriptors[0].Limits[0].RequestsPerUnit != 3 {
+		t.Fatalf("/debug/config = %s", body)
+	}
+
+	// A bad file and SIGHUP: rejected, the old rules keep serving.
+	write(t, filepath.Join(dir, "rules.yaml"), strings.Replace(userRules, "minute", "fortnight", 1))
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		return strings.Contains(s.getBody(t, "/metrics"), "ratelimit_sidecar_config_last_reload_successful 0")
+	})
+	if _, body = s.get(t, "/debug/config"); !strings.Contains(body, `rules.yaml:4: descriptors[0].rate_limit.unit: unknown unit \"fortnight\"`) {
+		t.Errorf("/debug/config does not show the reload error:\n%s", body)
+	}
+	// A good file and SIGHUP: new rules, counters kept (3 used of 5).
+	write(t, filepath.Join(dir, "rules.yaml"), strings.Replace(userRules, "3}", "5}", 1))
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		return strings.Contains(s.getBody(t, "/metrics"), "ratelimit_sidecar_config_last_reload_successful 1")
+	})
+	resp, err := s.rls.ShouldRateLimit(ctx, userRequest("alice", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 1 {
+		t.Errorf("after reload to 5/min: %v; want OK with 1 remaining (3 used before the reload)", resp)
+	}
+}
+
+func (s *sidecar) getBody(t *testing.T, path string) string {
+	_, b := s.get(t, path)
+	return b
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestShutdownUnderLoad cancels the sidecar while clients send requests.
+// Clients stop sending once health says NOT_SERVING, as Envoy would; every
+// request they sent must succeed.
+func TestShutdownUnderLoad(t *testing.T) {
+	s := startSidecar(t, "--config", "../../config/", "--drain-delay", "300ms")
+	ctx := context.Background()
+	var sent, failed atomic.Int64
+	var draining atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for !draining.Load() {
+			h, err := s.health.Check(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
+			if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+				draining.Store(true)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	for g := range 8 {
+		wg.Go(func() {
+			for i := 0; i < 20000 && !draining.Load(); i++ {
+				sent.Add(1)
+				if _, err := s.rls.ShouldRateLimit(ctx, userRequest(fmt.Sprint("u", g, "-", i), 0)); err != nil {
+					failed.Add(1)
+					t.Errorf("in-flight request failed: %v", err)
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(200 * time.Millisecond) // let load build up
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	draining.Store(true)
+	wg.Wait()
+	if sent.Load() < 100 || failed.Load() != 0 {
+		t.Errorf("sent %d requests, %d failed; want some sent and none failed", sent.Load(), failed.Load())
+	}
+}
+
+func TestRedisStore(t *testing.T) {
+	srv := redistest.StartServer(t)
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "rules.yaml"), userRules)
+	s := startSidecar(t, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--redis-key-prefix", "t1:")
+	resp, err := s.rls.ShouldRateLimit(context.Background(), userRequest("alice", 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Statuses[0].LimitRemaining != 1 {
+		t.Errorf("remaining = %d, want 1", resp.Statuses[0].LimitRemaining)
+	}
+	keys, err := srv.Client(t).Keys(context.Background(), "t1:*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Errorf("keys in Redis with the prefix: %v, %v; want the counter", keys, err)
+	}
+	if code, body := s.get(t, "/readyz"); code != http.StatusOK || body != "ok\n" {
+		t.Errorf("/readyz = %d %q", code, body)
+	}
+}
+
+// TestRedisDownAtStartup starts the sidecar with Redis down: it must serve
+// by its failure mode at once, say so on /readyz, and use Redis once it
+// comes up.
+func TestRedisDownAtStartup(t *testing.T) {
+	srv := redistest.StartServer(t)
+	srv.Kill()
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "rules.yaml"), userRules)
+	s := startSidecar(t, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--failure-mode", "closed")
+	resp, err := s.rls.ShouldRateLimit(context.Background(), userRequest("alice", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("with Redis down and failure mode closed: %v, want OVER_LIMIT", resp.OverallCode)
+	}
+	if code, body := s.get(t, "/readyz"); code != http.StatusOK || !strings.Contains(body, "failure mode closed") {
+		t.Errorf("/readyz = %d %q; want 200 naming the failure mode", code, body)
+	}
+	srv.Restart(t)
+	waitFor(t, func() bool {
+		resp, err := s.rls.ShouldRateLimit(context.Background(), userRequest("bob", 0))
+		return err == nil && resp.OverallCode == rlsv3.RateLimitResponse_OK
+	})
+}
+
+// TestJSONEndpointWithHeaders posts to /json on a sidecar started with
+// --response-headers ietf: 200 with the policy and state, then 429 with
+// Retry-After.
+func TestJSONEndpointWithHeaders(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "rules.yaml"), userRules)
+	s := startSidecar(t, "--config", dir, "--response-headers", "ietf")
+	post := func() (*http.Response, string) {
+		t.Helper()
+		body := `{"domain":"edge","hitsAddend":3,"descriptors":[{"entries":[{"key":"user","value":"carol"}]}]}`
+		r, err := http.Post("http://"+s.httpAddr+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		return r, string(b)
+	}
+	r, body := post()
+	if r.StatusCode != http.StatusOK || !strings.Contains(body, `"overallCode":"OK"`) {
+		t.Fatalf("first POST /json = %d %s", r.StatusCode, body)
+	}
+	if got := r.Header.Get("RateLimit-Policy"); got != `"default";q=3;w=60` {
+		t.Errorf("RateLimit-Policy = %q", got)
+	}
+	r, body = post()
+	if r.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, `"overallCode":"OVER_LIMIT"`) {
+		t.Fatalf("second POST /json = %d %s", r.StatusCode, body)
+	}
+	if r.Header.Get("Retry-After") == "" {
+		t.Errorf("no Retry-After on 429; headers %v", r.Header)
+	}
+}
