@@ -1,0 +1,42 @@
+# syntax=docker/dockerfile:1
+#
+# ratelimit-sidecar: a static binary on distroless, running as a non-root
+# user, with the default rules of config/ in /etc/ratelimit-sidecar/.
+#
+#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) -t ratelimit-sidecar:dev .
+#
+# The binary is built by `make release`, the target CI runs, so the image
+# holds exactly what CI builds (CGO_ENABLED=0, -trimpath, version through
+# -ldflags). k8s/dockerfile_test.go checks this file, since no Docker
+# engine runs in CI.
+
+FROM --platform=$BUILDPLATFORM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY Makefile ./
+COPY cmd/ cmd/
+COPY pkg/ pkg/
+COPY internal/ internal/
+# The Makefile takes VERSION from the environment; there is no .git here.
+ARG VERSION=dev
+# Cross-compile for the image's platform: go reads GOOS and GOARCH.
+ARG TARGETOS TARGETARCH
+ENV GOOS=$TARGETOS GOARCH=$TARGETARCH
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build make release
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /src/bin/ratelimit-sidecar /usr/local/bin/ratelimit-sidecar
+COPY config/ /etc/ratelimit-sidecar/
+# The distroless nonroot user, by number: Kubernetes can check a numeric
+# user against runAsNonRoot, not a name.
+USER 65532:65532
+# 8080: /healthz, /readyz, /metrics, /debug/config. 8081: RLS gRPC.
+EXPOSE 8080 8081
+# The binary listens on loopback unless told otherwise; in a container that
+# is unreachable, so these flags open both ports on every address. Flags
+# given after the image name (docker run, Kubernetes args) come later and
+# win: k8s/deployment.yaml keeps gRPC on 127.0.0.1. Because flags beat
+# RLS_* variables, use flags, not the environment, for --config,
+# --grpc-addr and --http-addr.
+ENTRYPOINT ["/usr/local/bin/ratelimit-sidecar", "--config=/etc/ratelimit-sidecar/", "--grpc-addr=0.0.0.0:8081", "--http-addr=0.0.0.0:8080"]
