@@ -31,7 +31,8 @@ COPY config/ /etc/ratelimit-sidecar/
 # The distroless nonroot user, by number: Kubernetes can check a numeric
 # user against runAsNonRoot, not a name.
 USER 65532:65532
-# 8080: /healthz, /readyz, /metrics, /debug/config. 8081: RLS gRPC.
+# 8080: /healthz, /readyz, /metrics. 8081: RLS gRPC. /json and /debug/config
+# stay on 127.0.0.1:8082 (--admin-addr).
 EXPOSE 8080 8081
 # The binary listens on loopback unless told otherwise; in a container that
 # is unreachable, so these flags open both ports on every address. Flags
@@ -39,4 +40,4 @@ EXPOSE 8080 8081
 # win: k8s/deployment.yaml keeps gRPC on 127.0.0.1. Because flags beat
 # RLS_* variables, use flags, not the environment, for --config,
 # --grpc-addr and --http-addr.
-ENTRYPOINT ["/usr/local/bin/ratelimit-sidecar", "--config=/etc/ratelimit-sidecar/", "--grpc-addr=0.0.0.0:8081", "--http-addr=0.0.0.0:8080"]
+ENTRYPOINT ["/usr/local/bin/ratelimit-sidecar", "--config=/etc/ratelimit-sidecar/", "--grpc-addr=0.0.0.0:8081", "--http-addr=0.0.0.0:8080", "--admin-addr=127.0.0.1:8082"]

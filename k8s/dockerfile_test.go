@@ -109,7 +109,7 @@ func TestBrokenDockerfilesFail(t *testing.T) {
 		},
 		{
 			name: "shell-form entrypoint",
-			old:  `ENTRYPOINT ["/usr/local/bin/ratelimit-sidecar", "--config=/etc/ratelimit-sidecar/", "--grpc-addr=0.0.0.0:8081", "--http-addr=0.0.0.0:8080"]`,
+			old:  `ENTRYPOINT ["/usr/local/bin/ratelimit-sidecar", "--config=/etc/ratelimit-sidecar/", "--grpc-addr=0.0.0.0:8081", "--http-addr=0.0.0.0:8080", "--admin-addr=127.0.0.1:8082"]`,
 			new:  `ENTRYPOINT /usr/local/bin/ratelimit-sidecar --config=/etc/ratelimit-sidecar/`,
 			want: "ENTRYPOINT must be in exec (JSON) form",
 		},

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
+	"io"
 	"strings"
 	"testing"
 )
@@ -177,5 +179,22 @@ func TestCheckUsage(t *testing.T) {
 	}
 	if stdout.Len() > 0 {
 		t.Errorf("stdout: %s", stdout.String())
+	}
+}
+
+// TestSubcommandAfterEntrypointFlags: the image's entrypoint passes server
+// flags first; `docker run IMAGE check --config …` must still run check.
+func TestSubcommandAfterEntrypointFlags(t *testing.T) {
+	var stdout bytes.Buffer
+	args := []string{"--config=/etc/ratelimit-sidecar/", "--grpc-addr=0.0.0.0:8081", "check", "--config", "../../config/"}
+	if err := run(context.Background(), args, &stdout, io.Discard); err != nil {
+		t.Fatalf("run %v: %v", args, err)
+	}
+	if !strings.Contains(stdout.String(), "ok: 1 domain") {
+		t.Errorf("check output:\n%s", stdout.String())
+	}
+	// A flag value that happens to read "check" is not a subcommand.
+	if _, err := parseFlags([]string{"--config", "check"}, noEnv, io.Discard); err != nil {
+		t.Errorf("--config check: %v", err)
 	}
 }

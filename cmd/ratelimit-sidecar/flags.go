@@ -18,6 +18,7 @@ type config struct {
 	configPath      string
 	grpcAddr        string
 	httpAddr        string
+	adminAddr       string
 	logLevel        string
 	logFormat       string
 	mergeDomains    bool
@@ -39,7 +40,7 @@ type config struct {
 
 	// onReady, if set, is called with the listeners' addresses once the
 	// servers are about to serve. Tests use it to find ports chosen by :0.
-	onReady func(grpcAddr, httpAddr string)
+	onReady func(grpcAddr, httpAddr, adminAddr string)
 }
 
 // parseFlags parses args, taking a flag's default from the environment
@@ -50,7 +51,8 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.configPath, "config", "config/", "rule file or directory of *.yaml/*.yml rule files")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", "127.0.0.1:8081", "address for the RLS gRPC service, health and reflection")
-	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "address for /healthz and /readyz")
+	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "address for /healthz, /readyz and /metrics (and the admin endpoints unless --admin-addr is set)")
+	fs.StringVar(&c.adminAddr, "admin-addr", "", "address for POST /json and /debug/config; empty serves them on --http-addr. Set it to a loopback address when --http-addr must listen on the pod address, since /json spends quota")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "json or console")
 	fs.BoolVar(&c.mergeDomains, "merge-domains", false, "let several rule files add to one domain")

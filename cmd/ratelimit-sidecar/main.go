@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -36,12 +37,17 @@ func main() {
 // run is the whole program; it returns when ctx is cancelled and shutdown
 // has finished, or on a startup error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "check":
-			return runCheck(args[1:], stdout, stderr)
-		case "explain":
-			return runExplain(args[1:], stdout, stderr)
+	// A subcommand may follow --flag=value arguments, as it does when an
+	// image's entrypoint passes server flags before the command's own.
+	for i, a := range args {
+		if a == "check" {
+			return runCheck(args[i+1:], stdout, stderr)
+		}
+		if a == "explain" {
+			return runExplain(args[i+1:], stdout, stderr)
+		}
+		if !strings.HasPrefix(a, "-") || !strings.Contains(a, "=") {
+			break
 		}
 	}
 	cfg, err := parseFlags(args, os.LookupEnv, stderr)

@@ -48,7 +48,7 @@ func TestServesUntilCancelled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.onReady = func(g, h string) { ready <- [2]string{g, h} }
+	c.onReady = func(g, h, _ string) { ready <- [2]string{g, h} }
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, c, io.Discard) }()
 	var addrs [2]string

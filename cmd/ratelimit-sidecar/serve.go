@@ -156,14 +156,30 @@ func serve(ctx context.Context, c *config, logw io.Writer) error {
 		}
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	mux.Handle("GET /debug/config", debugConfig(reloader, engine))
-	mux.Handle("/json", rls.JSONHandler()) // any method: the handler answers 405 itself
-	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	admin := mux
+	if c.adminAddr != "" {
+		admin = http.NewServeMux()
+	}
+	admin.Handle("GET /debug/config", debugConfig(reloader, engine))
+	admin.Handle("/json", rls.JSONHandler()) // any method: the handler answers 405 itself
+	servers := []*http.Server{{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+	listeners := []net.Listener{httpLis}
+	if c.adminAddr != "" {
+		adminLis, err := net.Listen("tcp", c.adminAddr)
+		if err != nil {
+			grpcLis.Close()
+			httpLis.Close()
+			return fmt.Errorf("listen --admin-addr: %w", err)
+		}
+		servers = append(servers, &http.Server{Handler: admin, ReadHeaderTimeout: 5 * time.Second})
+		listeners = append(listeners, adminLis)
+	}
 
 	log.Info("ratelimit-sidecar started",
 		zap.String("version", version),
 		zap.String("grpc_addr", grpcLis.Addr().String()),
 		zap.String("http_addr", httpLis.Addr().String()),
+		zap.Stringer("admin_addr", listeners[len(listeners)-1].Addr()),
 		zap.String("store", storeName),
 		zap.String("failure_mode", c.failureMode.String()),
 		zap.String("config", c.configPath),
@@ -176,7 +192,7 @@ func serve(ctx context.Context, c *config, logw io.Writer) error {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	if c.onReady != nil {
-		c.onReady(grpcLis.Addr().String(), httpLis.Addr().String())
+		c.onReady(grpcLis.Addr().String(), httpLis.Addr().String(), listeners[len(listeners)-1].Addr().String())
 	}
 
 	g.Go(func() error {
@@ -203,15 +219,17 @@ func serve(ctx context.Context, c *config, logw io.Writer) error {
 		}
 		return nil
 	})
-	g.Go(func() error {
-		if err := hsrv.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("http: %w", err)
-		}
-		return nil
-	})
+	for i, srv := range servers {
+		g.Go(func() error {
+			if err := srv.Serve(listeners[i]); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("http %s: %w", listeners[i].Addr(), err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
 		<-gctx.Done()
-		return shutdown(c, log, hs, gs, hsrv, ctx.Err() != nil)
+		return shutdown(c, log, hs, gs, servers, ctx.Err() != nil)
 	})
 	err = g.Wait()
 	if closeStore != nil {
@@ -225,7 +243,7 @@ func serve(ctx context.Context, c *config, logw io.Writer) error {
 
 // shutdown stops serving in order. drain is false when a server failed, so
 // there is no point waiting for clients to go away.
-func shutdown(c *config, log *zap.Logger, hs *health.Server, gs *grpc.Server, hsrv *http.Server, drain bool) error {
+func shutdown(c *config, log *zap.Logger, hs *health.Server, gs *grpc.Server, servers []*http.Server, drain bool) error {
 	log.Info("shutting down", zap.Duration("drain_delay", c.drainDelay))
 	hs.Shutdown() // every service NOT_SERVING
 	if drain && c.drainDelay > 0 {
@@ -248,10 +266,13 @@ func shutdown(c *config, log *zap.Logger, hs *health.Server, gs *grpc.Server, hs
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
-	if err := hsrv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("http shutdown: %w", err)
+	var errs []error
+	for _, srv := range servers {
+		if err := srv.Shutdown(sctx); err != nil {
+			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func countRules(rs *limits.Ruleset) int {

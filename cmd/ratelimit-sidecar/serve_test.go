@@ -26,7 +26,7 @@ import (
 
 // sidecar is a running serve() for a test.
 type sidecar struct {
-	grpcAddr, httpAddr string
+	grpcAddr, httpAddr, adminAddr string
 	rls                rlsv3.RateLimitServiceClient
 	health             healthpb.HealthClient
 	stop               func() error // cancels and waits for serve to return
@@ -39,15 +39,15 @@ func startSidecar(t *testing.T, args ...string) *sidecar {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ready := make(chan [2]string, 1)
-	c.onReady = func(g, h string) { ready <- [2]string{g, h} }
+	ready := make(chan [3]string, 1)
+	c.onReady = func(g, h, a string) { ready <- [3]string{g, h, a} }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, c, io.Discard) }()
 	s := &sidecar{}
 	select {
 	case a := <-ready:
-		s.grpcAddr, s.httpAddr = a[0], a[1]
+		s.grpcAddr, s.httpAddr, s.adminAddr = a[0], a[1], a[2]
 	case err := <-done:
 		cancel()
 		t.Fatalf("serve returned early: %v", err)
@@ -297,5 +297,30 @@ func TestJSONEndpointWithHeaders(t *testing.T) {
 	}
 	if r.Header.Get("Retry-After") == "" {
 		t.Errorf("no Retry-After on 429; headers %v", r.Header)
+	}
+}
+
+// TestAdminAddr moves /json and /debug/config off --http-addr, which in a
+// pod listens on the pod address for the kubelet and Prometheus.
+func TestAdminAddr(t *testing.T) {
+	s := startSidecar(t, "--config", "../../config/", "--admin-addr", "127.0.0.1:0")
+	if s.adminAddr == s.httpAddr {
+		t.Fatal("admin endpoints share the HTTP address")
+	}
+	for _, path := range []string{"/debug/config", "/json"} {
+		if code, _ := s.get(t, path); code != http.StatusNotFound {
+			t.Errorf("GET %s on --http-addr = %d, want 404", path, code)
+		}
+	}
+	r, err := http.Get("http://" + s.adminAddr + "/debug/config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusOK {
+		t.Errorf("GET /debug/config on --admin-addr = %d", r.StatusCode)
+	}
+	if code, _ := s.get(t, "/metrics"); code != http.StatusOK {
+		t.Errorf("/metrics on --http-addr = %d", code)
 	}
 }

@@ -102,7 +102,7 @@ func New(version string, nearRatio float64) *Metrics {
 			reg.MustRegister(h)
 			return h
 		}(),
-		storeErrors:      counter("store_errors_total", "Store calls that failed, by kind: timeout, unavailable (incl. circuit open) or other.", "store", "kind"),
+		storeErrors:      counter("store_errors_total", "Store calls that failed, by kind: timeout, unavailable or other. Requests the open circuit breaker kept from Redis are not store calls; see failure_mode_decisions_total.", "store", "kind"),
 		breakerOpen:      gauge("redis_circuit_open", "1 while the Redis circuit breaker is open and requests skip Redis."),
 		reloadSuccessful: gauge("config_last_reload_successful", "1 if the last config reload succeeded (or none failed since start)."),
 		reloadTimestamp:  gauge("config_last_reload_success_timestamp_seconds", "When the rules in use were loaded, in Unix seconds."),
