@@ -27,9 +27,9 @@ import (
 // sidecar is a running serve() for a test.
 type sidecar struct {
 	grpcAddr, httpAddr, adminAddr string
-	rls                rlsv3.RateLimitServiceClient
-	health             healthpb.HealthClient
-	stop               func() error // cancels and waits for serve to return
+	rls                           rlsv3.RateLimitServiceClient
+	health                        healthpb.HealthClient
+	stop                          func() error // cancels and waits for serve to return
 }
 
 func startSidecar(t *testing.T, args ...string) *sidecar {
