@@ -35,6 +35,7 @@ type config struct {
 
 	redis             redis.Options
 	redisPasswordFile string
+	sentinelPassFile  string
 	redisSentinels    string
 	redisCluster      string
 
@@ -76,6 +77,8 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	fs.StringVar(&c.redisSentinels, "redis-sentinel-addrs", "", "Redis Sentinel: comma-separated sentinel host:port list")
 	fs.StringVar(&c.redisCluster, "redis-cluster-addrs", "", "Redis Cluster: comma-separated seed host:port list")
 	fs.StringVar(&c.redis.Username, "redis-username", "", "Redis ACL user name")
+	fs.StringVar(&c.redis.SentinelUsername, "redis-sentinel-username", "", "Redis Sentinel: user name for the sentinels themselves")
+	fs.StringVar(&c.sentinelPassFile, "redis-sentinel-password-file", "", "Redis Sentinel: file holding the sentinels' own password (or set RLS_REDIS_SENTINEL_PASSWORD)")
 	fs.StringVar(&c.redisPasswordFile, "redis-password-file", "", "file holding the Redis password (or set RLS_REDIS_PASSWORD; there is no password flag, so it never shows in ps)")
 	fs.BoolVar(&c.redis.TLS.Enabled, "redis-tls", false, "use TLS to Redis (implied by rediss://)")
 	fs.StringVar(&c.redis.TLS.CAFile, "redis-tls-ca", "", "PEM file of CAs for Redis's certificate (default: system roots)")
@@ -117,15 +120,11 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	}
 	c.redis.SentinelAddrs = splitList(c.redisSentinels)
 	c.redis.ClusterAddrs = splitList(c.redisCluster)
-	if pw, ok := getenv("RLS_REDIS_PASSWORD"); ok {
-		c.redis.Password = pw
+	if c.redis.Password, err = secret(getenv, "RLS_REDIS_PASSWORD", "--redis-password-file", c.redisPasswordFile); err != nil {
+		return nil, err
 	}
-	if c.redisPasswordFile != "" {
-		b, err := os.ReadFile(c.redisPasswordFile)
-		if err != nil {
-			return nil, fmt.Errorf("--redis-password-file: %w", err)
-		}
-		c.redis.Password = strings.TrimRight(string(b), "\r\n")
+	if c.redis.SentinelPassword, err = secret(getenv, "RLS_REDIS_SENTINEL_PASSWORD", "--redis-sentinel-password-file", c.sentinelPassFile); err != nil {
+		return nil, err
 	}
 	if c.request.MaxDescriptors < 1 || c.request.MaxEntries < 1 || c.request.MaxValueBytes < 1 || c.request.MaxHits < 1 {
 		return nil, fmt.Errorf("--max-descriptors, --max-entries, --max-value-bytes and --max-hits-addend must be at least 1")
@@ -146,4 +145,19 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// secret reads a password from a file if one is named, else from the
+// environment variable env. Passwords have no flags of their own, so they
+// never show in ps.
+func secret(getenv func(string) (string, bool), env, flagName, file string) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", flagName, err)
+		}
+		return strings.TrimRight(string(b), "\r\n"), nil
+	}
+	pw, _ := getenv(env)
+	return pw, nil
 }

@@ -63,6 +63,11 @@ type Options struct {
 	Username string
 	Password string
 
+	// SentinelUsername and SentinelPassword authenticate to the sentinels,
+	// for sentinels that require it (requirepass or ACL users).
+	SentinelUsername string
+	SentinelPassword string
+
 	// TLS configures TLS. It is used with a rediss:// URL, or when
 	// TLS.Enabled is set.
 	TLS TLSOptions
@@ -242,6 +247,8 @@ func (o *Options) client() (goredis.UniversalClient, bool, error) {
 		return goredis.NewFailoverClient(&goredis.FailoverOptions{
 			MasterName:            o.SentinelMaster,
 			SentinelAddrs:         o.SentinelAddrs,
+			SentinelUsername:      o.SentinelUsername,
+			SentinelPassword:      o.SentinelPassword,
 			Username:              o.Username,
 			Password:              o.Password,
 			TLSConfig:             cfg,
