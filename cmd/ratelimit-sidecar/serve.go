@@ -127,7 +127,7 @@ func serve(ctx context.Context, c *config, logw io.Writer) error {
 	// Stream workers serve RPCs on long-lived goroutines whose stacks have
 	// already grown: a new goroutine per RPC spent about a tenth of the
 	// CPU growing its stack.
-	gs := grpc.NewServer(grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))))
+	gs := grpc.NewServer(append(envoy.ServerOptions(), grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))))...)
 	rls := envoy.NewServer(engine, log, envoy.WithResponseHeaders(c.responseHeaders))
 	rls.Register(gs)
 	hs := health.NewServer()

@@ -42,7 +42,7 @@ type work struct {
 	req     limits.Request
 	descs   []limits.Descriptor
 	entries []limits.Entry
-	over    []limits.Override
+	over    []override
 	dec     limits.Decision
 }
 
@@ -55,14 +55,21 @@ func NewServer(e *limits.Engine, log *zap.Logger, opts ...Option) *Server {
 	return s
 }
 
-// Register registers the RLS service on g.
-func (s *Server) Register(g *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(g, s) }
+// Register registers the RLS service on g, which must have been created
+// with ServerOptions.
+func (s *Server) Register(g *grpc.Server) { g.RegisterService(&serviceDesc, s) }
 
-// ShouldRateLimit implements the RLS v3 API.
+// ShouldRateLimit implements the RLS v3 API for callers that hold a
+// message, such as the HTTP /json endpoint; gRPC calls decode straight from
+// the wire (see ServerOptions).
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	w := s.work.Get().(*work)
 	defer s.work.Put(w)
 	w.fill(req)
+	return s.decide(ctx, w)
+}
+
+func (s *Server) decide(ctx context.Context, w *work) (*rlsv3.RateLimitResponse, error) {
 	if err := s.engine.Decide(ctx, &w.req, &w.dec); err != nil {
 		return nil, s.statusError(err)
 	}
@@ -81,14 +88,14 @@ func (w *work) fill(req *rlsv3.RateLimitRequest) {
 	w.descs = w.descs[:0]
 	w.over = w.over[:0]
 	for _, d := range req.GetDescriptors() {
-		w.over = append(w.over, limits.Override{}) // keep indexes aligned with descs
+		w.over = append(w.over, override{}) // keep indexes aligned with descs
 		start := len(w.entries)
 		for _, e := range d.GetEntries() {
 			w.entries = append(w.entries, limits.Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
 		desc := limits.Descriptor{Entries: w.entries[start:len(w.entries):len(w.entries)]}
 		if o := d.GetLimit(); o != nil {
-			w.over[len(w.over)-1] = limits.Override{Requests: uint64(o.GetRequestsPerUnit()), Unit: limits.Unit(o.GetUnit())}
+			w.over[len(w.over)-1] = override{Override: limits.Override{Requests: uint64(o.GetRequestsPerUnit()), Unit: limits.Unit(o.GetUnit())}, set: true}
 		}
 		if h := d.GetHitsAddend(); h != nil {
 			desc.Hits, desc.HasHits = h.GetValue(), true
@@ -97,9 +104,9 @@ func (w *work) fill(req *rlsv3.RateLimitRequest) {
 	}
 	// Point overrides at their final slots only now that w.over stops
 	// growing.
-	for i, d := range req.GetDescriptors() {
-		if d.GetLimit() != nil {
-			w.descs[i].Override = &w.over[i]
+	for i := range w.over {
+		if w.over[i].set {
+			w.descs[i].Override = &w.over[i].Override
 		}
 	}
 	w.req = limits.Request{Domain: req.GetDomain(), Descriptors: w.descs, Hits: uint64(req.GetHitsAddend())}

@@ -60,7 +60,7 @@ func start(t *testing.T, lim limits.RequestLimits) rlsv3.RateLimitServiceClient 
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(envoy.ServerOptions()...)
 	envoy.NewServer(engine, zap.NewNop()).Register(gs)
 	go gs.Serve(lis) //nolint:errcheck // Serve returns when Stop is called
 	t.Cleanup(gs.Stop)
