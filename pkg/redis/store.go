@@ -38,13 +38,16 @@ import (
 )
 
 var (
+	//go:embed scripts/lib.lua
+	libSrc string
 	//go:embed scripts/apply.lua
 	applySrc string
 	//go:embed scripts/refund.lua
 	refundSrc string
 
-	applyScript  = goredis.NewScript(applySrc)
-	refundScript = goredis.NewScript(refundSrc)
+	// Both scripts share lib.lua's arithmetic, prepended at load time.
+	applyScript  = goredis.NewScript(libSrc + applySrc)
+	refundScript = goredis.NewScript(libSrc + refundSrc)
 )
 
 // logSuffix names a sliding log's second key. Keys of limits.AppendKey end

@@ -36,49 +36,11 @@
 --   leaky_bucket    backlog, scaled by the window in ticks), e (µs when
 --                   the bucket is full again); TTL to e.
 
-local FIXED, SLIDING, LOG, TOKEN, LEAKY = 0, 1, 2, 3, 4
-local floor, min, max = math.floor, math.min, math.max
-
--- idiv is floor(a / b) for integers a >= 0, b > 0, corrected in case the
--- double division rounded up to the next integer.
-local function idiv(a, b)
-  local q = floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
-local function ceildiv(a, b)
-  if a == 0 then
-    return 0
-  end
-  return idiv(a - 1, b) + 1
-end
-
--- str formats an integer without an exponent.
-local function str(x)
-  return string.format('%.0f', x)
-end
-
--- ttl converts µs to a PEXPIRE argument: whole ms, rounded up, at least 1.
-local function ttl(us)
-  return str(max(1, ceildiv(max(us, 0), 1000)))
-end
-
 local function loghits(member)
   return tonumber(string.match(member, ':(%d+)$'))
 end
 
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
+local now = clock()
 local reserve = ARGV[2] == '1'
 
 -- load returns the stored state of a check's key(s).

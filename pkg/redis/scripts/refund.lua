@@ -26,41 +26,7 @@
 --                   have absorbed the hits. With no update in between the
 --                   refund is exact.
 
-local FIXED, SLIDING, LOG, TOKEN, LEAKY = 0, 1, 2, 3, 4
-local floor, min, max = math.floor, math.min, math.max
-
-local function idiv(a, b)
-  local q = floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
-local function ceildiv(a, b)
-  if a == 0 then
-    return 0
-  end
-  return idiv(a - 1, b) + 1
-end
-
-local function str(x)
-  return string.format('%.0f', x)
-end
-
-local function ttl(us)
-  return str(max(1, ceildiv(max(us, 0), 1000)))
-end
-
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
+local now = clock()
 
 local refunded = 0
 local k = 1
