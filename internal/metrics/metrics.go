@@ -35,7 +35,10 @@ type Metrics struct {
 
 	ruleHits, ruleOver, ruleNear, ruleWithin, ruleShadow *prometheus.CounterVec
 
-	decisions        *prometheus.CounterVec
+	decisions *prometheus.CounterVec
+	// decided holds decisions' children for each result, looked up once
+	// so the hot path does not hash the label.
+	decided          [4]prometheus.Counter // resultOK, resultOver, resultInvalid, resultError
 	decisionSeconds  prometheus.Histogram
 	fallbacks        *prometheus.CounterVec
 	storeSeconds     *prometheus.HistogramVec
@@ -118,26 +121,34 @@ func New(version string, nearRatio float64) *Metrics {
 	build.WithLabelValues(version, runtime.Version()).Set(1)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reloadSuccessful.Set(1)
-	for _, r := range []string{"ok", "over_limit", "invalid", "error"} {
-		m.decisions.WithLabelValues(r)
+	for i, r := range []string{"ok", "over_limit", "invalid", "error"} {
+		m.decided[i] = m.decisions.WithLabelValues(r)
 	}
 	return m
 }
+
+// Indexes of Metrics.decided.
+const (
+	resultOK = iota
+	resultOver
+	resultInvalid
+	resultError
+)
 
 // Observe implements limits.Observer.
 func (m *Metrics) Observe(req *limits.Request, d *limits.Decision, took time.Duration, err error) {
 	m.decisionSeconds.Observe(took.Seconds())
 	switch {
 	case err != nil && errors.As(err, new(*limits.RequestError)):
-		m.decisions.WithLabelValues("invalid").Inc()
+		m.decided[resultInvalid].Inc()
 		return
 	case err != nil:
-		m.decisions.WithLabelValues("error").Inc()
+		m.decided[resultError].Inc()
 		return
 	case d.Code == limits.OverLimit:
-		m.decisions.WithLabelValues("over_limit").Inc()
+		m.decided[resultOver].Inc()
 	default:
-		m.decisions.WithLabelValues("ok").Inc()
+		m.decided[resultOK].Inc()
 	}
 	if d.StoreErr != nil {
 		m.fallbacks.WithLabelValues(d.Fallback.String()).Inc()
