@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"unicode/utf8"
 	"unsafe"
 
@@ -72,100 +73,128 @@ func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, i
 
 var errWire = errors.New("malformed RateLimitRequest")
 
-// wire reads protobuf wire format from a string.
+// Field keys: a field number and wire type, as in a tag.
+const (
+	varintField = 0
+	bytesField  = 2
+)
+
+func key(num, typ uint64) uint64 { return num<<3 | typ }
+
+// wire reads protobuf wire format from a string. Its first error sticks:
+// later reads return zero values and next reports false, so a decoder is
+// a loop over next with one error check at the end.
 type wire struct {
-	s string
-	i int
+	s   string
+	i   int
+	num uint64 // the current field's number
+	typ uint64 // and wire type
+	err error
 }
 
-func (r *wire) more() bool { return r.i < len(r.s) }
+// next reads the next field's tag; it reports false at the end of the
+// message or after an error.
+func (r *wire) next() bool { return r.nextTag(1<<29 - 1) }
 
-func (r *wire) varint() (uint64, error) {
+// nextTag is next with the largest field number accepted. protobuf's
+// decoder takes fields up to 2^29-1 in a message but, inside an unknown
+// group it skips, any up to MaxInt32; the decoders here match it exactly.
+func (r *wire) nextTag(maxNum uint64) bool {
+	if r.err != nil || r.i >= len(r.s) {
+		return false
+	}
+	t := r.varint()
+	if r.err == nil && (t>>3 == 0 || t>>3 > maxNum) {
+		r.err = errWire
+	}
+	r.num, r.typ = t>>3, t&7
+	return r.err == nil
+}
+
+// key returns the current field's number and wire type as one value.
+func (r *wire) key() uint64 { return key(r.num, r.typ) }
+
+func (r *wire) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+func (r *wire) varint() uint64 {
 	var v uint64
-	for shift := uint(0); shift < 64; shift += 7 {
+	for shift := uint(0); shift < 64 && r.err == nil; shift += 7 {
 		if r.i >= len(r.s) {
-			return 0, errWire
+			break
 		}
 		b := r.s[r.i]
 		r.i++
 		if shift == 63 && b > 1 {
-			return 0, errWire // more than 64 bits
+			break // more than 64 bits
 		}
 		v |= uint64(b&0x7f) << shift
 		if b < 0x80 {
-			return v, nil
+			return v
 		}
 	}
-	return 0, errWire
+	r.fail(errWire)
+	return 0
 }
 
-func (r *wire) tag() (num uint64, typ uint64, err error) {
-	t, err := r.varint()
-	if err != nil {
-		return 0, 0, err
+func (r *wire) bytes() string {
+	n := r.varint()
+	if r.err != nil {
+		return ""
 	}
-	if t>>3 == 0 || t>>3 > 1<<29-1 {
-		return 0, 0, errWire
-	}
-	return t >> 3, t & 7, nil
-}
-
-func (r *wire) bytes() (string, error) {
-	n, err := r.varint()
-	if err != nil || n > uint64(len(r.s)-r.i) {
-		return "", errWire
+	if n > uint64(len(r.s)-r.i) {
+		r.fail(errWire)
+		return ""
 	}
 	s := r.s[r.i : r.i+int(n)]
 	r.i += int(n)
-	return s, nil
+	return s
 }
 
-func (r *wire) str(field string) (string, error) {
-	s, err := r.bytes()
-	if err == nil && !utf8.ValidString(s) {
-		return "", fmt.Errorf("%s: invalid UTF-8", field)
+func (r *wire) str(field string) string {
+	s := r.bytes()
+	if r.err == nil && !utf8.ValidString(s) {
+		r.fail(fmt.Errorf("%s: invalid UTF-8", field))
 	}
-	return s, err
+	return s
 }
 
-// skip skips one field's value of wire type typ (num is its field number,
-// for groups).
-func (r *wire) skip(num, typ uint64) error {
+// skip skips the current field's value.
+func (r *wire) skip() { r.skipValue(r.num, r.typ) }
+
+func (r *wire) skipValue(num, typ uint64) {
 	switch typ {
 	case 0:
-		_, err := r.varint()
-		return err
+		r.varint()
 	case 1, 5:
 		n := 8
 		if typ == 5 {
 			n = 4
 		}
 		if len(r.s)-r.i < n {
-			return errWire
+			r.fail(errWire)
+			return
 		}
 		r.i += n
-		return nil
 	case 2:
-		_, err := r.bytes()
-		return err
+		r.bytes()
 	case 3:
-		for {
-			n, t, err := r.tag()
-			if err != nil {
-				return err
-			}
-			if t == 4 {
-				if n != num {
-					return errWire
+		for r.nextTag(math.MaxInt32) {
+			if r.typ == 4 {
+				if r.num != num {
+					r.fail(errWire)
 				}
-				return nil
+				return
 			}
-			if err := r.skip(n, t); err != nil {
-				return err
-			}
+			r.skipValue(r.num, r.typ)
 		}
+		r.fail(errWire) // no end-group tag
+	default:
+		r.fail(errWire)
 	}
-	return errWire
 }
 
 // decode fills w from a RateLimitRequest's wire bytes, as fill does from
@@ -177,35 +206,22 @@ func (w *work) decode(msg string) error {
 	w.over = w.over[:0]
 	w.req = limits.Request{}
 	r := wire{s: msg}
-	for r.more() {
-		num, typ, err := r.tag()
-		if err != nil {
-			return err
-		}
-		switch {
-		case num == 1 && typ == 2:
-			if w.req.Domain, err = r.str("domain"); err != nil {
-				return err
+	for r.next() {
+		switch r.key() {
+		case key(1, bytesField):
+			w.req.Domain = r.str("domain")
+		case key(2, bytesField):
+			if sub := r.bytes(); r.err == nil {
+				r.fail(w.descriptor(sub))
 			}
-		case num == 2 && typ == 2:
-			sub, err := r.bytes()
-			if err != nil {
-				return err
-			}
-			if err := w.descriptor(sub); err != nil {
-				return err
-			}
-		case num == 3 && typ == 0:
-			v, err := r.varint()
-			if err != nil {
-				return err
-			}
-			w.req.Hits = uint64(uint32(v))
+		case key(3, varintField):
+			w.req.Hits = uint64(uint32(r.varint()))
 		default:
-			if err := r.skip(num, typ); err != nil {
-				return err
-			}
+			r.skip()
 		}
+	}
+	if r.err != nil {
+		return r.err
 	}
 	for i := range w.descs {
 		if w.over[i].set {
@@ -221,76 +237,42 @@ func (w *work) descriptor(msg string) error {
 	var desc limits.Descriptor
 	var over override
 	r := wire{s: msg}
-	for r.more() {
-		num, typ, err := r.tag()
-		if err != nil {
-			return err
-		}
-		switch {
-		case num == 1 && typ == 2:
-			sub, err := r.bytes()
-			if err != nil {
-				return err
-			}
-			e, err := entry(sub)
-			if err != nil {
-				return err
-			}
-			w.entries = append(w.entries, e)
-		case num == 2 && typ == 2:
-			sub, err := r.bytes()
-			if err != nil {
-				return err
-			}
+	for r.next() {
+		switch r.key() {
+		case key(1, bytesField):
+			w.entries = append(w.entries, entry(&r, r.bytes()))
+		case key(2, bytesField):
 			over.set = true
-			if err := over.decode(sub); err != nil {
-				return err
-			}
-		case num == 3 && typ == 2:
-			sub, err := r.bytes()
-			if err != nil {
-				return err
-			}
+			over.decode(&r, r.bytes())
+		case key(3, bytesField):
 			desc.HasHits = true
-			if err := uint64Value(sub, &desc.Hits); err != nil {
-				return err
-			}
+			desc.Hits = uint64Value(&r, r.bytes(), desc.Hits)
 		default:
-			if err := r.skip(num, typ); err != nil {
-				return err
-			}
+			r.skip()
 		}
 	}
 	desc.Entries = w.entries[start:len(w.entries):len(w.entries)]
 	w.descs = append(w.descs, desc)
 	w.over = append(w.over, over)
-	return nil
+	return r.err
 }
 
-func entry(msg string) (limits.Entry, error) {
+// entry decodes a descriptor entry; errors go to parent.
+func entry(parent *wire, msg string) limits.Entry {
 	var e limits.Entry
 	r := wire{s: msg}
-	for r.more() {
-		num, typ, err := r.tag()
-		if err != nil {
-			return e, err
-		}
-		switch {
-		case num == 1 && typ == 2:
-			if e.Key, err = r.str("key"); err != nil {
-				return e, err
-			}
-		case num == 2 && typ == 2:
-			if e.Value, err = r.str("value"); err != nil {
-				return e, err
-			}
+	for r.next() {
+		switch r.key() {
+		case key(1, bytesField):
+			e.Key = r.str("key")
+		case key(2, bytesField):
+			e.Value = r.str("value")
 		default:
-			if err := r.skip(num, typ); err != nil {
-				return e, err
-			}
+			r.skip()
 		}
 	}
-	return e, nil
+	parent.fail(r.err)
+	return e
 }
 
 // override is a descriptor's limit override as decoded; set tells whether
@@ -300,51 +282,34 @@ type override struct {
 	set bool
 }
 
-func (o *override) decode(msg string) error {
+// decode merges an override message into o, as protobuf merges a repeated
+// submessage; errors go to parent.
+func (o *override) decode(parent *wire, msg string) {
 	r := wire{s: msg}
-	for r.more() {
-		num, typ, err := r.tag()
-		if err != nil {
-			return err
-		}
-		switch {
-		case num == 1 && typ == 0:
-			v, err := r.varint()
-			if err != nil {
-				return err
-			}
-			o.Requests = uint64(uint32(v))
-		case num == 2 && typ == 0:
-			v, err := r.varint()
-			if err != nil {
-				return err
-			}
-			o.Unit = limits.Unit(int32(v))
+	for r.next() {
+		switch r.key() {
+		case key(1, varintField):
+			o.Requests = uint64(uint32(r.varint()))
+		case key(2, varintField):
+			o.Unit = limits.Unit(int32(r.varint()))
 		default:
-			if err := r.skip(num, typ); err != nil {
-				return err
-			}
+			r.skip()
 		}
 	}
-	return nil
+	parent.fail(r.err)
 }
 
-func uint64Value(msg string, v *uint64) error {
+// uint64Value decodes a google.protobuf.UInt64Value merged over v; errors
+// go to parent.
+func uint64Value(parent *wire, msg string, v uint64) uint64 {
 	r := wire{s: msg}
-	for r.more() {
-		num, typ, err := r.tag()
-		if err != nil {
-			return err
-		}
-		if num == 1 && typ == 0 {
-			if *v, err = r.varint(); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := r.skip(num, typ); err != nil {
-			return err
+	for r.next() {
+		if r.key() == key(1, varintField) {
+			v = r.varint()
+		} else {
+			r.skip()
 		}
 	}
-	return nil
+	parent.fail(r.err)
+	return v
 }

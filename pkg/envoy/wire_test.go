@@ -115,3 +115,17 @@ func FuzzWireDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) { decodeBoth(t, data) })
 }
+
+func BenchmarkWireDecode(b *testing.B) {
+	data, err := proto.Marshal(seedRequests()[2])
+	if err != nil {
+		b.Fatal(err)
+	}
+	var w work
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := w.decode(string(data)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
