@@ -82,23 +82,8 @@ func ReadFiles(path string) ([]File, error) {
 		}
 		return []File{{Name: path, Data: data}}, nil
 	}
-	// A trailing separator makes WalkDir follow path itself when it is a
-	// link to a directory, as a mounted volume often is.
-	root := path
-	if !strings.HasSuffix(root, string(filepath.Separator)) {
-		root += string(filepath.Separator)
-	}
 	var files []File
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if p != root && strings.HasPrefix(d.Name(), ".") {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
+	err = walkConfig(path, func(p string, d fs.DirEntry) error {
 		if d.IsDir() {
 			return nil
 		}
@@ -148,6 +133,34 @@ func Parse(files []File, opts LoadOptions) (*Ruleset, error) {
 	}
 	rs.finish()
 	return rs, nil
+}
+
+// walkConfig walks the config directory path, following path itself when
+// it is a link to a directory (as a mounted volume often is), and calls fn
+// for every file and directory except path and those whose names start
+// with a dot: dot-directories, such as a ConfigMap's ..data, are not
+// entered. Load and the reload watcher both walk with it, so they always
+// agree on what the config is.
+func walkConfig(path string, fn func(p string, d fs.DirEntry) error) error {
+	// A trailing separator makes WalkDir follow a link at the root.
+	root := path
+	if !strings.HasSuffix(root, string(filepath.Separator)) {
+		root += string(filepath.Separator)
+	}
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case p == root:
+			return nil
+		case strings.HasPrefix(d.Name(), "."):
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		return fn(p, d)
+	})
 }
 
 // parser turns one file's YAML nodes into rules, collecting errors.

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -172,19 +171,19 @@ func (r *Reloader) addWatches(w *fsnotify.Watcher) error {
 		}
 		return nil
 	}
-	root := r.path + string(filepath.Separator)
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return nil
-		}
-		if p != root && strings.HasPrefix(d.Name(), ".") {
-			return filepath.SkipDir
-		}
-		if err := w.Add(p); err != nil {
-			return fmt.Errorf("watch config: %w", err)
+	if err := w.Add(r.path); err != nil {
+		return fmt.Errorf("watch config: %w", err)
+	}
+	err = walkConfig(r.path, func(p string, d fs.DirEntry) error {
+		if d.IsDir() {
+			return w.Add(p)
 		}
 		return nil
 	})
+	if err != nil {
+		return fmt.Errorf("watch config: %w", err)
+	}
+	return nil
 }
 
 // checksum is the SHA-256 over a file set that Parse records as
