@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
 )
 
 // runExplain implements `ratelimit-sidecar explain --config DIR --domain D
@@ -26,7 +27,7 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	path := fs.String("config", "config/", "rule file or directory of *.yaml/*.yml rule files")
 	merge := fs.Bool("merge-domains", false, "let several rule files add to one domain")
 	domain := fs.String("domain", "", "the request's domain (required)")
-	prefix := fs.String("key-prefix", "rls:", "the Redis store's key prefix, shown before each key")
+	prefix := fs.String("key-prefix", redis.DefaultKeyPrefix, "the Redis store's key prefix, shown before each key")
 	var descs descriptorFlag
 	fs.Var(&descs, "descriptor", "a `descriptor`: comma-separated key=value entries, in order; a value may hold '=', and \\, is a comma and \\\\ a backslash in a key or value; repeat the flag for each descriptor of the request")
 	if err := fs.Parse(args); err != nil {

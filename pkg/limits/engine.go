@@ -227,8 +227,8 @@ func (e *Engine) Decide(ctx context.Context, req *Request, d *Decision) error {
 }
 
 func (e *Engine) decide(ctx context.Context, req *Request, d *Decision) error {
-	d.reset(0)
 	if err := e.Validate(req); err != nil {
+		d.reset(0)
 		return err
 	}
 	d.reset(len(req.Descriptors))
