@@ -35,7 +35,7 @@ func TestCluster(t *testing.T) {
 		}, 3*64, 3)
 	})
 	t.Run("tiers", func(t *testing.T) {
-		storetest.RunTiers(t, func(t *testing.T, clk *storetest.Clock) []limits.Store {
+		storetest.RunTiersSettling(t, func(t *testing.T, clk *storetest.Clock) []limits.Store {
 			return sharedStores(t, opts, 3, clk)
 		}, 3*64)
 	})
