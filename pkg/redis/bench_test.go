@@ -3,7 +3,13 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -77,4 +83,78 @@ func benchmarkApply(b *testing.B, opts redis.Options, rc goredis.UniversalClient
 			b.ReportMetric(float64(usec)/float64(i), "redis-µs/op")
 		})
 	}
+}
+
+// BenchmarkApplyParallel decides the three tiers from 64 goroutines at
+// once on a standalone Redis, as a busy sidecar does, and reports the CPU
+// each decision costs this process (client-cpu-µs/op) and Redis
+// (redis-cpu-µs/op, from INFO cpu) besides wall time. The 64 users'
+// buckets spread the writes.
+func BenchmarkApplyParallel(b *testing.B) {
+	srv := redistest.StartServer(b)
+	rc := srv.Client(b)
+	for _, inflight := range []int{1, 4, 64} {
+		b.Run(fmt.Sprint("inflight", inflight), func(b *testing.B) {
+			s := newStore(b, redis.Options{URL: urlOf(srv.Addr), MaxInflight: inflight, Timeout: time.Second})
+			global := mustLimit(b, limits.FixedWindow, 1<<40, limits.UnitSecond, 1, 0)
+			tenant := mustLimit(b, limits.SlidingWindow, 1<<40, limits.UnitMinute, 1, 0)
+			user := mustLimit(b, limits.TokenBucket, 1<<30, limits.UnitSecond, 1, 0)
+			g, tn := check("global", global, 1), check("tenant", tenant, 1)
+			var users [64]limits.Check
+			for i := range users {
+				users[i] = check(fmt.Sprint("user", i), user, 1)
+			}
+			var next atomic.Int64
+			redisBefore, clientBefore := redisCPU(b, rc), processCPU(b)
+			b.SetParallelism(64 / runtime.GOMAXPROCS(0))
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				u := users[next.Add(1)%int64(len(users))]
+				var batch limits.Batch
+				for pb.Next() {
+					batch.Reset()
+					batch.Checks = append(batch.Checks, g, tn, u)
+					if err := s.Apply(context.Background(), &batch); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64((redisCPU(b, rc)-redisBefore).Microseconds())/float64(b.N), "redis-cpu-µs/op")
+			b.ReportMetric(float64((processCPU(b)-clientBefore).Microseconds())/float64(b.N), "client-cpu-µs/op")
+		})
+	}
+}
+
+// redisCPU returns the CPU time Redis has used, from INFO cpu.
+func redisCPU(t testing.TB, c goredis.UniversalClient) time.Duration {
+	t.Helper()
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total float64
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("INFO cpu %q: %v", line, err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+// processCPU returns the CPU time this process has used.
+func processCPU(t testing.TB) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -21,6 +21,8 @@ const (
 	DefaultTimeout = 15 * time.Millisecond
 	// DefaultKeyPrefix starts every key the store writes.
 	DefaultKeyPrefix = "rls:"
+	// DefaultMaxInflight is Options.MaxInflight's default.
+	DefaultMaxInflight = 4
 )
 
 // backstopTimeout bounds socket reads and writes that carry no request
@@ -75,6 +77,12 @@ type Options struct {
 	// PoolSize is the number of connections per Redis node; 0 means
 	// go-redis's default of 10 per GOMAXPROCS.
 	PoolSize int
+
+	// MaxInflight is the most request round trips the store has under way
+	// at once. Requests made while that many are out wait for the next
+	// round trip to end and go together in one pipeline, so a busy
+	// sidecar makes fewer, larger writes. 0 means DefaultMaxInflight.
+	MaxInflight int
 
 	// Timeout bounds each Redis operation; a request's own deadline bounds
 	// it further. 0 means DefaultTimeout.
@@ -135,6 +143,9 @@ func (o *Options) validate() error {
 	if o.PoolSize < 0 {
 		errs = append(errs, fmt.Errorf("negative pool size %d", o.PoolSize))
 	}
+	if o.MaxInflight < 0 {
+		errs = append(errs, fmt.Errorf("negative max in flight %d", o.MaxInflight))
+	}
 	if (o.TLS.CertFile == "") != (o.TLS.KeyFile == "") {
 		errs = append(errs, errors.New("TLS client certificate and key must be set together"))
 	}
@@ -151,6 +162,13 @@ func (o *Options) timeout() time.Duration {
 		return DefaultTimeout
 	}
 	return o.Timeout
+}
+
+func (o *Options) maxInflight() int {
+	if o.MaxInflight == 0 {
+		return DefaultMaxInflight
+	}
+	return o.MaxInflight
 }
 
 // prefix returns the key prefix.

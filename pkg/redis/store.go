@@ -13,6 +13,10 @@
 // While a refund is under way the reserved hits count against other
 // requests, which can under-admit for that moment but never over-admit.
 //
+// Requests made while Options.MaxInflight calls are already out wait for
+// the next to end and go together as one pipeline (see pipe), so a busy
+// sidecar makes one write and one read per batch instead of per request.
+//
 // Keys are Options.KeyPrefix followed by the key of limits.AppendKey; a
 // sliding log keeps a second key, the same followed by ":h". Every key
 // has a TTL that matches its algorithm, so memory stays bounded however
@@ -58,6 +62,7 @@ const logSuffix = ":h"
 // it with New and release it with Close.
 type Store struct {
 	rdb     goredis.UniversalClient
+	pipe    *pipe
 	cluster bool
 	prefix  string
 	timeout time.Duration
@@ -90,7 +95,13 @@ func New(ctx context.Context, o Options, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis options: %w", err)
 	}
-	s := &Store{rdb: rdb, cluster: cluster, prefix: o.prefix(), timeout: o.timeout()}
+	s := &Store{
+		rdb:     rdb,
+		pipe:    &pipe{rdb: rdb, max: o.maxInflight()},
+		cluster: cluster,
+		prefix:  o.prefix(),
+		timeout: o.timeout(),
+	}
 	for _, opt := range opts {
 		opt(s)
 	}
@@ -166,7 +177,7 @@ func (s *Store) Apply(ctx context.Context, b *limits.Batch) error {
 // applyAll decides b in one script call; all its keys share a node.
 func (s *Store) applyAll(ctx context.Context, b *limits.Batch, now string) error {
 	keys, args := s.applyArgs(b.Checks, nil, now, false)
-	reply, err := applyScript.Run(ctx, s.rdb, keys, args...).Result()
+	reply, err := s.pipe.do(ctx, keys, args)
 	if err != nil {
 		return wrap(ctx, "apply", err)
 	}

@@ -1,0 +1,135 @@
+package redis
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// pipe sends apply.lua calls that are made at the same time to Redis
+// together. At most max round trips are out at once. A call made while
+// fewer are out goes straight to Redis, so a quiet sidecar pays nothing
+// for this. A call made while all are out waits, and the next round trip
+// to end takes every waiting call along as one pipeline: one write and one
+// read for the lot instead of one each, on the sidecar and on Redis. No
+// call waits for a timer, only for a round trip already under way.
+type pipe struct {
+	rdb goredis.UniversalClient
+	max int
+
+	mu    sync.Mutex
+	out   int     // round trips under way
+	queue []*call // calls waiting for the next one
+}
+
+// call is one apply.lua call waiting in a pipe's queue.
+type call struct {
+	ctx   context.Context
+	keys  []string
+	args  []any
+	reply any
+	err   error
+	done  chan struct{} // closed when reply and err are set
+}
+
+// do runs apply.lua with keys and args, within ctx. If ctx ends first, do
+// returns ctx's error; the call may still run on Redis, as any call whose
+// reply is lost may.
+func (p *pipe) do(ctx context.Context, keys []string, args []any) (any, error) {
+	p.mu.Lock()
+	if p.out < p.max {
+		p.out++
+		p.mu.Unlock()
+		reply, err := applyScript.Run(ctx, p.rdb, keys, args...).Result()
+		p.done()
+		return reply, err
+	}
+	c := &call{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
+	p.queue = append(p.queue, c)
+	p.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.reply, c.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// done ends a round trip. If calls are waiting, the round trip's place
+// goes to a pipeline of them instead, run by a goroutine of its own so
+// that the caller that ended it can return.
+func (p *pipe) done() {
+	p.mu.Lock()
+	q := p.queue
+	p.queue = nil
+	if len(q) == 0 {
+		p.out--
+	}
+	p.mu.Unlock()
+	if len(q) > 0 {
+		go p.flush(q)
+	}
+}
+
+// flush sends q as pipelines, and then whatever queued meanwhile, until
+// the queue is empty.
+func (p *pipe) flush(q []*call) {
+	for len(q) > 0 {
+		p.send(q)
+		p.mu.Lock()
+		q = p.queue
+		p.queue = nil
+		if len(q) == 0 {
+			p.out--
+		}
+		p.mu.Unlock()
+	}
+}
+
+// send runs q as one pipeline and gives each call its reply. Calls whose
+// context has ended are dropped unsent. The pipeline's deadline is the
+// latest of the calls': a call with an earlier one stops waiting at its
+// own. After a NOSCRIPT (Redis lost its script cache), the calls that got
+// it are run again one by one, which loads the script.
+func (p *pipe) send(q []*call) {
+	live := make([]*call, 0, len(q))
+	var deadline time.Time
+	bounded := true
+	for _, c := range q {
+		if err := c.ctx.Err(); err != nil {
+			c.err = err
+			close(c.done)
+			continue
+		}
+		if d, ok := c.ctx.Deadline(); !ok {
+			bounded = false
+		} else if d.After(deadline) {
+			deadline = d
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx := context.Background()
+	if bounded {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	pl := p.rdb.Pipeline()
+	cmds := make([]*goredis.Cmd, len(live))
+	for i, c := range live {
+		cmds[i] = pl.EvalSha(ctx, applyScript.Hash(), c.keys, c.args...)
+	}
+	_, _ = pl.Exec(ctx) // each command carries its own error
+	for i, c := range live {
+		c.reply, c.err = cmds[i].Result()
+		if c.err != nil && goredis.HasErrorPrefix(c.err, "NOSCRIPT") {
+			c.reply, c.err = applyScript.Run(c.ctx, p.rdb, c.keys, c.args...).Result()
+		}
+		close(c.done)
+	}
+}

@@ -1,0 +1,192 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
+)
+
+// TestPipeline covers the batching of concurrent requests into pipelines
+// (Options.MaxInflight) on a standalone Redis.
+func TestPipeline(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rc := srv.Client(t)
+	t.Run("batches", func(t *testing.T) { testPipelineBatches(t, srv.Addr, rc) })
+	t.Run("script_flush", func(t *testing.T) { testPipelineScriptFlush(t, srv.Addr, rc) })
+	t.Run("deadline", func(t *testing.T) { testPipelineDeadline(t, srv.Addr, rc) })
+}
+
+// testPipelineBatches runs 32 goroutines of three-tier requests. With one
+// round trip in flight at a time, the store must still decide each
+// request exactly, with one EVALSHA each, over at most two connections;
+// without batching, the same load opens many.
+func testPipelineBatches(t *testing.T, addr string, rc goredis.UniversalClient) {
+	for _, tt := range []struct {
+		inflight  int
+		wantConns func(int64) bool
+		want      string
+	}{
+		// go-redis keeps pipelines in a pool of their own: one
+		// connection there, and one for the calls that go alone.
+		{inflight: 1, wantConns: func(n int64) bool { return n <= 2 }, want: "at most 2"},
+		{inflight: 64, wantConns: func(n int64) bool { return n > 2 }, want: "more than 2"},
+	} {
+		t.Run(fmt.Sprint("inflight", tt.inflight), func(t *testing.T) {
+			connsBefore := connectionsReceived(t, rc)
+			s := newStore(t, redis.Options{URL: urlOf(addr), MaxInflight: tt.inflight, Timeout: 5 * time.Second})
+			global := mustLimit(t, limits.FixedWindow, 100000, limits.UnitHour, 1, 0)
+			tenant := mustLimit(t, limits.SlidingWindow, 300, limits.UnitHour, 1, 0)
+			user := mustLimit(t, limits.TokenBucket, 40, limits.UnitHour, 1, 0)
+			callsBefore := commandCalls(t, rc)
+			const goroutines, each = 32, 20
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for g := range goroutines {
+				wg.Go(func() {
+					for i := range each {
+						b := &limits.Batch{Checks: []limits.Check{
+							check("global", global, 1), check("tenant", tenant, 1), check(fmt.Sprint("user", (g+i)%10), user, 1),
+						}}
+						if err := s.Apply(context.Background(), b); err != nil {
+							t.Errorf("Apply: %v", err)
+							return
+						}
+						if b.Admitted {
+							admitted.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			// 10 users × 40 = 400 > 300: the tenant tier decides.
+			if got := admitted.Load(); got != 300 {
+				t.Errorf("admitted %d, want exactly the tenant limit 300", got)
+			}
+			b := apply(t, s, check("global", global, 0))
+			if got, want := b.Outcomes[0].Remaining, uint64(100000-admitted.Load()); got != want {
+				t.Errorf("global remaining %d, want %d", got, want)
+			}
+			callsAfter := commandCalls(t, rc)
+			if got := callsAfter["evalsha"] - callsBefore["evalsha"]; got != goroutines*each+1 {
+				t.Errorf("%d EVALSHA for %d requests, want one each", got, goroutines*each+1)
+			}
+			got := connectionsReceived(t, rc) - connsBefore
+			t.Logf("%d connections", got)
+			if !tt.wantConns(got) {
+				t.Errorf("the store opened %d connections, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// testPipelineScriptFlush flushes the script cache twice while 16
+// goroutines make requests that queue for pipelines: the NOSCRIPT that a
+// pipeline gets back must be recovered, with no failed request.
+func testPipelineScriptFlush(t *testing.T, addr string, rc goredis.UniversalClient) {
+	s := newStore(t, redis.Options{URL: urlOf(addr), MaxInflight: 1, Timeout: 5 * time.Second})
+	l := mustLimit(t, limits.FixedWindow, 1000000, limits.UnitHour, 1, 0)
+	before := commandCalls(t, rc)
+	const goroutines, each = 16, 50
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for range each {
+				b := &limits.Batch{Checks: []limits.Check{check(fmt.Sprint("flush", g), l, 1), check("flush", l, 1)}}
+				if err := s.Apply(context.Background(), b); err != nil {
+					t.Errorf("Apply: %v", err)
+					return
+				}
+				if !b.Admitted {
+					t.Error("not admitted")
+					return
+				}
+				done.Add(1)
+			}
+		})
+	}
+	for _, at := range []int64{goroutines * each / 4, goroutines * each / 2} {
+		for done.Load() < at && !t.Failed() {
+			time.Sleep(time.Millisecond)
+		}
+		if err := rc.ScriptFlush(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	b := apply(t, s, check("flush", l, 0))
+	if got, want := b.Outcomes[0].Remaining, uint64(1000000-goroutines*each); got != want {
+		t.Errorf("remaining %d, want %d: a request was lost or counted twice", got, want)
+	}
+	after := commandCalls(t, rc)
+	if after["eval"] == before["eval"] {
+		t.Error("no EVAL: the script cache was never found flushed")
+	}
+}
+
+// testPipelineDeadline holds Redis with CLIENT PAUSE while 6 requests
+// with deadlines 150 ms apart are made with one round trip allowed in
+// flight: the first waits on Redis and the rest in the queue, to go
+// together in a pipeline bounded by the latest deadline. Every one must
+// end at its own deadline with ErrStoreUnavailable, not at a later
+// request's, nor at the store's 5 s timeout.
+func testPipelineDeadline(t *testing.T, addr string, rc goredis.UniversalClient) {
+	s := newStore(t, redis.Options{URL: urlOf(addr), MaxInflight: 1, Timeout: 5 * time.Second})
+	l := mustLimit(t, limits.FixedWindow, 1000, limits.UnitHour, 1, 0)
+	apply(t, s, check("deadline", l, 1)) // connect first
+	if err := rc.Do(context.Background(), "CLIENT", "PAUSE", 1000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rc.Do(context.Background(), "CLIENT", "UNPAUSE").Err() })
+	const step, slack = 150 * time.Millisecond, 100 * time.Millisecond
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Go(func() {
+			deadline := time.Duration(i+1) * step
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			start := time.Now()
+			err := s.Apply(ctx, &limits.Batch{Checks: []limits.Check{check("deadline", l, 1)}})
+			took := time.Since(start)
+			if !errors.Is(err, limits.ErrStoreUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("err = %v, want ErrStoreUnavailable and DeadlineExceeded", err)
+			}
+			if took > deadline+slack {
+				t.Errorf("took %v past a %v deadline", took, deadline)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// connectionsReceived returns INFO stats total_connections_received.
+func connectionsReceived(t *testing.T, rc goredis.UniversalClient) int64 {
+	t.Helper()
+	info, err := rc.Info(context.Background(), "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_connections_received:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("INFO stats %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	t.Fatal("INFO stats has no total_connections_received")
+	return 0
+}
