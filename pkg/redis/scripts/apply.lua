@@ -50,7 +50,7 @@ local function load(l, key, key2)
     -- Entries at or before lo have left the window; they stay stored
     -- until the next write trims them.
     local expired = 0
-    for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, '-inf', str(lo))) do
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, '-inf', lo)) do
       expired = expired + loghits(m)
     end
     local newest
@@ -258,12 +258,15 @@ local admitted = true
 local k = 1
 for i = 1, (#ARGV - 2) / 7 do
   local a = 2 + (i - 1) * 7
-  local l = {
+  -- A check is its limit too (alg, req, w, tick, burst). Every field is
+  -- set here, so Lua sizes the table once.
+  local c = {
     alg = tonumber(ARGV[a + 1]), req = tonumber(ARGV[a + 2]), w = tonumber(ARGV[a + 3]),
     tick = tonumber(ARGV[a + 4]), burst = tonumber(ARGV[a + 5]),
+    hits = tonumber(ARGV[a + 6]), shadow = ARGV[a + 7] == '1', key = KEYS[k], key2 = false,
+    start = false, next = false, over = false, rem = 0, reset = 0, altrem = 0, altreset = 0,
   }
-  local c = {l = l, hits = tonumber(ARGV[a + 6]), shadow = ARGV[a + 7] == '1', key = KEYS[k]}
-  if l.alg == LOG then
+  if c.alg == LOG then
     c.key2 = KEYS[k + 1]
     k = k + 2
   else
@@ -271,9 +274,9 @@ for i = 1, (#ARGV - 2) / 7 do
   end
   local st = work[c.key]
   if st == nil then
-    st = load(l, c.key, c.key2)
+    st = load(c, c.key, c.key2)
   end
-  local over, rem, reset, n = evaluate(l, st, c.hits)
+  local over, rem, reset, n = evaluate(c, st, c.hits)
   if over then
     n = st
     if not c.shadow then
@@ -292,7 +295,7 @@ if not admitted or reserve then
     c.altrem, c.altreset = c.rem, c.reset
     if not c.over then
       local _
-      _, c.altrem, c.altreset = evaluate(c.l, c.start, 0)
+      _, c.altrem, c.altreset = evaluate(c, c.start, 0)
     end
   end
 end
@@ -304,22 +307,22 @@ for _, c in ipairs(checks) do
   if not admitted then
     rem, reset = c.altrem, c.altreset
   elseif c.hits > 0 and not c.over then
-    local l, n = c.l, c.next
+    local l, n = c, c.next
     if l.alg == LOG then
       -- Trim and repair once per key: later checks on the key come
       -- from this one's working copy.
       if not repaired[c.key] then
         repaired[c.key] = true
         if n.trim then
-          redis.call('ZREMRANGEBYSCORE', c.key, '-inf', str(n.lo))
+          redis.call('ZREMRANGEBYSCORE', c.key, '-inf', n.lo)
         end
         if n.seq then
-          redis.call('HSET', c.key2, 'n', str(n.seq))
+          redis.call('HSET', c.key2, 'n', n.seq)
         end
       end
       receipt = redis.call('HINCRBY', c.key2, 'n', 1)
-      redis.call('ZADD', c.key, str(now), str(receipt) .. ':' .. str(c.hits))
-      redis.call('HSET', c.key2, 'h', str(n.count))
+      redis.call('ZADD', c.key, now, str(receipt) .. ':' .. str(c.hits))
+      redis.call('HSET', c.key2, 'h', n.count)
       local last = redis.call('ZRANGE', c.key, -1, -1, 'WITHSCORES')
       local exp = ttl(max(now, tonumber(last[2])) + l.w - now)
       redis.call('PEXPIRE', c.key, exp)
@@ -329,11 +332,11 @@ for _, c in ipairs(checks) do
       redis.call('DEL', c.key)
     else
       if l.alg == SLIDING then
-        redis.call('HSET', c.key, 's', str(n.s), 'c', str(n.c), 'p', str(n.p))
+        redis.call('HSET', c.key, 's', n.s, 'c', n.c, 'p', n.p)
       elseif l.alg == FIXED then
-        redis.call('HSET', c.key, 's', str(n.s), 'c', str(n.c))
+        redis.call('HSET', c.key, 's', n.s, 'c', n.c)
       else
-        redis.call('HSET', c.key, 's', str(n.s), 'c', str(n.c), 'e', str(n.e))
+        redis.call('HSET', c.key, 's', n.s, 'c', n.c, 'e', n.e)
       end
       redis.call('PEXPIRE', c.key, ttl(n.e - now))
       receipt = n.s

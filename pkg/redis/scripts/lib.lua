@@ -28,14 +28,17 @@ local function ceildiv(a, b)
   return idiv(a - 1, b) + 1
 end
 
--- str formats an integer without an exponent.
+-- str formats an integer without an exponent, for building strings:
+-- Lua's own conversion gives only 14 digits. Numbers passed to
+-- redis.call need no str: Redis formats them with 17 digits, exact for
+-- every integer below 2^53.
 local function str(x)
   return string.format('%.0f', x)
 end
 
 -- ttl converts µs to a PEXPIRE argument: whole ms, rounded up, at least 1.
 local function ttl(us)
-  return str(max(1, ceildiv(max(us, 0), 1000)))
+  return max(1, ceildiv(max(us, 0), 1000))
 end
 
 -- clock returns now in µs: ARGV[1] if a test set it, else Redis's TIME.

@@ -41,17 +41,17 @@ for i = 1, (#ARGV - 1) / 7 do
     local key2 = KEYS[k]
     k = k + 1
     if redis.call('ZREM', key, str(receipt) .. ':' .. str(hits)) == 1 then
-      redis.call('HINCRBY', key2, 'h', str(-hits))
+      redis.call('HINCRBY', key2, 'h', -hits)
       refunded = refunded + 1
     end
   elseif alg == FIXED or alg == SLIDING then
     local v = redis.call('HMGET', key, 's', 'c', 'p')
     local s = tonumber(v[1] or '0')
     if s == receipt then
-      redis.call('HSET', key, 'c', str(max(0, tonumber(v[2] or '0') - hits)))
+      redis.call('HSET', key, 'c', max(0, tonumber(v[2] or '0') - hits))
       refunded = refunded + 1
     elseif alg == SLIDING and s == receipt + w then
-      redis.call('HSET', key, 'p', str(max(0, tonumber(v[3] or '0') - hits)))
+      redis.call('HSET', key, 'p', max(0, tonumber(v[3] or '0') - hits))
       refunded = refunded + 1
     end
   else
@@ -74,7 +74,7 @@ for i = 1, (#ARGV - 1) / 7 do
         if e <= now then
           redis.call('DEL', key)
         else
-          redis.call('HSET', key, 'c', str(c), 'e', str(e))
+          redis.call('HSET', key, 'c', c, 'e', e)
           redis.call('PEXPIRE', key, ttl(e - now))
         end
         refunded = refunded + 1
