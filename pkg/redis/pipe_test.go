@@ -28,29 +28,33 @@ func TestPipeline(t *testing.T) {
 	t.Run("deadline", func(t *testing.T) { testPipelineDeadline(t, srv.Addr, rc) })
 }
 
-// testPipelineBatches runs 32 goroutines of three-tier requests. With one
-// round trip in flight at a time, the store must still decide each
-// request exactly, with one EVALSHA each, over at most two connections;
-// without batching, the same load opens many.
+// testPipelineBatches runs 400 goroutines of three-tier requests, more
+// than one pipeline takes. With one round trip in flight at a time, the
+// store must batch them, in pipelines of at most 128, over at most two
+// connections, and still decide each request exactly, with one EVALSHA
+// each. Without batching, the same load opens many connections.
 func testPipelineBatches(t *testing.T, addr string, rc goredis.UniversalClient) {
 	for _, tt := range []struct {
 		inflight  int
 		wantConns func(int64) bool
 		want      string
+		batched   bool
 	}{
 		// go-redis keeps pipelines in a pool of their own: one
 		// connection there, and one for the calls that go alone.
-		{inflight: 1, wantConns: func(n int64) bool { return n <= 2 }, want: "at most 2"},
-		{inflight: 64, wantConns: func(n int64) bool { return n > 2 }, want: "more than 2"},
+		{inflight: 1, wantConns: func(n int64) bool { return n <= 2 }, want: "at most 2", batched: true},
+		{inflight: 512, wantConns: func(n int64) bool { return n > 2 }, want: "more than 2"},
 	} {
 		t.Run(fmt.Sprint("inflight", tt.inflight), func(t *testing.T) {
 			connsBefore := connectionsReceived(t, rc)
 			s := newStore(t, redis.Options{URL: urlOf(addr), MaxInflight: tt.inflight, Timeout: 5 * time.Second})
+			var pipelines pipelineSizes
+			redis.AddHook(s, &pipelines)
 			global := mustLimit(t, limits.FixedWindow, 100000, limits.UnitHour, 1, 0)
 			tenant := mustLimit(t, limits.SlidingWindow, 300, limits.UnitHour, 1, 0)
 			user := mustLimit(t, limits.TokenBucket, 40, limits.UnitHour, 1, 0)
 			callsBefore := commandCalls(t, rc)
-			const goroutines, each = 32, 20
+			const goroutines, each = 400, 5
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
 			for g := range goroutines {
@@ -81,6 +85,14 @@ func testPipelineBatches(t *testing.T, addr string, rc goredis.UniversalClient) 
 			callsAfter := commandCalls(t, rc)
 			if got := callsAfter["evalsha"] - callsBefore["evalsha"]; got != goroutines*each+1 {
 				t.Errorf("%d EVALSHA for %d requests, want one each", got, goroutines*each+1)
+			}
+			largest := pipelines.largest()
+			t.Logf("%d pipelines, the largest of %d", len(pipelines.sizes), largest)
+			if tt.batched && (largest < 2 || largest > 128) {
+				t.Errorf("largest pipeline %d, want 2 to 128", largest)
+			}
+			if !tt.batched && len(pipelines.sizes) > 0 {
+				t.Errorf("%d pipelines with %d in flight allowed, want none", len(pipelines.sizes), tt.inflight)
 			}
 			got := connectionsReceived(t, rc) - connsBefore
 			t.Logf("%d connections", got)
@@ -131,17 +143,17 @@ func testPipelineScriptFlush(t *testing.T, addr string, rc goredis.UniversalClie
 		t.Errorf("remaining %d, want %d: a request was lost or counted twice", got, want)
 	}
 	after := commandCalls(t, rc)
-	if after["eval"] == before["eval"] {
-		t.Error("no EVAL: the script cache was never found flushed")
+	if after["eval"]+after["script|load"] == before["eval"]+before["script|load"] {
+		t.Error("no EVAL or SCRIPT LOAD: the script cache was never found flushed")
 	}
 }
 
-// testPipelineDeadline holds Redis with CLIENT PAUSE while 6 requests
-// with deadlines 150 ms apart are made with one round trip allowed in
-// flight: the first waits on Redis and the rest in the queue, to go
-// together in a pipeline bounded by the latest deadline. Every one must
-// end at its own deadline with ErrStoreUnavailable, not at a later
-// request's, nor at the store's 5 s timeout.
+// testPipelineDeadline holds Redis with CLIENT PAUSE. One request, with a
+// 100 ms deadline, takes the only round trip allowed; four more, with
+// deadlines from 250 to 700 ms, queue and go together in a pipeline
+// bounded by the latest. Every one must fail with ErrStoreUnavailable at
+// its own deadline: neither later (a queued call waiting for the
+// pipeline) nor earlier (a pipeline bounded by an earlier deadline).
 func testPipelineDeadline(t *testing.T, addr string, rc goredis.UniversalClient) {
 	s := newStore(t, redis.Options{URL: urlOf(addr), MaxInflight: 1, Timeout: 5 * time.Second})
 	l := mustLimit(t, limits.FixedWindow, 1000, limits.UnitHour, 1, 0)
@@ -150,25 +162,63 @@ func testPipelineDeadline(t *testing.T, addr string, rc goredis.UniversalClient)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rc.Do(context.Background(), "CLIENT", "UNPAUSE").Err() })
-	const step, slack = 150 * time.Millisecond, 100 * time.Millisecond
+	const slack = 100 * time.Millisecond
 	var wg sync.WaitGroup
-	for i := range 6 {
+	run := func(deadline time.Duration) {
 		wg.Go(func() {
-			deadline := time.Duration(i+1) * step
 			ctx, cancel := context.WithTimeout(context.Background(), deadline)
 			defer cancel()
 			start := time.Now()
 			err := s.Apply(ctx, &limits.Batch{Checks: []limits.Check{check("deadline", l, 1)}})
 			took := time.Since(start)
 			if !errors.Is(err, limits.ErrStoreUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-				t.Errorf("err = %v, want ErrStoreUnavailable and DeadlineExceeded", err)
+				t.Errorf("%v deadline: err = %v, want ErrStoreUnavailable and DeadlineExceeded", deadline, err)
 			}
-			if took > deadline+slack {
-				t.Errorf("took %v past a %v deadline", took, deadline)
+			if took < deadline-10*time.Millisecond || took > deadline+slack {
+				t.Errorf("took %v with a %v deadline", took, deadline)
 			}
 		})
 	}
+	run(100 * time.Millisecond)
+	for redis.Inflight(s) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	for _, d := range []time.Duration{250, 400, 550, 700} {
+		run(d * time.Millisecond)
+	}
 	wg.Wait()
+}
+
+// pipelineSizes is a go-redis hook that records the length of every
+// pipeline of scripts sent.
+type pipelineSizes struct {
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (h *pipelineSizes) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h *pipelineSizes) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+
+func (h *pipelineSizes) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "evalsha" { // not a connection's handshake
+			h.mu.Lock()
+			h.sizes = append(h.sizes, len(cmds))
+			h.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *pipelineSizes) largest() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, s := range h.sizes {
+		n = max(n, s)
+	}
+	return n
 }
 
 // connectionsReceived returns INFO stats total_connections_received.

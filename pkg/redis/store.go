@@ -13,9 +13,13 @@
 // While a refund is under way the reserved hits count against other
 // requests, which can under-admit for that moment but never over-admit.
 //
-// Requests made while Options.MaxInflight calls are already out wait for
-// the next to end and go together as one pipeline (see pipe), so a busy
-// sidecar makes one write and one read per batch instead of per request.
+// On standalone Redis and Sentinel, requests made while Options.MaxInflight
+// calls are already out wait for the next to end and go together as one
+// pipeline (see pipe), so a busy sidecar makes one write and one read per
+// batch instead of per request. A Cluster gets no such batching: go-redis
+// answers a cluster pipeline only when every node has, and resends a
+// node's whole batch, scripts that already ran included, on TRYAGAIN or a
+// dropped connection.
 //
 // Keys are Options.KeyPrefix followed by the key of limits.AppendKey; a
 // sliding log keeps a second key, the same followed by ":h". Every key
@@ -62,7 +66,7 @@ const logSuffix = ":h"
 // it with New and release it with Close.
 type Store struct {
 	rdb     goredis.UniversalClient
-	pipe    *pipe
+	pipe    *pipe // nil on a Cluster
 	cluster bool
 	prefix  string
 	timeout time.Duration
@@ -95,12 +99,9 @@ func New(ctx context.Context, o Options, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis options: %w", err)
 	}
-	s := &Store{
-		rdb:     rdb,
-		pipe:    &pipe{rdb: rdb, max: o.maxInflight()},
-		cluster: cluster,
-		prefix:  o.prefix(),
-		timeout: o.timeout(),
+	s := &Store{rdb: rdb, cluster: cluster, prefix: o.prefix(), timeout: o.timeout()}
+	if !cluster {
+		s.pipe = &pipe{rdb: rdb, max: o.maxInflight()}
 	}
 	for _, opt := range opts {
 		opt(s)
@@ -177,7 +178,13 @@ func (s *Store) Apply(ctx context.Context, b *limits.Batch) error {
 // applyAll decides b in one script call; all its keys share a node.
 func (s *Store) applyAll(ctx context.Context, b *limits.Batch, now string) error {
 	keys, args := s.applyArgs(b.Checks, nil, now, false)
-	reply, err := s.pipe.do(ctx, keys, args)
+	var reply any
+	var err error
+	if s.pipe != nil {
+		reply, err = s.pipe.do(ctx, keys, args)
+	} else {
+		reply, err = applyScript.Run(ctx, s.rdb, keys, args...).Result()
+	}
 	if err != nil {
 		return wrap(ctx, "apply", err)
 	}
