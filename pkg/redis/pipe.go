@@ -60,7 +60,12 @@ func (p *pipe) do(ctx context.Context, keys []string, args []any) (any, error) {
 	case <-c.done:
 		return c.reply, c.err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		select {
+		case <-c.done: // both ready: the answer, not a lost request
+			return c.reply, c.err
+		default:
+			return nil, ctx.Err()
+		}
 	}
 }
 
