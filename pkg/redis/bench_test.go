@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -92,10 +93,22 @@ func benchmarkApply(b *testing.B, opts redis.Options, rc goredis.UniversalClient
 // buckets spread the writes.
 func BenchmarkApplyParallel(b *testing.B) {
 	srv := redistest.StartServer(b)
-	rc := srv.Client(b)
+	benchmarkApplyParallel(b, redis.Options{URL: urlOf(srv.Addr)}, srv.Client(b))
+}
+
+// BenchmarkClusterApplyParallel is BenchmarkApplyParallel on a
+// three-master cluster, where the three tiers are three slot groups and
+// Redis CPU is the sum over the masters.
+func BenchmarkClusterApplyParallel(b *testing.B) {
+	c := redistest.StartCluster(b)
+	benchmarkApplyParallel(b, redis.Options{ClusterAddrs: c.Addrs}, c.Client(b))
+}
+
+func benchmarkApplyParallel(b *testing.B, opts redis.Options, rc goredis.UniversalClient) {
 	for _, inflight := range []int{1, 4, 64} {
 		b.Run(fmt.Sprint("inflight", inflight), func(b *testing.B) {
-			s := newStore(b, redis.Options{URL: urlOf(srv.Addr), MaxInflight: inflight, Timeout: time.Second})
+			opts.MaxInflight, opts.Timeout = inflight, time.Second
+			s := newStore(b, opts)
 			global := mustLimit(b, limits.FixedWindow, 1<<40, limits.UnitSecond, 1, 0)
 			tenant := mustLimit(b, limits.SlidingWindow, 1<<40, limits.UnitMinute, 1, 0)
 			user := mustLimit(b, limits.TokenBucket, 1<<30, limits.UnitSecond, 1, 0)
@@ -128,9 +141,25 @@ func BenchmarkApplyParallel(b *testing.B) {
 	}
 }
 
-// redisCPU returns the CPU time Redis has used, from INFO cpu.
+// redisCPU returns the CPU time Redis has used, from INFO cpu: on a
+// cluster, the sum over its masters.
 func redisCPU(t testing.TB, c goredis.UniversalClient) time.Duration {
 	t.Helper()
+	if cc, ok := c.(*goredis.ClusterClient); ok {
+		var mu sync.Mutex
+		var total time.Duration
+		err := cc.ForEachMaster(context.Background(), func(_ context.Context, n *goredis.Client) error {
+			d := redisCPU(t, n)
+			mu.Lock()
+			total += d
+			mu.Unlock()
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return total
+	}
 	info, err := c.Info(context.Background(), "cpu").Result()
 	if err != nil {
 		t.Fatal(err)

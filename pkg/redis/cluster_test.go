@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,6 +46,8 @@ func TestCluster(t *testing.T) {
 	t.Run("differential", func(t *testing.T) { testDifferential(t, opts) })
 	t.Run("round_trips", func(t *testing.T) { testClusterRoundTrips(t, opts, c.Client(t)) })
 	t.Run("under_admission", func(t *testing.T) { testUnderAdmission(t, opts) })
+	t.Run("pipeline", func(t *testing.T) { testClusterPipeline(t, opts) })
+	t.Run("redirect", func(t *testing.T) { testRedirect(t, opts, c.Client(t)) })
 	t.Run("script_flush", func(t *testing.T) {
 		cc := c.Client(t)
 		testScriptFlush(t, opts, func() {
@@ -288,5 +291,92 @@ func testUnderAdmission(t *testing.T, opts redis.Options) {
 			t.Logf("%d in flight: %d requests, %d admitted (exact: %d), %d (%.1f%%) rejected by the global tier (limit %d) only for reservations refunded later",
 				goroutines, total, admitted, users*perUser, globalOver, 100*float64(globalOver)/float64(total), globalLimit)
 		})
+	}
+}
+
+// testClusterPipeline: with one round trip per node allowed, 128
+// goroutines on one key are batched into pipelines on the key's node, and
+// still admitted exactly.
+func testClusterPipeline(t *testing.T, opts redis.Options) {
+	opts.MaxInflight = 1
+	s := newStore(t, opts)
+	var pipelines pipelineSizes
+	redis.AddNodeHook(s, &pipelines)
+	l := mustLimit(t, limits.FixedWindow, 300, limits.UnitHour, 1, 0)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 128 {
+		wg.Go(func() {
+			for range 5 {
+				b := &limits.Batch{Checks: []limits.Check{check("pipelined", l, 1)}}
+				if err := s.Apply(context.Background(), b); err != nil {
+					t.Errorf("Apply: %v", err)
+					return
+				}
+				if b.Admitted {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 300 {
+		t.Errorf("admitted %d of 640, want exactly 300", got)
+	}
+	largest := pipelines.largest()
+	t.Logf("%d pipelines, the largest of %d", len(pipelines.sizes), largest)
+	if largest < 2 || largest > 128 {
+		t.Errorf("largest pipeline %d, want 2 to 128", largest)
+	}
+}
+
+// testRedirect sends requests through a pipe to a master that does not
+// serve their key, as after a resharding: the node answers MOVED, before
+// running anything, and each request must go again through the cluster
+// client, lone and pipelined alike, and be decided exactly.
+func testRedirect(t *testing.T, opts redis.Options, cc *goredis.ClusterClient) {
+	s := newStore(t, opts)
+	l := mustLimit(t, limits.FixedWindow, 100, limits.UnitHour, 1, 0)
+	c := check("redirected", l, 1)
+	ctx := context.Background()
+	owner, err := cc.MasterForKey(ctx, redis.FullKey(s, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex // ForEachMaster calls in parallel
+		wrong *goredis.Client
+	)
+	err = cc.ForEachMaster(ctx, func(_ context.Context, n *goredis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if n.Options().Addr != owner.Options().Addr {
+			wrong = n
+		}
+		return nil
+	})
+	if err != nil || wrong == nil {
+		t.Fatalf("no master other than the key's: %v", err)
+	}
+	p := redis.NewNodePipe(s, wrong, 1)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 10 {
+				b := &limits.Batch{Checks: []limits.Check{c}}
+				if err := redis.ApplyVia(ctx, s, p, b); err != nil {
+					t.Errorf("Apply: %v", err)
+					return
+				}
+				if b.Admitted {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 100 {
+		t.Errorf("admitted %d of 160, want exactly 100", got)
 	}
 }

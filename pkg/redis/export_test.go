@@ -1,6 +1,12 @@
 package redis
 
-import goredis "github.com/redis/go-redis/v9"
+import (
+	"context"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
 
 // Slot returns the hash slot of key, for tests.
 func Slot(key string) uint16 { return slot("", key) }
@@ -17,4 +23,36 @@ func Inflight(s *Store) int {
 	s.pipe.mu.Lock()
 	defer s.pipe.mu.Unlock()
 	return s.pipe.out
+}
+
+// AddNodeHook adds h to every node client of the store's cluster client,
+// present and future.
+func AddNodeHook(s *Store, h goredis.Hook) {
+	cc := s.rdb.(*goredis.ClusterClient)
+	cc.OnNewNode(func(n *goredis.Client) { n.AddHook(h) })
+	_ = cc.ForEachShard(context.Background(), func(_ context.Context, n *goredis.Client) error {
+		n.AddHook(h)
+		return nil
+	})
+}
+
+// FullKey returns the Redis key of c in s.
+func FullKey(s *Store, c limits.Check) string { return s.prefix + c.Key }
+
+// NewNodePipe returns a pipe to node, which need not serve the keys sent
+// through it, following redirections through the store's cluster client.
+func NewNodePipe(s *Store, node *goredis.Client, max int) *pipe {
+	return &pipe{rdb: node, max: max, redirect: s.rdb}
+}
+
+// ApplyVia decides b as Apply does on one slot, but through p.
+func ApplyVia(ctx context.Context, s *Store, p *pipe, b *limits.Batch) error {
+	b.Outcomes = make([]limits.Outcome, len(b.Checks))
+	keys, args := s.applyArgs(b.Checks, nil, "", false)
+	reply, err := p.do(ctx, keys, args)
+	if err != nil {
+		return wrap(ctx, "apply", err)
+	}
+	b.Admitted, err = readApply(reply, b.Outcomes)
+	return err
 }

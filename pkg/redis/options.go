@@ -78,11 +78,11 @@ type Options struct {
 	// go-redis's default of 10 per GOMAXPROCS.
 	PoolSize int
 
-	// MaxInflight is, on standalone Redis and Sentinel, the most request
-	// round trips the store has under way at once. Requests made while
+	// MaxInflight is the most request round trips the store has under
+	// way at once (on a Cluster, to each master). Requests made while
 	// that many are out wait for the next round trip to end and go
 	// together in one pipeline, so a busy sidecar makes fewer, larger
-	// writes. A Cluster ignores it. 0 means DefaultMaxInflight.
+	// writes. 0 means DefaultMaxInflight.
 	MaxInflight int
 
 	// Timeout bounds each Redis operation; a request's own deadline bounds

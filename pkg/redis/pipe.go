@@ -16,9 +16,18 @@ import (
 // one write and one read for the lot instead of one each, on the sidecar
 // and on Redis. No call waits for a timer, only for round trips already
 // under way.
+//
+// On a Cluster there is one pipe per master, sending through that node's
+// own client: go-redis's cluster pipeline answers only when every node
+// has, and resends a node's whole batch, scripts that already ran
+// included, on TRYAGAIN or a dropped connection. A node client never
+// resends. A call that a node refuses because the slot has moved (MOVED,
+// ASK, TRYAGAIN: the script did not run) goes again through redirect, the
+// cluster client, which follows the redirection.
 type pipe struct {
-	rdb goredis.UniversalClient
-	max int
+	rdb      goredis.UniversalClient
+	max      int
+	redirect goredis.UniversalClient // the cluster client; nil elsewhere
 
 	mu    sync.Mutex
 	out   int     // round trips under way
@@ -51,7 +60,11 @@ func (p *pipe) do(ctx context.Context, keys []string, args []any) (any, error) {
 		p.out++
 		p.mu.Unlock()
 		defer p.done()
-		return applyScript.Run(ctx, p.rdb, keys, args...).Result()
+		reply, err := applyScript.Run(ctx, p.rdb, keys, args...).Result()
+		if p.redirected(err) {
+			return applyScript.Run(ctx, p.redirect, keys, args...).Result()
+		}
+		return reply, err
 	}
 	c := &call{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
 	p.queue = append(p.queue, c)
@@ -168,11 +181,31 @@ func (p *pipe) exec(ctx context.Context, q []*call) (noscript []*call) {
 	_, _ = pl.Exec(ctx) // each command carries its own error
 	for i, c := range q {
 		c.reply, c.err = cmds[i].Result()
-		if c.err != nil && goredis.HasErrorPrefix(c.err, "NOSCRIPT") {
+		switch {
+		case c.err == nil:
+		case goredis.HasErrorPrefix(c.err, "NOSCRIPT"):
 			noscript = append(noscript, c)
+			continue
+		case p.redirected(c.err):
+			go func() { // on its own, so the round trip ends now
+				c.reply, c.err = applyScript.Run(c.ctx, p.redirect, c.keys, c.args...).Result()
+				close(c.done)
+			}()
 			continue
 		}
 		close(c.done)
 	}
 	return noscript
+}
+
+// redirected reports whether err is a Cluster node's refusal to run a
+// call whose slot it does not serve right now, with a cluster client to
+// send the call again through.
+func (p *pipe) redirected(err error) bool {
+	if p.redirect == nil || err == nil {
+		return false
+	}
+	_, moved := goredis.IsMovedError(err)
+	_, ask := goredis.IsAskError(err)
+	return moved || ask || goredis.IsTryAgainError(err)
 }

@@ -13,13 +13,10 @@
 // While a refund is under way the reserved hits count against other
 // requests, which can under-admit for that moment but never over-admit.
 //
-// On standalone Redis and Sentinel, requests made while Options.MaxInflight
-// calls are already out wait for the next to end and go together as one
+// Requests made while Options.MaxInflight calls are already out (to the
+// node, on a Cluster) wait for the next to end and go together as one
 // pipeline (see pipe), so a busy sidecar makes one write and one read per
-// batch instead of per request. A Cluster gets no such batching: go-redis
-// answers a cluster pipeline only when every node has, and resends a
-// node's whole batch, scripts that already ran included, on TRYAGAIN or a
-// dropped connection.
+// batch instead of per request.
 //
 // Keys are Options.KeyPrefix followed by the key of limits.AppendKey; a
 // sliding log keeps a second key, the same followed by ":h". Every key
@@ -37,6 +34,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -65,12 +63,14 @@ const logSuffix = ":h"
 // Store is a limits.Store in Redis. It is safe for concurrent use. Create
 // it with New and release it with Close.
 type Store struct {
-	rdb     goredis.UniversalClient
-	pipe    *pipe // nil on a Cluster
-	cluster bool
-	prefix  string
-	timeout time.Duration
-	now     func() time.Time // nil: Redis's clock
+	rdb      goredis.UniversalClient
+	pipe     *pipe    // nil on a Cluster
+	nodes    sync.Map // on a Cluster: *goredis.Client of a master → *pipe
+	inflight int
+	cluster  bool
+	prefix   string
+	timeout  time.Duration
+	now      func() time.Time // nil: Redis's clock
 }
 
 var _ limits.Store = (*Store)(nil)
@@ -99,9 +99,9 @@ func New(ctx context.Context, o Options, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis options: %w", err)
 	}
-	s := &Store{rdb: rdb, cluster: cluster, prefix: o.prefix(), timeout: o.timeout()}
+	s := &Store{rdb: rdb, cluster: cluster, prefix: o.prefix(), timeout: o.timeout(), inflight: o.maxInflight()}
 	if !cluster {
-		s.pipe = &pipe{rdb: rdb, max: o.maxInflight()}
+		s.pipe = &pipe{rdb: rdb, max: s.inflight}
 	}
 	for _, opt := range opts {
 		opt(s)
@@ -178,18 +178,29 @@ func (s *Store) Apply(ctx context.Context, b *limits.Batch) error {
 // applyAll decides b in one script call; all its keys share a node.
 func (s *Store) applyAll(ctx context.Context, b *limits.Batch, now string) error {
 	keys, args := s.applyArgs(b.Checks, nil, now, false)
-	var reply any
-	var err error
-	if s.pipe != nil {
-		reply, err = s.pipe.do(ctx, keys, args)
-	} else {
-		reply, err = applyScript.Run(ctx, s.rdb, keys, args...).Result()
-	}
+	reply, err := s.run(ctx, keys, args)
 	if err != nil {
 		return wrap(ctx, "apply", err)
 	}
 	b.Admitted, err = readApply(reply, b.Outcomes)
 	return err
+}
+
+// run runs apply.lua with keys, which share a slot, through the pipe of
+// the node that serves them.
+func (s *Store) run(ctx context.Context, keys []string, args []any) (any, error) {
+	if !s.cluster {
+		return s.pipe.do(ctx, keys, args)
+	}
+	node, err := s.rdb.(*goredis.ClusterClient).MasterForKey(ctx, keys[0])
+	if err != nil {
+		return nil, err
+	}
+	p, ok := s.nodes.Load(node)
+	if !ok {
+		p, _ = s.nodes.LoadOrStore(node, &pipe{rdb: node, max: s.inflight, redirect: s.rdb})
+	}
+	return p.(*pipe).do(ctx, keys, args)
 }
 
 // readApply reads apply.lua's reply to a call without reserve into outs,
@@ -291,7 +302,7 @@ func (s *Store) applyGroups(ctx, rctx context.Context, b *limits.Batch, now stri
 // reserve runs apply.lua in reserve mode for g and records the result in g.
 func (s *Store) reserve(ctx context.Context, checks []limits.Check, now string, g *group) {
 	keys, args := s.applyArgs(checks, g.idx, now, true)
-	reply, err := applyScript.Run(ctx, s.rdb, keys, args...).Result()
+	reply, err := s.run(ctx, keys, args)
 	if err != nil {
 		g.err = wrap(ctx, "apply", err)
 		return
