@@ -48,6 +48,7 @@ func TestCluster(t *testing.T) {
 	t.Run("under_admission", func(t *testing.T) { testUnderAdmission(t, opts) })
 	t.Run("pipeline", func(t *testing.T) { testClusterPipeline(t, opts) })
 	t.Run("redirect", func(t *testing.T) { testRedirect(t, opts, c.Client(t)) })
+	t.Run("migration", func(t *testing.T) { testMigration(t, opts, c.Client(t)) })
 	t.Run("script_flush", func(t *testing.T) {
 		cc := c.Client(t)
 		testScriptFlush(t, opts, func() {
@@ -378,5 +379,106 @@ func testRedirect(t *testing.T, opts redis.Options, cc *goredis.ClusterClient) {
 	wg.Wait()
 	if got := admitted.Load(); got != 100 {
 		t.Errorf("admitted %d of 160, want exactly 100", got)
+	}
+}
+
+// testMigration moves a slot from one master to another, as redis-cli
+// --cluster reshard does, while the store decides requests on it: ASK
+// while the slot is migrating (for a key not yet on the source, and for
+// one already moved), MOVED once it has. Every request must succeed, lone
+// or pipelined, and be counted once.
+func testMigration(t *testing.T, opts redis.Options, cc *goredis.ClusterClient) {
+	ctx := context.Background()
+	s := newStore(t, opts)
+	fixed := mustLimit(t, limits.FixedWindow, 1000, limits.UnitHour, 1, 0)
+	sliding := mustLimit(t, limits.SlidingWindow, 1000, limits.UnitHour, 1, 0)
+	// One descriptor, so one hash tag and one slot, with two limits.
+	old, fresh := check("migrating", fixed, 1), check("migrating", sliding, 1)
+	oldKey := redis.FullKey(s, old)
+	slot, err := cc.ClusterKeySlot(ctx, oldKey).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := cc.ClusterKeySlot(ctx, redis.FullKey(s, fresh)).Result(); err != nil || got != slot {
+		t.Fatalf("the two keys are in slots %d and %d (%v)", slot, got, err)
+	}
+	src, err := cc.MasterForKey(ctx, oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex // ForEachMaster calls in parallel
+		masters []*goredis.Client
+		dst     *goredis.Client
+	)
+	err = cc.ForEachMaster(ctx, func(_ context.Context, n *goredis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		masters = append(masters, n)
+		if n.Options().Addr != src.Options().Addr {
+			dst = n
+		}
+		return nil
+	})
+	if err != nil || dst == nil {
+		t.Fatalf("no second master: %v", err)
+	}
+	id := func(n *goredis.Client) string {
+		v, err := n.Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	srcID, dstID := id(src), id(dst)
+	do := func(n *goredis.Client, args ...any) {
+		t.Helper()
+		if err := n.Do(ctx, args...).Err(); err != nil {
+			t.Fatalf("%v on %s: %v", args, n.Options().Addr, err)
+		}
+	}
+	want := map[string]uint64{}
+	decide := func(phase string, c limits.Check, n int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				b := &limits.Batch{Checks: []limits.Check{c}}
+				if err := s.Apply(ctx, b); err != nil {
+					t.Errorf("%s: Apply: %v", phase, err)
+				} else if !b.Admitted {
+					t.Errorf("%s: not admitted", phase)
+				}
+			})
+		}
+		wg.Wait()
+		want[c.Limit.Algorithm.String()] += uint64(n)
+	}
+
+	decide("before", old, 10)
+	do(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID)
+	do(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID)
+	decide("migrating, key still on the source", old, 10)
+	decide("migrating, key new (ASK)", fresh, 20)
+	dstHost, dstPort, _ := strings.Cut(dst.Options().Addr, ":")
+	do(src, "MIGRATE", dstHost, dstPort, "", 0, 5000, "KEYS", oldKey)
+	decide("migrating, key moved (ASK)", old, 20)
+	do(dst, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+	for _, n := range masters {
+		if n != dst {
+			do(n, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+		}
+	}
+	decide("moved (MOVED)", old, 20)
+	decide("moved (MOVED)", fresh, 20)
+
+	b := apply(t, s, check("migrating", fixed, 0), check("migrating", sliding, 0))
+	for i, alg := range []string{fixed.Algorithm.String(), sliding.Algorithm.String()} {
+		if got := 1000 - b.Outcomes[i].Remaining; got != want[alg] {
+			t.Errorf("%s counted %d, want %d", alg, got, want[alg])
+		}
+	}
+	if n, err := dst.Exists(ctx, oldKey).Result(); err != nil || n != 1 {
+		t.Errorf("the key is not on the new master: %d, %v", n, err)
 	}
 }

@@ -40,9 +40,9 @@ func AddNodeHook(s *Store, h goredis.Hook) {
 func FullKey(s *Store, c limits.Check) string { return s.prefix + c.Key }
 
 // NewNodePipe returns a pipe to node, which need not serve the keys sent
-// through it, following redirections through the store's cluster client.
+// through it, following redirections as the store does.
 func NewNodePipe(s *Store, node *goredis.Client, max int) *pipe {
-	return &pipe{rdb: node, max: max, redirect: s.rdb}
+	return &pipe{rdb: node, max: max, redirect: s.redirectApply}
 }
 
 // ApplyVia decides b as Apply does on one slot, but through p.

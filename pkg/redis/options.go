@@ -257,6 +257,10 @@ func (o *Options) client() (goredis.UniversalClient, bool, error) {
 			ContextTimeoutEnabled:    true,
 			DialerRetries:            dialAttempts,
 			MaintNotificationsConfig: maint,
+			// The store follows MOVED and ASK itself, once. go-redis
+			// would also resend a command whose connection dropped
+			// after sending, which could run a script twice.
+			MaxRedirects: noRetries,
 		}), true, nil
 	default:
 		cfg, err := o.tlsConfig(nil)

@@ -21,13 +21,13 @@ import (
 // own client: go-redis's cluster pipeline answers only when every node
 // has, and resends a node's whole batch, scripts that already ran
 // included, on TRYAGAIN or a dropped connection. A node client never
-// resends. A call that a node refuses because the slot has moved (MOVED,
-// ASK, TRYAGAIN: the script did not run) goes again through redirect, the
-// cluster client, which follows the redirection.
+// resends. A call that a node refuses with MOVED or ASK (the script did
+// not run) goes to redirect, which sends it once more where the refusal
+// points.
 type pipe struct {
 	rdb      goredis.UniversalClient
 	max      int
-	redirect goredis.UniversalClient // the cluster client; nil elsewhere
+	redirect func(ctx context.Context, keys []string, args []any, refusal error) (any, error) // nil but on a Cluster
 
 	mu    sync.Mutex
 	out   int     // round trips under way
@@ -62,7 +62,7 @@ func (p *pipe) do(ctx context.Context, keys []string, args []any) (any, error) {
 		defer p.done()
 		reply, err := applyScript.Run(ctx, p.rdb, keys, args...).Result()
 		if p.redirected(err) {
-			return applyScript.Run(ctx, p.redirect, keys, args...).Result()
+			return p.redirect(ctx, keys, args, err)
 		}
 		return reply, err
 	}
@@ -188,7 +188,7 @@ func (p *pipe) exec(ctx context.Context, q []*call) (noscript []*call) {
 			continue
 		case p.redirected(c.err):
 			go func() { // on its own, so the round trip ends now
-				c.reply, c.err = applyScript.Run(c.ctx, p.redirect, c.keys, c.args...).Result()
+				c.reply, c.err = p.redirect(c.ctx, c.keys, c.args, c.err)
 				close(c.done)
 			}()
 			continue
@@ -199,13 +199,18 @@ func (p *pipe) exec(ctx context.Context, q []*call) (noscript []*call) {
 }
 
 // redirected reports whether err is a Cluster node's refusal to run a
-// call whose slot it does not serve right now, with a cluster client to
-// send the call again through.
+// call whose slot it does not serve right now, and p can send the call
+// where the refusal points.
 func (p *pipe) redirected(err error) bool {
-	if p.redirect == nil || err == nil {
+	return p.redirect != nil && isRedirect(err)
+}
+
+// isRedirect reports whether err is MOVED or ASK.
+func isRedirect(err error) bool {
+	if err == nil {
 		return false
 	}
 	_, moved := goredis.IsMovedError(err)
 	_, ask := goredis.IsAskError(err)
-	return moved || ask || goredis.IsTryAgainError(err)
+	return moved || ask
 }

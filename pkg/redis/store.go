@@ -64,8 +64,10 @@ const logSuffix = ":h"
 // it with New and release it with Close.
 type Store struct {
 	rdb      goredis.UniversalClient
-	pipe     *pipe    // nil on a Cluster
-	nodes    sync.Map // on a Cluster: *goredis.Client of a master → *pipe
+	pipe     *pipe                  // nil on a Cluster
+	cc       *goredis.ClusterClient // nil but on a Cluster
+	nodes    sync.Map               // on a Cluster: master address → *pipe
+	addrs    sync.Map               // on a Cluster: node address → *goredis.Client
 	inflight int
 	cluster  bool
 	prefix   string
@@ -100,7 +102,11 @@ func New(ctx context.Context, o Options, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("redis options: %w", err)
 	}
 	s := &Store{rdb: rdb, cluster: cluster, prefix: o.prefix(), timeout: o.timeout(), inflight: o.maxInflight()}
-	if !cluster {
+	if cc, ok := rdb.(*goredis.ClusterClient); ok {
+		// Before the first command, so that every node is seen.
+		s.cc = cc
+		cc.OnNewNode(func(n *goredis.Client) { s.addrs.Store(n.Options().Addr, n) })
+	} else {
 		s.pipe = &pipe{rdb: rdb, max: s.inflight}
 	}
 	for _, opt := range opts {
@@ -189,18 +195,82 @@ func (s *Store) applyAll(ctx context.Context, b *limits.Batch, now string) error
 // run runs apply.lua with keys, which share a slot, through the pipe of
 // the node that serves them.
 func (s *Store) run(ctx context.Context, keys []string, args []any) (any, error) {
-	if !s.cluster {
+	if s.cc == nil {
 		return s.pipe.do(ctx, keys, args)
 	}
-	node, err := s.rdb.(*goredis.ClusterClient).MasterForKey(ctx, keys[0])
+	node, err := s.cc.MasterForKey(ctx, keys[0])
 	if err != nil {
 		return nil, err
 	}
-	p, ok := s.nodes.Load(node)
-	if !ok {
-		p, _ = s.nodes.LoadOrStore(node, &pipe{rdb: node, max: s.inflight, redirect: s.rdb})
+	return s.nodePipe(node).do(ctx, keys, args)
+}
+
+// nodePipe returns the pipe of a master's client. Pipes are kept by
+// address, so a node that go-redis replaces does not leave its old pipe
+// behind.
+func (s *Store) nodePipe(node *goredis.Client) *pipe {
+	addr := node.Options().Addr
+	for {
+		v, ok := s.nodes.Load(addr)
+		if ok && v.(*pipe).rdb == node {
+			return v.(*pipe)
+		}
+		p := &pipe{rdb: node, max: s.inflight, redirect: s.redirectApply}
+		if ok {
+			if s.nodes.CompareAndSwap(addr, v, p) {
+				return p
+			}
+		} else if _, loaded := s.nodes.LoadOrStore(addr, p); !loaded {
+			return p
+		}
 	}
-	return p.(*pipe).do(ctx, keys, args)
+}
+
+func (s *Store) redirectApply(ctx context.Context, keys []string, args []any, refusal error) (any, error) {
+	return s.redirect(ctx, applyScript, keys, args, refusal)
+}
+
+// redirect sends a call of sc that a master refused with MOVED or ASK
+// once more, to the node the refusal names. Once only: a second refusal
+// fails the call, and the request takes the failure mode. The cluster
+// client does not follow redirections for the store because it would
+// also resend a command after a dropped connection, and so could run a
+// script twice.
+func (s *Store) redirect(ctx context.Context, sc *goredis.Script, keys []string, args []any, refusal error) (any, error) {
+	addr, moved := goredis.IsMovedError(refusal)
+	ask := false
+	if moved {
+		s.cc.ReloadState(ctx) // learn the new layout, in the background
+	} else if addr, ask = goredis.IsAskError(refusal); !ask {
+		return nil, refusal
+	}
+	v, ok := s.addrs.Load(addr)
+	if !ok {
+		return nil, refusal // a node the client has yet to discover
+	}
+	node := v.(*goredis.Client)
+	if moved {
+		return sc.Run(ctx, node, keys, args...).Result()
+	}
+	// ASKING lets the next command on its connection use the importing
+	// slot: a pipeline keeps the two on one connection.
+	asking := func(eval bool) (any, error) {
+		pl := node.Pipeline()
+		pl.Do(ctx, "ASKING")
+		var cmd *goredis.Cmd
+		if eval {
+			cmd = sc.Eval(ctx, pl, keys, args...)
+		} else {
+			cmd = sc.EvalSha(ctx, pl, keys, args...)
+		}
+		_, _ = pl.Exec(ctx)
+		return cmd.Result()
+	}
+	reply, err := asking(false)
+	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		return asking(true)
+	}
+	return reply, err
 }
 
 // readApply reads apply.lua's reply to a call without reserve into outs,
@@ -366,7 +436,11 @@ func (s *Store) refund(ctx context.Context, checks []limits.Check, now string, g
 			continue
 		}
 		eg.Go(func() error {
-			if err := refundScript.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
+			err := refundScript.Run(ctx, s.rdb, keys, args...).Err()
+			if isRedirect(err) {
+				_, err = s.redirect(ctx, refundScript, keys, args, err)
+			}
+			if err != nil {
 				return wrap(ctx, "refund", err)
 			}
 			return nil
