@@ -38,16 +38,7 @@ func BenchmarkClusterApply(b *testing.B) {
 
 func benchmarkApply(b *testing.B, opts redis.Options, rc goredis.UniversalClient) {
 	s := newStore(b, opts)
-	global := mustLimit(b, limits.FixedWindow, 1<<40, limits.UnitSecond, 1, 0)
-	tenant := mustLimit(b, limits.SlidingWindow, 1<<40, limits.UnitMinute, 1, 0)
-	user := mustLimit(b, limits.TokenBucket, 1<<30, limits.UnitSecond, 1, 0)
-	// Keys are built once: building them is the engine's work, measured
-	// in pkg/limits.
-	g, tn := check("global", global, 1), check("tenant", tenant, 1)
-	var users [64]limits.Check
-	for i := range users {
-		users[i] = check(fmt.Sprint("user", i), user, 1)
-	}
+	g, tn, users := benchTiers(b)
 	tests := []struct {
 		name   string
 		checks func(i int) []limits.Check
@@ -109,14 +100,7 @@ func benchmarkApplyParallel(b *testing.B, opts redis.Options, rc goredis.Univers
 		b.Run(fmt.Sprint("inflight", inflight), func(b *testing.B) {
 			opts.MaxInflight, opts.Timeout = inflight, time.Second
 			s := newStore(b, opts)
-			global := mustLimit(b, limits.FixedWindow, 1<<40, limits.UnitSecond, 1, 0)
-			tenant := mustLimit(b, limits.SlidingWindow, 1<<40, limits.UnitMinute, 1, 0)
-			user := mustLimit(b, limits.TokenBucket, 1<<30, limits.UnitSecond, 1, 0)
-			g, tn := check("global", global, 1), check("tenant", tenant, 1)
-			var users [64]limits.Check
-			for i := range users {
-				users[i] = check(fmt.Sprint("user", i), user, 1)
-			}
+			g, tn, users := benchTiers(b)
 			var next atomic.Int64
 			redisBefore, clientBefore := redisCPU(b, rc), processCPU(b)
 			b.SetParallelism(64 / runtime.GOMAXPROCS(0))
@@ -139,6 +123,21 @@ func benchmarkApplyParallel(b *testing.B, opts redis.Options, rc goredis.Univers
 			b.ReportMetric(float64((processCPU(b)-clientBefore).Microseconds())/float64(b.N), "client-cpu-µs/op")
 		})
 	}
+}
+
+// benchTiers returns the checks of the benchmarks' three tiers: a
+// fixed-window global, a sliding-window tenant and 64 token-bucket users.
+// Limits are high enough that every request is admitted and writes. Keys
+// are built once: building them is the engine's work, measured in
+// pkg/limits.
+func benchTiers(b *testing.B) (global, tenant limits.Check, users [64]limits.Check) {
+	global = check("global", mustLimit(b, limits.FixedWindow, 1<<40, limits.UnitSecond, 1, 0), 1)
+	tenant = check("tenant", mustLimit(b, limits.SlidingWindow, 1<<40, limits.UnitMinute, 1, 0), 1)
+	user := mustLimit(b, limits.TokenBucket, 1<<30, limits.UnitSecond, 1, 0)
+	for i := range users {
+		users[i] = check(fmt.Sprint("user", i), user, 1)
+	}
+	return global, tenant, users
 }
 
 // redisCPU returns the CPU time Redis has used, from INFO cpu: on a

@@ -304,25 +304,11 @@ func testClusterPipeline(t *testing.T, opts redis.Options) {
 	var pipelines pipelineSizes
 	redis.AddNodeHook(s, &pipelines)
 	l := mustLimit(t, limits.FixedWindow, 300, limits.UnitHour, 1, 0)
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for range 128 {
-		wg.Go(func() {
-			for range 5 {
-				b := &limits.Batch{Checks: []limits.Check{check("pipelined", l, 1)}}
-				if err := s.Apply(context.Background(), b); err != nil {
-					t.Errorf("Apply: %v", err)
-					return
-				}
-				if b.Admitted {
-					admitted.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if got := admitted.Load(); got != 300 {
-		t.Errorf("admitted %d of 640, want exactly 300", got)
+	admitted := applyConcurrently(t, s, 128, 5, func(int, int) []limits.Check {
+		return []limits.Check{check("pipelined", l, 1)}
+	})
+	if admitted != 300 {
+		t.Errorf("admitted %d of 640, want exactly 300", admitted)
 	}
 	largest := pipelines.largest()
 	t.Logf("%d pipelines, the largest of %d", len(pipelines.sizes), largest)

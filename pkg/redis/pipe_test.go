@@ -55,31 +55,15 @@ func testPipelineBatches(t *testing.T, addr string, rc goredis.UniversalClient) 
 			user := mustLimit(t, limits.TokenBucket, 40, limits.UnitHour, 1, 0)
 			callsBefore := commandCalls(t, rc)
 			const goroutines, each = 400, 5
-			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			for g := range goroutines {
-				wg.Go(func() {
-					for i := range each {
-						b := &limits.Batch{Checks: []limits.Check{
-							check("global", global, 1), check("tenant", tenant, 1), check(fmt.Sprint("user", (g+i)%10), user, 1),
-						}}
-						if err := s.Apply(context.Background(), b); err != nil {
-							t.Errorf("Apply: %v", err)
-							return
-						}
-						if b.Admitted {
-							admitted.Add(1)
-						}
-					}
-				})
-			}
-			wg.Wait()
+			admitted := applyConcurrently(t, s, goroutines, each, func(g, i int) []limits.Check {
+				return []limits.Check{check("global", global, 1), check("tenant", tenant, 1), check(fmt.Sprint("user", (g+i)%10), user, 1)}
+			})
 			// 10 users × 40 = 400 > 300: the tenant tier decides.
-			if got := admitted.Load(); got != 300 {
-				t.Errorf("admitted %d, want exactly the tenant limit 300", got)
+			if admitted != 300 {
+				t.Errorf("admitted %d, want exactly the tenant limit 300", admitted)
 			}
 			b := apply(t, s, check("global", global, 0))
-			if got, want := b.Outcomes[0].Remaining, uint64(100000-admitted.Load()); got != want {
+			if got, want := b.Outcomes[0].Remaining, uint64(100000-admitted); got != want {
 				t.Errorf("global remaining %d, want %d", got, want)
 			}
 			callsAfter := commandCalls(t, rc)
@@ -219,6 +203,31 @@ func (h *pipelineSizes) largest() int {
 		n = max(n, s)
 	}
 	return n
+}
+
+// applyConcurrently makes goroutines × each requests at once, the checks
+// of request i of goroutine g being checks(g, i), and returns how many
+// were admitted. An error fails t.
+func applyConcurrently(t *testing.T, s limits.Store, goroutines, each int, checks func(g, i int) []limits.Check) int64 {
+	t.Helper()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range each {
+				b := &limits.Batch{Checks: checks(g, i)}
+				if err := s.Apply(context.Background(), b); err != nil {
+					t.Errorf("Apply: %v", err)
+					return
+				}
+				if b.Admitted {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return admitted.Load()
 }
 
 // connectionsReceived returns INFO stats total_connections_received.
