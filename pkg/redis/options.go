@@ -213,7 +213,7 @@ func (o *Options) tlsConfig(base *tls.Config) (*tls.Config, error) {
 }
 
 // client builds the go-redis client that o describes. It does not connect.
-func (o *Options) client() (goredis.UniversalClient, bool, error) {
+func (o *Options) client() (goredis.UniversalClient, error) {
 	timeout := max(o.timeout(), backstopTimeout)
 	// Maintenance notifications are a Redis Enterprise feature; leaving
 	// them on auto would only add a command to every new connection.
@@ -223,10 +223,10 @@ func (o *Options) client() (goredis.UniversalClient, bool, error) {
 		ro, err := goredis.ParseURL(o.URL)
 		if err != nil {
 			// The URL may hold a password: do not repeat it.
-			return nil, false, errors.New("invalid Redis URL: " + redactURLError(err))
+			return nil, errors.New("invalid Redis URL: " + redactURLError(err))
 		}
 		if ro.TLSConfig, err = o.tlsConfig(ro.TLSConfig); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		if o.Username != "" {
 			ro.Username = o.Username
@@ -240,11 +240,11 @@ func (o *Options) client() (goredis.UniversalClient, bool, error) {
 		ro.DialerRetries = dialAttempts
 		ro.MaxRetries = noRetries
 		ro.MaintNotificationsConfig = maint
-		return goredis.NewClient(ro), false, nil
+		return goredis.NewClient(ro), nil
 	case len(o.ClusterAddrs) > 0:
 		cfg, err := o.tlsConfig(nil)
 		if err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		return goredis.NewClusterClient(&goredis.ClusterOptions{
 			Addrs:                    o.ClusterAddrs,
@@ -261,11 +261,11 @@ func (o *Options) client() (goredis.UniversalClient, bool, error) {
 			// would also resend a command whose connection dropped
 			// after sending, which could run a script twice.
 			MaxRedirects: noRetries,
-		}), true, nil
+		}), nil
 	default:
 		cfg, err := o.tlsConfig(nil)
 		if err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		return goredis.NewFailoverClient(&goredis.FailoverOptions{
 			MasterName:            o.SentinelMaster,
@@ -281,7 +281,7 @@ func (o *Options) client() (goredis.UniversalClient, bool, error) {
 			ContextTimeoutEnabled: true,
 			DialerRetries:         dialAttempts,
 			MaxRetries:            noRetries,
-		}), false, nil
+		}), nil
 	}
 }
 

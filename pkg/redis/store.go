@@ -69,7 +69,6 @@ type Store struct {
 	nodes    sync.Map               // on a Cluster: master address → *pipe
 	addrs    sync.Map               // on a Cluster: node address → *goredis.Client
 	inflight int
-	cluster  bool
 	prefix   string
 	timeout  time.Duration
 	now      func() time.Time // nil: Redis's clock
@@ -97,11 +96,11 @@ func New(ctx context.Context, o Options, opts ...Option) (*Store, error) {
 	if err := o.validate(); err != nil {
 		return nil, fmt.Errorf("redis options: %w", err)
 	}
-	rdb, cluster, err := o.client()
+	rdb, err := o.client()
 	if err != nil {
 		return nil, fmt.Errorf("redis options: %w", err)
 	}
-	s := &Store{rdb: rdb, cluster: cluster, prefix: o.prefix(), timeout: o.timeout(), inflight: o.maxInflight()}
+	s := &Store{rdb: rdb, prefix: o.prefix(), timeout: o.timeout(), inflight: o.maxInflight()}
 	if cc, ok := rdb.(*goredis.ClusterClient); ok {
 		// Before the first command, so that every node is seen.
 		s.cc = cc
@@ -171,7 +170,7 @@ func (s *Store) Apply(ctx context.Context, b *limits.Batch) error {
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if !s.cluster {
+	if s.cc == nil {
 		return s.applyAll(rctx, b, now)
 	}
 	groups := s.groups(b.Checks)
