@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
@@ -43,12 +44,12 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 // problem to stderr, one a line (file:line: path: reason), and returns an
 // error that counts them.
 func checkLoad(path string, merge bool, stderr io.Writer) (*limits.Ruleset, error) {
-	rs, err := limits.Load(path, limits.LoadOptions{MergeDomains: merge})
+	rs, err := config.Load(path, config.Options{MergeDomains: merge})
 	if err == nil {
 		return rs, nil
 	}
-	problems := checkProblems(err)
-	if !errors.As(err, new(*limits.ConfigError)) {
+	problems := config.Problems(err)
+	if !errors.As(err, new(*config.Error)) {
 		return nil, err // not a problem in the rules, e.g. a missing directory
 	}
 	for _, p := range problems {
@@ -58,19 +59,6 @@ func checkLoad(path string, merge bool, stderr io.Writer) (*limits.Ruleset, erro
 		return nil, fmt.Errorf("invalid config %s: 1 problem", path)
 	}
 	return nil, fmt.Errorf("invalid config %s: %d problems", path, len(problems))
-}
-
-// checkProblems flattens joined errors.
-func checkProblems(err error) []error {
-	j, ok := err.(interface{ Unwrap() []error })
-	if !ok {
-		return []error{err}
-	}
-	var all []error
-	for _, e := range j.Unwrap() {
-		all = append(all, checkProblems(e)...)
-	}
-	return all
 }
 
 // checkPrint writes the rules of every domain as a tree, e.g.
@@ -86,7 +74,7 @@ func checkPrint(w io.Writer, rs *limits.Ruleset, root string) {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "domain %s", domain)
-		if m := rs.FailureMode(domain); m != limits.FailDefault {
+		if m := rs.FailureMode(domain, limits.FailDefault); m != limits.FailDefault {
 			fmt.Fprintf(w, " (failure_mode: %s)", m)
 		}
 		fmt.Fprintln(w)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
@@ -73,7 +74,7 @@ func viewRules(rs []*limits.Rule) []ruleView {
 	return out
 }
 
-func debugConfig(rl *limits.Reloader, e *limits.Engine) http.HandlerFunc {
+func debugConfig(rl *config.Reloader, e *limits.Engine) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		st := rl.Status()
 		rs := e.Rules()
@@ -90,7 +91,7 @@ func debugConfig(rl *limits.Reloader, e *limits.Engine) http.HandlerFunc {
 		}
 		for _, d := range rs.Domains() {
 			dv := domainView{Descriptors: viewRules(rs.Rules(d))}
-			if m := rs.FailureMode(d); m != limits.FailDefault {
+			if m := rs.FailureMode(d, limits.FailDefault); m != limits.FailDefault {
 				dv.FailureMode = m.String()
 			}
 			v.Domains[d] = dv

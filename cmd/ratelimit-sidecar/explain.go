@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
@@ -54,7 +55,7 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 		if i > 0 {
 			fmt.Fprintln(stdout)
 		}
-		explainPrint(stdout, i, descs[i].text, x, *prefix, replacedBy)
+		explainPrint(stdout, i, descs[i].text, x, *prefix, replacedBy[i])
 	}
 	return nil
 }
@@ -131,29 +132,55 @@ func parseDescriptor(s string) ([]limits.Entry, error) {
 	return ents, nil
 }
 
-// replacement says that descriptor desc's limit named by drops limits of
-// the name it replaces, when the descriptors are sent in one request.
+// replacement says that descriptor desc's limit named by drops a limit,
+// when the descriptors are sent in one request.
 type replacement struct {
 	desc int
 	by   string
 }
 
-// replacements maps each name that some applying limit replaces to the
-// limits that replace it, as the engine does across a request's
-// descriptors.
-func replacements(xs []limits.Explanation) map[string][]replacement {
-	m := map[string][]replacement{}
+// replacements returns, for each limit of each explanation, the limits
+// that replace it, when the engine drops it: limits.Dropped, which the
+// engine uses, decides which limits are dropped, and this only names the
+// limits that replace them.
+func replacements(xs []limits.Explanation) [][][]replacement {
+	var all []*limits.Limit
+	for _, x := range xs {
+		for _, k := range x.Limits {
+			all = append(all, k.Limit)
+		}
+	}
+	dropped := limits.Dropped(all, nil)
+	out := make([][][]replacement, len(xs))
+	n := 0
+	for i, x := range xs {
+		out[i] = make([][]replacement, len(x.Limits))
+		for j, k := range x.Limits {
+			if dropped[n] {
+				out[i][j] = replacers(xs, k.Limit.Name)
+			}
+			n++
+		}
+	}
+	return out
+}
+
+// replacers lists the limits of xs that replace name.
+func replacers(xs []limits.Explanation, name string) []replacement {
+	var rs []replacement
 	for i, x := range xs {
 		for _, k := range x.Limits {
-			for _, name := range k.Limit.Replaces {
-				m[name] = append(m[name], replacement{desc: i, by: k.Limit.Name})
+			if slices.Contains(k.Limit.Replaces, name) {
+				rs = append(rs, replacement{desc: i, by: k.Limit.Name})
 			}
 		}
 	}
-	return m
+	return rs
 }
 
-func explainPrint(w io.Writer, i int, text string, x limits.Explanation, prefix string, replacedBy map[string][]replacement) {
+// explainPrint prints descriptor i's explanation x; replacedBy[j] lists
+// the limits that replace x.Limits[j], if the request drops it.
+func explainPrint(w io.Writer, i int, text string, x limits.Explanation, prefix string, replacedBy [][]replacement) {
 	fmt.Fprintf(w, "descriptor %d: %s\n", i+1, text)
 	for _, s := range x.Steps {
 		entry := fmt.Sprintf("entries[%d] %s=%s", s.Index, s.Entry.Key, s.Entry.Value)
@@ -170,15 +197,13 @@ func explainPrint(w io.Writer, i int, text string, x limits.Explanation, prefix 
 		}
 	}
 	fmt.Fprintf(w, "  result: %s\n", x.Reason)
-	for _, k := range x.Limits {
+	for j, k := range x.Limits {
 		fmt.Fprintf(w, "  limit: %s\n", formatLimit(k.Limit))
-		if k.Limit.Name != "" {
-			for _, r := range replacedBy[k.Limit.Name] {
-				if r.desc == i {
-					fmt.Fprintf(w, "    dropped: limit %q of this descriptor replaces it\n", r.by)
-				} else {
-					fmt.Fprintf(w, "    dropped when sent with descriptor %d, whose limit %q replaces it\n", r.desc+1, r.by)
-				}
+		for _, r := range replacedBy[j] {
+			if r.desc == i {
+				fmt.Fprintf(w, "    dropped: limit %q of this descriptor replaces it\n", r.by)
+			} else {
+				fmt.Fprintf(w, "    dropped when sent with descriptor %d, whose limit %q replaces it\n", r.desc+1, r.by)
 			}
 		}
 		if k.Key != "" {

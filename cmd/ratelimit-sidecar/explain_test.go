@@ -88,7 +88,7 @@ func TestExplain(t *testing.T) {
 			give: []string{"user=1,tenant=acme"},
 			want: `descriptor 1: user=1,tenant=acme
   entries[0] user=1: no rule
-  result: entries[0] user=1 matches no rule at the top level of domain "shop", which has no rule for key "user" (its keys: tenant, path, plan, ip, free)
+  result: entries[0] user=1 matches no rule at the top level of domain "shop", which has no rule for key "user" (its keys: tenant, path, plan, ip, free, vip, promo)
 `,
 		},
 		{
@@ -116,6 +116,23 @@ descriptor 2: free=1
   entries[0] free=1: matched descriptors[6] (free, any value) at testdata/nested/rules.yaml:41 by any value
   result: reached descriptors[6] (free, any value), which is unlimited
   limit: unlimited, name "free", replaces "api"
+`,
+		},
+		{
+			// The engine keeps an unlimited limit whose name another
+			// limit replaces; explain once reported it dropped.
+			name: "an unlimited limit is never dropped",
+			give: []string{"vip=1", "promo=1"},
+			want: `descriptor 1: vip=1
+  entries[0] vip=1: matched descriptors[7] (vip, any value) at testdata/nested/rules.yaml:44 by any value
+  result: reached descriptors[7] (vip, any value), which is unlimited
+  limit: unlimited, name "vip"
+
+descriptor 2: promo=1
+  entries[0] promo=1: matched descriptors[8] (promo, any value) at testdata/nested/rules.yaml:46 by any value
+  result: reached descriptors[8] (promo, any value) at the last entry; its limit applies
+  limit: fixed_window 9 per 1m0s, name "promo", replaces "vip"
+    key: rls:{4:shop5:promo1:1}15:fixed_window/60
 `,
 		},
 		{

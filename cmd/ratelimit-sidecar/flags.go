@@ -13,8 +13,8 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
 )
 
-// config is every flag's value.
-type config struct {
+// settings is every flag's value.
+type settings struct {
 	configPath      string
 	grpcAddr        string
 	httpAddr        string
@@ -46,10 +46,38 @@ type config struct {
 
 // parseFlags parses args, taking a flag's default from the environment
 // variable RLS_<FLAG> (upper case, '-' as '_') when it is set.
-func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Writer) (*config, error) {
-	c := &config{request: limits.DefaultRequestLimits}
+func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Writer) (*settings, error) {
+	c := &settings{request: limits.DefaultRequestLimits}
 	fs := flag.NewFlagSet("ratelimit-sidecar", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	failure := c.define(fs)
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "RLS_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := getenv(name); ok && envErr == nil {
+			if err := fs.Set(f.Name, v); err != nil {
+				envErr = fmt.Errorf("%s: %w", name, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return nil, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if err := c.finish(*failure, getenv); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// define defines every flag on fs, writing into c. It returns where
+// --failure-mode's text goes, for finish to parse.
+func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.configPath, "config", "config/", "rule file or directory of *.yaml/*.yml rule files")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", "127.0.0.1:8081", "address for the RLS gRPC service, health and reflection")
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "address for /healthz, /readyz and /metrics (and the admin endpoints unless --admin-addr is set)")
@@ -88,54 +116,42 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	fs.IntVar(&c.redis.MaxInflight, "redis-max-inflight", redis.DefaultMaxInflight, "request round trips to Redis (on Cluster: to each master) under way at once; requests beyond go together in the next pipeline")
 	fs.DurationVar(&c.redis.Timeout, "redis-timeout", redis.DefaultTimeout, "bound on each Redis operation; the RPC's own deadline bounds it too")
 	fs.StringVar(&c.redis.KeyPrefix, "redis-key-prefix", redis.DefaultKeyPrefix, "prefix of every Redis key")
+	return &failure
+}
 
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := "RLS_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := getenv(name); ok && envErr == nil {
-			if err := fs.Set(f.Name, v); err != nil {
-				envErr = fmt.Errorf("%s: %w", name, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return nil, envErr
-	}
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
+// finish checks the parsed flags and derives what they imply.
+func (c *settings) finish(failure string, getenv func(string) (string, bool)) error {
 	var err error
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
 	switch c.logFormat {
 	case "json", "console":
 	default:
-		return nil, fmt.Errorf("--log-format: want json or console, got %q", c.logFormat)
+		return fmt.Errorf("--log-format: want json or console, got %q", c.logFormat)
 	}
 	if c.failureMode, err = limits.ParseFailureMode(failure); err != nil {
-		return nil, fmt.Errorf("--failure-mode: %w", err)
+		return fmt.Errorf("--failure-mode: %w", err)
 	}
 	if c.nearLimitRatio <= 0 || c.nearLimitRatio > 1 {
-		return nil, fmt.Errorf("--near-limit-ratio: want a number above 0 and at most 1, got %v", c.nearLimitRatio)
+		return fmt.Errorf("--near-limit-ratio: want a number above 0 and at most 1, got %v", c.nearLimitRatio)
 	}
 	c.redis.SentinelAddrs = splitList(c.redisSentinels)
 	c.redis.ClusterAddrs = splitList(c.redisCluster)
 	if c.redis.Password, err = secret(getenv, "RLS_REDIS_PASSWORD", "--redis-password-file", c.redisPasswordFile); err != nil {
-		return nil, err
+		return err
 	}
 	if c.redis.SentinelPassword, err = secret(getenv, "RLS_REDIS_SENTINEL_PASSWORD", "--redis-sentinel-password-file", c.sentinelPassFile); err != nil {
-		return nil, err
+		return err
 	}
 	if c.request.MaxDescriptors < 1 || c.request.MaxEntries < 1 || c.request.MaxValueBytes < 1 || c.request.MaxHits < 1 {
-		return nil, fmt.Errorf("--max-descriptors, --max-entries, --max-value-bytes and --max-hits-addend must be at least 1")
+		return fmt.Errorf("--max-descriptors, --max-entries, --max-value-bytes and --max-hits-addend must be at least 1")
 	}
-	return c, nil
-}
-
-// useRedis reports whether any Redis topology is configured.
-func (c *config) useRedis() bool {
-	return c.redis.URL != "" || c.redis.SentinelMaster != "" || len(c.redis.ClusterAddrs) > 0
+	// A Redis flag that names only part of a topology is a mistake to
+	// report now, not a reason to run on the memory store.
+	if c.redis.Configured() {
+		if err := c.redis.Validate(); err != nil {
+			return fmt.Errorf("redis flags (--redis-url, --redis-sentinel-master and --redis-sentinel-addrs, or --redis-cluster-addrs): %w", err)
+		}
+	}
+	return nil
 }
 
 func splitList(s string) []string {

@@ -121,6 +121,42 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	}
 }
 
+// TestIncompleteRedisFlags checks that a Redis flag naming only part of a
+// topology fails at startup: --redis-sentinel-addrs without
+// --redis-sentinel-master once ran on the memory store without a word.
+func TestIncompleteRedisFlags(t *testing.T) {
+	tests := []struct {
+		give []string
+		want string
+	}{
+		{[]string{"--redis-sentinel-addrs", "127.0.0.1:26379"}, "sentinel addresses without a master name"},
+		{[]string{"--redis-sentinel-master", "mymaster"}, "sentinel master name without sentinel addresses"},
+		{[]string{"--redis-url", "redis://127.0.0.1:6379", "--redis-cluster-addrs", "127.0.0.1:7000"}, "more than one of"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
+			_, err := parseFlags(tt.give, noEnv, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "--redis-sentinel-master") {
+				t.Errorf("err = %v; want one naming the redis flags and saying %q", err, tt.want)
+			}
+		})
+	}
+	c, err := parseFlags(nil, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := chooseBackend(c); b.name != "memory" {
+		t.Errorf("no Redis flags: backend %q, want memory", b.name)
+	}
+	c, err = parseFlags([]string{"--redis-sentinel-addrs", "127.0.0.1:26379", "--redis-sentinel-master", "m"}, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := chooseBackend(c); b.name != "redis" {
+		t.Errorf("sentinel flags: backend %q, want redis", b.name)
+	}
+}
+
 func noEnv(string) (string, bool) { return "", false }
 
 func write(t *testing.T, path, data string) {

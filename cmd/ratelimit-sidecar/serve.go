@@ -10,11 +10,11 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
@@ -24,11 +24,61 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 )
 
-func newLogger(c *config, w io.Writer) (*zap.Logger, error) {
+// serve runs the sidecar until ctx is cancelled, then shuts down in order:
+// health NOT_SERVING, drain delay, graceful gRPC stop (falling back to a
+// hard stop), HTTP shutdown, store close.
+func serve(ctx context.Context, c *settings, logw io.Writer) error {
+	log, err := newLogger(c, logw)
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck // nothing to do if the log cannot flush
+
+	rs, err := config.Load(c.configPath, config.Options{MergeDomains: c.mergeDomains})
+	if err != nil {
+		return fmt.Errorf("invalid config:\n%w", err)
+	}
+	m := metrics.New(version, c.nearLimitRatio)
+	m.Loaded(rs.Checksum, time.Now())
+
+	st, err := openStore(ctx, c, log, m)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if st.close == nil {
+			return
+		}
+		if err := st.close(); err != nil {
+			log.Warn("close store", zap.Error(err))
+		}
+	}()
+	engine := newEngine(rs, st, c, m)
+	reloader := config.NewReloader(c.configPath, engine, log, config.ReloaderOptions{
+		Options: config.Options{MergeDomains: c.mergeDomains}, Debounce: c.reloadDebounce, OnReload: m.Reloaded,
+	})
+
+	lis, err := listen(c)
+	if err != nil {
+		return err
+	}
+	srv := newServers(ctx, c, log, engine, reloader, st, m)
+	logStarted(log, c, lis, st, rs)
+	if c.onReady != nil {
+		c.onReady(lis.grpc.Addr().String(), lis.http.Addr().String(), lis.adminAddr())
+	}
+	err = srv.run(ctx, lis, reloader)
+	log.Info("stopped", zap.Error(err))
+	return err
+}
+
+func newLogger(c *settings, w io.Writer) (*zap.Logger, error) {
 	level, err := zapcore.ParseLevel(c.logLevel)
 	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
@@ -47,158 +97,148 @@ func newLogger(c *config, w io.Writer) (*zap.Logger, error) {
 	return zap.New(core), nil
 }
 
-// serve runs the sidecar until ctx is cancelled, then shuts down in order:
-// health NOT_SERVING, drain delay, graceful gRPC stop (falling back to a
-// hard stop), HTTP shutdown, store close.
-func serve(ctx context.Context, c *config, logw io.Writer) error {
-	log, err := newLogger(c, logw)
-	if err != nil {
-		return err
-	}
-	defer log.Sync() //nolint:errcheck // nothing to do if the log cannot flush
-
-	rs, err := limits.Load(c.configPath, limits.LoadOptions{MergeDomains: c.mergeDomains})
-	if err != nil {
-		return fmt.Errorf("invalid config:\n%w", err)
-	}
-	m := metrics.New(version, c.nearLimitRatio)
-	m.Loaded(rs.Checksum, time.Now())
-
-	g, gctx := errgroup.WithContext(ctx)
-
-	// The store: embedded memory, or Redis behind a circuit breaker.
-	var store limits.Store
-	storeName := "memory"
-	ready := func(context.Context) error { return nil }
-	var closeStore func() error
-	if c.useRedis() {
-		storeName = "redis"
-		goredis.SetLogger(redisLog{log})
-		conn := &redisConn{opts: c.redis, log: log}
-		if err := conn.connect(ctx, 2*time.Second); err != nil {
-			if !errors.Is(err, limits.ErrStoreUnavailable) {
-				return err // bad options: fail at startup
-			}
-			log.Error("redis unreachable at startup; serving by the failure mode while retrying", zap.Error(err))
-			g.Go(func() error { return conn.connectLoop(gctx, time.Second) })
-		}
-		breaker := limits.NewBreaker(m.Store("redis", conn), conn.Ping, limits.BreakerOptions{
-			OnChange: func(open bool, cause error) {
-				m.BreakerChanged(open, cause)
-				if open {
-					log.Error("redis failing; circuit open, serving by the failure mode", zap.Error(cause))
-				} else {
-					log.Info("redis answers again; circuit closed")
-				}
-			},
-		})
-		store = breaker
-		ready = func(ctx context.Context) error {
-			if breaker.Open() {
-				return limits.ErrBreakerOpen
-			}
-			return conn.Ping(ctx)
-		}
-		closeStore = func() error {
-			breaker.Close()
-			return conn.Close()
-		}
-	} else {
-		mem := limits.NewMemoryStore()
-		store = m.Store("memory", mem)
-	}
-	engine := limits.NewEngine(rs, store, c.request,
-		limits.WithObserver(m),
-		limits.WithFailureMode(c.failureMode),
-		limits.WithLocalFallback(limits.NewMemoryStore(), c.localDivisor))
-	reloader := limits.NewReloader(c.configPath, limits.LoadOptions{MergeDomains: c.mergeDomains}, engine, log,
-		limits.ReloaderOptions{Debounce: c.reloadDebounce, OnReload: m.Reloaded})
-
-	grpcLis, err := net.Listen("tcp", c.grpcAddr)
-	if err != nil {
-		return fmt.Errorf("listen --grpc-addr: %w", err)
-	}
-	httpLis, err := net.Listen("tcp", c.httpAddr)
-	if err != nil {
-		grpcLis.Close()
-		return fmt.Errorf("listen --http-addr: %w", err)
-	}
-
-	// Stream workers serve RPCs on long-lived goroutines whose stacks have
-	// already grown: a new goroutine per RPC spent about a tenth of the
-	// CPU growing its stack.
-	gs := grpc.NewServer(append(envoy.ServerOptions(), grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))))...)
-	rls := envoy.NewServer(engine, log, envoy.WithResponseHeaders(c.responseHeaders))
-	rls.Register(gs)
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(gs, hs)
-	reflection.Register(gs)
-	for _, name := range []string{"", envoy.ServiceName} {
-		hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
-	}
-
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
+// newEngine builds the engine: the rules, decided on st, with a memory
+// store for failure mode local.
+func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Metrics) *limits.Engine {
+	return limits.NewEngine(rs, st, limits.EngineOptions{
+		Limits:       c.request,
+		FailureMode:  c.failureMode,
+		Local:        memory.New(memory.Options{}),
+		LocalDivisor: c.localDivisor,
+		Observer:     m,
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		// Ready when the store can decide, or when the failure mode can
-		// answer in its place.
-		switch err := ready(r.Context()); {
-		case ctx.Err() != nil:
-			http.Error(w, "shutting down", http.StatusServiceUnavailable)
-		case err != nil && c.failureMode == limits.FailError:
-			http.Error(w, "store unavailable: "+err.Error(), http.StatusServiceUnavailable)
-		case err != nil:
-			fmt.Fprintf(w, "ok (store unavailable, failure mode %s)\n", c.failureMode)
-		default:
-			fmt.Fprintln(w, "ok")
-		}
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	admin := mux
-	if c.adminAddr != "" {
-		admin = http.NewServeMux()
-	}
-	admin.Handle("GET /debug/config", debugConfig(reloader, engine))
-	admin.Handle("/json", rls.JSONHandler()) // any method: the handler answers 405 itself
-	servers := []*http.Server{{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
-	listeners := []net.Listener{httpLis}
-	if c.adminAddr != "" {
-		adminLis, err := net.Listen("tcp", c.adminAddr)
-		if err != nil {
-			grpcLis.Close()
-			httpLis.Close()
-			return fmt.Errorf("listen --admin-addr: %w", err)
-		}
-		servers = append(servers, &http.Server{Handler: admin, ReadHeaderTimeout: 5 * time.Second})
-		listeners = append(listeners, adminLis)
-	}
+}
 
+// listeners are the sidecar's sockets. admin is nil unless --admin-addr
+// is set.
+type listeners struct {
+	grpc, http, admin net.Listener
+}
+
+// listen opens every listener, or none.
+func listen(c *settings) (*listeners, error) {
+	var l listeners
+	var err error
+	if l.grpc, err = net.Listen("tcp", c.grpcAddr); err != nil {
+		return nil, fmt.Errorf("listen --grpc-addr: %w", err)
+	}
+	if l.http, err = net.Listen("tcp", c.httpAddr); err != nil {
+		l.grpc.Close()
+		return nil, fmt.Errorf("listen --http-addr: %w", err)
+	}
+	if c.adminAddr != "" {
+		if l.admin, err = net.Listen("tcp", c.adminAddr); err != nil {
+			l.grpc.Close()
+			l.http.Close()
+			return nil, fmt.Errorf("listen --admin-addr: %w", err)
+		}
+	}
+	return &l, nil
+}
+
+// adminAddr is where the admin endpoints are served.
+func (l *listeners) adminAddr() string {
+	if l.admin != nil {
+		return l.admin.Addr().String()
+	}
+	return l.http.Addr().String()
+}
+
+func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, rs *limits.Ruleset) {
 	log.Info("ratelimit-sidecar started",
 		zap.String("version", version),
-		zap.String("grpc_addr", grpcLis.Addr().String()),
-		zap.String("http_addr", httpLis.Addr().String()),
-		zap.Stringer("admin_addr", listeners[len(listeners)-1].Addr()),
-		zap.String("store", storeName),
+		zap.String("grpc_addr", lis.grpc.Addr().String()),
+		zap.String("http_addr", lis.http.Addr().String()),
+		zap.String("admin_addr", lis.adminAddr()),
+		zap.String("store", st.name),
 		zap.String("failure_mode", c.failureMode.String()),
 		zap.String("config", c.configPath),
 		zap.Strings("domains", rs.Domains()),
 		zap.Int("rules", countRules(rs)),
 		zap.String("checksum", rs.Checksum),
 	)
+}
+
+// servers are the sidecar's gRPC and HTTP servers.
+type servers struct {
+	c      *settings
+	log    *zap.Logger
+	grpc   *grpc.Server
+	health *health.Server
+	http   *http.Server // health probes and metrics
+	admin  *http.Server // nil: the admin endpoints are on http
+}
+
+// newServers builds the servers. ctx is serve's: once it ends, /readyz
+// says the sidecar is shutting down.
+func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader *config.Reloader, st *sidecarStore, m *metrics.Metrics) *servers {
+	s := &servers{c: c, log: log}
+	// Stream workers serve RPCs on long-lived goroutines whose stacks have
+	// already grown: a new goroutine per RPC spent about a tenth of the
+	// CPU growing its stack.
+	s.grpc = grpc.NewServer(append(envoy.ServerOptions(), grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))))...)
+	rls := envoy.NewServer(engine, log, envoy.Options{Headers: c.responseHeaders})
+	rls.Register(s.grpc)
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	for _, name := range []string{"", envoy.ServiceName} {
+		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.Handle("GET /readyz", readyz(ctx, engine, st.ready))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	admin := mux
+	if c.adminAddr != "" {
+		admin = http.NewServeMux()
+		s.admin = &http.Server{Handler: admin, ReadHeaderTimeout: 5 * time.Second}
+	}
+	admin.Handle("GET /debug/config", debugConfig(reloader, engine))
+	admin.Handle("/json", rls.JSONHandler()) // any method: the handler answers 405 itself
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return s
+}
+
+// readyz answers /readyz: ready when the store can decide, or when the
+// failure mode of every domain in use can answer in its place. Domains
+// with failure mode error cannot: their requests fail while the store is
+// unavailable, so the sidecar is not ready then.
+func readyz(ctx context.Context, engine *limits.Engine, ready func(context.Context) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ctx.Err() != nil {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		err := ready(r.Context())
+		if err == nil {
+			fmt.Fprintln(w, "ok")
+			return
+		}
+		if failing := engine.FailingDomains(); len(failing) > 0 {
+			http.Error(w, fmt.Sprintf("store unavailable: %v; failure mode error for domains %s", err, strings.Join(failing, ", ")), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok (store unavailable; every domain is served by its failure mode)")
+	})
+}
+
+// run serves until ctx ends or a server fails, reloading the rules on
+// file changes and SIGHUP, then shuts down.
+func (s *servers) run(ctx context.Context, lis *listeners, reloader *config.Reloader) error {
 	// SIGHUP reloads; catch it before anyone may send it.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	if c.onReady != nil {
-		c.onReady(grpcLis.Addr().String(), httpLis.Addr().String(), listeners[len(listeners)-1].Addr().String())
-	}
 
+	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		// Without a watch, SIGHUP still reloads: not worth stopping for.
 		if err := reloader.Watch(gctx); err != nil {
-			log.Error("config watch failed; reload with SIGHUP", zap.Error(err))
+			s.log.Error("config watch failed; reload with SIGHUP", zap.Error(err))
 		}
 		return nil
 	})
@@ -208,66 +248,67 @@ func serve(ctx context.Context, c *config, logw io.Writer) error {
 			case <-gctx.Done():
 				return nil
 			case <-hup:
-				log.Info("SIGHUP: reloading config")
+				s.log.Info("SIGHUP: reloading config")
 				reloader.Reload() //nolint:errcheck // Reload logs its own errors
 			}
 		}
 	})
 	g.Go(func() error {
-		if err := gs.Serve(grpcLis); err != nil {
+		if err := s.grpc.Serve(lis.grpc); err != nil {
 			return fmt.Errorf("grpc: %w", err)
 		}
 		return nil
 	})
-	for i, srv := range servers {
-		g.Go(func() error {
-			if err := srv.Serve(listeners[i]); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("http %s: %w", listeners[i].Addr(), err)
-			}
-			return nil
-		})
+	serveHTTP(g, s.http, lis.http)
+	if s.admin != nil {
+		serveHTTP(g, s.admin, lis.admin)
 	}
 	g.Go(func() error {
 		<-gctx.Done()
-		return shutdown(c, log, hs, gs, servers, ctx.Err() != nil)
+		return s.shutdown(ctx.Err() != nil)
 	})
-	err = g.Wait()
-	if closeStore != nil {
-		if cerr := closeStore(); cerr != nil {
-			log.Warn("close store", zap.Error(cerr))
+	return g.Wait()
+}
+
+func serveHTTP(g *errgroup.Group, srv *http.Server, lis net.Listener) {
+	g.Go(func() error {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http %s: %w", lis.Addr(), err)
 		}
-	}
-	log.Info("stopped", zap.Error(err))
-	return err
+		return nil
+	})
 }
 
 // shutdown stops serving in order. drain is false when a server failed, so
 // there is no point waiting for clients to go away.
-func shutdown(c *config, log *zap.Logger, hs *health.Server, gs *grpc.Server, servers []*http.Server, drain bool) error {
-	log.Info("shutting down", zap.Duration("drain_delay", c.drainDelay))
-	hs.Shutdown() // every service NOT_SERVING
-	if drain && c.drainDelay > 0 {
-		t := time.NewTimer(c.drainDelay)
+func (s *servers) shutdown(drain bool) error {
+	s.log.Info("shutting down", zap.Duration("drain_delay", s.c.drainDelay))
+	s.health.Shutdown() // every service NOT_SERVING
+	if drain && s.c.drainDelay > 0 {
+		t := time.NewTimer(s.c.drainDelay)
 		<-t.C
 	}
 	stopped := make(chan struct{})
 	go func() {
-		gs.GracefulStop()
+		s.grpc.GracefulStop()
 		close(stopped)
 	}()
-	t := time.NewTimer(c.shutdownTimeout)
+	t := time.NewTimer(s.c.shutdownTimeout)
 	defer t.Stop()
 	select {
 	case <-stopped:
 	case <-t.C:
-		log.Warn("in-flight requests did not finish in time; stopping")
-		gs.Stop()
+		s.log.Warn("in-flight requests did not finish in time; stopping")
+		s.grpc.Stop()
 		<-stopped
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), s.c.shutdownTimeout)
 	defer cancel()
 	var errs []error
-	for _, srv := range servers {
+	for _, srv := range []*http.Server{s.http, s.admin} {
+		if srv == nil {
+			continue
+		}
 		if err := srv.Shutdown(sctx); err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 		}

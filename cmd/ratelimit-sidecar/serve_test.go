@@ -256,14 +256,46 @@ func TestRedisDownAtStartup(t *testing.T) {
 	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Errorf("with Redis down and failure mode closed: %v, want OVER_LIMIT", resp.OverallCode)
 	}
-	if code, body := s.get(t, "/readyz"); code != http.StatusOK || !strings.Contains(body, "failure mode closed") {
-		t.Errorf("/readyz = %d %q; want 200 naming the failure mode", code, body)
+	if code, body := s.get(t, "/readyz"); code != http.StatusOK || !strings.Contains(body, "store unavailable") {
+		t.Errorf("/readyz = %d %q; want 200 saying the store is unavailable", code, body)
 	}
 	srv.Restart(t)
 	waitFor(t, func() bool {
 		resp, err := s.rls.ShouldRateLimit(context.Background(), userRequest("bob", 0))
 		return err == nil && resp.OverallCode == rlsv3.RateLimitResponse_OK
 	})
+}
+
+// TestReadyzFollowsEachDomainsFailureMode checks /readyz with Redis down
+// against every domain's failure mode, not only --failure-mode: it once
+// consulted only the flag.
+func TestReadyzFollowsEachDomainsFailureMode(t *testing.T) {
+	srv := redistest.StartServer(t)
+	srv.Kill()
+	const local = "domain: a\nfailure_mode: local\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 4}\n"
+	const failing = "domain: b\nfailure_mode: error\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 4}\n"
+	tests := []struct {
+		name     string
+		files    []string
+		flag     string
+		wantCode int
+		wantBody string
+	}{
+		{"flag error, every domain local", []string{local}, "error", http.StatusOK, "every domain is served by its failure mode"},
+		{"flag local, one domain error", []string{local, failing}, "local", http.StatusServiceUnavailable, "failure mode error for domains b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for i, f := range tt.files {
+				write(t, filepath.Join(dir, fmt.Sprintf("rules%d.yaml", i)), f)
+			}
+			s := startSidecar(t, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--failure-mode", tt.flag)
+			if code, body := s.get(t, "/readyz"); code != tt.wantCode || !strings.Contains(body, tt.wantBody) {
+				t.Errorf("/readyz = %d %q; want %d with %q", code, body, tt.wantCode, tt.wantBody)
+			}
+		})
+	}
 }
 
 // TestJSONEndpointWithHeaders posts to /json on a sidecar started with

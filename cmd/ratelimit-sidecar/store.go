@@ -2,81 +2,125 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync/atomic"
-	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
 )
 
-// redisConn is a limits.Store that is Redis once connected. Until the
-// first connection succeeds its calls fail with ErrStoreUnavailable, so
-// the sidecar starts, and serves by its failure mode, while Redis is down.
-type redisConn struct {
-	opts  redis.Options
-	log   *zap.Logger
-	store atomic.Pointer[redis.Store]
+// backend is one kind of store the sidecar can decide on. Adding one
+// means writing its package and one entry in backends.
+type backend struct {
+	name string
+	// configured reports whether the flags ask for this backend.
+	configured func(*settings) bool
+	// open builds it. A remote backend (one with a ping) is put behind a
+	// circuit breaker.
+	open func(ctx context.Context, c *settings, log *zap.Logger) (opened, error)
 }
 
-var errNotConnected = fmt.Errorf("redis not connected yet: %w", limits.ErrStoreUnavailable)
+// opened is a backend's store and what the sidecar needs to run it.
+type opened struct {
+	limits.Store
+	// ping checks that a remote store answers; nil for a local one.
+	ping func(context.Context) error
+	// close releases it; nil if there is nothing to release.
+	close func() error
+}
 
-func (r *redisConn) Apply(ctx context.Context, b *limits.Batch) error {
-	s := r.store.Load()
-	if s == nil {
-		return errNotConnected
+// backends lists the backends, most specific first: the first that is
+// configured is used, and the memory store always is.
+var backends = []backend{
+	{name: "redis", configured: func(c *settings) bool { return c.redis.Configured() }, open: openRedis},
+	{name: "memory", configured: func(*settings) bool { return true }, open: openMemory},
+}
+
+// chooseBackend returns the backend the flags ask for.
+func chooseBackend(c *settings) backend {
+	for _, b := range backends {
+		if b.configured(c) {
+			return b
+		}
 	}
-	return s.Apply(ctx, b)
+	panic("no backend configured: the memory store must accept every configuration")
 }
 
-func (r *redisConn) Ping(ctx context.Context) error {
-	s := r.store.Load()
-	if s == nil {
-		return errNotConnected
-	}
-	return s.Ping(ctx)
+func openMemory(context.Context, *settings, *zap.Logger) (opened, error) {
+	return opened{Store: memory.New(memory.Options{})}, nil
 }
 
-// connect tries to connect once, with a bound of timeout.
-func (r *redisConn) connect(ctx context.Context, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	s, err := redis.New(ctx, r.opts)
+func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error) {
+	goredis.SetLogger(redisLog{log})
+	lazy, err := redis.Connect(ctx, c.redis, redis.LazyOptions{
+		OnConnect: func() { log.Info("redis connected") },
+	})
 	if err != nil {
-		return err
+		return opened{}, err
 	}
-	r.store.Store(s)
-	return nil
+	if !lazy.Connected() {
+		log.Error("redis unreachable at startup; serving by the failure mode while retrying")
+	}
+	return opened{Store: lazy, ping: lazy.Ping, close: lazy.Close}, nil
 }
 
-// connectLoop retries connect every interval until it succeeds or ctx
-// ends. It logs the first failure and the success.
-func (r *redisConn) connectLoop(ctx context.Context, interval time.Duration) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		if err := r.connect(ctx, time.Second); err == nil {
-			r.log.Info("redis connected")
-			return nil
-		} else if !errors.Is(err, limits.ErrStoreUnavailable) {
-			return err
-		}
-	}
+// sidecarStore is the store the engine decides on, with what readiness
+// and shutdown need.
+type sidecarStore struct {
+	limits.Store
+	name string
+	// ready reports whether the store can decide now.
+	ready func(context.Context) error
+	close func() error
 }
 
-func (r *redisConn) Close() error {
-	if s := r.store.Load(); s != nil {
-		return s.Close()
+// openStore builds the configured backend, timed for metrics and, if it
+// is remote, behind a circuit breaker.
+func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Metrics) (*sidecarStore, error) {
+	b := chooseBackend(c)
+	o, err := b.open(ctx, c, log)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	s := &sidecarStore{
+		Store: store.Timed(o.Store, m.StoreCalls(b.name)),
+		name:  b.name,
+		ready: func(context.Context) error { return nil },
+		close: o.close,
+	}
+	if o.ping == nil {
+		return s, nil
+	}
+	breaker := store.NewBreaker(s.Store, o.ping, store.BreakerOptions{
+		OnChange: func(open bool, cause error) {
+			m.BreakerChanged(open, cause)
+			if open {
+				log.Error(b.name+" failing; circuit open, serving by the failure mode", zap.Error(cause))
+			} else {
+				log.Info(b.name + " answers again; circuit closed")
+			}
+		},
+	})
+	s.Store = breaker
+	s.ready = func(ctx context.Context) error {
+		if breaker.Open() {
+			return store.ErrBreakerOpen
+		}
+		return o.ping(ctx)
+	}
+	s.close = func() error {
+		breaker.Close()
+		if o.close == nil {
+			return nil
+		}
+		return o.close()
+	}
+	return s, nil
 }
 
 // redisLog sends go-redis's own messages (dial failures and the like) to

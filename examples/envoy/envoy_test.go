@@ -30,6 +30,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"gopkg.in/yaml.v3"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 
 	// Every typed_config in the files must resolve, so each extension they
@@ -67,7 +68,7 @@ var samples = []sample{
 var shipped = []struct {
 	name  string
 	envoy func() ([]byte, error)
-	rules func() ([]limits.File, error)
+	rules func() ([]config.File, error)
 }{
 	{
 		name:  "examples/envoy",
@@ -328,7 +329,7 @@ func mutated(old, new string) func() ([]byte, error) {
 	}
 }
 
-func loadPair(t *testing.T, envoy func() ([]byte, error), rules func() ([]limits.File, error)) (*bootstrapv3.Bootstrap, *limits.Ruleset) {
+func loadPair(t *testing.T, envoy func() ([]byte, error), rules func() ([]config.File, error)) (*bootstrapv3.Bootstrap, *limits.Ruleset) {
 	t.Helper()
 	data, err := envoy()
 	if err != nil {
@@ -342,7 +343,7 @@ func loadPair(t *testing.T, envoy func() ([]byte, error), rules func() ([]limits
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := limits.Parse(files, limits.LoadOptions{})
+	rs, err := config.Parse(files, config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,8 +354,8 @@ func readFile(path string) func() ([]byte, error) {
 	return func() ([]byte, error) { return os.ReadFile(path) }
 }
 
-func ruleFile(path string) func() ([]limits.File, error) {
-	return func() ([]limits.File, error) { return limits.ReadFiles(path) }
+func ruleFile(path string) func() ([]config.File, error) {
+	return func() ([]config.File, error) { return config.ReadFiles(path) }
 }
 
 // configMap reads the data of a ConfigMap manifest.
@@ -392,16 +393,16 @@ func configMapKey(path, key string) func() ([]byte, error) {
 
 // configMapRules returns the rule files the sidecar reads from a directory
 // where the ConfigMap is mounted: every key ending in .yaml or .yml.
-func configMapRules(path string) func() ([]limits.File, error) {
-	return func() ([]limits.File, error) {
+func configMapRules(path string) func() ([]config.File, error) {
+	return func() ([]config.File, error) {
 		data, err := configMap(path)
 		if err != nil {
 			return nil, err
 		}
-		var files []limits.File
+		var files []config.File
 		for k, v := range data {
 			if strings.HasSuffix(k, ".yaml") || strings.HasSuffix(k, ".yml") {
-				files = append(files, limits.File{Name: path + ":" + k, Data: []byte(v)})
+				files = append(files, config.File{Name: path + ":" + k, Data: []byte(v)})
 			}
 		}
 		if len(files) == 0 {

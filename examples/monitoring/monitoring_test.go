@@ -27,7 +27,10 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
 )
 
 // targetLabels are added by Prometheus when it scrapes (job, instance) or
@@ -110,7 +113,7 @@ func TestLabelCheckCatchesMistakes(t *testing.T) {
 // _bucket, _sum and _count series).
 func scrape(t *testing.T) (map[string][]string, map[string]bool) {
 	t.Helper()
-	rs, err := limits.Load("../envoy/rules.yaml", limits.LoadOptions{})
+	rs, err := config.Load("../envoy/rules.yaml", config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +127,7 @@ func scrape(t *testing.T) (map[string][]string, map[string]bool) {
 
 	// The embedded store: within the limit, near it, then over it (the
 	// user's bucket holds 10).
-	mem := limits.NewEngine(rs, m.Store("memory", limits.NewMemoryStore()), limits.DefaultRequestLimits, limits.WithObserver(m))
+	mem := limits.NewEngine(rs, store.Timed(memory.New(memory.Options{}), m.StoreCalls("memory")), limits.EngineOptions{Observer: m})
 	var d limits.Decision
 	codes := map[limits.Code]int{}
 	for range 11 {
@@ -142,8 +145,7 @@ func scrape(t *testing.T) (map[string][]string, map[string]bool) {
 	}
 
 	// Redis down: the failure mode decides.
-	down := limits.NewEngine(rs, m.Store("redis", failingStore{}), limits.DefaultRequestLimits,
-		limits.WithObserver(m), limits.WithFailureMode(limits.FailLocal), limits.WithLocalFallback(limits.NewMemoryStore(), 2))
+	down := limits.NewEngine(rs, store.Timed(failingStore{}, m.StoreCalls("redis")), limits.EngineOptions{Observer: m, FailureMode: limits.FailLocal, Local: memory.New(memory.Options{}), LocalDivisor: 2})
 	if err := down.Decide(ctx, &user, &d); err != nil {
 		t.Fatal(err)
 	}
@@ -152,8 +154,8 @@ func scrape(t *testing.T) (map[string][]string, map[string]bool) {
 	}
 	m.BreakerChanged(true, limits.ErrStoreUnavailable)
 	m.BreakerChanged(false, nil)
-	m.Reloaded(limits.ReloadStatus{Checksum: rs.Checksum, LoadedAt: time.Now()}, nil)
-	m.Reloaded(limits.ReloadStatus{}, errors.New("bad rules"))
+	m.Reloaded(config.ReloadStatus{Checksum: rs.Checksum, LoadedAt: time.Now()}, nil)
+	m.Reloaded(config.ReloadStatus{}, errors.New("bad rules"))
 
 	rec := httptest.NewRecorder()
 	promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))

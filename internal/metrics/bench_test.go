@@ -6,18 +6,21 @@ import (
 	"testing"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
 )
 
 // BenchmarkDecideObserved is limits' BenchmarkDecideMemory/three_tier with
 // metrics on: the difference is what metrics cost per decision.
 func BenchmarkDecideObserved(b *testing.B) {
-	rs, err := limits.Load("../../config/", limits.LoadOptions{})
+	rs, err := config.Load("../../config/", config.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	m := metrics.New("bench", 0.8)
-	e := limits.NewEngine(rs, m.Store("memory", limits.NewMemoryStore()), limits.DefaultRequestLimits, limits.WithObserver(m))
+	e := limits.NewEngine(rs, store.Timed(memory.New(memory.Options{}), m.StoreCalls("memory")), limits.EngineOptions{Observer: m})
 	reqs := make([]limits.Request, 1024)
 	for i := range reqs {
 		tenant, user := fmt.Sprint("t", i%10), fmt.Sprint("u", i%1000)

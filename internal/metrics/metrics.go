@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
@@ -254,7 +255,7 @@ func dynamicName(r *limits.Rule, entries []limits.Entry) string {
 }
 
 // Reloaded records a reload attempt of changed files.
-func (m *Metrics) Reloaded(st limits.ReloadStatus, err error) {
+func (m *Metrics) Reloaded(st config.ReloadStatus, err error) {
 	if err != nil {
 		m.reloadSuccessful.Set(0)
 		m.reloads.WithLabelValues("failure").Inc()
@@ -273,7 +274,7 @@ func (m *Metrics) Loaded(checksum string, at time.Time) {
 }
 
 // BreakerChanged records the circuit breaker's state; it fits
-// limits.BreakerOptions.OnChange.
+// store.BreakerOptions.OnChange.
 func (m *Metrics) BreakerChanged(open bool, _ error) {
 	if open {
 		m.breakerOpen.Set(1)
@@ -282,11 +283,10 @@ func (m *Metrics) BreakerChanged(open bool, _ error) {
 	}
 }
 
-// Store wraps s so that its calls are timed and its errors counted under
-// the label name.
-func (m *Metrics) Store(name string, s limits.Store) limits.Store {
-	return &timedStore{
-		s:           s,
+// StoreCalls returns the observer of one store's calls, for store.Timed:
+// it times them and counts their errors under the label name.
+func (m *Metrics) StoreCalls(name string) *StoreCalls {
+	return &StoreCalls{
 		seconds:     m.storeSeconds.WithLabelValues(name),
 		timeouts:    m.storeErrors.WithLabelValues(name, "timeout"),
 		unavailable: m.storeErrors.WithLabelValues(name, "unavailable"),
@@ -294,24 +294,22 @@ func (m *Metrics) Store(name string, s limits.Store) limits.Store {
 	}
 }
 
-type timedStore struct {
-	s                            limits.Store
+// StoreCalls records one store's calls. It implements store.CallObserver.
+type StoreCalls struct {
 	seconds                      prometheus.Observer
 	timeouts, unavailable, other prometheus.Counter
 }
 
-func (t *timedStore) Apply(ctx context.Context, b *limits.Batch) error {
-	start := time.Now()
-	err := t.s.Apply(ctx, b)
-	t.seconds.Observe(time.Since(start).Seconds())
+// ObserveCall records one call.
+func (c *StoreCalls) ObserveCall(took time.Duration, err error) {
+	c.seconds.Observe(took.Seconds())
 	switch {
 	case err == nil:
 	case errors.Is(err, context.DeadlineExceeded):
-		t.timeouts.Inc()
+		c.timeouts.Inc()
 	case errors.Is(err, limits.ErrStoreUnavailable):
-		t.unavailable.Inc()
+		c.unavailable.Inc()
 	default:
-		t.other.Inc()
+		c.other.Inc()
 	}
-	return err
 }

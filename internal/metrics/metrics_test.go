@@ -11,7 +11,10 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
 )
 
 const rules = `
@@ -30,13 +33,13 @@ descriptors:
 
 func engine(t *testing.T, m *metrics.Metrics) *limits.Engine {
 	t.Helper()
-	rs, err := limits.Parse([]limits.File{{Name: "rules.yaml", Data: []byte(rules)}}, limits.LoadOptions{})
+	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(rules)}}, config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk := storetest.NewClock(storetest.Epoch)
-	store := m.Store("memory", limits.NewMemoryStore(limits.WithClock(clk.Now)))
-	return limits.NewEngine(rs, store, limits.DefaultRequestLimits, limits.WithObserver(m))
+	st := store.Timed(memory.New(memory.Options{Now: clk.Now}), m.StoreCalls("memory"))
+	return limits.NewEngine(rs, st, limits.EngineOptions{Observer: m})
 }
 
 func decide(t *testing.T, e *limits.Engine, kv ...string) {
@@ -150,8 +153,8 @@ func value(t *testing.T, m *metrics.Metrics, name, rule string) float64 {
 
 func TestReloadAndBreakerGauges(t *testing.T) {
 	m := metrics.New("test", 0.8)
-	m.Reloaded(limits.ReloadStatus{Checksum: "abc", LoadedAt: time.Unix(100, 0)}, nil)
-	m.Reloaded(limits.ReloadStatus{}, fmt.Errorf("bad"))
+	m.Reloaded(config.ReloadStatus{Checksum: "abc", LoadedAt: time.Unix(100, 0)}, nil)
+	m.Reloaded(config.ReloadStatus{}, fmt.Errorf("bad"))
 	m.BreakerChanged(true, nil)
 	want := `
 # HELP ratelimit_sidecar_config_last_reload_successful 1 if the last config reload succeeded (or none failed since start).
@@ -182,12 +185,12 @@ ratelimit_sidecar_redis_circuit_open 1
 // local, no outcome exists; only hits and the fallback are counted.
 func TestObserveFailureMode(t *testing.T) {
 	m := metrics.New("test", 0.8)
-	rs, err := limits.Parse([]limits.File{{Name: "rules.yaml", Data: []byte(rules)}}, limits.LoadOptions{})
+	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(rules)}}, config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mode := range []limits.FailureMode{limits.FailOpen, limits.FailClosed, limits.FailLocal} {
-		e := limits.NewEngine(rs, downStore{}, limits.DefaultRequestLimits, limits.WithObserver(m), limits.WithFailureMode(mode))
+		e := limits.NewEngine(rs, downStore{}, limits.EngineOptions{Observer: m, FailureMode: mode, Local: memory.New(memory.Options{})})
 		decide(t, e, "user", "alice")
 	}
 	want := `

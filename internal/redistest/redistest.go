@@ -343,7 +343,6 @@ type process struct {
 	out     *limitedBuffer
 	done    chan struct{} // closed when the process has been waited for
 	waitErr error         // valid after done is closed
-	once    sync.Once
 }
 
 // startProcess starts bin with args and reaps it in the background.

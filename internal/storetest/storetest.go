@@ -89,8 +89,8 @@ func Run(t *testing.T, newStore Factory) {
 				clk.Set(Epoch.Add(step.At))
 				b := &limits.Batch{}
 				for _, c := range step.Checks {
-					key, slot := Key(tt.Name, c.Key, c.Limit)
-					b.Checks = append(b.Checks, limits.Check{Key: key, Slot: slot, Limit: c.Limit, Hits: c.Hits})
+					key := Key(tt.Name, c.Key, c.Limit)
+					b.Checks = append(b.Checks, limits.Check{Key: key, Limit: c.Limit, Hits: c.Hits})
 				}
 				if err := s.Apply(context.Background(), b); err != nil {
 					t.Fatalf("step %d (at %v): Apply: %v", i, step.At, err)
@@ -108,9 +108,9 @@ func Run(t *testing.T, newStore Factory) {
 
 // Key builds a real store key for a case-local key name, so every case has
 // its own counters and keys of different names land in different slots.
-func Key(caseName, name string, l *limits.Limit) (string, int) {
-	b, slot := limits.AppendKey(nil, "storetest", []limits.Entry{{Key: caseName, Value: name}}, l)
-	return string(b), slot
+func Key(caseName, name string, l *limits.Limit) string {
+	b, _ := limits.AppendKey(nil, "storetest", []limits.Entry{{Key: caseName, Value: name}}, l)
+	return string(b)
 }
 
 // MultiFactory returns stores that share one backend (several engines
@@ -126,7 +126,7 @@ func RunExact(t *testing.T, newStores MultiFactory, goroutines, perGoroutine int
 		t.Run(alg.String(), func(t *testing.T) {
 			stores := newStores(t, NewClock(Epoch.Add(time.Second)))
 			l := mustLimit(alg, 100, limits.UnitMinute, 1, 0)
-			key, slot := Key("exact-"+t.Name(), "hot", l)
+			key := Key("exact-"+t.Name(), "hot", l)
 			var admitted, over atomic.Int64
 			var wg sync.WaitGroup
 			errs := make(chan error, goroutines)
@@ -134,7 +134,7 @@ func RunExact(t *testing.T, newStores MultiFactory, goroutines, perGoroutine int
 				s := stores[g%len(stores)]
 				wg.Go(func() {
 					for range perGoroutine {
-						b := &limits.Batch{Checks: []limits.Check{{Key: key, Slot: slot, Limit: l, Hits: 1}}}
+						b := &limits.Batch{Checks: []limits.Check{{Key: key, Limit: l, Hits: 1}}}
 						if err := s.Apply(context.Background(), b); err != nil {
 							errs <- err
 							return
@@ -183,15 +183,15 @@ func runTiers(t *testing.T, newStores MultiFactory, goroutines int, exact bool) 
 	global := mustLimit(limits.FixedWindow, 1000, limits.UnitMinute, 1, 0)
 	tenant := mustLimit(limits.SlidingWindow, 60, limits.UnitMinute, 1, 0)
 	user := mustLimit(limits.TokenBucket, 5, limits.UnitHour, 1, 5)
-	gk, gs := Key("tiers-"+t.Name(), "global", global)
-	tk, ts := Key("tiers-"+t.Name(), "tenant", tenant)
+	gk := Key("tiers-"+t.Name(), "global", global)
+	tk := Key("tiers-"+t.Name(), "tenant", tenant)
 	const users = 20
 	batch := func(u int) *limits.Batch {
-		uk, us := Key("tiers-"+t.Name(), fmt.Sprint("user", u), user)
+		uk := Key("tiers-"+t.Name(), fmt.Sprint("user", u), user)
 		return &limits.Batch{Checks: []limits.Check{
-			{Key: gk, Slot: gs, Limit: global, Hits: 1},
-			{Key: tk, Slot: ts, Limit: tenant, Hits: 1},
-			{Key: uk, Slot: us, Limit: user, Hits: 1},
+			{Key: gk, Limit: global, Hits: 1},
+			{Key: tk, Limit: tenant, Hits: 1},
+			{Key: uk, Limit: user, Hits: 1},
 		}}
 	}
 	var admitted atomic.Int64
@@ -251,7 +251,7 @@ func runTiers(t *testing.T, newStores MultiFactory, goroutines int, exact bool) 
 		}
 	}
 	// Nothing rejected consumed: the global tier counted only the admitted.
-	b := &limits.Batch{Checks: []limits.Check{{Key: gk, Slot: gs, Limit: global, Hits: 0}}}
+	b := &limits.Batch{Checks: []limits.Check{{Key: gk, Limit: global, Hits: 0}}}
 	if err := stores[0].Apply(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}

@@ -82,20 +82,6 @@ const (
 	headerRetryAfter = "Retry-After"
 )
 
-// Option configures a Server.
-type Option func(*serverOptions)
-
-// serverOptions is what Options set.
-type serverOptions struct {
-	headers HeaderMode
-}
-
-// WithResponseHeaders makes the server add the rate-limit headers of mode
-// to every response (see AddHeaders). The default is HeadersNone.
-func WithResponseHeaders(mode HeaderMode) Option {
-	return func(o *serverOptions) { o.headers = mode }
-}
-
 // AddHeaders appends to resp.ResponseHeadersToAdd the rate-limit headers
 // of mode for decision d, and Retry-After (seconds, rounded up, at least 1)
 // when the request is over the limit.

@@ -11,8 +11,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 )
 
 // headerRules has one rule per algorithm, and windows that are not one
@@ -44,14 +46,14 @@ descriptors:
 
 // headerEngine returns an engine on a memory store whose clock stands at
 // storetest.Epoch until moved.
-func headerEngine(t *testing.T, opts ...limits.EngineOption) (*limits.Engine, *storetest.Clock) {
+func headerEngine(t *testing.T, o limits.EngineOptions) (*limits.Engine, *storetest.Clock) {
 	t.Helper()
-	rs, err := limits.Parse([]limits.File{{Name: "rules.yaml", Data: []byte(headerRules)}}, limits.LoadOptions{})
+	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(headerRules)}}, config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk := storetest.NewClock(storetest.Epoch)
-	return limits.NewEngine(rs, limits.NewMemoryStore(limits.WithClock(clk.Now)), limits.DefaultRequestLimits, opts...), clk
+	return limits.NewEngine(rs, memory.New(memory.Options{Now: clk.Now}), o), clk
 }
 
 // headerRequest has one descriptor per "key=value" in kvs.
@@ -212,7 +214,7 @@ func TestHeadersPerAlgorithm(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e, clk := headerEngine(t)
+			e, clk := headerEngine(t, limits.EngineOptions{})
 			runHeaderSteps(t, e, clk, tt.steps)
 		})
 	}
@@ -278,7 +280,7 @@ func TestHeadersMostRestrictive(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e, clk := headerEngine(t)
+			e, clk := headerEngine(t, limits.EngineOptions{})
 			runHeaderSteps(t, e, clk, tt.steps)
 		})
 	}
@@ -294,26 +296,26 @@ func (downStore) Apply(context.Context, *limits.Batch) error {
 // TestHeadersStoreDown: failing closed rejects with no quota to report;
 // failing locally reports the local decision.
 func TestHeadersStoreDown(t *testing.T) {
-	rs, err := limits.Parse([]limits.File{{Name: "rules.yaml", Data: []byte(headerRules)}}, limits.LoadOptions{})
+	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(headerRules)}}, config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk := storetest.NewClock(storetest.Epoch)
-	local := limits.NewMemoryStore(limits.WithClock(clk.Now))
+	local := memory.New(memory.Options{Now: clk.Now})
 	tests := []struct {
 		name     string
-		opts     []limits.EngineOption
+		opts     limits.EngineOptions
 		wantCode limits.Code
 		want     []string
 	}{
-		{"closed", []limits.EngineOption{limits.WithFailureMode(limits.FailClosed)}, limits.OverLimit, nil},
-		{"open", []limits.EngineOption{limits.WithFailureMode(limits.FailOpen)}, limits.OK, nil},
+		{"closed", limits.EngineOptions{FailureMode: limits.FailClosed}, limits.OverLimit, nil},
+		{"open", limits.EngineOptions{FailureMode: limits.FailOpen}, limits.OK, nil},
 		// Three replicas share 3 per minute: 1 each.
-		{"local", []limits.EngineOption{limits.WithFailureMode(limits.FailLocal), limits.WithLocalFallback(local, 3)}, limits.OK, draft("1", "0", "60")},
+		{"local", limits.EngineOptions{FailureMode: limits.FailLocal, Local: local, LocalDivisor: 3}, limits.OK, draft("1", "0", "60")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := limits.NewEngine(rs, downStore{}, limits.DefaultRequestLimits, tt.opts...)
+			e := limits.NewEngine(rs, downStore{}, tt.opts)
 			var d limits.Decision
 			if err := e.Decide(context.Background(), headerRequest(1, "alg", "fixed"), &d); err != nil {
 				t.Fatal(err)
@@ -329,7 +331,7 @@ func TestHeadersStoreDown(t *testing.T) {
 }
 
 func TestAddHeadersNoneDoesNotAllocate(t *testing.T) {
-	e, _ := headerEngine(t)
+	e, _ := headerEngine(t, limits.EngineOptions{})
 	var d limits.Decision
 	if err := e.Decide(context.Background(), headerRequest(1, "alg", "fixed"), &d); err != nil {
 		t.Fatal(err)

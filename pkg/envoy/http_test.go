@@ -25,8 +25,8 @@ func postJSON(h http.Handler, method, body string) *httptest.ResponseRecorder {
 }
 
 func TestJSONHandler(t *testing.T) {
-	e, _ := headerEngine(t) // the clock stands at storetest.Epoch
-	h := envoy.NewServer(e, zap.NewNop()).JSONHandler()
+	e, _ := headerEngine(t, limits.EngineOptions{}) // the clock stands at storetest.Epoch
+	h := envoy.NewServer(e, zap.NewNop(), envoy.Options{}).JSONHandler()
 	fixed := func(code rlsv3.RateLimitResponse_Code, remaining uint32) *rlsv3.RateLimitResponse_DescriptorStatus {
 		return &rlsv3.RateLimitResponse_DescriptorStatus{
 			Code:               code,
@@ -104,8 +104,8 @@ func TestJSONHandler(t *testing.T) {
 
 func TestJSONHandlerErrors(t *testing.T) {
 	const valid = `{"domain": "hdr", "descriptors": [{"entries": [{"key": "alg", "value": "fixed"}]}]}`
-	e, _ := headerEngine(t)
-	down := limits.NewEngine(e.Rules(), downStore{}, limits.DefaultRequestLimits, limits.WithFailureMode(limits.FailError))
+	e, _ := headerEngine(t, limits.EngineOptions{})
+	down := limits.NewEngine(e.Rules(), downStore{}, limits.EngineOptions{FailureMode: limits.FailError})
 	tests := []struct {
 		name       string
 		engine     *limits.Engine
@@ -133,7 +133,7 @@ func TestJSONHandlerErrors(t *testing.T) {
 			if method == "" {
 				method = http.MethodPost
 			}
-			rec := postJSON(envoy.NewServer(engine, zap.NewNop()).JSONHandler(), method, tt.give)
+			rec := postJSON(envoy.NewServer(engine, zap.NewNop(), envoy.Options{}).JSONHandler(), method, tt.give)
 			if rec.Code != tt.wantStatus || !strings.Contains(rec.Body.String(), tt.wantBody) {
 				t.Errorf("got %d %q, want %d with %q", rec.Code, rec.Body, tt.wantStatus, tt.wantBody)
 			}

@@ -32,7 +32,7 @@ type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	engine *limits.Engine
 	log    *zap.Logger
-	opts   serverOptions
+	opts   Options
 	work   sync.Pool // *work
 }
 
@@ -46,13 +46,16 @@ type work struct {
 	dec     limits.Decision
 }
 
+// Options tunes a Server. The zero value is ready to use.
+type Options struct {
+	// Headers is the mode of the rate-limit headers the server adds to
+	// every response (see AddHeaders). Zero is HeadersNone.
+	Headers HeaderMode
+}
+
 // NewServer returns a server deciding through e.
-func NewServer(e *limits.Engine, log *zap.Logger, opts ...Option) *Server {
-	s := &Server{engine: e, log: log, work: sync.Pool{New: func() any { return new(work) }}}
-	for _, o := range opts {
-		o(&s.opts)
-	}
-	return s
+func NewServer(e *limits.Engine, log *zap.Logger, o Options) *Server {
+	return &Server{engine: e, log: log, opts: o, work: sync.Pool{New: func() any { return new(work) }}}
 }
 
 // Register registers the RLS service on g, which must have been created
@@ -74,7 +77,7 @@ func (s *Server) decide(ctx context.Context, w *work) (*rlsv3.RateLimitResponse,
 		return nil, s.statusError(err)
 	}
 	resp := Response(&w.dec)
-	AddHeaders(s.opts.headers, &w.dec, resp)
+	AddHeaders(s.opts.Headers, &w.dec, resp)
 	return resp, nil
 }
 

@@ -23,8 +23,10 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -50,18 +52,18 @@ descriptors:
 // storetest.Epoch + 100 ms, and returns a client.
 func start(t *testing.T, lim limits.RequestLimits) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	rs, err := limits.Parse([]limits.File{{Name: "rules.yaml", Data: []byte(rules)}}, limits.LoadOptions{})
+	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(rules)}}, config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk := storetest.NewClock(storetest.Epoch.Add(100 * time.Millisecond))
-	engine := limits.NewEngine(rs, limits.NewMemoryStore(limits.WithClock(clk.Now)), lim)
+	engine := limits.NewEngine(rs, memory.New(memory.Options{Now: clk.Now}), limits.EngineOptions{Limits: lim})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer(envoy.ServerOptions()...)
-	envoy.NewServer(engine, zap.NewNop()).Register(gs)
+	envoy.NewServer(engine, zap.NewNop(), envoy.Options{}).Register(gs)
 	go gs.Serve(lis) //nolint:errcheck // Serve returns when Stop is called
 	t.Cleanup(gs.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -48,7 +48,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 			return Algorithm(a), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window, sliding_log, token_bucket or leaky_bucket)", s)
+	return 0, fmt.Errorf("unknown algorithm %q (want %s)", s, oneOf(Algorithms))
 }
 
 // String returns the algorithm's configuration name.

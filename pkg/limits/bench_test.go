@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 )
 
 func loadDefault(b *testing.B) *limits.Ruleset {
-	rs, err := limits.Load("../../config/", limits.LoadOptions{})
+	rs, err := config.Load("../../config/", config.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -59,7 +61,7 @@ func BenchmarkDecideMemory(b *testing.B) {
 	}{{"one_descriptor", single}, {"three_tier", tiered}} {
 		b.Run(bc.name, func(b *testing.B) {
 			// Limits far above the load, so every decision does full work.
-			e := limits.NewEngine(rs, limits.NewMemoryStore(), limits.DefaultRequestLimits)
+			e := limits.NewEngine(rs, memory.New(memory.Options{}), limits.EngineOptions{})
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				var d limits.Decision

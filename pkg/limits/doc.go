@@ -1,15 +1,23 @@
-// Package limits compiles rate-limit rules, matches request descriptors
-// against them and decides requests through a Store.
+// Package limits is the core of the sidecar: rate limits and their
+// algorithms, rules and how request descriptors match them, the Engine
+// that decides requests, and the Store contract that backends implement.
 //
-// The flow is: Load or Parse rule files into a *Ruleset (immutable, safe to
-// share), publish it to an Engine, and call Engine.Decide for each request.
-// The Engine matches every descriptor, builds one Batch of checks and hands it
-// to a Store, which decides the whole batch atomically: a request is admitted
-// only if every enforced limit admits it, and a rejected request consumes
-// nothing anywhere.
+// The request path reads top to bottom: a protocol adapter (pkg/envoy)
+// turns the wire request into a Request; Engine.Decide matches every
+// descriptor against the Ruleset in use, builds one Batch of checks and
+// hands it to a Store, which decides the whole batch atomically: a
+// request is admitted only if every enforced limit admits it, and a
+// rejected request consumes nothing anywhere. The adapter turns the
+// Decision back into a response.
 //
-// Every algorithm's semantics live in this package (see Limit.evaluate) with
-// time passed in explicitly; the memory store here and the Redis store's Lua
-// script implement the same rules, and internal/storetest holds the one table
-// of cases both must pass.
+// Every algorithm's semantics live in this package, in Limit.Evaluate,
+// with time passed in explicitly. The backends are packages of their own:
+// pkg/memory calls Evaluate, and pkg/redis's Lua script mirrors it;
+// internal/storetest holds the one table of cases both must pass.
+// Rulesets are built by NewRuleset, normally from rule files by
+// pkg/config, and are immutable. Store middleware (circuit breaker,
+// timing) is in pkg/store.
+//
+// This package imports no YAML, logging, file watching, gRPC or Redis
+// code.
 package limits

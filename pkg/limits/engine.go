@@ -76,12 +76,15 @@ type Decision struct {
 	// Rules is the ruleset the decision used.
 	Rules *Ruleset
 
-	batch Batch
-	owner []int  // owner[i] is the descriptor of batch.Checks[i]
-	key   []byte // scratch for building keys
-	ents  []Entry
-	limit []*Limit // candidate limits, parallel to owner, before replaces
-	drop  []bool   // parallel to limit: replaced by another limit
+	// Scratch reused from request to request. Each slice means one thing
+	// through every phase of Engine.decide.
+	candidates []*Limit // every limit the descriptors matched, in order
+	candOwner  []int    // candOwner[i]: the descriptor of candidates[i]
+	dropped    []bool   // dropped[i]: another matched limit replaces candidates[i]
+	batch      Batch    // the checks sent to the store
+	checkOwner []int    // checkOwner[j]: the descriptor of batch.Checks[j]
+	key        []byte   // scratch for building keys
+	ents       []Entry  // scratch for share_threshold entries
 }
 
 // RequestError is a malformed request. Field names the offending field in
@@ -94,7 +97,8 @@ type RequestError struct {
 func (e *RequestError) Error() string { return e.Field + ": " + e.Msg }
 
 // RequestLimits bounds what a request may carry. The defaults are far
-// above anything Envoy sends and only stop abuse.
+// above anything Envoy sends and only stop abuse. A zero field means its
+// default.
 type RequestLimits struct {
 	MaxDescriptors int    // per request
 	MaxEntries     int    // per descriptor
@@ -102,12 +106,50 @@ type RequestLimits struct {
 	MaxHits        uint64 // per hits_addend
 }
 
-// DefaultRequestLimits are the limits NewEngine uses.
+// DefaultRequestLimits are the limits an Engine applies where
+// EngineOptions.Limits leaves a field zero.
 var DefaultRequestLimits = RequestLimits{
 	MaxDescriptors: 64,
 	MaxEntries:     32,
 	MaxValueBytes:  4096,
 	MaxHits:        1_000_000,
+}
+
+// withDefaults returns l with its zero fields set to the defaults.
+func (l RequestLimits) withDefaults() RequestLimits {
+	d := DefaultRequestLimits
+	if l.MaxDescriptors > 0 {
+		d.MaxDescriptors = l.MaxDescriptors
+	}
+	if l.MaxEntries > 0 {
+		d.MaxEntries = l.MaxEntries
+	}
+	if l.MaxValueBytes > 0 {
+		d.MaxValueBytes = l.MaxValueBytes
+	}
+	if l.MaxHits > 0 {
+		d.MaxHits = l.MaxHits
+	}
+	return d
+}
+
+// EngineOptions tunes an Engine. The zero value is ready to use.
+type EngineOptions struct {
+	// Limits bounds what a request may carry; its zero fields take
+	// DefaultRequestLimits' values.
+	Limits RequestLimits
+	// FailureMode is what requests get while the store cannot decide, for
+	// domains whose rule files set no failure_mode. Zero (FailDefault)
+	// means FailLocal.
+	FailureMode FailureMode
+	// Local is the store FailLocal decides on, normally a memory store.
+	// Without one, FailLocal fails the call as FailError does.
+	Local Store
+	// LocalDivisor is the number of replicas that share the limits: on
+	// Local, each limit is divided by it. Zero means 1.
+	LocalDivisor uint64
+	// Observer, if set, is told about every decision.
+	Observer Observer
 }
 
 // Engine decides requests against the current Ruleset through a Store. It
@@ -129,39 +171,43 @@ type Observer interface {
 	Observe(req *Request, d *Decision, took time.Duration, err error)
 }
 
-// WithObserver sets the engine's observer.
-func WithObserver(o Observer) EngineOption {
-	return func(e *Engine) { e.observer = o }
-}
-
-// EngineOption configures an Engine.
-type EngineOption func(*Engine)
-
-// WithFailureMode sets what requests get while the store cannot decide,
-// for domains whose rule file does not say (failure_mode). The default is
-// FailLocal.
-func WithFailureMode(m FailureMode) EngineOption {
-	return func(e *Engine) { e.failure = m }
-}
-
-// WithLocalFallback sets the store FailLocal decides on, and the number of
-// replicas that share the limits (each limit is divided by it there). The
-// default is a new MemoryStore and 1.
-func WithLocalFallback(s Store, divisor uint64) EngineOption {
-	return func(e *Engine) { e.local, e.divisor = s, max(divisor, 1) }
-}
-
 // NewEngine returns an engine deciding rs through store.
-func NewEngine(rs *Ruleset, store Store, lim RequestLimits, opts ...EngineOption) *Engine {
-	e := &Engine{store: store, limits: lim, failure: FailLocal, divisor: 1, now: time.Now}
-	for _, o := range opts {
-		o(e)
+func NewEngine(rs *Ruleset, store Store, o EngineOptions) *Engine {
+	e := &Engine{
+		store:    store,
+		limits:   o.Limits.withDefaults(),
+		failure:  o.FailureMode,
+		local:    o.Local,
+		divisor:  max(o.LocalDivisor, 1),
+		observer: o.Observer,
+		now:      time.Now,
 	}
-	if e.local == nil {
-		e.local = NewMemoryStore()
+	if e.failure == FailDefault {
+		e.failure = FailLocal
 	}
 	e.rules.Store(rs)
 	return e
+}
+
+// FailureMode returns what requests of domain get while the store cannot
+// decide: the domain's failure_mode, else the engine's.
+func (e *Engine) FailureMode(domain string) FailureMode {
+	return e.rules.Load().FailureMode(domain, e.failure)
+}
+
+// FailingDomains returns the domains of the rules in use whose requests
+// fail while the store cannot decide (failure mode error), sorted. A
+// readiness check uses it: those domains cannot be served without the
+// store, while every other domain is answered by its failure mode.
+func (e *Engine) FailingDomains() []string {
+	rs := e.rules.Load()
+	var out []string
+	for _, d := range rs.Domains() {
+		if rs.FailureMode(d, e.failure) == FailError {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // Rules returns the ruleset in use.
@@ -226,6 +272,9 @@ func (e *Engine) Decide(ctx context.Context, req *Request, d *Decision) error {
 	return err
 }
 
+// decide runs the phases of a decision in order: validate, match every
+// descriptor, drop replaced limits, build the batch, apply it to the store
+// (or the failure mode), report per descriptor.
 func (e *Engine) decide(ctx context.Context, req *Request, d *Decision) error {
 	if err := e.Validate(req); err != nil {
 		d.reset(0)
@@ -237,65 +286,11 @@ func (e *Engine) decide(ctx context.Context, req *Request, d *Decision) error {
 	if !rs.HasDomain(req.Domain) {
 		return nil // unknown domain: OK, no limits (as the reference)
 	}
-
-	// Match every descriptor and list the candidate limits.
-	for i := range req.Descriptors {
-		desc := &req.Descriptors[i]
-		st := &d.Statuses[i]
-		if o := desc.Override; o != nil {
-			l, err := NewLimit(FixedWindow, o.Requests, o.Unit, 1, 0)
-			if err != nil {
-				return &RequestError{fmt.Sprintf("descriptors[%d].limit", i), err.Error()}
-			}
-			d.owner = append(d.owner, i)
-			d.limit = append(d.limit, l)
-			continue
-		}
-		r := rs.Match(req.Domain, desc.Entries)
-		if r == nil || len(r.Limits) == 0 {
-			continue
-		}
-		st.Rule = r
-		for _, l := range r.Limits {
-			d.owner = append(d.owner, i)
-			d.limit = append(d.limit, l)
-		}
+	if err := d.match(rs, req); err != nil {
+		return err
 	}
-
-	// A matched limit's replaces drop the counted limits of that name, as
-	// in the reference: names are collected from every matched limit,
-	// unlimited ones included, before any is dropped, and an unlimited
-	// limit is never dropped (the reference sets it aside first).
-	d.drop = d.drop[:0]
-	for _, l := range d.limit {
-		d.drop = append(d.drop, !l.Unlimited && l.Name != "" && replaced(d.limit, l.Name))
-	}
-	for j, drop := range d.drop {
-		if drop {
-			d.limit[j] = nil
-		}
-	}
-
-	// Build the batch.
-	for j, l := range d.limit {
-		if l == nil {
-			continue
-		}
-		i := d.owner[j]
-		if l.Unlimited {
-			d.Statuses[i].Unlimited = true
-			continue
-		}
-		desc := &req.Descriptors[i]
-		hits := max(req.Hits, 1)
-		if desc.HasHits {
-			hits = desc.Hits
-		}
-		var slot int
-		d.key, slot = AppendKey(d.key[:0], req.Domain, counterEntries(d.Statuses[i].Rule, desc.Entries, &d.ents), l)
-		d.batch.Checks = append(d.batch.Checks, Check{Key: string(d.key), Slot: slot, Limit: l, Hits: hits})
-		d.owner[len(d.batch.Checks)-1] = i
-	}
+	d.dropped = Dropped(d.candidates, d.dropped[:0])
+	d.buildBatch(req)
 	if len(d.batch.Checks) == 0 {
 		return nil
 	}
@@ -303,40 +298,132 @@ func (e *Engine) decide(ctx context.Context, req *Request, d *Decision) error {
 		if errors.As(err, new(*RequestError)) {
 			return err
 		}
-		mode := rs.failureMode(req.Domain, e.failure)
+		mode := rs.FailureMode(req.Domain, e.failure)
+		if e.local == nil && mode == FailLocal {
+			mode = FailError
+		}
 		d.StoreErr, d.Fallback = err, mode
-		switch mode {
-		case FailOpen:
-			for i := range d.Statuses {
-				d.Statuses[i] = Status{Rule: d.Statuses[i].Rule}
-			}
-			return nil
-		case FailClosed:
-			for j := range d.batch.Checks {
-				st := &d.Statuses[d.owner[j]]
-				if st.Limit == nil {
-					st.Code, st.Limit = OverLimit, d.batch.Checks[j].Limit
-				}
-			}
-			d.Code = OverLimit
-			return nil
-		case FailLocal:
-			for j := range d.batch.Checks {
-				d.batch.Checks[j].Limit = d.batch.Checks[j].Limit.divided(e.divisor)
-			}
-			if err := e.local.Apply(ctx, &d.batch); err != nil {
-				return fmt.Errorf("local fallback: %w", err)
-			}
-		default:
+		done, err := e.fallback(ctx, d, mode, err)
+		if done || err != nil {
 			return err
 		}
 	}
+	d.report()
+	return nil
+}
 
-	// Report, per descriptor, the limit that is over, else the one with
-	// the least remaining.
+// match lists, in d.candidates, the limits every descriptor of req
+// reaches: a descriptor's override limit, else the limits of the rule it
+// matches.
+func (d *Decision) match(rs *Ruleset, req *Request) error {
+	for i := range req.Descriptors {
+		desc := &req.Descriptors[i]
+		if o := desc.Override; o != nil {
+			l, err := NewLimit(FixedWindow, o.Requests, o.Unit, 1, 0)
+			if err != nil {
+				return &RequestError{fmt.Sprintf("descriptors[%d].limit", i), err.Error()}
+			}
+			d.candidates = append(d.candidates, l)
+			d.candOwner = append(d.candOwner, i)
+			continue
+		}
+		r := rs.Match(req.Domain, desc.Entries)
+		if r == nil || len(r.Limits) == 0 {
+			continue
+		}
+		d.Statuses[i].Rule = r
+		for _, l := range r.Limits {
+			d.candidates = append(d.candidates, l)
+			d.candOwner = append(d.candOwner, i)
+		}
+	}
+	return nil
+}
+
+// Dropped reports, in dst[i], whether a request whose descriptors matched
+// the limits ls drops ls[i] because another of them replaces its name.
+// As in envoyproxy/ratelimit, names are collected from every matched
+// limit, unlimited ones included, before any is dropped, and an unlimited
+// limit is never dropped. dst's array is reused.
+func Dropped(ls []*Limit, dst []bool) []bool {
+	dst = dst[:0]
+	for _, l := range ls {
+		dst = append(dst, !l.Unlimited && l.Name != "" && replaced(ls, l.Name))
+	}
+	return dst
+}
+
+func replaced(ls []*Limit, name string) bool {
+	for _, l := range ls {
+		for _, r := range l.Replaces {
+			if r == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// buildBatch turns the candidates that are not dropped into the batch's
+// checks, and marks descriptors that reached an unlimited limit.
+func (d *Decision) buildBatch(req *Request) {
+	for i, l := range d.candidates {
+		if d.dropped[i] {
+			continue
+		}
+		owner := d.candOwner[i]
+		if l.Unlimited {
+			d.Statuses[owner].Unlimited = true
+			continue
+		}
+		desc := &req.Descriptors[owner]
+		hits := max(req.Hits, 1)
+		if desc.HasHits {
+			hits = desc.Hits
+		}
+		d.key, _ = AppendKey(d.key[:0], req.Domain, counterEntries(d.Statuses[owner].Rule, desc.Entries, &d.ents), l)
+		d.batch.Checks = append(d.batch.Checks, Check{Key: string(d.key), Limit: l, Hits: hits})
+		d.checkOwner = append(d.checkOwner, owner)
+	}
+}
+
+// fallback answers d by mode after the store failed with err. It reports
+// done when d is final; otherwise the local store decided the batch and
+// the outcomes are to be reported as the store's would be.
+func (e *Engine) fallback(ctx context.Context, d *Decision, mode FailureMode, err error) (done bool, _ error) {
+	switch mode {
+	case FailOpen:
+		for i := range d.Statuses {
+			d.Statuses[i] = Status{Rule: d.Statuses[i].Rule}
+		}
+		return true, nil
+	case FailClosed:
+		for j := range d.batch.Checks {
+			st := &d.Statuses[d.checkOwner[j]]
+			if st.Limit == nil {
+				st.Code, st.Limit = OverLimit, d.batch.Checks[j].Limit
+			}
+		}
+		d.Code = OverLimit
+		return true, nil
+	case FailLocal:
+		for j := range d.batch.Checks {
+			d.batch.Checks[j].Limit = d.batch.Checks[j].Limit.divided(e.divisor)
+		}
+		if err := e.local.Apply(ctx, &d.batch); err != nil {
+			return true, fmt.Errorf("local fallback: %w", err)
+		}
+		return false, nil
+	}
+	return true, err
+}
+
+// report sets each descriptor's status from the outcomes: the limit that
+// is over, else the one with the least remaining.
+func (d *Decision) report() {
 	for j := range d.batch.Checks {
 		c, out := &d.batch.Checks[j], &d.batch.Outcomes[j]
-		st := &d.Statuses[d.owner[j]]
+		st := &d.Statuses[d.checkOwner[j]]
 		enforcedOver := out.Over && !c.Limit.Shadow
 		switch {
 		case st.Limit == nil,
@@ -355,18 +442,6 @@ func (e *Engine) decide(ctx context.Context, req *Request, d *Decision) error {
 	if !d.batch.Admitted {
 		d.Code = OverLimit
 	}
-	return nil
-}
-
-func replaced(ls []*Limit, name string) bool {
-	for _, l := range ls {
-		for _, r := range l.Replaces {
-			if r == name {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // Checks returns the limit checks the decision made, in order; Outcomes
@@ -382,7 +457,7 @@ func (d *Decision) Outcomes() []Outcome { return d.batch.Outcomes }
 func (d *Decision) Admitted() bool { return d.batch.Admitted }
 
 // Descriptor returns the request descriptor that check j belongs to.
-func (d *Decision) Descriptor(j int) int { return d.owner[j] }
+func (d *Decision) Descriptor(j int) int { return d.checkOwner[j] }
 
 func (d *Decision) reset(n int) {
 	d.Code = OK
@@ -392,8 +467,10 @@ func (d *Decision) reset(n int) {
 		d.Statuses = make([]Status, n)
 	}
 	d.Statuses = d.Statuses[:n]
-	d.owner = d.owner[:0]
-	clear(d.limit)
-	d.limit = d.limit[:0]
+	clear(d.candidates)
+	d.candidates = d.candidates[:0]
+	d.candOwner = d.candOwner[:0]
+	d.dropped = d.dropped[:0]
+	d.checkOwner = d.checkOwner[:0]
 	d.batch.Reset()
 }

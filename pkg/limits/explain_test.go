@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
@@ -75,7 +76,7 @@ descriptors:
 
 func explainParse(t testing.TB, rules string) *limits.Ruleset {
 	t.Helper()
-	rs, err := limits.Parse([]limits.File{{Name: "rules.yaml", Data: []byte(rules)}}, limits.LoadOptions{})
+	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(rules)}}, config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,7 +462,7 @@ func TestExplainKeysAreTheEngines(t *testing.T) {
 				t.Errorf("Explain keys (-want +got):\n%s", diff)
 			}
 			st := &keyStore{}
-			e := limits.NewEngine(rs, st, limits.DefaultRequestLimits)
+			e := limits.NewEngine(rs, st, limits.EngineOptions{})
 			req := &limits.Request{Domain: "shop", Descriptors: []limits.Descriptor{{Entries: ents}}}
 			if err := e.Decide(context.Background(), req, &limits.Decision{}); err != nil {
 				t.Fatal(err)

@@ -23,14 +23,17 @@ const (
 
 var failureNames = [...]string{FailDefault: "", FailOpen: "open", FailClosed: "closed", FailLocal: "local", FailError: "error"}
 
+// FailureModes lists the failure modes a flag or rule file can name.
+var FailureModes = []FailureMode{FailOpen, FailClosed, FailLocal, FailError}
+
 // ParseFailureMode parses "open", "closed", "local" or "error".
 func ParseFailureMode(s string) (FailureMode, error) {
-	for m, name := range failureNames {
-		if name == s && s != "" {
-			return FailureMode(m), nil
+	for _, m := range FailureModes {
+		if failureNames[m] == s {
+			return m, nil
 		}
 	}
-	return FailDefault, fmt.Errorf("unknown failure mode %q (want open, closed, local or error)", s)
+	return FailDefault, fmt.Errorf("unknown failure mode %q (want %s)", s, oneOf(FailureModes))
 }
 
 func (m FailureMode) String() string {

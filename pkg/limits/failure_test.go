@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
-	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 )
 
 // downStore is a Store whose backend is down while down is set. It stands
@@ -75,11 +75,9 @@ func TestFailureModes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.mode, "/", tt.divisor), func(t *testing.T) {
 			rs := parseRules(t, failureRules)
-			store := &downStore{up: limits.NewMemoryStore(limits.WithClock(clk.Now))}
+			store := &downStore{up: memory.New(memory.Options{Now: clk.Now})}
 			store.down.Store(true)
-			e := limits.NewEngine(rs, store, limits.DefaultRequestLimits,
-				limits.WithFailureMode(tt.mode),
-				limits.WithLocalFallback(limits.NewMemoryStore(limits.WithClock(clk.Now)), tt.divisor))
+			e := limits.NewEngine(rs, store, limits.EngineOptions{FailureMode: tt.mode, Local: memory.New(memory.Options{Now: clk.Now}), LocalDivisor: tt.divisor})
 			got := decideN(t, e, "edge", len(tt.want))
 			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
 				t.Errorf("codes = %v, want %v", got, tt.want)
@@ -88,9 +86,9 @@ func TestFailureModes(t *testing.T) {
 	}
 
 	t.Run("error", func(t *testing.T) {
-		store := &downStore{up: limits.NewMemoryStore()}
+		store := &downStore{up: memory.New(memory.Options{})}
 		store.down.Store(true)
-		e := limits.NewEngine(parseRules(t, failureRules), store, limits.DefaultRequestLimits, limits.WithFailureMode(limits.FailError))
+		e := limits.NewEngine(parseRules(t, failureRules), store, limits.EngineOptions{FailureMode: limits.FailError})
 		var d limits.Decision
 		err := e.Decide(context.Background(), &limits.Request{Domain: "edge", Descriptors: []limits.Descriptor{{Entries: []limits.Entry{{Key: "user", Value: "u1"}}}}}, &d)
 		if !errors.Is(err, limits.ErrStoreUnavailable) {
@@ -99,9 +97,9 @@ func TestFailureModes(t *testing.T) {
 	})
 
 	t.Run("open reports no limit", func(t *testing.T) {
-		store := &downStore{up: limits.NewMemoryStore()}
+		store := &downStore{up: memory.New(memory.Options{})}
 		store.down.Store(true)
-		e := limits.NewEngine(parseRules(t, failureRules), store, limits.DefaultRequestLimits, limits.WithFailureMode(limits.FailOpen))
+		e := limits.NewEngine(parseRules(t, failureRules), store, limits.EngineOptions{FailureMode: limits.FailOpen})
 		var d limits.Decision
 		if err := e.Decide(context.Background(), &limits.Request{Domain: "edge", Descriptors: []limits.Descriptor{{Entries: []limits.Entry{{Key: "user", Value: "u1"}}}}}, &d); err != nil {
 			t.Fatal(err)
@@ -113,17 +111,17 @@ func TestFailureModes(t *testing.T) {
 }
 
 func TestFailureModePerDomain(t *testing.T) {
-	files := []limits.File{
+	files := []config.File{
 		{Name: "open.yaml", Data: []byte("domain: a\nfailure_mode: closed\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 4}\n")},
 		{Name: "b.yaml", Data: []byte("domain: b\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 4}\n")},
 	}
-	rs, err := limits.Parse(files, limits.LoadOptions{})
+	rs, err := config.Parse(files, config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := &downStore{up: limits.NewMemoryStore()}
+	store := &downStore{up: memory.New(memory.Options{})}
 	store.down.Store(true)
-	e := limits.NewEngine(rs, store, limits.DefaultRequestLimits, limits.WithFailureMode(limits.FailOpen))
+	e := limits.NewEngine(rs, store, limits.EngineOptions{FailureMode: limits.FailOpen})
 	if got := decideN(t, e, "a", 1); got[0] != limits.OverLimit {
 		t.Errorf("domain a (failure_mode: closed) = %v, want OVER_LIMIT", got)
 	}
@@ -132,80 +130,9 @@ func TestFailureModePerDomain(t *testing.T) {
 	}
 }
 
-func TestBreaker(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		store := &downStore{up: limits.NewMemoryStore()}
-		var changes []bool
-		b := limits.NewBreaker(store, store.ping, limits.BreakerOptions{
-			Failures: 3, Cooldown: 500 * time.Millisecond,
-			OnChange: func(open bool, _ error) { changes = append(changes, open) },
-		})
-		defer b.Close()
-		l, _ := limits.NewLimit(limits.FixedWindow, 100, limits.UnitSecond, 1, 0)
-		apply := func() error {
-			return b.Apply(context.Background(), &limits.Batch{Checks: []limits.Check{{Key: "{k}x", Slot: 3, Limit: l, Hits: 1}}})
-		}
-
-		store.down.Store(true)
-		for i := range 3 {
-			if err := apply(); !errors.Is(err, limits.ErrStoreUnavailable) || errors.Is(err, limits.ErrBreakerOpen) {
-				t.Fatalf("failure %d: err = %v, want the store's own error", i, err)
-			}
-		}
-		if !b.Open() {
-			t.Fatal("breaker closed after 3 consecutive failures")
-		}
-		calls := store.calls.Load()
-		for range 100 {
-			if err := apply(); !errors.Is(err, limits.ErrBreakerOpen) {
-				t.Fatalf("err = %v while open, want ErrBreakerOpen", err)
-			}
-		}
-		if n := store.calls.Load() - calls; n != 0 {
-			t.Errorf("open breaker sent %d requests to the store, want 0", n)
-		}
-
-		// Probes keep failing while the store is down...
-		time.Sleep(2 * time.Second)
-		synctest.Wait()
-		if !b.Open() {
-			t.Fatal("breaker closed while the store is still down")
-		}
-		// ...and the first probe after it comes back closes the breaker.
-		store.down.Store(false)
-		time.Sleep(500 * time.Millisecond)
-		synctest.Wait()
-		if b.Open() {
-			t.Fatal("breaker still open one cooldown after the store came back")
-		}
-		if err := apply(); err != nil {
-			t.Errorf("after recovery: %v", err)
-		}
-		if fmt.Sprint(changes) != "[true false]" {
-			t.Errorf("OnChange calls = %v, want [true false]", changes)
-		}
-	})
-}
-
-func TestBreakerSuccessResetsCount(t *testing.T) {
-	store := &downStore{up: limits.NewMemoryStore()}
-	b := limits.NewBreaker(store, store.ping, limits.BreakerOptions{Failures: 3})
-	defer b.Close()
-	l, _ := limits.NewLimit(limits.FixedWindow, 100, limits.UnitSecond, 1, 0)
-	for range 5 {
-		for _, down := range []bool{true, true, false} {
-			store.down.Store(down)
-			b.Apply(context.Background(), &limits.Batch{Checks: []limits.Check{{Key: "{k}x", Slot: 3, Limit: l, Hits: 1}}}) //nolint:errcheck // only the breaker's state matters
-		}
-	}
-	if b.Open() {
-		t.Error("breaker opened on failures that were never 3 in a row")
-	}
-}
-
 func parseRules(t *testing.T, yaml string) *limits.Ruleset {
 	t.Helper()
-	rs, err := limits.Parse([]limits.File{{Name: "rules.yaml", Data: []byte(yaml)}}, limits.LoadOptions{})
+	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(yaml)}}, config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

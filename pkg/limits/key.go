@@ -3,7 +3,8 @@ package limits
 import "strconv"
 
 // AppendKey appends the store key of one limit of one descriptor to dst and
-// returns it with the length of its slot part (see Check.Slot).
+// returns it with the length of its hash-tag part: key[:n] is the same for
+// every limit of the descriptor, so they share a Redis Cluster slot.
 //
 // The layout is
 //

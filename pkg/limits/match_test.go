@@ -9,7 +9,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 )
 
 // matchLimit is what a status reports of its limit.
@@ -54,8 +56,8 @@ func decisionResult(d *limits.Decision) matchResult {
 // TestMatch runs rule files written the envoyproxy/ratelimit way (the
 // examples of its README and test/config, reworded) through the engine on
 // a memory store, and checks what each request in a sequence gets back.
-// Where the reference and the issue differ (all-or-nothing), the issue
-// wins and the case says so.
+// Where the reference and this project differ (a request is decided
+// all-or-nothing here), the case says so.
 func TestMatch(t *testing.T) {
 	const (
 		sec  = time.Second
@@ -113,7 +115,7 @@ func TestMatch(t *testing.T) {
 	tests := []struct {
 		name  string
 		rules []string // rule files, parsed together
-		opts  limits.LoadOptions
+		opts  config.Options
 		steps []matchStep
 	}{
 		{
@@ -566,7 +568,7 @@ descriptors:
 				// Zero checks without consuming.
 				{give: req(descHits(0, desc("user", "a"))), want: admitted(ok(rate(10, minute), 4))},
 				// More than is left: rejected whole, nothing consumed
-				// (the issue's all-or-nothing, not the reference).
+				// (all-or-nothing, unlike the reference).
 				{give: reqHits(5, desc("user", "a")), want: rejected(over(rate(10, minute), 4))},
 				{give: reqHits(4, desc("user", "a")), want: admitted(ok(rate(10, minute), 0))},
 				{give: reqHits(2, descHits(0, desc("user", "b")), desc("user", "c")), want: admitted(ok(rate(10, minute), 10), ok(rate(10, minute), 8))},
@@ -709,7 +711,7 @@ descriptors:
   - key: tenant
     rate_limit: {unit: minute, requests_per_unit: 2}
 `},
-			opts: limits.LoadOptions{MergeDomains: true},
+			opts: config.Options{MergeDomains: true},
 			steps: []matchStep{
 				{give: req(desc("user", "u"), desc("tenant", "t")), want: admitted(ok(rate(1, minute), 0), ok(rate(2, minute), 1))},
 			},
@@ -717,16 +719,16 @@ descriptors:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var files []limits.File
+			var files []config.File
 			for i, r := range tt.rules {
-				files = append(files, limits.File{Name: fmt.Sprintf("rules%d.yaml", i), Data: []byte(r)})
+				files = append(files, config.File{Name: fmt.Sprintf("rules%d.yaml", i), Data: []byte(r)})
 			}
-			rs, err := limits.Parse(files, tt.opts)
+			rs, err := config.Parse(files, tt.opts)
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
 			clk := storetest.NewClock(storetest.Epoch)
-			e := limits.NewEngine(rs, limits.NewMemoryStore(limits.WithClock(clk.Now)), limits.DefaultRequestLimits)
+			e := limits.NewEngine(rs, memory.New(memory.Options{Now: clk.Now}), limits.EngineOptions{})
 			var d limits.Decision // reused, as a server goroutine would
 			for i, step := range tt.steps {
 				clk.Set(storetest.Epoch.Add(step.at))

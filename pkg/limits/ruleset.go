@@ -15,24 +15,50 @@ type Ruleset struct {
 	domains map[string]*domainRules
 }
 
+// Domain is one domain's rules, as rule files define them: the input of
+// NewRuleset.
+type Domain struct {
+	Name string
+	// File is where the domain was first defined, for messages.
+	File string
+	// FailureMode is the domain's failure_mode; FailDefault if its rule
+	// files do not set one.
+	FailureMode FailureMode
+	// Rules are the domain's top-level rules.
+	Rules []*Rule
+}
+
 type domainRules struct {
 	name    string
-	file    string      // where the domain was first defined
 	root    *Rule       // a synthetic rule whose Children are the top level
 	failure FailureMode // failure_mode; FailDefault if unset
 }
 
-// failureMode returns domain's failure mode, or def if its rules do not set
-// one.
-func (rs *Ruleset) failureMode(domain string, def FailureMode) FailureMode {
+// NewRuleset compiles domains into a Ruleset: it names every rule and
+// builds the lookup tables Match uses. It takes ownership of the domains
+// and their rules, which must not change afterwards. The domains' names
+// must differ, and so must the (Key, Value) pairs of the rules at each
+// level; rule files are checked for both when they are parsed. files and
+// checksum describe where the rules came from.
+func NewRuleset(domains []*Domain, files []string, checksum string) *Ruleset {
+	rs := &Ruleset{Checksum: checksum, Files: files, domains: make(map[string]*domainRules, len(domains))}
+	for _, d := range domains {
+		root := &Rule{Domain: d.Name, Children: d.Rules}
+		root.index(0, nil)
+		rs.domains[d.Name] = &domainRules{name: d.Name, root: root, failure: d.FailureMode}
+	}
+	return rs
+}
+
+// FailureMode returns the failure mode requests of domain get while the
+// store cannot decide: the domain's failure_mode, or def if its rules do
+// not set one (or no rule file defines the domain).
+func (rs *Ruleset) FailureMode(domain string, def FailureMode) FailureMode {
 	if d := rs.domains[domain]; d != nil && d.failure != FailDefault {
 		return d.failure
 	}
 	return def
 }
-
-// FailureMode returns the failure_mode a domain's rules set, or FailDefault.
-func (rs *Ruleset) FailureMode(domain string) FailureMode { return rs.failureMode(domain, FailDefault) }
 
 // Rule is one descriptor node of a rule file: an entry key, an optional
 // value (exact, a '*' pattern, or empty for any value), the limits that
@@ -61,10 +87,8 @@ type Rule struct {
 	// envoyproxy/ratelimit names its stats (e.g. tenant_acme.user).
 	Name string
 
-	parent *Rule
-	depth  int     // 1 for a top-level rule
-	chain  []*Rule // chain[i] is the ancestor matched at entry i; chain[depth-1] == r
-	next   level
+	chain []*Rule // chain[i] is the rule matched at entry i; r is last
+	next  level
 }
 
 // level is how one rule's children are searched.
@@ -74,23 +98,6 @@ type level struct {
 	anyValue  map[string]*Rule            // key → rule without a value
 }
 
-func (r *Rule) child(key, value string) *Rule {
-	for _, c := range r.Children {
-		if c.Key == key && c.Value == value {
-			return c
-		}
-	}
-	return nil
-}
-
-// Parent returns the enclosing rule, or nil for a top-level rule.
-func (r *Rule) Parent() *Rule {
-	if r.parent == nil || r.parent.parent == nil {
-		return nil
-	}
-	return r.parent
-}
-
 // Lineage returns the rules from the top level down to r: Lineage()[i] is
 // the rule a descriptor's entry i matched on the way to r.
 func (r *Rule) Lineage() []*Rule { return r.chain }
@@ -98,15 +105,9 @@ func (r *Rule) Lineage() []*Rule { return r.chain }
 // Unlimited reports whether the rule's limit is `unlimited: true`.
 func (r *Rule) Unlimited() bool { return len(r.Limits) == 1 && r.Limits[0].Unlimited }
 
-// finish builds the lookup structures once every file is parsed.
-func (rs *Ruleset) finish() {
-	for _, d := range rs.domains {
-		d.root.index(0, nil)
-	}
-}
-
+// index names r and its descendants and builds their lookup tables; r is
+// at depth (0 for a domain's synthetic root) below the rules of chain.
 func (r *Rule) index(depth int, chain []*Rule) {
-	r.depth = depth
 	if depth > 0 {
 		r.chain = append(chain[:depth-1:depth-1], r)
 		r.Name = r.Key
@@ -114,7 +115,7 @@ func (r *Rule) index(depth int, chain []*Rule) {
 			r.Name += "_" + r.Value
 		}
 		if depth > 1 {
-			r.Name = r.parent.Name + "." + r.Name
+			r.Name = chain[depth-2].Name + "." + r.Name
 		}
 	}
 	r.next = level{exact: map[string]map[string]*Rule{}, anyValue: map[string]*Rule{}}

@@ -9,11 +9,7 @@ import (
 type Check struct {
 	// Key identifies the counter: see AppendKey. Stores may prefix it but
 	// must not otherwise change it.
-	Key string
-	// Slot is the length of the key's first part: Key[:Slot] holds the
-	// key's Redis Cluster hash tag and is the same for every limit of a
-	// descriptor, so they share a slot.
-	Slot  int
+	Key   string
 	Limit *Limit
 	// Hits to consume. Zero only checks whether the limit is exhausted.
 	Hits uint64

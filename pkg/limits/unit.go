@@ -24,7 +24,7 @@ const (
 	UnitWeek    Unit = 7
 )
 
-var unitNames = map[Unit]string{
+var unitNames = [...]string{
 	UnitSecond: "second",
 	UnitMinute: "minute",
 	UnitHour:   "hour",
@@ -34,15 +34,38 @@ var unitNames = map[Unit]string{
 	UnitYear:   "year",
 }
 
+// Units lists every known unit, shortest first.
+var Units = []Unit{UnitSecond, UnitMinute, UnitHour, UnitDay, UnitWeek, UnitMonth, UnitYear}
+
+// UnitNames is the list of unit names for messages, shortest first:
+// "second, minute, …, month or year".
+func UnitNames() string { return oneOf(Units) }
+
 // ParseUnit parses a unit name case-insensitively ("second", "MINUTE", ...).
 func ParseUnit(s string) (Unit, error) {
 	l := strings.ToLower(s)
-	for u, name := range unitNames {
-		if name == l {
+	for _, u := range Units {
+		if unitNames[u] == l {
 			return u, nil
 		}
 	}
-	return UnitUnknown, fmt.Errorf("unknown unit %q (want second, minute, hour, day, week, month or year)", s)
+	return UnitUnknown, fmt.Errorf("unknown unit %q (want %s)", s, UnitNames())
+}
+
+// oneOf lists the names of vs for a message: "a, b or c".
+func oneOf[T fmt.Stringer](vs []T) string {
+	var b strings.Builder
+	for i, v := range vs {
+		switch {
+		case i == 0:
+		case i == len(vs)-1:
+			b.WriteString(" or ")
+		default:
+			b.WriteString(", ")
+		}
+		b.WriteString(v.String())
+	}
+	return b.String()
 }
 
 // Duration returns the length of one unit, or 0 for an unknown unit.
@@ -68,8 +91,8 @@ func (u Unit) Duration() time.Duration {
 
 // String returns the lower-case unit name.
 func (u Unit) String() string {
-	if n, ok := unitNames[u]; ok {
-		return n
+	if u > 0 && int(u) < len(unitNames) {
+		return unitNames[u]
 	}
 	return fmt.Sprintf("unit(%d)", int32(u))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
 )
 
@@ -27,7 +28,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("cases", func(t *testing.T) {
 		storetest.Run(t, func(t *testing.T, clk *storetest.Clock) limits.Store {
-			return newStore(t, opts, redis.WithClock(clk.Now))
+			return newStore(t, clocked(opts, clk.Now))
 		})
 	})
 	t.Run("exact", func(t *testing.T) {
@@ -96,8 +97,8 @@ func testSlot(t *testing.T, c *redistest.Cluster) {
 // algorithm, and reports what the memory store reports.
 func testCrossSlotRefund(t *testing.T, opts redis.Options) {
 	clk := storetest.NewClock(storetest.Epoch.Add(1234567 * time.Microsecond))
-	s := newStore(t, opts, redis.WithClock(clk.Now))
-	mem := limits.NewMemoryStore(limits.WithClock(clk.Now))
+	s := newStore(t, clocked(opts, clk.Now))
+	mem := memory.New(memory.Options{Now: clk.Now})
 	ban := mustLimit(t, limits.FixedWindow, 0, limits.UnitMinute, 1, 0)
 	for _, alg := range limits.Algorithms {
 		t.Run(alg.String(), func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
 )
 
@@ -27,8 +28,8 @@ func testDifferential(t *testing.T, opts redis.Options) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 42))
 			clk := storetest.NewClock(storetest.Epoch.Add(time.Duration(rng.Int64N(int64(time.Hour)))))
-			s := newStore(t, opts, redis.WithClock(clk.Now))
-			mem := limits.NewMemoryStore(limits.WithClock(clk.Now))
+			s := newStore(t, clocked(opts, clk.Now))
+			mem := memory.New(memory.Options{Now: clk.Now})
 			pool := []*limits.Limit{
 				mustLimit(t, limits.FixedWindow, 5, limits.UnitSecond, 1, 0),
 				mustLimit(t, limits.FixedWindow, 20, limits.UnitSecond, 10, 0),
@@ -70,8 +71,8 @@ func testDifferential(t *testing.T, opts redis.Options) {
 					if rng.IntN(10) == 0 {
 						hits = uint64(rng.IntN(50))
 					}
-					key, slot := storetest.Key(t.Name(), names[rng.IntN(len(names))], l)
-					checks = append(checks, limits.Check{Key: key, Slot: slot, Limit: l, Hits: hits})
+					key := storetest.Key(t.Name(), names[rng.IntN(len(names))], l)
+					checks = append(checks, limits.Check{Key: key, Limit: l, Hits: hits})
 				}
 				want := apply(t, mem, checks...)
 				got := apply(t, s, checks...)

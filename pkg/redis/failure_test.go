@@ -9,6 +9,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
 )
 
@@ -27,8 +28,8 @@ func TestStandaloneScriptFlush(t *testing.T) {
 // request may fail, and every answer must be the memory store's.
 func testScriptFlush(t *testing.T, opts redis.Options, flush func()) {
 	clk := storetest.NewClock(storetest.Epoch.Add(time.Second))
-	s := newStore(t, opts, redis.WithClock(clk.Now))
-	mem := limits.NewMemoryStore(limits.WithClock(clk.Now))
+	s := newStore(t, clocked(opts, clk.Now))
+	mem := memory.New(memory.Options{Now: clk.Now})
 	global := mustLimit(t, limits.FixedWindow, 1000, limits.UnitMinute, 1, 0)
 	tenant := mustLimit(t, limits.SlidingWindow, 30, limits.UnitMinute, 1, 0)
 	user := mustLimit(t, limits.TokenBucket, 10, limits.UnitMinute, 1, 0)
@@ -195,8 +196,8 @@ func TestSlidingLogRepairsLostSum(t *testing.T) {
 	rc := srv.Client(t)
 	clk := storetest.NewClock(storetest.Epoch)
 	prefix := newPrefix(t)
-	s := newStore(t, redis.Options{URL: urlOf(srv.Addr), KeyPrefix: prefix}, redis.WithClock(clk.Now))
-	mem := limits.NewMemoryStore(limits.WithClock(clk.Now))
+	s := newStore(t, clocked(redis.Options{URL: urlOf(srv.Addr), KeyPrefix: prefix}, clk.Now))
+	mem := memory.New(memory.Options{Now: clk.Now})
 	l := mustLimit(t, limits.SlidingLog, 20, limits.UnitSecond, 10, 0)
 	c := check("k", l, 1)
 	for i := range 8 {

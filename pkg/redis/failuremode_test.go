@@ -7,8 +7,11 @@ import (
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
 )
 
 const failureRules = `
@@ -20,7 +23,7 @@ descriptors:
 
 func parseRules(t *testing.T, yaml string) *limits.Ruleset {
 	t.Helper()
-	rs, err := limits.Parse([]limits.File{{Name: "rules.yaml", Data: []byte(yaml)}}, limits.LoadOptions{})
+	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(yaml)}}, config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,10 +56,10 @@ func TestFailureModesWithRedisKilled(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.mode.String(), func(t *testing.T) {
 			srv := redistest.StartServer(t)
-			store := newStore(t, redis.Options{URL: urlOf(srv.Addr), Timeout: 50 * time.Millisecond})
-			breaker := limits.NewBreaker(store, store.Ping, limits.BreakerOptions{Failures: 2, Cooldown: 20 * time.Millisecond})
+			rs := newStore(t, redis.Options{URL: urlOf(srv.Addr), Timeout: 50 * time.Millisecond})
+			breaker := store.NewBreaker(rs, rs.Ping, store.BreakerOptions{Failures: 2, Cooldown: 20 * time.Millisecond})
 			t.Cleanup(breaker.Close)
-			e := limits.NewEngine(parseRules(t, failureRules), breaker, limits.DefaultRequestLimits, limits.WithFailureMode(tt.mode))
+			e := limits.NewEngine(parseRules(t, failureRules), breaker, limits.EngineOptions{FailureMode: tt.mode, Local: memory.New(memory.Options{})})
 
 			if code, err := decideUser(t, e); err != nil || code != O {
 				t.Fatalf("with Redis up: %v, %v", code, err)

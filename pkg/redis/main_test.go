@@ -35,9 +35,15 @@ func newPrefix(t testing.TB) string {
 	return fmt.Sprintf("t%d:%s:", prefixSeq.Add(1), name)
 }
 
+// clocked returns o deciding by now instead of Redis's clock.
+func clocked(o redis.Options, now func() time.Time) redis.Options {
+	o.Now = now
+	return o
+}
+
 // newStore returns a store for o with a fresh key prefix (unless o has
 // one) and the test timeout (unless o has one), closed at cleanup.
-func newStore(t testing.TB, o redis.Options, opts ...redis.Option) *redis.Store {
+func newStore(t testing.TB, o redis.Options) *redis.Store {
 	t.Helper()
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = newPrefix(t)
@@ -47,7 +53,7 @@ func newStore(t testing.TB, o redis.Options, opts ...redis.Option) *redis.Store 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := redis.New(ctx, o, opts...)
+	s, err := redis.New(ctx, o)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -139,8 +145,8 @@ func mustLimit(t testing.TB, alg limits.Algorithm, requests uint64, unit limits.
 
 // check returns a check of limit l on the case-local key name.
 func check(name string, l *limits.Limit, hits uint64) limits.Check {
-	key, slot := storetest.Key("redis", name, l)
-	return limits.Check{Key: key, Slot: slot, Limit: l, Hits: hits}
+	key := storetest.Key("redis", name, l)
+	return limits.Check{Key: key, Limit: l, Hits: hits}
 }
 
 // apply applies checks with s and fails the test on an error.

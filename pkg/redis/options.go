@@ -93,6 +93,12 @@ type Options struct {
 	// Redis. It must not contain '{' or '}', which would change the hash
 	// slot of the keys. "" means DefaultKeyPrefix.
 	KeyPrefix string
+
+	// Now, if set, makes the store decide by this clock instead of by
+	// Redis's TIME. It is for tests only, so that the shared case table
+	// can control time: production must use Redis's clock, which every
+	// sidecar shares. Keys still expire in Redis's time.
+	Now func() time.Time
 }
 
 // TLSOptions configures TLS to Redis. Files hold PEM.
@@ -109,8 +115,16 @@ type TLSOptions struct {
 	KeyFile  string
 }
 
-// validate reports every problem with o.
-func (o *Options) validate() error {
+// Configured reports whether o names any Redis: a URL, a sentinel master
+// or addresses, or cluster addresses. It is how the sidecar decides
+// between Redis and its memory store; Validate then checks that what is
+// named is complete.
+func (o *Options) Configured() bool {
+	return o.URL != "" || o.SentinelMaster != "" || len(o.SentinelAddrs) > 0 || len(o.ClusterAddrs) > 0
+}
+
+// Validate reports every problem with o.
+func (o *Options) Validate() error {
 	var errs []error
 	n := 0
 	if o.URL != "" {

@@ -42,7 +42,7 @@ func TestSentinelPassword(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &limits.Batch{Checks: []limits.Check{{Key: "{k}x", Slot: 3, Limit: l, Hits: 1}}}
+	b := &limits.Batch{Checks: []limits.Check{{Key: "{k}x", Limit: l, Hits: 1}}}
 	if err := st.Apply(context.Background(), b); err != nil || !b.Admitted {
 		t.Errorf("Apply with the sentinels' password: admitted %v, %v", b.Admitted, err)
 	}

@@ -76,40 +76,26 @@ type Store struct {
 
 var _ limits.Store = (*Store)(nil)
 
-// Option configures a Store beyond Options.
-type Option func(*Store)
-
-// WithClock makes the store decide by now instead of by Redis's clock.
-// It is for tests only, so the shared case table can control time:
-// production must use Redis's clock, which every sidecar shares. Keys
-// still expire in Redis's time.
-func WithClock(now func() time.Time) Option {
-	return func(s *Store) { s.now = now }
-}
-
 // New connects to the Redis that o describes and loads the scripts, so
 // the first request is already an EVALSHA. An error from reaching Redis
 // wraps limits.ErrStoreUnavailable; an invalid o does not. New is not
 // bound by Options.Timeout, only by ctx (and a one-second bound on each
 // socket read or write): give ctx a deadline.
-func New(ctx context.Context, o Options, opts ...Option) (*Store, error) {
-	if err := o.validate(); err != nil {
+func New(ctx context.Context, o Options) (*Store, error) {
+	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("redis options: %w", err)
 	}
 	rdb, err := o.client()
 	if err != nil {
 		return nil, fmt.Errorf("redis options: %w", err)
 	}
-	s := &Store{rdb: rdb, prefix: o.prefix(), timeout: o.timeout(), inflight: o.maxInflight()}
+	s := &Store{rdb: rdb, prefix: o.prefix(), timeout: o.timeout(), inflight: o.maxInflight(), now: o.Now}
 	if cc, ok := rdb.(*goredis.ClusterClient); ok {
 		// Before the first command, so that every node is seen.
 		s.cc = cc
 		cc.OnNewNode(func(n *goredis.Client) { s.addrs.Store(n.Options().Addr, n) })
 	} else {
 		s.pipe = &pipe{rdb: rdb, max: s.inflight}
-	}
-	for _, opt := range opts {
-		opt(s)
 	}
 	for _, sc := range []*goredis.Script{applyScript, refundScript} {
 		if err := sc.Load(ctx, rdb).Err(); err != nil {

@@ -12,7 +12,7 @@ import (
 func TestStandaloneCases(t *testing.T) {
 	srv := redistest.StartServer(t)
 	storetest.Run(t, func(t *testing.T, clk *storetest.Clock) limits.Store {
-		return newStore(t, redis.Options{URL: urlOf(srv.Addr)}, redis.WithClock(clk.Now))
+		return newStore(t, clocked(redis.Options{URL: urlOf(srv.Addr)}, clk.Now))
 	})
 }
 
@@ -22,7 +22,7 @@ func sharedStores(t *testing.T, o redis.Options, n int, clk *storetest.Clock) []
 	o.KeyPrefix = newPrefix(t)
 	stores := make([]limits.Store, n)
 	for i := range stores {
-		stores[i] = newStore(t, o, redis.WithClock(clk.Now))
+		stores[i] = newStore(t, clocked(o, clk.Now))
 	}
 	return stores
 }

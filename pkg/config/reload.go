@@ -1,4 +1,4 @@
-package limits
+package config
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"go.uber.org/zap"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
 // ReloadStatus describes the ruleset in use and the last reload attempt.
@@ -35,8 +37,8 @@ type ReloadStatus struct {
 // is safe for concurrent use; Watch runs until its context ends.
 type Reloader struct {
 	path     string
-	opts     LoadOptions
-	engine   *Engine
+	opts     Options
+	engine   *limits.Engine
 	log      *zap.Logger
 	debounce time.Duration
 	notify   func(ReloadStatus, error)
@@ -45,8 +47,10 @@ type Reloader struct {
 	status ReloadStatus
 }
 
-// ReloaderOptions tunes a Reloader.
+// ReloaderOptions tunes a Reloader. The zero value is ready to use.
 type ReloaderOptions struct {
+	// Options is how the rule files combine, as for Load.
+	Options Options
 	// Debounce is how long the watcher waits for file events to stop
 	// before reloading. Default 200ms.
 	Debounce time.Duration
@@ -55,15 +59,15 @@ type ReloaderOptions struct {
 	OnReload func(ReloadStatus, error)
 }
 
-// NewReloader returns a reloader for engine, whose current rules were
-// loaded from path at loadedAt.
-func NewReloader(path string, opts LoadOptions, engine *Engine, log *zap.Logger, ro ReloaderOptions) *Reloader {
+// NewReloader returns a reloader for engine, whose rules in use were just
+// loaded from path.
+func NewReloader(path string, engine *limits.Engine, log *zap.Logger, ro ReloaderOptions) *Reloader {
 	if ro.Debounce <= 0 {
 		ro.Debounce = 200 * time.Millisecond
 	}
 	rs := engine.Rules()
 	return &Reloader{
-		path: path, opts: opts, engine: engine, log: log, debounce: ro.Debounce, notify: ro.OnReload,
+		path: path, opts: ro.Options, engine: engine, log: log, debounce: ro.Debounce, notify: ro.OnReload,
 		status: ReloadStatus{Checksum: rs.Checksum, Files: rs.Files, LoadedAt: time.Now()},
 	}
 }
@@ -87,7 +91,7 @@ func (r *Reloader) Reload() (bool, error) {
 		return false, nil
 	}
 	r.status.LastAttempt = time.Now()
-	var rs *Ruleset
+	var rs *limits.Ruleset
 	if err == nil {
 		rs, err = Parse(files, r.opts)
 	}

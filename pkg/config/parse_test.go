@@ -1,4 +1,4 @@
-package limits_test
+package config_test
 
 import (
 	"errors"
@@ -10,43 +10,27 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
-// configProblems flattens the error Load and Parse return (an errors.Join of
-// every problem) into its parts.
-func configProblems(err error) []error {
-	if err == nil {
-		return nil
-	}
-	var j interface{ Unwrap() []error }
-	if !errors.As(err, &j) {
-		return []error{err}
-	}
-	var out []error
-	for _, e := range j.Unwrap() {
-		out = append(out, configProblems(e)...)
-	}
-	return out
-}
-
 // parsePaths reads each path with ReadFiles and parses them together, in
 // order, as one config.
-func parsePaths(t *testing.T, paths []string, opts limits.LoadOptions) (*limits.Ruleset, error) {
+func parsePaths(t *testing.T, paths []string, opts config.Options) (*limits.Ruleset, error) {
 	t.Helper()
-	var files []limits.File
+	var files []config.File
 	for _, p := range paths {
-		fs, err := limits.ReadFiles(p)
+		fs, err := config.ReadFiles(p)
 		if err != nil {
 			t.Fatalf("ReadFiles(%q): %v", p, err)
 		}
 		files = append(files, fs...)
 	}
-	return limits.Parse(files, opts)
+	return config.Parse(files, opts)
 }
 
 // TestLoadRejects checks each bad file alone: it reports exactly one
-// problem, as a *ConfigError, written as file:line: path: reason.
+// problem, as a *config.Error, written as file:line: path: reason.
 func TestLoadRejects(t *testing.T) {
 	tests := []struct {
 		give []string // files parsed together, in order
@@ -173,25 +157,25 @@ func TestLoadRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(filepath.Base(tt.give[len(tt.give)-1]), func(t *testing.T) {
-			rs, err := parsePaths(t, tt.give, limits.LoadOptions{})
+			rs, err := parsePaths(t, tt.give, config.Options{})
 			if err == nil {
 				t.Fatalf("Parse succeeded, want an error containing %q", tt.want)
 			}
 			if rs != nil {
 				t.Errorf("Parse returned a ruleset along with the error")
 			}
-			ps := configProblems(err)
+			ps := config.Problems(err)
 			if len(ps) != 1 {
 				t.Errorf("got %d problems, want 1:\n%v", len(ps), err)
 			}
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error:\n%v\nwant it to contain:\n%s", err, tt.want)
 			}
-			var ce *limits.ConfigError
+			var ce *config.Error
 			if !errors.As(err, &ce) {
-				t.Errorf("error %v is not a *limits.ConfigError", err)
+				t.Errorf("error %v is not a *config.Error", err)
 			} else if ce.File != tt.give[len(tt.give)-1] {
-				t.Errorf("ConfigError.File = %q, want %q", ce.File, tt.give[len(tt.give)-1])
+				t.Errorf("Error.File = %q, want %q", ce.File, tt.give[len(tt.give)-1])
 			}
 		})
 	}
@@ -231,15 +215,15 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(filepath.Base(tt.give), func(t *testing.T) {
-			_, err := limits.Load(tt.give, limits.LoadOptions{})
+			_, err := config.Load(tt.give, config.Options{})
 			if err == nil {
 				t.Fatal("Load succeeded, want errors")
 			}
 			var got []string
-			for _, p := range configProblems(err) {
-				var ce *limits.ConfigError
+			for _, p := range config.Problems(err) {
+				var ce *config.Error
 				if !errors.As(p, &ce) {
-					t.Errorf("problem %v is not a *limits.ConfigError", p)
+					t.Errorf("problem %v is not a *config.Error", p)
 					continue
 				}
 				if ce.Msg == "" {
@@ -302,7 +286,7 @@ func TestLoadDirectory(t *testing.T) {
 	mustWriteFile(t, filepath.Join(dir, "README.md"), "not: [valid")
 	mustWriteFile(t, filepath.Join(dir, "rules.yaml.bak"), "not: [valid")
 
-	rs, err := limits.Load(dir, limits.LoadOptions{})
+	rs, err := config.Load(dir, config.Options{})
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -339,7 +323,7 @@ func TestLoadFile(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rs, err := limits.Load(tt.give, limits.LoadOptions{})
+			rs, err := config.Load(tt.give, config.Options{})
 			if err != nil {
 				t.Fatalf("Load: %v", err)
 			}
@@ -363,7 +347,7 @@ func TestLoadDirectoryThroughSymlink(t *testing.T) {
 	link := filepath.Join(dir, "config")
 	mustSymlink(t, "config-v2", link)
 
-	rs, err := limits.Load(link, limits.LoadOptions{})
+	rs, err := config.Load(link, config.Options{})
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -373,7 +357,7 @@ func TestLoadDirectoryThroughSymlink(t *testing.T) {
 }
 
 func TestLoadMissingPath(t *testing.T) {
-	_, err := limits.Load(filepath.Join(t.TempDir(), "nope"), limits.LoadOptions{})
+	_, err := config.Load(filepath.Join(t.TempDir(), "nope"), config.Options{})
 	if !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Load of a missing path: err = %v, want one wrapping os.ErrNotExist", err)
 	}
@@ -381,10 +365,10 @@ func TestLoadMissingPath(t *testing.T) {
 
 func TestMergeDomains(t *testing.T) {
 	give := []string{"testdata/merge_a.yaml", "testdata/merge_b.yaml"}
-	if _, err := parsePaths(t, give, limits.LoadOptions{}); err == nil {
+	if _, err := parsePaths(t, give, config.Options{}); err == nil {
 		t.Error("without MergeDomains, one domain in two files loaded; want an error")
 	}
-	rs, err := parsePaths(t, give, limits.LoadOptions{MergeDomains: true})
+	rs, err := parsePaths(t, give, config.Options{MergeDomains: true})
 	if err != nil {
 		t.Fatalf("with MergeDomains: %v", err)
 	}
@@ -400,11 +384,11 @@ func TestMergeDomains(t *testing.T) {
 // TestMergeDomainsDuplicateKey checks that merging files still rejects a
 // key/value that both files define at one level, as the reference does.
 func TestMergeDomainsDuplicateKey(t *testing.T) {
-	files := []limits.File{
+	files := []config.File{
 		{Name: "one.yaml", Data: []byte(oneRule("shop", "user"))},
 		{Name: "two.yaml", Data: []byte(oneRule("shop", "user"))},
 	}
-	_, err := limits.Parse(files, limits.LoadOptions{MergeDomains: true})
+	_, err := config.Parse(files, config.Options{MergeDomains: true})
 	want := `two.yaml:3: descriptors[0]: duplicate descriptor key "user" value "" at this level (first at one.yaml:3)`
 	if err == nil || err.Error() != want {
 		t.Errorf("err = %v, want %s", err, want)
@@ -417,7 +401,7 @@ func TestChecksum(t *testing.T) {
 	mustWriteFile(t, filepath.Join(dir, "other.yaml"), oneRule("other", "user"))
 	load := func() string {
 		t.Helper()
-		rs, err := limits.Load(dir, limits.LoadOptions{})
+		rs, err := config.Load(dir, config.Options{})
 		if err != nil {
 			t.Fatalf("Load: %v", err)
 		}
@@ -460,13 +444,13 @@ func TestChecksum(t *testing.T) {
 		t.Errorf("Checksum did not change on an in-place edit of other.yaml")
 	}
 
-	files := []limits.File{{Name: "a.yaml", Data: []byte(oneRule("shop", "user"))}}
-	moved := []limits.File{{Name: "b.yaml", Data: []byte(oneRule("shop", "user"))}}
-	a, err := limits.Parse(files, limits.LoadOptions{})
+	files := []config.File{{Name: "a.yaml", Data: []byte(oneRule("shop", "user"))}}
+	moved := []config.File{{Name: "b.yaml", Data: []byte(oneRule("shop", "user"))}}
+	a, err := config.Parse(files, config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := limits.Parse(moved, limits.LoadOptions{})
+	b, err := config.Parse(moved, config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

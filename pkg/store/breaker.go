@@ -1,4 +1,6 @@
-package limits
+// Package store holds limits.Store middleware: wrappers that add a
+// behaviour to any store, such as the circuit breaker and call timing.
+package store
 
 import (
 	"context"
@@ -7,11 +9,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
 // ErrBreakerOpen is returned, wrapping ErrStoreUnavailable, while a
 // Breaker is open and requests are not sent to the store.
-var ErrBreakerOpen = fmt.Errorf("circuit breaker open: %w", ErrStoreUnavailable)
+var ErrBreakerOpen = fmt.Errorf("circuit breaker open: %w", limits.ErrStoreUnavailable)
 
 // BreakerOptions tunes a Breaker. Zero fields take the defaults.
 type BreakerOptions struct {
@@ -28,8 +32,9 @@ type BreakerOptions struct {
 	OnChange func(open bool, cause error)
 }
 
-// Breaker is a Store that stops calling a failing store. After
-// Options.Failures consecutive errors that wrap ErrStoreUnavailable it
+// Breaker is a limits.Store that stops calling a failing store. After
+// BreakerOptions.Failures consecutive errors that wrap
+// limits.ErrStoreUnavailable it
 // opens: every Apply fails at once with ErrBreakerOpen, so an outage does
 // not add the store's timeout to every request, and a goroutine probes the
 // store every Cooldown until a probe succeeds, which closes it again.
@@ -37,7 +42,7 @@ type BreakerOptions struct {
 // Breaker is safe for concurrent use. Close stops the probe and waits for
 // it.
 type Breaker struct {
-	store Store
+	store limits.Store
 	probe func(context.Context) error
 	opts  BreakerOptions
 
@@ -52,7 +57,7 @@ type Breaker struct {
 
 // NewBreaker wraps store; probe checks whether the store is back (for
 // Redis, a PING).
-func NewBreaker(store Store, probe func(context.Context) error, opts BreakerOptions) *Breaker {
+func NewBreaker(store limits.Store, probe func(context.Context) error, opts BreakerOptions) *Breaker {
 	if opts.Failures <= 0 {
 		opts.Failures = 5
 	}
@@ -68,8 +73,8 @@ func NewBreaker(store Store, probe func(context.Context) error, opts BreakerOpti
 // Open reports whether the breaker is open.
 func (b *Breaker) Open() bool { return b.open.Load() }
 
-// Apply implements Store.
-func (b *Breaker) Apply(ctx context.Context, batch *Batch) error {
+// Apply implements limits.Store.
+func (b *Breaker) Apply(ctx context.Context, batch *limits.Batch) error {
 	if b.open.Load() {
 		return ErrBreakerOpen
 	}
@@ -77,7 +82,7 @@ func (b *Breaker) Apply(ctx context.Context, batch *Batch) error {
 	switch {
 	case err == nil:
 		b.fails.Store(0)
-	case errors.Is(err, ErrStoreUnavailable):
+	case errors.Is(err, limits.ErrStoreUnavailable):
 		if b.fails.Add(1) >= int64(b.opts.Failures) {
 			b.trip(err)
 		}

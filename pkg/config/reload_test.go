@@ -1,4 +1,4 @@
-package limits_test
+package config_test
 
 import (
 	"context"
@@ -11,7 +11,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 )
 
 const rulesV1 = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"
@@ -54,13 +56,13 @@ func swapConfigMap(t *testing.T, dir, stamp string, files map[string]string) {
 // watching starts a Reloader's Watch on path and returns it with a
 // function that waits, up to 5 s, for the reload counters to reach the
 // given values.
-func watching(t *testing.T, path string, e *limits.Engine) (*limits.Reloader, func(successes, failures int)) {
+func watching(t *testing.T, path string, e *limits.Engine) (*config.Reloader, func(successes, failures int)) {
 	t.Helper()
 	var mu sync.Mutex
 	changed := sync.NewCond(&mu)
-	r := limits.NewReloader(path, limits.LoadOptions{}, e, zap.NewNop(), limits.ReloaderOptions{
+	r := config.NewReloader(path, e, zap.NewNop(), config.ReloaderOptions{
 		Debounce: 20 * time.Millisecond,
-		OnReload: func(limits.ReloadStatus, error) { mu.Lock(); changed.Broadcast(); mu.Unlock() },
+		OnReload: func(config.ReloadStatus, error) { mu.Lock(); changed.Broadcast(); mu.Unlock() },
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -96,11 +98,11 @@ func watching(t *testing.T, path string, e *limits.Engine) (*limits.Reloader, fu
 
 func load(t *testing.T, path string) *limits.Engine {
 	t.Helper()
-	rs, err := limits.Load(path, limits.LoadOptions{})
+	rs, err := config.Load(path, config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return limits.NewEngine(rs, limits.NewMemoryStore(), limits.DefaultRequestLimits)
+	return limits.NewEngine(rs, memory.New(memory.Options{}), limits.EngineOptions{})
 }
 
 func hasRule(e *limits.Engine, key string) bool {
@@ -233,7 +235,7 @@ func TestReloadKeepsCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := load(t, dir)
-	r := limits.NewReloader(dir, limits.LoadOptions{}, e, zap.NewNop(), limits.ReloaderOptions{})
+	r := config.NewReloader(dir, e, zap.NewNop(), config.ReloaderOptions{})
 	req := &limits.Request{Domain: "edge", Hits: 3, Descriptors: []limits.Descriptor{{Entries: []limits.Entry{{Key: "user", Value: "u1"}}}}}
 	var d limits.Decision
 	if err := e.Decide(context.Background(), req, &d); err != nil {

@@ -1,4 +1,8 @@
-package limits
+// Package memory is the embedded limits.Store: process-local state in
+// sharded maps, deciding by the process's clock. It is the default store
+// when no Redis is configured and the local fallback while Redis cannot
+// decide.
+package memory
 
 import (
 	"context"
@@ -6,6 +10,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
 const (
@@ -14,17 +20,15 @@ const (
 	sweepEvery = time.Second
 )
 
-// MemoryStore is the embedded Store: process-local state in sharded maps.
-// It is the default when no Redis is configured and the fallback when
-// Redis is down. It is safe for concurrent use; the zero value is not
-// usable, call NewMemoryStore.
+// Store is a limits.Store in this process's memory. It is safe for
+// concurrent use; the zero value is not usable, call New.
 //
 // A batch locks the shards of its keys in shard order, so batches that
 // share keys serialize and batches that don't run in parallel. Expired
 // state is dropped by a sweep that each shard runs at most once per second
 // while it is in use, so memory is bounded by the keys live in their
 // windows.
-type MemoryStore struct {
+type Store struct {
 	now    func() time.Time
 	seed   maphash.Seed
 	shards [memoryShards]shard
@@ -32,32 +36,30 @@ type MemoryStore struct {
 
 type shard struct {
 	mu        sync.Mutex
-	m         map[string]*State // guarded by mu
-	nextSweep int64             // µs; guarded by mu
+	m         map[string]*limits.State // guarded by mu
+	nextSweep int64                    // µs; guarded by mu
 }
 
-// MemoryOption configures a MemoryStore.
-type MemoryOption func(*MemoryStore)
-
-// WithClock sets the clock the store decides by; the default is time.Now.
-func WithClock(now func() time.Time) MemoryOption {
-	return func(s *MemoryStore) { s.now = now }
+// Options tunes a Store. The zero value is ready to use.
+type Options struct {
+	// Now is the clock the store decides by; nil means time.Now.
+	Now func() time.Time
 }
 
-// NewMemoryStore returns an empty memory store.
-func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
-	s := &MemoryStore{now: time.Now, seed: maphash.MakeSeed()}
-	for _, o := range opts {
-		o(s)
+// New returns an empty memory store.
+func New(o Options) *Store {
+	s := &Store{now: o.Now, seed: maphash.MakeSeed()}
+	if s.now == nil {
+		s.now = time.Now
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[string]*State)
+		s.shards[i].m = make(map[string]*limits.State)
 	}
 	return s
 }
 
-// Apply implements Store.
-func (s *MemoryStore) Apply(_ context.Context, b *Batch) error {
+// Apply implements limits.Store.
+func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 	n := len(b.Checks)
 	b.Outcomes = slices.Grow(b.Outcomes[:0], n)[:n]
 	b.Admitted = true
@@ -66,20 +68,8 @@ func (s *MemoryStore) Apply(_ context.Context, b *Batch) error {
 	}
 	now := s.now().UnixMicro()
 
-	// Lock every shard the batch touches, in ascending order so that two
-	// batches can never wait on each other.
-	var buf [16]uint16
-	idx := buf[:0]
-	for i := range b.Checks {
-		idx = append(idx, s.shardOf(b.Checks[i].Key))
-	}
-	var obuf [16]uint16
-	order := append(obuf[:0], idx...)
-	slices.Sort(order)
-	order = slices.Compact(order)
-	for _, i := range order {
-		s.shards[i].mu.Lock()
-	}
+	var buf, obuf [16]uint16
+	idx, order := s.lock(b.Checks, buf[:0], obuf[:0])
 	defer func() {
 		for _, i := range order {
 			s.shards[i].mu.Unlock()
@@ -88,7 +78,7 @@ func (s *MemoryStore) Apply(_ context.Context, b *Batch) error {
 
 	// Evaluate in order on working copies, so checks that share a key see
 	// each other's hits, then write back only if the request is admitted.
-	var nbuf, sbuf [16]State
+	var nbuf, sbuf [16]limits.State
 	next, start := nbuf[:0], sbuf[:0]
 	for i := range b.Checks {
 		c := &b.Checks[i]
@@ -114,8 +104,33 @@ func (s *MemoryStore) Apply(_ context.Context, b *Batch) error {
 		}
 		return nil
 	}
-	// Write each key once, from the working copy of its last check, if any
-	// of its checks consumed hits.
+	s.commit(b, idx, next, now)
+	for _, i := range order {
+		s.shards[i].sweep(now)
+	}
+	return nil
+}
+
+// lock locks every shard that checks touch, in ascending order so that
+// two batches can never wait on each other. It returns each check's shard
+// (appended to idx) and the shards locked, in order (appended to order).
+func (s *Store) lock(checks []limits.Check, idx, order []uint16) ([]uint16, []uint16) {
+	for i := range checks {
+		idx = append(idx, s.shardOf(checks[i].Key))
+	}
+	order = append(order, idx...)
+	slices.Sort(order)
+	order = slices.Compact(order)
+	for _, i := range order {
+		s.shards[i].mu.Lock()
+	}
+	return idx, order
+}
+
+// commit writes each key of an admitted batch once, from the working copy
+// of its last check, if any of its checks consumed hits.
+// requires the batch's shards locked
+func (s *Store) commit(b *limits.Batch, idx []uint16, next []limits.State, now int64) {
 	for i := range b.Checks {
 		c := &b.Checks[i]
 		if laterSameKey(b.Checks, i) || !consumed(b, i) {
@@ -129,21 +144,17 @@ func (s *MemoryStore) Apply(_ context.Context, b *Batch) error {
 		if p, ok := sh.m[c.Key]; ok {
 			*p = next[i]
 		} else {
-			p := new(State)
+			p := new(limits.State)
 			*p = next[i]
 			sh.m[c.Key] = p
 		}
 	}
-	for _, i := range order {
-		s.shards[i].sweep(now)
-	}
-	return nil
 }
 
 // lookup returns the state a check starts from: the working copy of the
 // last earlier check with the same key, else the stored state.
 // requires the key's shard locked
-func (s *MemoryStore) lookup(shardIdx uint16, key string, earlier []Check, next []State) State {
+func (s *Store) lookup(shardIdx uint16, key string, earlier []limits.Check, next []limits.State) limits.State {
 	for j := len(earlier) - 1; j >= 0; j-- {
 		if earlier[j].Key == key {
 			return next[j]
@@ -152,12 +163,12 @@ func (s *MemoryStore) lookup(shardIdx uint16, key string, earlier []Check, next 
 	if p, ok := s.shards[shardIdx].m[key]; ok {
 		return *p
 	}
-	return State{}
+	return limits.State{}
 }
 
 // consumed reports whether check i or an earlier check with its key
 // consumed hits.
-func consumed(b *Batch, i int) bool {
+func consumed(b *limits.Batch, i int) bool {
 	for j := 0; j <= i; j++ {
 		if b.Checks[j].Key == b.Checks[i].Key && b.Checks[j].Hits > 0 && !b.Outcomes[j].Over {
 			return true
@@ -168,7 +179,7 @@ func consumed(b *Batch, i int) bool {
 
 // laterSameKey reports whether a later check shares check i's key; its
 // working copy then already includes check i's hits.
-func laterSameKey(cs []Check, i int) bool {
+func laterSameKey(cs []limits.Check, i int) bool {
 	for j := i + 1; j < len(cs); j++ {
 		if cs[j].Key == cs[i].Key {
 			return true
@@ -177,7 +188,7 @@ func laterSameKey(cs []Check, i int) bool {
 	return false
 }
 
-func (s *MemoryStore) shardOf(key string) uint16 {
+func (s *Store) shardOf(key string) uint16 {
 	return uint16(maphash.String(s.seed, key) % memoryShards)
 }
 
@@ -195,9 +206,8 @@ func (sh *shard) sweep(now int64) {
 	}
 }
 
-// Len returns how many keys the store holds, expired or not. It is for
-// tests and metrics.
-func (s *MemoryStore) Len() int {
+// Len returns how many keys the store holds, expired or not yet swept.
+func (s *Store) Len() int {
 	n := 0
 	for i := range s.shards {
 		s.shards[i].mu.Lock()

@@ -1,4 +1,8 @@
-package limits
+// Package config reads rule files: envoyproxy/ratelimit's descriptor YAML
+// and its superset. It parses and validates them into a *limits.Ruleset,
+// reporting every problem with its file, line and YAML path, and reloads
+// them when they change (see Reloader).
+package config
 
 import (
 	"bytes"
@@ -13,17 +17,19 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
-// ConfigError is one problem in a rule file.
-type ConfigError struct {
+// Error is one problem in a rule file.
+type Error struct {
 	File string
 	Line int    // 1-based; 0 if unknown
 	Path string // YAML path, e.g. descriptors[2].rate_limit.unit
 	Msg  string
 }
 
-func (e *ConfigError) Error() string {
+func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString(e.File)
 	if e.Line > 0 {
@@ -45,8 +51,8 @@ type File struct {
 	Data []byte
 }
 
-// LoadOptions changes how rule files combine.
-type LoadOptions struct {
+// Options changes how rule files combine.
+type Options struct {
 	// MergeDomains lets several files add rules to one domain, as
 	// envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does. Without it a domain
 	// may appear in one file only.
@@ -59,9 +65,9 @@ type LoadOptions struct {
 // Kubernetes ConfigMap mount (whose real files sit in ..data) is read once,
 // through its top-level links. Symbolic links to files are followed.
 //
-// The error lists every problem found; each is a *ConfigError (or an I/O
-// error), reachable with errors.As or by unwrapping the joined error.
-func Load(path string, opts LoadOptions) (*Ruleset, error) {
+// The error lists every problem found; each is an *Error (or an I/O
+// error): Problems lists them.
+func Load(path string, opts Options) (*limits.Ruleset, error) {
 	files, err := ReadFiles(path)
 	if err != nil {
 		return nil, err
@@ -119,20 +125,42 @@ func ReadFiles(path string) ([]File, error) {
 
 // Parse compiles rule files into a Ruleset. Like Load, it reports every
 // problem it finds, not only the first.
-func Parse(files []File, opts LoadOptions) (*Ruleset, error) {
-	rs := &Ruleset{domains: make(map[string]*domainRules), Checksum: checksum(files)}
-	var errs []error
+func Parse(files []File, opts Options) (*limits.Ruleset, error) {
+	var (
+		domains []*limits.Domain
+		byName  = map[string]*limits.Domain{}
+		names   []string
+		errs    []error
+	)
 	for _, f := range files {
-		rs.Files = append(rs.Files, f.Name)
-		p := &parser{file: f.Name}
-		p.parseFile(rs, f.Data, opts)
+		names = append(names, f.Name)
+		p := &parser{file: f.Name, domains: byName, opts: opts}
+		if d := p.parseFile(f.Data); d != nil {
+			domains = append(domains, d)
+		}
 		errs = append(errs, p.errs...)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	rs.finish()
-	return rs, nil
+	return limits.NewRuleset(domains, names, checksum(files)), nil
+}
+
+// Problems lists the problems in an error of Load or Parse: the parts of
+// every errors.Join in it, in order. It returns nil for nil.
+func Problems(err error) []error {
+	if err == nil {
+		return nil
+	}
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, Problems(e)...)
+	}
+	return out
 }
 
 // walkConfig walks the config directory path, following path itself when
@@ -165,12 +193,14 @@ func walkConfig(path string, fn func(p string, d fs.DirEntry) error) error {
 
 // parser turns one file's YAML nodes into rules, collecting errors.
 type parser struct {
-	file string
-	errs []error
+	file    string
+	opts    Options
+	domains map[string]*limits.Domain // every file's so far, by name
+	errs    []error
 }
 
 func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
-	e := &ConfigError{File: p.file, Path: path, Msg: fmt.Sprintf(format, args...)}
+	e := &Error{File: p.file, Path: path, Msg: fmt.Sprintf(format, args...)}
 	if n != nil {
 		e.Line = n.Line
 	}
@@ -181,10 +211,10 @@ func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
 
 // yamlError records a YAML syntax error, moving its line number into the
-// ConfigError's.
+// Error's.
 func (p *parser) yamlError(err error) {
 	msg := err.Error()
-	e := &ConfigError{File: p.file, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
+	e := &Error{File: p.file, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		e.Line, _ = strconv.Atoi(m[1])
 		e.Msg = "invalid YAML: " + msg[len(m[0]):]
@@ -192,33 +222,36 @@ func (p *parser) yamlError(err error) {
 	p.errs = append(p.errs, e)
 }
 
-func (p *parser) parseFile(rs *Ruleset, data []byte, opts LoadOptions) {
+// parseFile parses one file into p.domains. It returns the file's domain
+// if the file defines a new one, nil if it adds to one already seen (or
+// is broken).
+func (p *parser) parseFile(data []byte) *limits.Domain {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		p.yamlError(err)
-		return
+		return nil
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
 		p.errorf(&extra, "", "a second YAML document; put each domain in its own file")
-		return
+		return nil
 	} else if !errors.Is(err, io.EOF) {
 		p.yamlError(err)
-		return
+		return nil
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		p.errorf(nil, "domain", "required, and the file is empty")
-		return
+		return nil
 	}
 	root := doc.Content[0]
 	if root.Kind != yaml.MappingNode {
 		p.errorf(root, "", "want a mapping with domain and descriptors, got %s", kindName(root))
-		return
+		return nil
 	}
 	var domain string
 	var domainNode, descNode, failNode *yaml.Node
-	failure := FailDefault
+	failure := limits.FailDefault
 	p.fields(root, "", func(key string, k, v *yaml.Node) {
 		switch key {
 		case "domain":
@@ -228,7 +261,7 @@ func (p *parser) parseFile(rs *Ruleset, data []byte, opts LoadOptions) {
 			descNode = v
 		case "failure_mode":
 			failNode = v
-			m, err := ParseFailureMode(p.str(v, key))
+			m, err := limits.ParseFailureMode(p.str(v, key))
 			if err != nil {
 				p.errorf(v, key, "%v", err)
 			}
@@ -242,24 +275,28 @@ func (p *parser) parseFile(rs *Ruleset, data []byte, opts LoadOptions) {
 			domainNode = root
 		}
 		p.errorf(domainNode, "domain", "required and must not be empty")
-		return
+		return nil
 	}
-	d, ok := rs.domains[domain]
+	d, seen := p.domains[domain]
 	switch {
-	case !ok:
-		d = &domainRules{name: domain, file: p.file, root: &Rule{Domain: domain}}
-		rs.domains[domain] = d
-	case !opts.MergeDomains:
-		p.errorf(domainNode, "domain", "domain %q is already defined in %s (set --merge-domains to combine files)", domain, d.file)
-		return
+	case !seen:
+		d = &limits.Domain{Name: domain, File: p.file}
+		p.domains[domain] = d
+	case !p.opts.MergeDomains:
+		p.errorf(domainNode, "domain", "domain %q is already defined in %s (set --merge-domains to combine files)", domain, d.File)
+		return nil
 	}
-	if failure != FailDefault {
-		if d.failure != FailDefault && d.failure != failure {
-			p.errorf(failNode, "failure_mode", "%s, but another file of domain %q says %s", failure, domain, d.failure)
+	if failure != limits.FailDefault {
+		if d.FailureMode != limits.FailDefault && d.FailureMode != failure {
+			p.errorf(failNode, "failure_mode", "%s, but another file of domain %q says %s", failure, domain, d.FailureMode)
 		}
-		d.failure = failure
+		d.FailureMode = failure
 	}
-	p.descriptors(d.root, descNode, "descriptors")
+	p.descriptors(domain, &d.Rules, descNode, "descriptors")
+	if seen {
+		return nil
+	}
+	return d
 }
 
 // fields calls fn for each key of a mapping node, rejecting non-string keys
@@ -281,7 +318,9 @@ func (p *parser) fields(n *yaml.Node, path string, fn func(key string, k, v *yam
 	}
 }
 
-func (p *parser) descriptors(parent *Rule, n *yaml.Node, path string) {
+// descriptors parses a list of descriptors of domain into the rules of one
+// level.
+func (p *parser) descriptors(domain string, level *[]*limits.Rule, n *yaml.Node, path string) {
 	if n == nil || isNull(n) {
 		return
 	}
@@ -290,16 +329,16 @@ func (p *parser) descriptors(parent *Rule, n *yaml.Node, path string) {
 		return
 	}
 	for i, item := range n.Content {
-		p.descriptor(parent, deref(item), fmt.Sprintf("%s[%d]", path, i))
+		p.descriptor(domain, level, deref(item), fmt.Sprintf("%s[%d]", path, i))
 	}
 }
 
-func (p *parser) descriptor(parent *Rule, n *yaml.Node, path string) {
+func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, path string) {
 	if n.Kind != yaml.MappingNode {
 		p.errorf(n, path, "want a descriptor mapping, got %s", kindName(n))
 		return
 	}
-	r := &Rule{Domain: parent.Domain, File: p.file, Line: n.Line, Path: path, parent: parent}
+	r := &limits.Rule{Domain: domain, File: p.file, Line: n.Line, Path: path}
 	var keyNode, limitNode, limitsNode, childNode, shareNode *yaml.Node
 	p.fields(n, path, func(key string, k, v *yaml.Node) {
 		fp := join(path, key)
@@ -348,43 +387,57 @@ func (p *parser) descriptor(parent *Rule, n *yaml.Node, path string) {
 		}
 	}
 	if limitsNode != nil && !isNull(limitsNode) {
-		lp := join(path, "rate_limits")
-		if limitsNode.Kind != yaml.SequenceNode {
-			p.errorf(limitsNode, lp, "want a list of rate limits, got %s", kindName(limitsNode))
-		} else {
-			for i, item := range limitsNode.Content {
-				item = deref(item)
-				ip := fmt.Sprintf("%s[%d]", lp, i)
-				l := p.limit(r, item, ip, false)
-				if l == nil {
-					continue
-				}
-				for _, o := range r.Limits {
-					if o.id == l.id {
-						p.errorf(item, ip, "same algorithm and window as another limit of this descriptor (%s); they would share one counter", l.id)
-					}
-				}
-				r.Limits = append(r.Limits, l)
-			}
-		}
+		p.limitList(r, limitsNode, join(path, "rate_limits"))
 	}
 	if r.Key != "" {
-		if other := parent.child(r.Key, r.Value); other != nil {
+		if other := sibling(*level, r.Key, r.Value); other != nil {
 			p.errorf(n, path, "duplicate descriptor key %q value %q at this level (first at %s:%d)", r.Key, r.Value, other.File, other.Line)
 		} else {
-			parent.Children = append(parent.Children, r)
+			*level = append(*level, r)
 		}
 	}
-	p.descriptors(r, childNode, join(path, "descriptors"))
+	p.descriptors(domain, &r.Children, childNode, join(path, "descriptors"))
+}
+
+// sibling returns the rule of level with key and value, or nil.
+func sibling(level []*limits.Rule, key, value string) *limits.Rule {
+	for _, r := range level {
+		if r.Key == key && r.Value == value {
+			return r
+		}
+	}
+	return nil
+}
+
+// limitList parses a rate_limits list into r.Limits.
+func (p *parser) limitList(r *limits.Rule, n *yaml.Node, path string) {
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, path, "want a list of rate limits, got %s", kindName(n))
+		return
+	}
+	for i, item := range n.Content {
+		item = deref(item)
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		l := p.limit(r, item, ip, false)
+		if l == nil {
+			continue
+		}
+		for _, o := range r.Limits {
+			if o.ID() == l.ID() {
+				p.errorf(item, ip, "same algorithm and window as another limit of this descriptor (%s); they would share one counter", l.ID())
+			}
+		}
+		r.Limits = append(r.Limits, l)
+	}
 }
 
 // limit parses a rate_limit mapping. single is false inside rate_limits.
-func (p *parser) limit(r *Rule, n *yaml.Node, path string, single bool) *Limit {
+func (p *parser) limit(r *limits.Rule, n *yaml.Node, path string, single bool) *limits.Limit {
 	if n.Kind != yaml.MappingNode {
 		p.errorf(n, path, "want a rate limit mapping, got %s", kindName(n))
 		return nil
 	}
-	l := &Limit{Shadow: r.ShadowMode}
+	l := &limits.Limit{Shadow: r.ShadowMode}
 	var unitNode, algNode, burstNode, multNode, replNode *yaml.Node
 	var unitStr string
 	nerr := len(p.errs)
@@ -405,7 +458,7 @@ func (p *parser) limit(r *Rule, n *yaml.Node, path string, single bool) *Limit {
 			l.Replaces = p.replaces(v, fp)
 		case "algorithm":
 			algNode = v
-			if a, err := ParseAlgorithm(p.str(v, fp)); err != nil {
+			if a, err := limits.ParseAlgorithm(p.str(v, fp)); err != nil {
 				p.errorf(v, fp, "%v", err)
 			} else {
 				l.Algorithm = a
@@ -426,28 +479,15 @@ func (p *parser) limit(r *Rule, n *yaml.Node, path string, single bool) *Limit {
 		}
 	}
 	if l.Unlimited {
-		if !single {
-			p.errorf(n, join(path, "unlimited"), "unlimited goes in rate_limit, not in a rate_limits list")
-		}
-		if unitNode != nil {
-			p.errorf(unitNode, join(path, "unit"), "must not be set when unlimited is true")
-		}
-		for _, x := range []struct {
-			n    *yaml.Node
-			name string
-		}{{algNode, "algorithm"}, {burstNode, "burst"}, {multNode, "unit_multiplier"}} {
-			if x.n != nil {
-				p.errorf(x.n, join(path, x.name), "must not be set when unlimited is true")
-			}
-		}
+		p.onlyCounted(n, path, single, map[string]*yaml.Node{"unit": unitNode, "algorithm": algNode, "burst": burstNode, "unit_multiplier": multNode})
 		if len(p.errs) > nerr {
 			return nil
 		}
 		return l
 	}
 	if unitNode == nil {
-		p.errorf(n, join(path, "unit"), "required (second, minute, hour, day, week, month or year)")
-	} else if u, err := ParseUnit(unitStr); err != nil {
+		p.errorf(n, join(path, "unit"), "required (%s)", limits.UnitNames())
+	} else if u, err := limits.ParseUnit(unitStr); err != nil {
 		p.errorf(unitNode, join(path, "unit"), "%v", err)
 	} else {
 		l.Unit = u
@@ -461,11 +501,27 @@ func (p *parser) limit(r *Rule, n *yaml.Node, path string, single bool) *Limit {
 	if len(p.errs) > nerr {
 		return nil
 	}
-	if err := l.compile(); err != nil {
+	c, err := limits.NewLimit(l.Algorithm, l.Requests, l.Unit, l.Multiplier, l.Burst)
+	if err != nil {
 		p.errorf(n, path, "%v", err)
 		return nil
 	}
-	return l
+	c.Name, c.Replaces, c.Shadow = l.Name, l.Replaces, l.Shadow
+	return c
+}
+
+// onlyCounted reports the fields of an unlimited limit that only counted
+// limits have (set is each such field's node, nil if absent), and an
+// unlimited limit inside a rate_limits list.
+func (p *parser) onlyCounted(n *yaml.Node, path string, single bool, set map[string]*yaml.Node) {
+	if !single {
+		p.errorf(n, join(path, "unlimited"), "unlimited goes in rate_limit, not in a rate_limits list")
+	}
+	for _, name := range []string{"unit", "algorithm", "burst", "unit_multiplier"} {
+		if v := set[name]; v != nil {
+			p.errorf(v, join(path, name), "must not be set when unlimited is true")
+		}
+	}
 }
 
 func (p *parser) replaces(n *yaml.Node, path string) []string {

@@ -1,4 +1,4 @@
-package limits_test
+package memory_test
 
 import (
 	"context"
@@ -8,38 +8,39 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 )
 
 func newMemory(t *testing.T, clk *storetest.Clock) limits.Store {
-	return limits.NewMemoryStore(limits.WithClock(clk.Now))
+	return memory.New(memory.Options{Now: clk.Now})
 }
 
-func TestMemoryStoreCases(t *testing.T) {
+func TestStoreCases(t *testing.T) {
 	storetest.Run(t, newMemory)
 }
 
-func TestMemoryStoreExact(t *testing.T) {
+func TestStoreExact(t *testing.T) {
 	storetest.RunExact(t, func(t *testing.T, clk *storetest.Clock) []limits.Store {
 		return []limits.Store{newMemory(t, clk)}
 	}, 64, 10)
 }
 
-func TestMemoryStoreTiers(t *testing.T) {
+func TestStoreTiers(t *testing.T) {
 	storetest.RunTiers(t, func(t *testing.T, clk *storetest.Clock) []limits.Store {
 		return []limits.Store{newMemory(t, clk)}
 	}, 64)
 }
 
-func TestMemoryStoreDropsExpiredState(t *testing.T) {
+func TestStoreDropsExpiredState(t *testing.T) {
 	clk := storetest.NewClock(storetest.Epoch)
-	s := limits.NewMemoryStore(limits.WithClock(clk.Now))
+	s := memory.New(memory.Options{Now: clk.Now})
 	l, err := limits.NewLimit(limits.SlidingWindow, 10, limits.UnitSecond, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 10_000 {
-		key, slot := storetest.Key(t.Name(), fmt.Sprint("user", i), l)
-		b := &limits.Batch{Checks: []limits.Check{{Key: key, Slot: slot, Limit: l, Hits: 1}}}
+		key := storetest.Key(t.Name(), fmt.Sprint("user", i), l)
+		b := &limits.Batch{Checks: []limits.Check{{Key: key, Limit: l, Hits: 1}}}
 		if err := s.Apply(context.Background(), b); err != nil {
 			t.Fatal(err)
 		}
@@ -51,8 +52,8 @@ func TestMemoryStoreDropsExpiredState(t *testing.T) {
 	// every shard once must sweep the rest away.
 	clk.Advance(2*time.Second + time.Millisecond)
 	for i := range 5_000 {
-		key, slot := storetest.Key(t.Name(), fmt.Sprint("later", i), l)
-		b := &limits.Batch{Checks: []limits.Check{{Key: key, Slot: slot, Limit: l, Hits: 1}}}
+		key := storetest.Key(t.Name(), fmt.Sprint("later", i), l)
+		b := &limits.Batch{Checks: []limits.Check{{Key: key, Limit: l, Hits: 1}}}
 		if err := s.Apply(context.Background(), b); err != nil {
 			t.Fatal(err)
 		}
