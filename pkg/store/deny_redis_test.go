@@ -20,7 +20,7 @@ import (
 
 // newRedis returns a Redis store on srv with key prefix prefix, deciding
 // by clk, closed at cleanup.
-func newRedis(t *testing.T, srv *redistest.Server, prefix string, clk *storetest.Clock) *redis.Store {
+func newRedis(t testing.TB, srv *redistest.Server, prefix string, clk *storetest.Clock) *redis.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -180,4 +180,40 @@ func TestDenyCacheSidecarsShareRedis(t *testing.T) {
 	}
 	t.Run("exact", func(t *testing.T) { storetest.RunExact(t, newStores, 64, 10) })
 	t.Run("tiers", func(t *testing.T) { storetest.RunTiers(t, newStores, 64) })
+}
+
+// BenchmarkDenyCacheRedis compares a request on a key that is over its
+// limit answered by Redis and by the cache in front of it.
+func BenchmarkDenyCacheRedis(b *testing.B) {
+	srv := redistest.StartServer(b)
+	ctx := context.Background()
+	l := mustLimit(b, limits.FixedWindow, 1, limits.UnitHour, 0)
+	key, slot := storetest.Key("bench", "hot", l)
+	r, err := redis.New(ctx, redis.Options{URL: "redis://" + srv.Addr, KeyPrefix: "bench:"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = r.Close() })
+	batch := &limits.Batch{Checks: []limits.Check{{Key: key, Slot: slot, Limit: l, Hits: 1}}}
+	for range 2 { // use up the hour's one hit
+		if err := r.Apply(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, bb := range []struct {
+		name string
+		s    limits.Store
+	}{
+		{"redis", r},
+		{"cache", store.NewDenyCache(r, store.DenyCacheOptions{})},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := bb.s.Apply(ctx, batch); err != nil || batch.Admitted {
+					b.Fatalf("Apply: %v, admitted %v", err, batch.Admitted)
+				}
+			}
+		})
+	}
 }

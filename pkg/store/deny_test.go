@@ -222,6 +222,18 @@ func TestDenyCacheSteps(t *testing.T) {
 				{at: 0, give: []chk{{"k", sh1s, 1}}, wantAdmitted: true, want: []limits.Outcome{over(0, sec)}},
 				{at: 0, give: []chk{{"k", sh1s, 1}}, wantAdmitted: true, want: []limits.Outcome{over(0, sec)}},
 				{at: 0, give: []chk{{"k", sh1s, 1}, {"j", fw2s, 1}}, wantAdmitted: true},
+				// Not even for an enforced limit with the same key and
+				// numbers, which the shadow outcome would be right about.
+				{at: 0, give: []chk{{"k", fw1s, 1}}, want: []limits.Outcome{over(0, sec)}},
+			},
+		},
+		{
+			name: "every_over_check_is_recorded",
+			give: []step{
+				{at: 0, give: []chk{{"a", fw1s, 1}, {"b", fw1s, 1}}, wantAdmitted: true},
+				{at: 0, give: []chk{{"a", fw1s, 1}, {"b", fw1s, 1}}, want: []limits.Outcome{over(0, sec), over(0, sec)}},
+				{at: 0, give: []chk{{"b", fw1s, 1}}, wantLocal: true},
+				{at: 0, give: []chk{{"a", fw1s, 1}}, wantLocal: true},
 			},
 		},
 		{
@@ -614,4 +626,68 @@ func TestDenyCacheConcurrent(t *testing.T) {
 	}
 	t.Run("exact", func(t *testing.T) { storetest.RunExact(t, newStores, 64, 20) })
 	t.Run("tiers", func(t *testing.T) { storetest.RunTiers(t, newStores, 64) })
+}
+
+// BenchmarkDenyCache measures the cache alone: a locally denied batch,
+// and what the cache adds to a batch it passes on (to a store that admits
+// everything at once), empty and holding other keys.
+func BenchmarkDenyCache(b *testing.B) {
+	fw1s := mustLimit(b, limits.FixedWindow, 1, limits.UnitSecond, 0)
+	fw1h := mustLimit(b, limits.FixedWindow, 1, limits.UnitHour, 0)
+	// A clock that stands still, inside the hour of the entries below.
+	now := func() time.Time { return storetest.Epoch }
+	full := func() *DenyCache {
+		c := NewDenyCache(admitAll{}, DenyCacheOptions{Now: now})
+		for i := range 1000 {
+			key, _ := storetest.Key("deny", fmt.Sprint("over", i), fw1h)
+			c.insert(&limits.Check{Key: key, Limit: fw1h, Hits: 1}, storetest.Epoch.Add(time.Hour), storetest.Epoch, 0)
+		}
+		return c
+	}
+	run := func(b *testing.B, s limits.Store, batch *limits.Batch) {
+		batch.Outcomes = make([]limits.Outcome, 0, len(batch.Checks))
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = s.Apply(context.Background(), batch)
+		}
+	}
+	b.Run("denied/1_check", func(b *testing.B) {
+		run(b, full(), batchOf(chk{"over7", fw1h, 1}))
+	})
+	b.Run("denied/3_checks", func(b *testing.B) {
+		run(b, full(), batchOf(chk{"a", fw1s, 1}, chk{"b", fw1s, 1}, chk{"over7", fw1h, 1}))
+	})
+	b.Run("pass/no_cache", func(b *testing.B) {
+		run(b, admitAll{}, batchOf(chk{"a", fw1s, 1}, chk{"b", fw1s, 1}, chk{"c", fw1h, 1}))
+	})
+	b.Run("pass/empty_cache", func(b *testing.B) {
+		run(b, NewDenyCache(admitAll{}, DenyCacheOptions{Now: now}), batchOf(chk{"a", fw1s, 1}, chk{"b", fw1s, 1}, chk{"c", fw1h, 1}))
+	})
+	b.Run("pass/1000_entries", func(b *testing.B) {
+		run(b, full(), batchOf(chk{"a", fw1s, 1}, chk{"b", fw1s, 1}, chk{"c", fw1h, 1}))
+	})
+	// Every goroutine on one hot key: the shard's read lock is shared.
+	b.Run("denied/parallel_hot_key", func(b *testing.B) {
+		c := full()
+		b.SetParallelism(64)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			batch := batchOf(chk{"over7", fw1h, 1})
+			for pb.Next() {
+				_ = c.Apply(context.Background(), batch)
+			}
+		})
+	})
+	b.Run("denied/parallel_many_keys", func(b *testing.B) {
+		c := full()
+		var seq atomic.Int64
+		b.SetParallelism(64)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			batch := batchOf(chk{fmt.Sprint("over", seq.Add(1)%1000), fw1h, 1})
+			for pb.Next() {
+				_ = c.Apply(context.Background(), batch)
+			}
+		})
+	})
 }
