@@ -73,7 +73,13 @@ type DenyCacheOptions struct {
 // which then only costs that key its usual round trip.
 //
 // The cache trusts that nothing but requests changes the store's
-// counters: after a FLUSHALL or a change of key prefix, call Clear.
+// counters, and only by adding hits: after a FLUSHALL or a change of key
+// prefix, call Clear. On a Redis Cluster that is not quite so: a request
+// across hash slots reserves hits and refunds them if another slot
+// rejects it, and a check rejected because of hits that are then
+// refunded stays over in the cache until its Reset. The store's
+// momentary under-admission then lasts up to that Reset; the cache never
+// over-admits. A failover that loses recent writes has the same effect.
 //
 // The zero value is not usable; call NewDenyCache.
 type DenyCache struct {
