@@ -1,0 +1,320 @@
+// Package store holds limits.Store middleware: stores that wrap another
+// store and answer some batches without it.
+//
+// Everything here is safe for concurrent use and starts no goroutines.
+package store
+
+import (
+	"context"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+// DefaultDenyCacheEntries is DenyCacheOptions.MaxEntries's default.
+const DefaultDenyCacheEntries = 65536
+
+const (
+	denyShards = 64
+	// denySweepEvery bounds how often one shard scans for expired entries
+	// while it has room; a full cache sweeps a shard whenever one of its
+	// entries has expired.
+	denySweepEvery = time.Second
+)
+
+// DenyCacheOptions tunes a DenyCache. Zero fields take the defaults.
+type DenyCacheOptions struct {
+	// MaxEntries is the most keys the cache remembers, expired ones not
+	// yet swept included. Default DefaultDenyCacheEntries.
+	MaxEntries int
+	// Now is the clock the cache measures resets by. Default time.Now,
+	// whose monotonic reading keeps the cache right across wall-clock
+	// steps. Tests inject a fake clock, and must give the wrapped store
+	// the same one.
+	Now func() time.Time
+}
+
+// DenyCache is a Store that remembers which keys its store found over the
+// limit, and until when, and rejects requests on those keys itself. A hot
+// key that is over its limit then costs no round trip to Redis.
+//
+// When the wrapped store answers that an enforced (non-shadow) check is
+// Over with Reset R, that key stays over, for every request that needs at
+// least as many hits (max(Hits, 1), the check's probe) against the same
+// limit numbers, until T = t + R − Tick, where t is the time read before
+// the store was called and Tick is the limit's time resolution (1 µs for
+// all but huge limits). This answer is exact, never an approximation: a
+// rejected request consumes nothing, other sidecars can only add hits,
+// and every algorithm admits a larger probe no sooner than a smaller
+// one, so the store would say Over too. Measuring from t, not from when
+// the answer arrived, keeps T at or before the store's own reset, and
+// taking off one Tick covers the store flooring its clock to a tick.
+//
+// A batch with any check that is over in the cache is rejected without
+// calling the wrapped store: Admitted is false, the cached checks are
+// Over with Remaining 0 and Reset T − now, and every other check reports
+// a zero Outcome (not over, Remaining 0, Reset 0). See Apply.
+//
+// Limits match on Algorithm, Requests, Window and Burst, not on the
+// *Limit pointer, so Envoy's per-request override limits, which are new
+// pointers every time, are cached too, and a reload that changes a
+// limit's numbers never reuses an old entry. Shadow checks are never
+// cached and never cause a local rejection.
+//
+// Memory is bounded by MaxEntries. There is no background goroutine:
+// expired entries are ignored when read and dropped by a sweep that runs
+// while recording, at most once per second per shard, or whenever the
+// cache is full and the shard has an expired entry. A full cache does not
+// evict live entries; it does not record the new one (see Dropped),
+// which then only costs that key its usual round trip.
+//
+// The cache trusts that nothing but requests changes the store's
+// counters, and only by adding hits: after a FLUSHALL or a change of key
+// prefix, call Clear. On a Redis Cluster that is not quite so: a request
+// across hash slots reserves hits and refunds them if another slot
+// rejects it, and a check rejected because of hits that are then
+// refunded stays over in the cache until its Reset. The store's
+// momentary under-admission then lasts up to that Reset; the cache never
+// over-admits. A failover that loses recent writes has the same effect.
+//
+// The zero value is not usable; call NewDenyCache.
+type DenyCache struct {
+	next limits.Store
+	now  func() time.Time
+	max  int64
+	seed maphash.Seed
+
+	gen      atomic.Uint64 // bumped by Clear, so calls that started before it record nothing
+	n        atomic.Int64  // entries in all shards
+	answered atomic.Uint64
+	dropped  atomic.Uint64
+
+	shards [denyShards]denyShard
+}
+
+type denyShard struct {
+	mu sync.RWMutex
+	m  map[string]denyEntry // guarded by mu
+	// soonest is at or before the earliest until in m, zero when m is
+	// empty; nextSweep is when the shard may sweep again while the cache
+	// has room. Both guarded by mu.
+	soonest   time.Time
+	nextSweep time.Time
+	_         [64]byte // keep hot shards' locks off each other's cache lines
+}
+
+// denyEntry says: until until, a check of this key against a limit with
+// these numbers that needs probe or more hits is over.
+type denyEntry struct {
+	alg      limits.Algorithm
+	requests uint64
+	burst    uint64
+	window   time.Duration
+	probe    uint64
+	until    time.Time
+}
+
+func (e *denyEntry) sameLimit(l *limits.Limit) bool {
+	return e.alg == l.Algorithm && e.requests == l.Requests && e.window == l.Window() && e.burst == l.Burst
+}
+
+// NewDenyCache returns an empty cache in front of next.
+func NewDenyCache(next limits.Store, opts DenyCacheOptions) *DenyCache {
+	if opts.MaxEntries <= 0 {
+		opts.MaxEntries = DefaultDenyCacheEntries
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	c := &DenyCache{next: next, now: opts.Now, max: int64(opts.MaxEntries), seed: maphash.MakeSeed()}
+	for i := range c.shards {
+		c.shards[i].m = make(map[string]denyEntry)
+	}
+	return c
+}
+
+var _ limits.Store = (*DenyCache)(nil)
+
+// Apply implements limits.Store. It answers b itself if an enforced check
+// of b is over in the cache, even when ctx is done, since that needs no
+// I/O; otherwise it calls the wrapped store and records the enforced
+// checks it finds over. Errors are the wrapped store's, unchanged, and
+// record nothing.
+//
+// In a batch answered locally, the checks the cache does not know report
+// a zero Outcome: not over, since only the store could say they are, and
+// claiming so would blame the wrong limit to Envoy; Remaining 0, since
+// that never promises more than the store would; and Reset 0, since how
+// long they take to replenish is unknown. The request's verdict and the
+// rate-limit headers (which describe the over limit that resets last)
+// come from the cached checks, which are right.
+func (c *DenyCache) Apply(ctx context.Context, b *limits.Batch) error {
+	now := c.now()
+	if c.n.Load() > 0 && c.deny(b, now) {
+		c.answered.Add(1)
+		return nil
+	}
+	gen := c.gen.Load()
+	if err := c.next.Apply(ctx, b); err != nil {
+		return err
+	}
+	c.record(b, now, gen)
+	return nil
+}
+
+// deny fills b's outcomes from the cache and reports whether an enforced
+// check is over there. If not, b's outcomes are left for the store.
+func (c *DenyCache) deny(b *limits.Batch, now time.Time) bool {
+	n := len(b.Checks)
+	b.Outcomes = slices.Grow(b.Outcomes[:0], n)[:n]
+	over := false
+	for i := range b.Checks {
+		ch := &b.Checks[i]
+		b.Outcomes[i] = limits.Outcome{}
+		if ch.Limit.Shadow {
+			continue
+		}
+		if until, ok := c.lookup(ch, now); ok {
+			b.Outcomes[i] = limits.Outcome{Over: true, Reset: until.Sub(now)}
+			over = true
+		}
+	}
+	if over {
+		b.Admitted = false
+	}
+	return over
+}
+
+// lookup returns when ch stops being over, if the cache knows it is over
+// at now. Only ch's own probe counts, not hits of earlier checks on the
+// same key in the batch: if ch alone is over, the batch is.
+func (c *DenyCache) lookup(ch *limits.Check, now time.Time) (time.Time, bool) {
+	sh := c.shard(ch.Key)
+	sh.mu.RLock()
+	e, ok := sh.m[ch.Key]
+	sh.mu.RUnlock()
+	if !ok || max(ch.Hits, 1) < e.probe || !now.Before(e.until) || !e.sameLimit(ch.Limit) {
+		return time.Time{}, false
+	}
+	return e.until, true
+}
+
+// record enters every enforced check of b that the store found over, as
+// of now, the time read before calling the store.
+func (c *DenyCache) record(b *limits.Batch, now time.Time, gen uint64) {
+	for i := range min(len(b.Checks), len(b.Outcomes)) {
+		ch, out := &b.Checks[i], &b.Outcomes[i]
+		// A check whose key an earlier check of the batch shares may be
+		// over only because of that check's hits, which a request without
+		// it would not carry: recording its probe could deny what the
+		// store admits. The first check on a key sees the store's state
+		// alone.
+		if !out.Over || ch.Limit.Shadow || sharesEarlierKey(b.Checks, i) {
+			continue
+		}
+		until := now.Add(out.Reset - time.Duration(ch.Limit.Tick())*time.Microsecond)
+		if !now.Before(until) {
+			continue
+		}
+		c.insert(ch, until, now, gen)
+	}
+}
+
+func sharesEarlierKey(cs []limits.Check, i int) bool {
+	for j := range i {
+		if cs[j].Key == cs[i].Key {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *DenyCache) insert(ch *limits.Check, until, now time.Time, gen uint64) {
+	l := ch.Limit
+	e := denyEntry{alg: l.Algorithm, requests: l.Requests, burst: l.Burst, window: l.Window(), probe: max(ch.Hits, 1), until: until}
+	sh := c.shard(ch.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if c.gen.Load() != gen {
+		return // Clear ran since the store was called
+	}
+	if old, ok := sh.m[ch.Key]; ok {
+		// Both are true; keep the old one only if it says more: it covers
+		// every request the new one does, for at least as long.
+		if old.sameLimit(l) && old.probe <= e.probe && !old.until.Before(e.until) {
+			return
+		}
+		sh.m[ch.Key] = e
+		sh.lower(until)
+		return
+	}
+	full := c.n.Load() >= c.max
+	if !sh.soonest.IsZero() && !now.Before(sh.soonest) && (full || !now.Before(sh.nextSweep)) {
+		c.sweep(sh, now)
+	}
+	if c.n.Add(1) > c.max {
+		c.n.Add(-1)
+		c.dropped.Add(1)
+		return
+	}
+	sh.m[ch.Key] = e
+	sh.lower(until)
+}
+
+// lower makes sure soonest is at or before t.
+// requires sh.mu held
+func (sh *denyShard) lower(t time.Time) {
+	if sh.soonest.IsZero() || t.Before(sh.soonest) {
+		sh.soonest = t
+	}
+}
+
+// sweep drops the shard's expired entries.
+// requires sh.mu held
+func (c *DenyCache) sweep(sh *denyShard, now time.Time) {
+	sh.nextSweep = now.Add(denySweepEvery)
+	sh.soonest = time.Time{}
+	for k, e := range sh.m {
+		if !now.Before(e.until) {
+			delete(sh.m, k)
+			c.n.Add(-1)
+			continue
+		}
+		sh.lower(e.until)
+	}
+}
+
+func (c *DenyCache) shard(key string) *denyShard {
+	return &c.shards[maphash.String(c.seed, key)%denyShards]
+}
+
+// Clear drops every entry. Calls to the wrapped store that are under way
+// record nothing. Call it when the rules are reloaded, and whenever the
+// store's counters may have been reset behind the cache's back.
+func (c *DenyCache) Clear() {
+	c.gen.Add(1)
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		c.n.Add(-int64(len(sh.m)))
+		sh.m = make(map[string]denyEntry)
+		sh.soonest, sh.nextSweep = time.Time{}, time.Time{}
+		sh.mu.Unlock()
+	}
+}
+
+// Answered returns how many batches the cache rejected without calling
+// the wrapped store.
+func (c *DenyCache) Answered() uint64 { return c.answered.Load() }
+
+// Dropped returns how many over checks were not recorded because the
+// cache was full. If it grows, raise MaxEntries.
+func (c *DenyCache) Dropped() uint64 { return c.dropped.Load() }
+
+// Len returns how many entries the cache holds, expired ones not yet
+// swept included.
+func (c *DenyCache) Len() int { return int(c.n.Load()) }
