@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
 )
 
 // settings is every flag's value.
@@ -30,8 +31,9 @@ type settings struct {
 	responseHeaders envoy.HeaderMode
 	reloadDebounce  time.Duration
 
-	failureMode  limits.FailureMode
-	localDivisor uint64
+	failureMode      limits.FailureMode
+	localDivisor     uint64
+	denyCacheEntries int
 
 	redis             redis.Options
 	redisPasswordFile string
@@ -99,6 +101,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	failure := "local"
 	fs.StringVar(&failure, "failure-mode", failure, "what requests get while Redis cannot decide: open, closed, local or error; rule files may override it per domain")
 	fs.Uint64Var(&c.localDivisor, "local-fallback-divisor", 1, "with failure mode local, divide every limit by this (the number of sidecar replicas)")
+	fs.IntVar(&c.denyCacheEntries, "deny-cache-entries", store.DefaultDenyCacheEntries, "with Redis, how many over-limit keys to remember, so that requests that must be over their limit are rejected without a Redis call; 0 turns the cache off")
 
 	fs.StringVar(&c.redis.URL, "redis-url", "", "standalone Redis: redis://[user[:password]@]host:port[/db], or rediss:// for TLS; empty uses the embedded memory store")
 	fs.StringVar(&c.redis.SentinelMaster, "redis-sentinel-master", "", "Redis Sentinel: the master's name (with --redis-sentinel-addrs)")
@@ -140,6 +143,9 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	}
 	if c.redis.SentinelPassword, err = secret(getenv, "RLS_REDIS_SENTINEL_PASSWORD", "--redis-sentinel-password-file", c.sentinelPassFile); err != nil {
 		return err
+	}
+	if c.denyCacheEntries < 0 {
+		return fmt.Errorf("--deny-cache-entries: want 0 (off) or more, got %d", c.denyCacheEntries)
 	}
 	if c.request.MaxDescriptors < 1 || c.request.MaxEntries < 1 || c.request.MaxValueBytes < 1 || c.request.MaxHits < 1 {
 		return fmt.Errorf("--max-descriptors, --max-entries, --max-value-bytes and --max-hits-addend must be at least 1")

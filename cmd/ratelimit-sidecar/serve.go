@@ -61,7 +61,14 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	}()
 	engine := newEngine(rs, st, c, m)
 	reloader := config.NewReloader(c.configPath, engine, log, config.ReloaderOptions{
-		Options: config.Options{MergeDomains: c.mergeDomains}, Debounce: c.reloadDebounce, OnReload: m.Reloaded,
+		Options:  config.Options{MergeDomains: c.mergeDomains},
+		Debounce: c.reloadDebounce,
+		OnReload: func(rs config.ReloadStatus, err error) {
+			if err == nil {
+				st.rulesChanged()
+			}
+			m.Reloaded(rs, err)
+		},
 	})
 
 	lis, err := listen(c)

@@ -240,6 +240,61 @@ func TestRedisStore(t *testing.T) {
 	}
 }
 
+// TestDenyCache checks the wiring of the deny cache: once Redis has said
+// a key is over its limit, later requests for it are rejected without a
+// Redis call and counted, and a reload empties the cache.
+func TestDenyCache(t *testing.T) {
+	srv := redistest.StartServer(t)
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "rules.yaml"), userRules)
+	s := startSidecar(t, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--reload-debounce", "10ms")
+	rdb := srv.Client(t)
+	evals := func() int64 {
+		stats, err := rdb.Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var calls int64
+		for _, line := range strings.Split(stats, "\n") {
+			if strings.HasPrefix(line, "cmdstat_evalsha:") {
+				fmt.Sscanf(strings.TrimPrefix(line, "cmdstat_evalsha:"), "calls=%d", &calls)
+			}
+		}
+		return calls
+	}
+	codes := func(n int) string {
+		var out []string
+		for range n {
+			resp, err := s.rls.ShouldRateLimit(context.Background(), userRequest("alice", 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, resp.OverallCode.String())
+		}
+		return strings.Join(out, " ")
+	}
+	before := evals()
+	if got, want := codes(6), "OK OK OK OVER_LIMIT OVER_LIMIT OVER_LIMIT"; got != want {
+		t.Fatalf("codes = %s, want %s", got, want)
+	}
+	if n := evals() - before; n != 4 {
+		t.Errorf("Redis ran %d scripts for 6 requests, want 4: the last two are the cache's", n)
+	}
+	if body := s.getBody(t, "/metrics"); !strings.Contains(body, "ratelimit_sidecar_deny_cache_answered_total 2") {
+		t.Errorf("/metrics lacks deny_cache_answered_total 2")
+	}
+
+	// New rules, with a higher limit under the same key: the cache must
+	// forget the old answer.
+	write(t, filepath.Join(dir, "rules.yaml"), strings.Replace(userRules, "requests_per_unit: 3", "requests_per_unit: 5", 1))
+	waitFor(t, func() bool {
+		return strings.Contains(s.getBody(t, "/metrics"), `ratelimit_sidecar_config_reloads_total{result="success"} 1`)
+	})
+	if got, want := codes(3), "OK OK OVER_LIMIT"; got != want {
+		t.Errorf("after the reload: codes = %s, want %s", got, want)
+	}
+}
+
 // TestRedisDownAtStartup starts the sidecar with Redis down: it must serve
 // by its failure mode at once, say so on /readyz, and use Redis once it
 // comes up.

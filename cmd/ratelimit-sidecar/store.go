@@ -77,10 +77,21 @@ type sidecarStore struct {
 	// ready reports whether the store can decide now.
 	ready func(context.Context) error
 	close func() error
+	// deny answers requests known to be over their limit without the
+	// backend; nil for a local backend, or when --deny-cache-entries is 0.
+	deny *store.DenyCache
+}
+
+// rulesChanged drops what the store remembers of the old rules.
+func (s *sidecarStore) rulesChanged() {
+	if s.deny != nil {
+		s.deny.Clear()
+	}
 }
 
 // openStore builds the configured backend, timed for metrics and, if it
-// is remote, behind a circuit breaker.
+// is remote, behind a circuit breaker and a deny cache: the cache answers
+// keys known to be over their limit even while the breaker is open.
 func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Metrics) (*sidecarStore, error) {
 	b := chooseBackend(c)
 	o, err := b.open(ctx, c, log)
@@ -119,6 +130,11 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 			return nil
 		}
 		return o.close()
+	}
+	if c.denyCacheEntries > 0 {
+		s.deny = store.NewDenyCache(breaker, store.DenyCacheOptions{MaxEntries: c.denyCacheEntries})
+		s.Store = s.deny
+		m.DenyCache(s.deny)
 	}
 	return s, nil
 }

@@ -283,6 +283,29 @@ func (m *Metrics) BreakerChanged(open bool, _ error) {
 	}
 }
 
+// DenyCacheStats is what the deny cache reports: store.DenyCache.
+type DenyCacheStats interface {
+	Answered() uint64
+	Dropped() uint64
+	Len() int
+}
+
+// DenyCache registers the deny cache's metrics, read from c at scrape
+// time.
+func (m *Metrics) DenyCache(c DenyCacheStats) {
+	m.Registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "deny_cache_answered_total",
+			Help: "Requests rejected by the deny cache without a store call: a key of theirs was known to be over its limit."},
+			func() float64 { return float64(c.Answered()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "deny_cache_dropped_total",
+			Help: "Over-limit answers the deny cache could not remember because it was full."},
+			func() float64 { return float64(c.Dropped()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "deny_cache_entries",
+			Help: "Keys the deny cache remembers, expired ones not yet swept included."},
+			func() float64 { return float64(c.Len()) }),
+	)
+}
+
 // StoreCalls returns the observer of one store's calls, for store.Timed:
 // it times them and counts their errors under the label name.
 func (m *Metrics) StoreCalls(name string) *StoreCalls {

@@ -1,5 +1,11 @@
-// Package store holds limits.Store middleware: wrappers that add a
-// behaviour to any store, such as the circuit breaker and call timing.
+// Package store holds limits.Store middleware: stores that wrap another
+// store and add a behaviour to it, whatever its backend. Breaker stops
+// calling a failing store, DenyCache answers requests it knows are over
+// their limit without the store, and Timed reports every call's duration
+// and error.
+//
+// Everything here is safe for concurrent use. Only Breaker starts a
+// goroutine, while it is open, and Close stops it.
 package store
 
 import (

@@ -1,7 +1,3 @@
-// Package store holds limits.Store middleware: stores that wrap another
-// store and answer some batches without it.
-//
-// Everything here is safe for concurrent use and starts no goroutines.
 package store
 
 import (

@@ -25,7 +25,7 @@ func newRedis(t testing.TB, srv *redistest.Server, prefix string, clk *storetest
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	prefix = strings.NewReplacer("{", "(", "}", ")").Replace(prefix)
-	s, err := redis.New(ctx, redis.Options{URL: "redis://" + srv.Addr, KeyPrefix: prefix, Timeout: 5 * time.Second}, redis.WithClock(clk.Now))
+	s, err := redis.New(ctx, redis.Options{URL: "redis://" + srv.Addr, KeyPrefix: prefix, Timeout: 5 * time.Second, Now: clk.Now})
 	if err != nil {
 		t.Fatalf("redis.New: %v", err)
 	}
@@ -103,8 +103,8 @@ func TestDenyCacheExactAgainstRedis(t *testing.T) {
 					case r < 4:
 						l, name = &shadowed, "s"+name
 					}
-					key, slot := storetest.Key("exact", name, l)
-					checks = append(checks, limits.Check{Key: key, Slot: slot, Limit: l, Hits: hits[rng.IntN(len(hits))]})
+					key := storetest.Key("exact", name, l)
+					checks = append(checks, limits.Check{Key: key, Limit: l, Hits: hits[rng.IntN(len(hits))]})
 				}
 				want := &limits.Batch{Checks: checks}
 				got := &limits.Batch{Checks: append([]limits.Check(nil), checks...)}
@@ -188,13 +188,13 @@ func BenchmarkDenyCacheRedis(b *testing.B) {
 	srv := redistest.StartServer(b)
 	ctx := context.Background()
 	l := mustLimit(b, limits.FixedWindow, 1, limits.UnitHour, 0)
-	key, slot := storetest.Key("bench", "hot", l)
+	key := storetest.Key("bench", "hot", l)
 	r, err := redis.New(ctx, redis.Options{URL: "redis://" + srv.Addr, KeyPrefix: "bench:"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = r.Close() })
-	batch := &limits.Batch{Checks: []limits.Check{{Key: key, Slot: slot, Limit: l, Hits: 1}}}
+	batch := &limits.Batch{Checks: []limits.Check{{Key: key, Limit: l, Hits: 1}}}
 	for range 2 { // use up the hour's one hit
 		if err := r.Apply(ctx, batch); err != nil {
 			b.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 )
 
 func TestMain(m *testing.M) {
@@ -77,7 +78,7 @@ func (s *spy) Apply(ctx context.Context, b *limits.Batch) error {
 // storetest.Epoch, and the spy between them.
 func newCache(opts DenyCacheOptions, latency time.Duration) (*DenyCache, *spy, *storetest.Clock) {
 	clk := storetest.NewClock(storetest.Epoch)
-	sp := &spy{next: limits.NewMemoryStore(limits.WithClock(clk.Now)), clk: clk, latency: latency}
+	sp := &spy{next: memory.New(memory.Options{Now: clk.Now}), clk: clk, latency: latency}
 	opts.Now = clk.Now
 	return NewDenyCache(sp, opts), sp, clk
 }
@@ -91,8 +92,8 @@ type chk struct {
 func batchOf(cs ...chk) *limits.Batch {
 	b := &limits.Batch{}
 	for _, c := range cs {
-		key, slot := storetest.Key("deny", c.key, c.l)
-		b.Checks = append(b.Checks, limits.Check{Key: key, Slot: slot, Limit: c.l, Hits: c.hits})
+		key := storetest.Key("deny", c.key, c.l)
+		b.Checks = append(b.Checks, limits.Check{Key: key, Limit: c.l, Hits: c.hits})
 	}
 	return b
 }
@@ -348,7 +349,7 @@ func TestDenyCacheMatchesTheStore(t *testing.T) {
 	for _, tt := range storetest.Cases() {
 		t.Run(tt.Name, func(t *testing.T) {
 			c, sp, clk := newCache(DenyCacheOptions{}, 0)
-			plain := limits.NewMemoryStore(limits.WithClock(clk.Now))
+			plain := memory.New(memory.Options{Now: clk.Now})
 			for i, st := range tt.Steps {
 				clk.Set(storetest.Epoch.Add(st.At))
 				var cs []chk
@@ -463,7 +464,7 @@ func keysInShard(c *DenyCache, l *limits.Limit, n int) []string {
 	var first *denyShard
 	for i := 0; len(names) < n; i++ {
 		name := fmt.Sprint("key", i)
-		key, _ := storetest.Key("deny", name, l)
+		key := storetest.Key("deny", name, l)
 		if sh := c.shard(key); first == nil || sh == first {
 			first = sh
 			names = append(names, name)
@@ -621,7 +622,7 @@ func (admitAll) Apply(_ context.Context, b *limits.Batch) error {
 // over- nor under-admit: the shared checks for exactness.
 func TestDenyCacheConcurrent(t *testing.T) {
 	newStores := func(t *testing.T, clk *storetest.Clock) []limits.Store {
-		c := NewDenyCache(limits.NewMemoryStore(limits.WithClock(clk.Now)), DenyCacheOptions{Now: clk.Now})
+		c := NewDenyCache(memory.New(memory.Options{Now: clk.Now}), DenyCacheOptions{Now: clk.Now})
 		return []limits.Store{c}
 	}
 	t.Run("exact", func(t *testing.T) { storetest.RunExact(t, newStores, 64, 20) })
@@ -639,7 +640,7 @@ func BenchmarkDenyCache(b *testing.B) {
 	full := func() *DenyCache {
 		c := NewDenyCache(admitAll{}, DenyCacheOptions{Now: now})
 		for i := range 1000 {
-			key, _ := storetest.Key("deny", fmt.Sprint("over", i), fw1h)
+			key := storetest.Key("deny", fmt.Sprint("over", i), fw1h)
 			c.insert(&limits.Check{Key: key, Limit: fw1h, Hits: 1}, storetest.Epoch.Add(time.Hour), storetest.Epoch, 0)
 		}
 		return c
