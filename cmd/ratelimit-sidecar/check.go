@@ -100,7 +100,7 @@ func checkPrint(w io.Writer, rs *limits.Ruleset, root string) {
 // formatRule is a rule's key, value, options and limits on one line.
 func formatRule(r *limits.Rule) string {
 	var b strings.Builder
-	b.WriteString(ruleName(r))
+	b.WriteString(r.String())
 	for _, o := range []struct {
 		set  bool
 		name string
@@ -124,14 +124,6 @@ func formatRule(r *limits.Rule) string {
 		b.WriteString("no rate_limit (always OK)")
 	}
 	return b.String()
-}
-
-// ruleName is `key=value`, or `key (any value)` for a rule without one.
-func ruleName(r *limits.Rule) string {
-	if r.Value == "" {
-		return r.Key + " (any value)"
-	}
-	return r.Key + "=" + r.Value
 }
 
 // formatLimit is e.g. `token_bucket 5 per 1s, burst 10, name "api"`.

@@ -22,8 +22,8 @@ func TestCheckGood(t *testing.T) {
 			args: []string{"--config", "testdata/good"},
 			want: `domain api (failure_mode: closed)
 ├── generic_key=global: fixed_window 1000 per 1s  # rules.yaml:5
-├── tenant (any value): sliding_window 600 per 1m0s, name "tenant"  # rules.yaml:8
-│   └── user (any value): token_bucket 5 per 1s, burst 10; leaky_bucket 5 per 30s, burst 5  # rules.yaml:15
+├── tenant, any value: sliding_window 600 per 1m0s, name "tenant"  # rules.yaml:8
+│   └── user, any value: token_bucket 5 per 1s, burst 10; leaky_bucket 5 per 30s, burst 5  # rules.yaml:15
 ├── tenant=acme: fixed_window 6000 per 1m0s, name "acme", replaces "tenant"  # rules.yaml:19
 ├── ip=10.* [share_threshold] [detailed_metric]: sliding_log 100 per 1h0m0s  # rules.yaml:26
 ├── path=/health: unlimited  # rules.yaml:31
@@ -31,7 +31,7 @@ func TestCheckGood(t *testing.T) {
 └── plan=free: no rate_limit (always OK)  # rules.yaml:38
 
 domain internal
-└── client (any value) [value_to_metric]: fixed_window 1000000 per 168h0m0s  # internal.yml:3
+└── client, any value [value_to_metric]: fixed_window 1000000 per 168h0m0s  # internal.yml:3
 
 ok: 2 domains, 9 rules, 9 limits in 2 files
 `,
@@ -40,7 +40,7 @@ ok: 2 domains, 9 rules, 9 limits in 2 files
 			name: "one file",
 			args: []string{"--config", "testdata/good/internal.yml"},
 			want: `domain internal
-└── client (any value) [value_to_metric]: fixed_window 1000000 per 168h0m0s  # internal.yml:3
+└── client, any value [value_to_metric]: fixed_window 1000000 per 168h0m0s  # internal.yml:3
 
 ok: 1 domain, 1 rule, 1 limit in 1 file
 `,
@@ -49,8 +49,8 @@ ok: 1 domain, 1 rule, 1 limit in 1 file
 			name: "merged domains",
 			args: []string{"--config", "testdata/merge", "--merge-domains"},
 			want: `domain shared
-├── a (any value): fixed_window 1 per 1s  # a.yaml:3
-└── b (any value): fixed_window 2 per 1s  # b.yaml:3
+├── a, any value: fixed_window 1 per 1s  # a.yaml:3
+└── b, any value: fixed_window 2 per 1s  # b.yaml:3
 
 ok: 1 domain, 2 rules, 2 limits in 2 files
 `,
@@ -60,10 +60,10 @@ ok: 1 domain, 2 rules, 2 limits in 2 files
 			args: []string{"--config", "../../config/"},
 			want: `domain edge
 ├── generic_key=global: fixed_window 1000 per 1s  # rules.yaml:13
-├── tenant (any value): sliding_window 600 per 1m0s  # rules.yaml:21
-│   └── user (any value): token_bucket 5 per 1s, burst 10  # rules.yaml:29
+├── tenant, any value: sliding_window 600 per 1m0s  # rules.yaml:21
+│   └── user, any value: token_bucket 5 per 1s, burst 10  # rules.yaml:29
 └── tenant=acme: sliding_window 6000 per 1m0s  # rules.yaml:39
-    └── user (any value): token_bucket 5 per 1s, burst 10  # rules.yaml:46
+    └── user, any value: token_bucket 5 per 1s, burst 10  # rules.yaml:46
 
 ok: 1 domain, 5 rules, 5 limits in 1 file
 `,

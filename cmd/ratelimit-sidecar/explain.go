@@ -223,11 +223,7 @@ func explainPrint(w io.Writer, i int, text string, x limits.Explanation, prefix 
 // ruleRef names a rule for people: its YAML path, key and value, and where
 // it is defined.
 func ruleRef(r *limits.Rule) string {
-	kv := r.Key + "=" + r.Value
-	if r.Value == "" {
-		kv = r.Key + ", any value"
-	}
-	return fmt.Sprintf("%s (%s) at %s:%d", r.Path, kv, r.File, r.Line)
+	return fmt.Sprintf("%s (%s) at %s:%d", r.Path, r, r.File, r.Line)
 }
 
 func limitList(ls []*limits.Limit) string {

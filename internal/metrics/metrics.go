@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -206,7 +205,7 @@ func (m *Metrics) counters(cache *ruleCache, domain string, r *limits.Rule, l *l
 	case l.Name != "":
 		name = l.Name
 	case dynamic:
-		name = dynamicName(r, entries)
+		name = r.MetricName(entries)
 	default:
 		name = r.Name
 	}
@@ -231,27 +230,6 @@ func valueToMetric(r *limits.Rule) bool {
 		}
 	}
 	return false
-}
-
-// dynamicName names a rule with the request's values: all of them for
-// detailed_metric, or at the levels that set value_to_metric.
-func dynamicName(r *limits.Rule, entries []limits.Entry) string {
-	var b strings.Builder
-	for i, a := range r.Lineage() {
-		if i > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(a.Key)
-		switch {
-		case (r.DetailedMetric || a.ValueToMetric) && i < len(entries) && entries[i].Value != "":
-			b.WriteByte('_')
-			b.WriteString(entries[i].Value)
-		case a.Value != "":
-			b.WriteByte('_')
-			b.WriteString(a.Value)
-		}
-	}
-	return b.String()
 }
 
 // Reloaded records a reload attempt of changed files.

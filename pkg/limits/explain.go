@@ -305,7 +305,7 @@ func noRuleReason(d *domainRules, parent *Rule, s ExplainStep) string {
 	seen := map[string]bool{}
 	for _, r := range s.Level {
 		if r.Key == s.Entry.Key {
-			same = append(same, describeValue(r))
+			same = append(same, r.String())
 		} else if !seen[r.Key] {
 			seen[r.Key] = true
 			keys = append(keys, r.Key)
@@ -325,14 +325,5 @@ func noRuleReason(d *domainRules, parent *Rule, s ExplainStep) string {
 // describeRule names a rule by its YAML path and its key and value, e.g.
 // `descriptors[1] (tenant=t*)`.
 func describeRule(r *Rule) string {
-	return fmt.Sprintf("%s (%s)", r.Path, describeValue(r))
-}
-
-// describeValue is a rule's key and value, e.g. `tenant=t*` or
-// `tenant, any value`.
-func describeValue(r *Rule) string {
-	if r.Value == "" {
-		return r.Key + ", any value"
-	}
-	return r.Key + "=" + r.Value
+	return fmt.Sprintf("%s (%s)", r.Path, r)
 }

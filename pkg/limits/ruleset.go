@@ -102,6 +102,39 @@ type level struct {
 // the rule a descriptor's entry i matched on the way to r.
 func (r *Rule) Lineage() []*Rule { return r.chain }
 
+// MetricName returns the rule's name in metrics for a descriptor with
+// entries: Name, except that the request's values stand in for the
+// rules' at every level if the rule sets detailed_metric, else at the
+// levels that set value_to_metric. An entry with an empty value keeps the
+// rule's. With nil entries it is Name.
+func (r *Rule) MetricName(entries []Entry) string {
+	var b strings.Builder
+	for i, a := range r.chain {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(a.Key)
+		v := a.Value
+		if (r.DetailedMetric || a.ValueToMetric) && i < len(entries) && entries[i].Value != "" {
+			v = entries[i].Value
+		}
+		if v != "" {
+			b.WriteByte('_')
+			b.WriteString(v)
+		}
+	}
+	return b.String()
+}
+
+// String is the rule's key and value for people: `tenant=acme`,
+// `tenant=t*`, or `tenant, any value` for a rule without a value.
+func (r *Rule) String() string {
+	if r.Value == "" {
+		return r.Key + ", any value"
+	}
+	return r.Key + "=" + r.Value
+}
+
 // Unlimited reports whether the rule's limit is `unlimited: true`.
 func (r *Rule) Unlimited() bool { return len(r.Limits) == 1 && r.Limits[0].Unlimited }
 
@@ -110,13 +143,7 @@ func (r *Rule) Unlimited() bool { return len(r.Limits) == 1 && r.Limits[0].Unlim
 func (r *Rule) index(depth int, chain []*Rule) {
 	if depth > 0 {
 		r.chain = append(chain[:depth-1:depth-1], r)
-		r.Name = r.Key
-		if r.Value != "" {
-			r.Name += "_" + r.Value
-		}
-		if depth > 1 {
-			r.Name = chain[depth-2].Name + "." + r.Name
-		}
+		r.Name = r.MetricName(nil)
 	}
 	r.next = level{exact: map[string]map[string]*Rule{}, anyValue: map[string]*Rule{}}
 	for _, c := range r.Children {
