@@ -30,9 +30,13 @@ func FuzzAppendKey(f *testing.F) {
 		if (string(a) == string(b)) != same {
 			t.Fatalf("keys %q and %q: equal = %v, but tuples equal = %v", a, b, string(a) == string(b), same)
 		}
-		// The slot part is the same for every limit of one descriptor.
+		// The slot part is the same for every limit of one descriptor,
+		// and for every descriptor that shares the first entry.
 		if aa, s := limits.AppendKey(nil, d1, e1, tb); string(aa[:s]) != string(a[:slotA]) {
 			t.Fatalf("slot part differs between limits: %q vs %q", aa[:s], a[:slotA])
+		}
+		if aa, s := limits.AppendKey(nil, d1, e1[:1], tb); string(aa[:s]) != string(a[:slotA]) {
+			t.Fatalf("slot part differs between [%v] and %v: %q vs %q", e1[0], e1, aa[:s], a[:slotA])
 		}
 	})
 }

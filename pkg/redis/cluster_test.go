@@ -46,6 +46,7 @@ func TestCluster(t *testing.T) {
 	t.Run("tiers_real_clock", func(t *testing.T) { testTiersRealClock(t, opts) })
 	t.Run("differential", func(t *testing.T) { testDifferential(t, opts) })
 	t.Run("round_trips", func(t *testing.T) { testClusterRoundTrips(t, opts, c.Client(t)) })
+	t.Run("tenant_tiers_share_a_slot", func(t *testing.T) { testTenantTiers(t, opts, c.Client(t)) })
 	t.Run("under_admission", func(t *testing.T) { testUnderAdmission(t, opts) })
 	t.Run("pipeline", func(t *testing.T) { testClusterPipeline(t, opts) })
 	t.Run("redirect", func(t *testing.T) { testRedirect(t, opts, c.Client(t)) })
@@ -236,6 +237,59 @@ func testClusterRoundTrips(t *testing.T, opts redis.Options, cc goredis.Universa
 		if got != tt.want {
 			t.Errorf("%s: %d script calls, want %d", tt.name, got, tt.want)
 		}
+	}
+}
+
+// testTenantTiers sends the mission's tiered request through the engine:
+// the descriptors that share their first entry ([tenant=t] and
+// [tenant=t, user=u]) share a slot, so a request is two scripts, one for
+// the tenant's tiers and one for the global tier, not three.
+func testTenantTiers(t *testing.T, opts redis.Options, cc goredis.UniversalClient) {
+	rs := parseRules(t, `
+domain: bench
+descriptors:
+  - key: generic_key
+    value: global
+    rate_limit: {unit: second, requests_per_unit: 1000000}
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 1000, algorithm: sliding_window}
+    descriptors:
+      - key: user
+        rate_limit: {unit: second, requests_per_unit: 100, algorithm: token_bucket}
+`)
+	e := limits.NewEngine(rs, newStore(t, opts), limits.EngineOptions{})
+	desc := func(kv ...string) limits.Descriptor {
+		var d limits.Descriptor
+		for i := 0; i < len(kv); i += 2 {
+			d.Entries = append(d.Entries, limits.Entry{Key: kv[i], Value: kv[i+1]})
+		}
+		return d
+	}
+	const n = 20
+	before := commandCalls(t, cc)
+	for i := range n {
+		tenant := fmt.Sprint("t", i)
+		req := &limits.Request{Domain: "bench", Descriptors: []limits.Descriptor{
+			desc("generic_key", "global"), desc("tenant", tenant), desc("tenant", tenant, "user", fmt.Sprint("u", i)),
+		}}
+		var d limits.Decision
+		if err := e.Decide(context.Background(), req, &d); err != nil {
+			t.Fatal(err)
+		}
+		checks := d.Checks()
+		if len(checks) != 3 || d.Code != limits.OK {
+			t.Fatalf("request %d: %d checks, %v; want 3 checks, OK", i, len(checks), d.Code)
+		}
+		if redis.Slot(checks[1].Key) != redis.Slot(checks[2].Key) {
+			t.Fatalf("tenant keys %q and %q in different slots", checks[1].Key, checks[2].Key)
+		}
+		if redis.Slot(checks[0].Key) == redis.Slot(checks[1].Key) {
+			t.Fatalf("the test needs the global key %q in another slot than %q", checks[0].Key, checks[1].Key)
+		}
+	}
+	after := commandCalls(t, cc)
+	if got := after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]; got != 2*n {
+		t.Errorf("%d tiered requests ran %d scripts, want %d: two each", n, got, 2*n)
 	}
 }
 
