@@ -139,6 +139,9 @@ func formatLimit(l *limits.Limit) string {
 		if l.Requests == 0 {
 			b.WriteString(" (bans every request)")
 		}
+		if l.Lease > 0 {
+			fmt.Fprintf(&b, ", lease %d", l.Lease)
+		}
 	}
 	if l.Name != "" {
 		fmt.Fprintf(&b, ", name %q", l.Name)

@@ -47,6 +47,7 @@ type limitView struct {
 	UnitMultiplier  uint64   `json:"unit_multiplier,omitempty"`
 	Window          string   `json:"window,omitempty"`
 	Burst           uint64   `json:"burst,omitempty"`
+	Lease           uint64   `json:"lease,omitempty"`
 	Name            string   `json:"name,omitempty"`
 	Replaces        []string `json:"replaces,omitempty"`
 }
@@ -66,7 +67,7 @@ func viewRules(rs []*limits.Rule) []ruleView {
 			}
 			v.Limits = append(v.Limits, limitView{
 				Algorithm: l.Algorithm.String(), RequestsPerUnit: l.Requests, Unit: l.Unit.String(),
-				UnitMultiplier: l.Multiplier, Window: l.Window().String(), Burst: l.Burst, Name: l.Name, Replaces: l.Replaces,
+				UnitMultiplier: l.Multiplier, Window: l.Window().String(), Burst: l.Burst, Lease: l.Lease, Name: l.Name, Replaces: l.Replaces,
 			})
 		}
 		out = append(out, v)

@@ -90,8 +90,10 @@ func (s *sidecarStore) rulesChanged() {
 }
 
 // openStore builds the configured backend, timed for metrics and, if it
-// is remote, behind a circuit breaker and a deny cache: the cache answers
-// keys known to be over their limit even while the breaker is open.
+// is remote, behind a circuit breaker, a deny cache and leases: the
+// engine's batches go to the leases, then the deny cache, which answers
+// keys known to be over their limit even while the breaker is open, then
+// the breaker.
 func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Metrics) (*sidecarStore, error) {
 	b := chooseBackend(c)
 	o, err := b.open(ctx, c, log)
@@ -136,6 +138,9 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 		s.Store = s.deny
 		m.DenyCache(s.deny)
 	}
+	// Leased limits (lease: N) admit from local leases before anything
+	// else; only a shared store can grant them.
+	s.Store = store.NewLeases(s.Store, store.LeasesOptions{})
 	return s, nil
 }
 

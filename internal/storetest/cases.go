@@ -197,3 +197,53 @@ func Cases() []Case {
 		}},
 	}
 }
+
+func granted(o limits.Outcome, g uint64, d time.Duration) limits.Outcome {
+	o.Granted, o.GrantFor = g, d
+	return o
+}
+
+// GrantCases returns the cases of limits.Limit.Grant: checks that ask for
+// extra hits for a lease get as many as fit, at most half of what would
+// remain, and only if the request is admitted.
+func GrantCases() []Case {
+	fw10s := mustLimit(limits.FixedWindow, 10, limits.UnitSecond, 1, 0)
+	sw10m := mustLimit(limits.SlidingWindow, 10, limits.UnitMinute, 1, 0)
+	tb := mustLimit(limits.TokenBucket, 10, limits.UnitSecond, 1, 5)
+	lb := mustLimit(limits.LeakyBucket, 10, limits.UnitSecond, 1, 5)
+	ban := mustLimit(limits.FixedWindow, 0, limits.UnitSecond, 1, 0)
+	sl := mustLimit(limits.SlidingLog, 10, limits.UnitSecond, 1, 0)
+	bucket := func(l *limits.Limit) []Step {
+		// 10/s, burst 5: after 1 hit 4 remain, so 2 are granted, and
+		// refilling 2 takes 200 ms.
+		return []Step{
+			{At: 0, Checks: one("k", l, 1), Extra: []uint64{4}, Admitted: true, Want: []limits.Outcome{granted(ok(2, 300*ms), 2, 200*ms)}},
+			// 2 remain: 1 after the hit, half of which is nothing.
+			{At: 0, Checks: one("k", l, 1), Extra: []uint64{4}, Admitted: true, Want: []limits.Outcome{ok(1, 400*ms)}},
+			{At: 0, Checks: one("k", l, 2), Extra: []uint64{4}, Want: []limits.Outcome{over(1, 100*ms)}},
+		}
+	}
+	return []Case{
+		{Name: "grant/fixed_window_halves_what_remains", Steps: []Step{
+			{At: 0, Checks: one("k", fw10s, 1), Extra: []uint64{4}, Admitted: true, Want: []limits.Outcome{granted(ok(5, sec), 4, sec)}},
+			{At: 100 * ms, Checks: one("k", fw10s, 1), Extra: []uint64{4}, Admitted: true, Want: []limits.Outcome{granted(ok(2, 900*ms), 2, 900*ms)}},
+			// One would remain after the hit: the last hit is never leased.
+			{At: 200 * ms, Checks: one("k", fw10s, 1), Extra: []uint64{4}, Admitted: true, Want: []limits.Outcome{ok(1, 800*ms)}},
+			{At: 300 * ms, Checks: one("k", fw10s, 2), Extra: []uint64{4}, Want: []limits.Outcome{over(1, 700*ms)}},
+			// A new window: a zero-hit check may lease too.
+			{At: sec, Checks: one("k", fw10s, 0), Extra: []uint64{3}, Admitted: true, Want: []limits.Outcome{granted(ok(7, sec), 3, sec)}},
+		}},
+		{Name: "grant/sliding_window_until_the_window_ends", Steps: []Step{
+			{At: 15 * sec, Checks: one("k", sw10m, 1), Extra: []uint64{4}, Admitted: true, Want: []limits.Outcome{granted(ok(5, 105*sec), 4, 45*sec)}},
+		}},
+		{Name: "grant/token_bucket", Steps: bucket(tb)},
+		{Name: "grant/leaky_bucket", Steps: bucket(lb)},
+		{Name: "grant/nothing_when_rejected", Steps: []Step{
+			{At: 0, Checks: []Check{{"k", fw10s, 1}, {"b", ban, 1}}, Extra: []uint64{4, 0}, Want: []limits.Outcome{ok(10, sec), over(0, sec)}},
+			{At: 0, Checks: one("k", fw10s, 1), Admitted: true, Want: []limits.Outcome{ok(9, sec)}},
+		}},
+		{Name: "grant/not_for_a_sliding_log", Steps: []Step{
+			{At: 0, Checks: one("k", sl, 1), Extra: []uint64{4}, Admitted: true, Want: []limits.Outcome{ok(9, sec)}},
+		}},
+	}
+}

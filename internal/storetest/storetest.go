@@ -67,8 +67,10 @@ type Check struct {
 
 // Step is one request at At after Epoch, and what it must return.
 type Step struct {
-	At       time.Duration
-	Checks   []Check
+	At     time.Duration
+	Checks []Check
+	// Extra, if set, is each check's limits.Check.Extra (see GrantCases).
+	Extra    []uint64
 	Admitted bool
 	Want     []limits.Outcome
 }
@@ -80,17 +82,25 @@ type Case struct {
 }
 
 // Run runs every case of Cases against stores from newStore.
-func Run(t *testing.T, newStore Factory) {
-	for _, tt := range Cases() {
+func Run(t *testing.T, newStore Factory) { run(t, Cases(), newStore) }
+
+// RunGrants runs every case of GrantCases, for stores that lease.
+func RunGrants(t *testing.T, newStore Factory) { run(t, GrantCases(), newStore) }
+
+func run(t *testing.T, cases []Case, newStore Factory) {
+	for _, tt := range cases {
 		t.Run(tt.Name, func(t *testing.T) {
 			clk := NewClock(Epoch)
 			s := newStore(t, clk)
 			for i, step := range tt.Steps {
 				clk.Set(Epoch.Add(step.At))
 				b := &limits.Batch{}
-				for _, c := range step.Checks {
+				for j, c := range step.Checks {
 					key := Key(tt.Name, c.Key, c.Limit)
 					b.Checks = append(b.Checks, limits.Check{Key: key, Limit: c.Limit, Hits: c.Hits})
+					if j < len(step.Extra) {
+						b.Checks[j].Extra = step.Extra[j]
+					}
 				}
 				if err := s.Apply(context.Background(), b); err != nil {
 					t.Fatalf("step %d (at %v): Apply: %v", i, step.At, err)

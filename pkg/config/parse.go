@@ -438,7 +438,7 @@ func (p *parser) limit(r *limits.Rule, n *yaml.Node, path string, single bool) *
 		return nil
 	}
 	l := &limits.Limit{Shadow: r.ShadowMode}
-	var unitNode, algNode, burstNode, multNode, replNode *yaml.Node
+	var unitNode, algNode, burstNode, multNode, replNode, leaseNode *yaml.Node
 	var unitStr string
 	nerr := len(p.errs)
 	p.fields(n, path, func(key string, k, v *yaml.Node) {
@@ -469,6 +469,9 @@ func (p *parser) limit(r *limits.Rule, n *yaml.Node, path string, single bool) *
 		case "unit_multiplier":
 			multNode = v
 			l.Multiplier = p.positive(v, fp)
+		case "lease":
+			leaseNode = v
+			l.Lease = p.positive(v, fp)
 		default:
 			p.errorf(k, fp, "unknown field")
 		}
@@ -479,7 +482,7 @@ func (p *parser) limit(r *limits.Rule, n *yaml.Node, path string, single bool) *
 		}
 	}
 	if l.Unlimited {
-		p.onlyCounted(n, path, single, map[string]*yaml.Node{"unit": unitNode, "algorithm": algNode, "burst": burstNode, "unit_multiplier": multNode})
+		p.onlyCounted(n, path, single, map[string]*yaml.Node{"unit": unitNode, "algorithm": algNode, "burst": burstNode, "unit_multiplier": multNode, "lease": leaseNode})
 		if len(p.errs) > nerr {
 			return nil
 		}
@@ -498,6 +501,9 @@ func (p *parser) limit(r *limits.Rule, n *yaml.Node, path string, single bool) *
 	if burstNode != nil && l.Requests == 0 {
 		p.errorf(burstNode, join(path, "burst"), "needs requests_per_unit above 0 (0 bans every request)")
 	}
+	if leaseNode != nil && !l.Algorithm.Leasable() {
+		p.errorf(leaseNode, join(path, "lease"), "applies only to %s, not %s", limits.LeasableNames(), l.Algorithm)
+	}
 	if len(p.errs) > nerr {
 		return nil
 	}
@@ -506,7 +512,7 @@ func (p *parser) limit(r *limits.Rule, n *yaml.Node, path string, single bool) *
 		p.errorf(n, path, "%v", err)
 		return nil
 	}
-	c.Name, c.Replaces, c.Shadow = l.Name, l.Replaces, l.Shadow
+	c.Name, c.Replaces, c.Shadow, c.Lease = l.Name, l.Replaces, l.Shadow, l.Lease
 	return c
 }
 
@@ -517,7 +523,7 @@ func (p *parser) onlyCounted(n *yaml.Node, path string, single bool, set map[str
 	if !single {
 		p.errorf(n, join(path, "unlimited"), "unlimited goes in rate_limit, not in a rate_limits list")
 	}
-	for _, name := range []string{"unit", "algorithm", "burst", "unit_multiplier"} {
+	for _, name := range []string{"unit", "algorithm", "burst", "unit_multiplier", "lease"} {
 		if v := set[name]; v != nil {
 			p.errorf(v, join(path, name), "must not be set when unlimited is true")
 		}

@@ -69,6 +69,18 @@ func TestLoadRejects(t *testing.T) {
 			want: "testdata/burst_below_one.bad.yaml:8: descriptors[0].rate_limit.burst: must be at least 1",
 		},
 		{
+			give: []string{"testdata/lease_sliding_log.bad.yaml"},
+			want: "testdata/lease_sliding_log.bad.yaml:8: descriptors[0].rate_limit.lease: applies only to fixed_window, sliding_window, token_bucket or leaky_bucket, not sliding_log",
+		},
+		{
+			give: []string{"testdata/lease_unlimited.bad.yaml"},
+			want: "testdata/lease_unlimited.bad.yaml:6: descriptors[0].rate_limit.lease: must not be set when unlimited is true",
+		},
+		{
+			give: []string{"testdata/lease_zero.bad.yaml"},
+			want: "testdata/lease_zero.bad.yaml:7: descriptors[0].rate_limits[0].lease: must be at least 1",
+		},
+		{
 			give: []string{"testdata/burst_not_bucket.bad.yaml"},
 			want: "testdata/burst_not_bucket.bad.yaml:7: descriptors[0].rate_limit.burst: applies only to token_bucket and leaky_bucket, not fixed_window",
 		},

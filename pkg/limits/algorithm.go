@@ -62,6 +62,21 @@ func (a Algorithm) String() string {
 // Bucketed reports whether the algorithm uses Burst.
 func (a Algorithm) Bucketed() bool { return a == TokenBucket || a == LeakyBucket }
 
+// Leasable reports whether a limit of the algorithm may be leased (see
+// Limit.Lease): every algorithm that keeps a count, not a log.
+func (a Algorithm) Leasable() bool { return a != SlidingLog && int(a) < len(algorithmNames) }
+
+// LeasableNames lists the leasable algorithms for messages.
+func LeasableNames() string {
+	var ls []Algorithm
+	for _, a := range Algorithms {
+		if a.Leasable() {
+			ls = append(ls, a)
+		}
+	}
+	return oneOf(ls)
+}
+
 // maxExact is the largest integer that both Go and Lua (whose numbers are
 // IEEE doubles) represent exactly. All algorithm state stays at or below it.
 const maxExact = 1 << 53
@@ -86,6 +101,10 @@ type Limit struct {
 	// Unlimited limits are never evaluated; a descriptor that matches one
 	// is reported as unlimited. No other field but Name and Replaces is set.
 	Unlimited bool
+	// Lease, when above 0, lets each sidecar take up to Lease hits at a
+	// time from a shared store and admit from them locally (see
+	// store.Leases). Stores that are not shared ignore it.
+	Lease uint64
 
 	window time.Duration // Multiplier × Unit
 	tick   int64         // time resolution in µs; see compile
@@ -192,6 +211,11 @@ type Outcome struct {
 	// how long until the limit is fully replenished (for fixed windows, the
 	// end of the window).
 	Reset time.Duration
+	// Granted is how many hits beyond the check's own were consumed for a
+	// lease (see Check.Extra and Limit.Grant), and GrantFor how long they
+	// may be spent. Zero unless the request was admitted.
+	Granted  uint64
+	GrantFor time.Duration
 }
 
 // Evaluate applies the limit's algorithm to st at time now (µs since the
@@ -376,6 +400,43 @@ func (l *Limit) bucket(st State, now int64, hits, probe uint64) (Outcome, State)
 		next = State{} // nothing to remember: same as a fresh key
 	}
 	return Outcome{Remaining: (capacity - backlog) / wt, Reset: micros(full - (now - t*l.tick))}, next
+}
+
+// Grant evaluates hits like Evaluate and, if they fit, also takes up to
+// extra more hits for a lease: as many as fit, but never more than half of
+// what would remain after hits, so that leases shrink as the limit nears
+// exhaustion and the last hit is never leased. It returns the outcome
+// with Granted and GrantFor set (Remaining is after the granted hits too)
+// and the state after consuming hits plus Granted.
+//
+// GrantFor bounds how long the granted hits may be spent: for the window
+// algorithms, until the current window ends, so that they count in the
+// window they are spent in; for the buckets, the time the bucket takes to
+// refill them, so that leased hits run ahead of the bucket by at most the
+// lease.
+func (l *Limit) Grant(st State, now int64, hits, extra uint64) (Outcome, State) {
+	out, next := l.Evaluate(st, now, hits)
+	if out.Over || extra == 0 || !l.Algorithm.Leasable() || l.Requests == 0 {
+		return out, next
+	}
+	g := min(extra, out.Remaining/2)
+	if g == 0 {
+		return out, next
+	}
+	out, next = l.Evaluate(st, now, hits+g)
+	if out.Over { // cannot happen: Remaining said g more fit
+		return l.Evaluate(st, now, hits)
+	}
+	out.Granted = g
+	w := l.window.Microseconds()
+	switch l.Algorithm {
+	case FixedWindow, SlidingWindow:
+		out.GrantFor = micros(now - now%w + w - now)
+	default:
+		wt := uint64(w / l.tick)
+		out.GrantFor = micros(int64(ceilDiv(g*wt, l.Requests)) * l.tick)
+	}
+	return out, next
 }
 
 func ceilDiv(a, b uint64) uint64 {

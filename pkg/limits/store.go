@@ -13,6 +13,11 @@ type Check struct {
 	Limit *Limit
 	// Hits to consume. Zero only checks whether the limit is exhausted.
 	Hits uint64
+	// Extra asks the store, if the request is admitted, to consume up to
+	// Extra more hits on this limit for a lease, as Limit.Grant decides;
+	// Outcome.Granted says how many. Stores that do not lease leave it
+	// unanswered (Granted 0).
+	Extra uint64
 }
 
 // Batch is every check of one request. The engine fills Checks; the store

@@ -83,7 +83,7 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 	for i := range b.Checks {
 		c := &b.Checks[i]
 		st := s.lookup(idx[i], c.Key, b.Checks[:i], next)
-		out, nst := c.Limit.Evaluate(st, now, c.Hits)
+		out, nst := c.Limit.Grant(st, now, c.Hits, c.Extra)
 		if out.Over {
 			nst = st
 			if !c.Limit.Shadow {
@@ -170,7 +170,7 @@ func (s *Store) lookup(shardIdx uint16, key string, earlier []limits.Check, next
 // consumed hits.
 func consumed(b *limits.Batch, i int) bool {
 	for j := 0; j <= i; j++ {
-		if b.Checks[j].Key == b.Checks[i].Key && b.Checks[j].Hits > 0 && !b.Outcomes[j].Over {
+		if b.Checks[j].Key == b.Checks[i].Key && (b.Checks[j].Hits > 0 || b.Outcomes[j].Granted > 0) && !b.Outcomes[j].Over {
 			return true
 		}
 	}

@@ -19,6 +19,10 @@ func TestStoreCases(t *testing.T) {
 	storetest.Run(t, newMemory)
 }
 
+func TestStoreGrants(t *testing.T) {
+	storetest.RunGrants(t, newMemory)
+}
+
 func TestStoreExact(t *testing.T) {
 	storetest.RunExact(t, func(t *testing.T, clk *storetest.Clock) []limits.Store {
 		return []limits.Store{newMemory(t, clk)}

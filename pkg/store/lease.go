@@ -1,0 +1,302 @@
+package store
+
+import (
+	"context"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+const leaseShards = 64
+
+// Leases is a limits.Store that admits from leases: for a limit with
+// Limit.Lease N, it takes up to N hits at a time from the shared store it
+// wraps, in the same atomic step as a request that needs the store anyway
+// (limits.Check.Extra), and then admits later requests from that local
+// lease without a store call until it runs out. The shared store counts
+// leased hits at once, so the fleet never admits more than the limit; what
+// a sidecar holds unused when its lease ends is admitted by nobody, so
+// each sidecar under-admits by at most N per window, and less as the
+// limit nears exhaustion, since the store grants at most half of what
+// remains (limits.Limit.Grant).
+//
+// A request is still all-or-nothing: hits taken from a lease for a
+// request that another limit rejects go back to the lease. At most one
+// refill per key is under way at a time, so a sidecar never holds more
+// than N hits of a key. A lease ends when its window does (fixed and
+// sliding window), or, for the buckets, once the bucket would have
+// refilled it. Shadow limits, and a key that appears twice in a batch,
+// are not leased.
+//
+// Leases is safe for concurrent use and starts no goroutines.
+type Leases struct {
+	next   limits.Store
+	now    func() time.Time
+	seed   maphash.Seed
+	shards [leaseShards]leaseShard
+	pool   sync.Pool // *leaseScratch
+}
+
+// LeasesOptions tunes Leases. The zero value is ready to use.
+type LeasesOptions struct {
+	// Now is the local clock leases expire by; nil means time.Now.
+	Now func() time.Time
+}
+
+type leaseShard struct {
+	mu sync.Mutex
+	m  map[string]*lease // guarded by mu
+}
+
+// lease is one key's local lease. requires its shard's mu
+type lease struct {
+	limit     limits.Limit // the numbers it was taken under
+	avail     uint64       // hits left to admit locally
+	until     time.Time    // when the lease ends
+	shared    uint64       // the store's Remaining when it was last refilled
+	refilling bool         // a request asking the store for more is under way
+}
+
+// leaseScratch is Apply's per-call working memory.
+type leaseScratch struct {
+	sub    limits.Batch
+	subIdx []int    // sub.Checks[k] is the batch's check subIdx[k]
+	taken  []uint64 // hits taken from the lease per batch check
+	local  []bool   // answered from the lease
+	refill []bool   // asked the store for a refill
+}
+
+// NewLeases returns a Leases in front of next, a shared store that grants
+// extra hits (limits.Check.Extra).
+func NewLeases(next limits.Store, o LeasesOptions) *Leases {
+	l := &Leases{next: next, now: o.Now, seed: maphash.MakeSeed()}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	for i := range l.shards {
+		l.shards[i].m = make(map[string]*lease)
+	}
+	l.pool.New = func() any { return new(leaseScratch) }
+	return l
+}
+
+// Apply implements limits.Store.
+func (l *Leases) Apply(ctx context.Context, b *limits.Batch) error {
+	n := len(b.Checks)
+	if !anyLeased(b.Checks) {
+		return l.next.Apply(ctx, b)
+	}
+	b.Outcomes = slices.Grow(b.Outcomes[:0], n)[:n]
+	s := l.pool.Get().(*leaseScratch)
+	defer l.pool.Put(s)
+	s.reset(n)
+	now := l.now()
+
+	for i := range b.Checks {
+		if c := &b.Checks[i]; leasable(b.Checks, i) {
+			s.local[i], s.refill[i] = l.take(c, now, &b.Outcomes[i], &s.taken[i])
+		}
+	}
+	for i := range b.Checks {
+		if s.local[i] {
+			continue
+		}
+		c := b.Checks[i]
+		c.Extra = 0
+		if s.refill[i] {
+			c.Extra = c.Limit.Lease
+		}
+		s.sub.Checks = append(s.sub.Checks, c)
+		s.subIdx = append(s.subIdx, i)
+	}
+	if len(s.sub.Checks) == 0 {
+		b.Admitted = true
+		return nil
+	}
+	err := l.next.Apply(ctx, &s.sub)
+	if err != nil || !s.sub.Admitted {
+		// Nothing is consumed anywhere: the lease gets its hits back, and
+		// a refill that was asked for is no longer under way.
+		for i := range b.Checks {
+			if s.taken[i] > 0 || s.refill[i] {
+				l.giveBack(&b.Checks[i], s.taken[i])
+			}
+			if s.local[i] {
+				b.Outcomes[i].Remaining += s.taken[i]
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	for k, i := range s.subIdx {
+		out := s.sub.Outcomes[k]
+		if s.refill[i] {
+			out = l.refilled(&b.Checks[i], now, out, s.sub.Admitted)
+		}
+		b.Outcomes[i] = out
+	}
+	b.Admitted = s.sub.Admitted
+	return nil
+}
+
+// take tries to answer check c from its key's lease: it reports local when
+// the lease holds enough hits (which it then takes, setting *taken) and
+// fills out; otherwise it reports whether this request should ask the
+// store for a refill (no other request is doing so).
+func (l *Leases) take(c *limits.Check, now time.Time, out *limits.Outcome, taken *uint64) (local, refill bool) {
+	sh := l.shard(c.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	ls := sh.m[c.Key]
+	if ls == nil || !sameNumbers(&ls.limit, c.Limit) {
+		ls = &lease{limit: *c.Limit}
+		sh.m[c.Key] = ls
+		sh.sweep(now)
+	}
+	if !now.Before(ls.until) {
+		ls.avail = 0
+	}
+	if ls.avail >= max(c.Hits, 1) {
+		ls.avail -= c.Hits
+		*taken = c.Hits
+		*out = limits.Outcome{Remaining: ls.shared + ls.avail, Reset: ls.until.Sub(now)}
+		return true, false
+	}
+	if ls.refilling {
+		return false, false
+	}
+	ls.refilling = true
+	return false, true
+}
+
+// giveBack returns hits taken for a request that was not admitted, and
+// ends the refill it asked for, if any.
+func (l *Leases) giveBack(c *limits.Check, hits uint64) {
+	sh := l.shard(c.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	ls := sh.m[c.Key]
+	if ls == nil || !sameNumbers(&ls.limit, c.Limit) {
+		return // the lease was replaced meanwhile: its hits are gone
+	}
+	ls.refilling = false
+	ls.avail += hits
+}
+
+// refilled adds what the store granted to c's lease and returns the
+// outcome to report.
+func (l *Leases) refilled(c *limits.Check, sent time.Time, out limits.Outcome, admitted bool) limits.Outcome {
+	sh := l.shard(c.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	ls := sh.m[c.Key]
+	if ls == nil || !sameNumbers(&ls.limit, c.Limit) {
+		return out
+	}
+	ls.refilling = false
+	if !admitted || out.Granted == 0 {
+		return out
+	}
+	// The grant is valid from when the request was sent: no later than
+	// the store decided it, so the lease never outlives its window.
+	until := sent.Add(out.GrantFor)
+	if until.After(ls.until) || !sent.Before(ls.until) {
+		if !sent.Before(ls.until) {
+			ls.avail = 0 // the old lease had ended
+		}
+		ls.until = until
+	}
+	ls.avail += out.Granted
+	ls.shared = out.Remaining
+	out.Remaining += ls.avail
+	out.Granted, out.GrantFor = 0, 0
+	return out
+}
+
+// Held returns how many leased hits the sidecar holds for key, for tests
+// and diagnostics.
+func (l *Leases) Held(key string) uint64 {
+	sh := l.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if ls := sh.m[key]; ls != nil && l.now().Before(ls.until) {
+		return ls.avail
+	}
+	return 0
+}
+
+// Clear drops every lease, as after a rules reload. Their unused hits are
+// not given back: they end with their windows.
+func (l *Leases) Clear() {
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		clear(sh.m)
+		sh.mu.Unlock()
+	}
+}
+
+func (l *Leases) shard(key string) *leaseShard {
+	return &l.shards[maphash.String(l.seed, key)%leaseShards]
+}
+
+// sweep drops ended leases that no request is refilling, when the shard
+// has grown; it runs when a new lease is added. requires sh.mu held
+func (sh *leaseShard) sweep(now time.Time) {
+	if len(sh.m) < 1024 {
+		return
+	}
+	for k, ls := range sh.m {
+		if !ls.refilling && !now.Before(ls.until) {
+			delete(sh.m, k)
+		}
+	}
+}
+
+func (s *leaseScratch) reset(n int) {
+	s.sub.Reset()
+	s.subIdx = s.subIdx[:0]
+	s.taken = slices.Grow(s.taken[:0], n)[:n]
+	s.local = slices.Grow(s.local[:0], n)[:n]
+	s.refill = slices.Grow(s.refill[:0], n)[:n]
+	clear(s.taken)
+	clear(s.local)
+	clear(s.refill)
+}
+
+// anyLeased reports whether a check of cs has a leased limit.
+func anyLeased(cs []limits.Check) bool {
+	for i := range cs {
+		if cs[i].Limit.Lease > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// leasable reports whether check i of cs may use a lease: an enforced,
+// leasable limit whose key no other check of the batch has (such checks
+// see each other's hits in the store, which a lease could not).
+func leasable(cs []limits.Check, i int) bool {
+	l := cs[i].Limit
+	if l.Lease == 0 || l.Shadow || l.Requests == 0 || !l.Algorithm.Leasable() {
+		return false
+	}
+	for j := range cs {
+		if j != i && cs[j].Key == cs[i].Key {
+			return false
+		}
+	}
+	return true
+}
+
+// sameNumbers reports whether a and b count alike, so that a lease taken
+// under a can serve b.
+func sameNumbers(a, b *limits.Limit) bool {
+	return a.Algorithm == b.Algorithm && a.Requests == b.Requests && a.Window() == b.Window() &&
+		a.Burst == b.Burst && a.Lease == b.Lease
+}
