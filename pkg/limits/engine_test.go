@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
@@ -54,8 +55,8 @@ func TestZeroEngineOptions(t *testing.T) {
 // EngineOptions.Local: failure mode local without a local store fails the
 // call as failure mode error does.
 func TestFailLocalWithoutLocalStore(t *testing.T) {
-	store := &downStore{up: memory.New(memory.Options{})}
-	store.down.Store(true)
+	store := &storetest.Down{Up: memory.New(memory.Options{})}
+	store.Down.Store(true)
 	e := limits.NewEngine(parseRules(t, failureRules), store, limits.EngineOptions{FailureMode: limits.FailLocal})
 	var d limits.Decision
 	if err := e.Decide(context.Background(), userRequest(1), &d); !errors.Is(err, limits.ErrStoreUnavailable) {

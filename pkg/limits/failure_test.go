@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
@@ -12,30 +11,6 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 )
-
-// downStore is a Store whose backend is down while down is set. It stands
-// for an unreachable Redis in engine tests; the Redis store's own tests
-// kill a real redis-server.
-type downStore struct {
-	down  atomic.Bool
-	calls atomic.Int64
-	up    limits.Store
-}
-
-func (s *downStore) Apply(ctx context.Context, b *limits.Batch) error {
-	s.calls.Add(1)
-	if s.down.Load() {
-		return fmt.Errorf("dial 127.0.0.1:1: connection refused: %w", limits.ErrStoreUnavailable)
-	}
-	return s.up.Apply(ctx, b)
-}
-
-func (s *downStore) ping(context.Context) error {
-	if s.down.Load() {
-		return limits.ErrStoreUnavailable
-	}
-	return nil
-}
 
 const failureRules = `
 domain: edge
@@ -75,8 +50,8 @@ func TestFailureModes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.mode, "/", tt.divisor), func(t *testing.T) {
 			rs := parseRules(t, failureRules)
-			store := &downStore{up: memory.New(memory.Options{Now: clk.Now})}
-			store.down.Store(true)
+			store := &storetest.Down{Up: memory.New(memory.Options{Now: clk.Now})}
+			store.Down.Store(true)
 			e := limits.NewEngine(rs, store, limits.EngineOptions{FailureMode: tt.mode, Local: memory.New(memory.Options{Now: clk.Now}), LocalDivisor: tt.divisor})
 			got := decideN(t, e, "edge", len(tt.want))
 			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
@@ -86,8 +61,8 @@ func TestFailureModes(t *testing.T) {
 	}
 
 	t.Run("error", func(t *testing.T) {
-		store := &downStore{up: memory.New(memory.Options{})}
-		store.down.Store(true)
+		store := &storetest.Down{Up: memory.New(memory.Options{})}
+		store.Down.Store(true)
 		e := limits.NewEngine(parseRules(t, failureRules), store, limits.EngineOptions{FailureMode: limits.FailError})
 		var d limits.Decision
 		err := e.Decide(context.Background(), &limits.Request{Domain: "edge", Descriptors: []limits.Descriptor{{Entries: []limits.Entry{{Key: "user", Value: "u1"}}}}}, &d)
@@ -97,8 +72,8 @@ func TestFailureModes(t *testing.T) {
 	})
 
 	t.Run("open reports no limit", func(t *testing.T) {
-		store := &downStore{up: memory.New(memory.Options{})}
-		store.down.Store(true)
+		store := &storetest.Down{Up: memory.New(memory.Options{})}
+		store.Down.Store(true)
 		e := limits.NewEngine(parseRules(t, failureRules), store, limits.EngineOptions{FailureMode: limits.FailOpen})
 		var d limits.Decision
 		if err := e.Decide(context.Background(), &limits.Request{Domain: "edge", Descriptors: []limits.Descriptor{{Entries: []limits.Entry{{Key: "user", Value: "u1"}}}}}, &d); err != nil {
@@ -119,8 +94,8 @@ func TestFailureModePerDomain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := &downStore{up: memory.New(memory.Options{})}
-	store.down.Store(true)
+	store := &storetest.Down{Up: memory.New(memory.Options{})}
+	store.Down.Store(true)
 	e := limits.NewEngine(rs, store, limits.EngineOptions{FailureMode: limits.FailOpen})
 	if got := decideN(t, e, "a", 1); got[0] != limits.OverLimit {
 		t.Errorf("domain a (failure_mode: closed) = %v, want OVER_LIMIT", got)

@@ -4,43 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
 )
 
-// downStore is a limits.Store whose backend is down while down is set.
-type downStore struct {
-	down  atomic.Bool
-	calls atomic.Int64
-	up    limits.Store
-}
-
-func (s *downStore) Apply(ctx context.Context, b *limits.Batch) error {
-	s.calls.Add(1)
-	if s.down.Load() {
-		return fmt.Errorf("dial 127.0.0.1:1: connection refused: %w", limits.ErrStoreUnavailable)
-	}
-	return s.up.Apply(ctx, b)
-}
-
-func (s *downStore) ping(context.Context) error {
-	if s.down.Load() {
-		return limits.ErrStoreUnavailable
-	}
-	return nil
-}
-
 func TestBreaker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		backend := &downStore{up: memory.New(memory.Options{})}
+		backend := &storetest.Down{Up: memory.New(memory.Options{})}
 		var changes []bool
-		b := store.NewBreaker(backend, backend.ping, store.BreakerOptions{
+		b := store.NewBreaker(backend, backend.Ping, store.BreakerOptions{
 			Failures: 3, Cooldown: 500 * time.Millisecond,
 			OnChange: func(open bool, _ error) { changes = append(changes, open) },
 		})
@@ -50,7 +28,7 @@ func TestBreaker(t *testing.T) {
 			return b.Apply(context.Background(), &limits.Batch{Checks: []limits.Check{{Key: "{k}x", Limit: l, Hits: 1}}})
 		}
 
-		backend.down.Store(true)
+		backend.Down.Store(true)
 		for i := range 3 {
 			if err := apply(); !errors.Is(err, limits.ErrStoreUnavailable) || errors.Is(err, store.ErrBreakerOpen) {
 				t.Fatalf("failure %d: err = %v, want the store's own error", i, err)
@@ -59,13 +37,13 @@ func TestBreaker(t *testing.T) {
 		if !b.Open() {
 			t.Fatal("breaker closed after 3 consecutive failures")
 		}
-		calls := backend.calls.Load()
+		calls := backend.Calls.Load()
 		for range 100 {
 			if err := apply(); !errors.Is(err, store.ErrBreakerOpen) {
 				t.Fatalf("err = %v while open, want ErrBreakerOpen", err)
 			}
 		}
-		if n := backend.calls.Load() - calls; n != 0 {
+		if n := backend.Calls.Load() - calls; n != 0 {
 			t.Errorf("open breaker sent %d requests to the store, want 0", n)
 		}
 
@@ -76,7 +54,7 @@ func TestBreaker(t *testing.T) {
 			t.Fatal("breaker closed while the store is still down")
 		}
 		// ...and the first probe after it comes back closes the breaker.
-		backend.down.Store(false)
+		backend.Down.Store(false)
 		time.Sleep(500 * time.Millisecond)
 		synctest.Wait()
 		if b.Open() {
@@ -92,13 +70,13 @@ func TestBreaker(t *testing.T) {
 }
 
 func TestBreakerSuccessResetsCount(t *testing.T) {
-	backend := &downStore{up: memory.New(memory.Options{})}
-	b := store.NewBreaker(backend, backend.ping, store.BreakerOptions{Failures: 3})
+	backend := &storetest.Down{Up: memory.New(memory.Options{})}
+	b := store.NewBreaker(backend, backend.Ping, store.BreakerOptions{Failures: 3})
 	defer b.Close()
 	l, _ := limits.NewLimit(limits.FixedWindow, 100, limits.UnitSecond, 1, 0)
 	for range 5 {
 		for _, down := range []bool{true, true, false} {
-			backend.down.Store(down)
+			backend.Down.Store(down)
 			b.Apply(context.Background(), &limits.Batch{Checks: []limits.Check{{Key: "{k}x", Limit: l, Hits: 1}}}) //nolint:errcheck // only the breaker's state matters
 		}
 	}

@@ -1,21 +1,17 @@
-package store_test
+package store
 
 import (
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/google/go-cmp/cmp"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
 )
 
 // newRedis returns a Redis store on srv with key prefix prefix, deciding
@@ -31,32 +27,6 @@ func newRedis(t testing.TB, srv *redistest.Server, prefix string, clk *storetest
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
-}
-
-// slow is the store behind the cache: it counts calls, and after its
-// store has answered it moves the clock on by latency, so a cache that
-// measured from the answer instead of the call would deny too long.
-type slow struct {
-	next    limits.Store
-	clk     *storetest.Clock
-	latency time.Duration
-	calls   atomic.Int64
-}
-
-func (s *slow) Apply(ctx context.Context, b *limits.Batch) error {
-	s.calls.Add(1)
-	err := s.next.Apply(ctx, b)
-	s.clk.Advance(s.latency)
-	return err
-}
-
-func mustLimit(t testing.TB, alg limits.Algorithm, requests uint64, unit limits.Unit, burst uint64) *limits.Limit {
-	t.Helper()
-	l, err := limits.NewLimit(alg, requests, unit, 1, burst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
 }
 
 // TestDenyCacheExactAgainstRedis drives two Redis stores on one server in
@@ -78,8 +48,8 @@ func TestDenyCacheExactAgainstRedis(t *testing.T) {
 		t.Run(alg.String(), func(t *testing.T) {
 			clk := storetest.NewClock(storetest.Epoch)
 			plain := newRedis(t, srv, "plain:"+t.Name()+":", clk)
-			sl := &slow{next: newRedis(t, srv, "cached:"+t.Name()+":", clk), clk: clk, latency: 2500 * time.Millisecond}
-			c := store.NewDenyCache(sl, store.DenyCacheOptions{Now: clk.Now})
+			sl := &spy{next: newRedis(t, srv, "cached:"+t.Name()+":", clk), clk: clk, latency: 2500 * time.Millisecond}
+			c := NewDenyCache(sl, DenyCacheOptions{Now: clk.Now})
 
 			enforced := mustLimit(t, alg, 5, limits.UnitMinute, 3)
 			shadowed := *mustLimit(t, alg, 2, limits.UnitMinute, 2)
@@ -118,7 +88,7 @@ func TestDenyCacheExactAgainstRedis(t *testing.T) {
 					t.Fatalf("step %d: cached Apply: %v", i, err)
 				}
 				isLocal := sl.calls.Load() == calls
-				compare(t, fmt.Sprintf("step %d (at %v)", i, at), want, got, isLocal)
+				compareBatches(t, fmt.Sprintf("step %d (at %v)", i, at), want, got, isLocal)
 				switch {
 				case isLocal:
 					local++
@@ -139,33 +109,6 @@ func TestDenyCacheExactAgainstRedis(t *testing.T) {
 	}
 }
 
-// compare checks a batch the cache answered (got) against the same batch
-// answered by a store without a cache (want).
-func compare(t *testing.T, where string, want, got *limits.Batch, local bool) {
-	t.Helper()
-	if got.Admitted != want.Admitted {
-		t.Errorf("%s: admitted = %v with the cache, %v without", where, got.Admitted, want.Admitted)
-	}
-	if !local {
-		if diff := cmp.Diff(want.Outcomes, got.Outcomes); diff != "" {
-			t.Errorf("%s: outcomes of a batch Redis answered (-without +with cache):\n%s", where, diff)
-		}
-		return
-	}
-	for j, o := range got.Outcomes {
-		if !o.Over {
-			if o != (limits.Outcome{}) {
-				t.Errorf("%s: check %d: unknown check reports %+v, want zero", where, j, o)
-			}
-			continue
-		}
-		w := want.Outcomes[j]
-		if got.Checks[j].Limit.Shadow || !w.Over || o.Reset > w.Reset || o.Remaining > w.Remaining {
-			t.Errorf("%s: check %d (%+v): cache says %+v, Redis without cache %+v", where, j, got.Checks[j], o, w)
-		}
-	}
-}
-
 // Several sidecars, each with its own cache, share one Redis: together
 // they must admit exactly the limit, under concurrency.
 func TestDenyCacheSidecarsShareRedis(t *testing.T) {
@@ -174,7 +117,7 @@ func TestDenyCacheSidecarsShareRedis(t *testing.T) {
 		var stores []limits.Store
 		for range 4 {
 			r := newRedis(t, srv, "shared:"+t.Name()+":", clk)
-			stores = append(stores, store.NewDenyCache(r, store.DenyCacheOptions{Now: clk.Now}))
+			stores = append(stores, NewDenyCache(r, DenyCacheOptions{Now: clk.Now}))
 		}
 		return stores
 	}
@@ -205,7 +148,7 @@ func BenchmarkDenyCacheRedis(b *testing.B) {
 		s    limits.Store
 	}{
 		{"redis", r},
-		{"cache", store.NewDenyCache(r, store.DenyCacheOptions{})},
+		{"cache", NewDenyCache(r, DenyCacheOptions{})},
 	} {
 		b.Run(bb.name, func(b *testing.B) {
 			b.ReportAllocs()
