@@ -79,6 +79,9 @@ type call struct {
 	timer *time.Timer // bounds the wait by ctx's deadline
 	argv  []any       // the EVALSHA command, reused
 	cmd   *goredis.Cmd
+	// live and cmds are scratch for the batch the call leads, reused.
+	live []*call
+	cmds []goredis.Cmder
 }
 
 var calls = sync.Pool{New: func() any {
@@ -100,6 +103,9 @@ func putCall(c *call) {
 	clear(c.argv)
 	c.ctx, c.keys, c.args, c.reply, c.err, c.lead, c.cmd = nil, nil, nil, nil, nil, nil, nil
 	c.argv = c.argv[:0]
+	clear(c.live)
+	clear(c.cmds)
+	c.live, c.cmds = c.live[:0], c.cmds[:0]
 	calls.Put(c)
 }
 
@@ -257,7 +263,8 @@ func (p *pipe) take() []*call {
 // cache), the script is loaded and the calls that got it are sent again,
 // as one more pipeline.
 func (p *pipe) send(lead *call, q []*call) {
-	live := make([]*call, 0, len(q))
+	live := lead.live[:0]
+	defer func() { lead.live = live[:0] }()
 	var deadline time.Time
 	bounded := true
 	for _, c := range q {
@@ -300,11 +307,13 @@ func (p *pipe) send(lead *call, q []*call) {
 // the calls that got NOSCRIPT, which it returns with that error set.
 func (p *pipe) exec(ctx context.Context, lead *call, q []*call) (noscript []*call) {
 	pl := p.rdb.Pipeline()
-	cmds := make([]goredis.Cmder, len(q))
-	for i, c := range q {
-		cmds[i] = c.evalsha(ctx)
+	cmds := lead.cmds[:0]
+	for _, c := range q {
+		cmds = append(cmds, c.evalsha(ctx))
 	}
 	_ = pl.BatchProcess(ctx, cmds...)
+	clear(cmds)
+	lead.cmds = cmds[:0]
 	_, _ = pl.Exec(ctx) // each command carries its own error
 	for _, c := range q {
 		c.reply, c.err = c.cmd.Result()
