@@ -250,6 +250,9 @@ func (o *Options) client() (goredis.UniversalClient, error) {
 		}
 		ro.PoolSize = o.PoolSize
 		ro.ReadTimeout, ro.WriteTimeout = timeout, timeout
+		// Request contexts carry their deadline but may not close at it
+		// (see deadlineCtx): bound a wait for a pooled connection alike.
+		ro.PoolTimeout = o.timeout()
 		ro.ContextTimeoutEnabled = true
 		ro.DialerRetries = dialAttempts
 		ro.MaxRetries = noRetries
@@ -268,6 +271,7 @@ func (o *Options) client() (goredis.UniversalClient, error) {
 			PoolSize:                 o.PoolSize,
 			ReadTimeout:              timeout,
 			WriteTimeout:             timeout,
+			PoolTimeout:              o.timeout(),
 			ContextTimeoutEnabled:    true,
 			DialerRetries:            dialAttempts,
 			MaintNotificationsConfig: maint,
@@ -292,6 +296,7 @@ func (o *Options) client() (goredis.UniversalClient, error) {
 			PoolSize:              o.PoolSize,
 			ReadTimeout:           timeout,
 			WriteTimeout:          timeout,
+			PoolTimeout:           o.timeout(),
 			ContextTimeoutEnabled: true,
 			DialerRetries:         dialAttempts,
 			MaxRetries:            noRetries,

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -16,6 +17,12 @@ import (
 // one write and one read for the lot instead of one each, on the sidecar
 // and on Redis. No call waits for a timer, only for round trips already
 // under way.
+//
+// The pipeline runs on the goroutine of one of its own calls, the one
+// with the latest deadline, which the round trip that ended wakes to
+// lead it: every waiting call is woken once anyway, so a batch costs no
+// goroutine of its own, and since the pipeline is bounded by the latest
+// deadline of its calls, its leader still returns by its own.
 //
 // On a Cluster there is one pipe per master, sending through that node's
 // own client: go-redis's cluster pipeline answers only when every node
@@ -41,74 +48,200 @@ type pipe struct {
 // their deadline passes meanwhile.
 const maxBatch = 128
 
-// call is one apply.lua call waiting in a pipe's queue.
+// applySHA is apply.lua's SHA1 as a command argument, boxed once.
+var applySHA any = applyScript.Hash()
+
+// A call's state, which decides who recycles it: the waiter once it has
+// been woken, or the round trip that finds it abandoned.
+const (
+	waiting   uint32 = iota // in the queue, its caller waiting
+	claimed                 // a wake-up is on its way, which the caller takes
+	abandoned               // its caller gave up at its deadline; not woken
+)
+
+// call is one apply.lua call: waiting in a pipe's queue, or sent alone.
+// Calls are pooled with their channel, timer and argument slice, so that
+// a call allocates only its go-redis command.
 type call struct {
 	ctx   context.Context
 	keys  []string
 	args  []any
 	reply any
 	err   error
-	done  chan struct{} // closed when reply and err are set
+
+	state atomic.Uint32
+	// lead, when the call is woken, is the batch it is to send (itself
+	// included), or nil when its reply is set.
+	lead []*call
+	// wake carries one wake-up per claim; buffered so that the round
+	// trip that claims the call never blocks on it.
+	wake  chan struct{}
+	timer *time.Timer // bounds the wait by ctx's deadline
+	argv  []any       // the EVALSHA command, reused
+	cmd   *goredis.Cmd
+	// live and cmds are scratch for the batch the call leads, reused.
+	live []*call
+	cmds []goredis.Cmder
+}
+
+var calls = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &call{wake: make(chan struct{}, 1), timer: t}
+}}
+
+func getCall(ctx context.Context, keys []string, args []any) *call {
+	c := calls.Get().(*call)
+	c.ctx, c.keys, c.args = ctx, keys, args
+	c.state.Store(waiting)
+	return c
+}
+
+// putCall recycles c. No one may use c afterwards.
+func putCall(c *call) {
+	c.timer.Stop()
+	clear(c.argv)
+	c.ctx, c.keys, c.args, c.reply, c.err, c.lead, c.cmd = nil, nil, nil, nil, nil, nil, nil
+	c.argv = c.argv[:0]
+	clear(c.live)
+	clear(c.cmds)
+	c.live, c.cmds = c.live[:0], c.cmds[:0]
+	calls.Put(c)
+}
+
+// evalsha returns c's EVALSHA command, built in c's reused argument
+// slice instead of go-redis's per-call copy.
+func (c *call) evalsha(ctx context.Context) *goredis.Cmd {
+	c.argv = append(c.argv[:0], "evalsha", applySHA, len(c.keys))
+	for _, k := range c.keys {
+		c.argv = append(c.argv, k)
+	}
+	c.argv = append(c.argv, c.args...)
+	c.cmd = goredis.NewCmd(ctx, c.argv...)
+	c.cmd.SetFirstKeyPos(3)
+	return c.cmd
 }
 
 // do runs apply.lua with keys and args, within ctx. If ctx ends first, do
 // returns ctx's error; the call may still run on Redis, as any call whose
-// reply is lost may.
+// reply is lost may. ctx's deadline bounds the call even when ctx's Done
+// channel does not close at it (see deadlineCtx).
 func (p *pipe) do(ctx context.Context, keys []string, args []any) (any, error) {
 	p.mu.Lock()
 	if p.out < p.max {
 		p.out++
 		p.mu.Unlock()
-		defer p.done()
-		reply, err := applyScript.Run(ctx, p.rdb, keys, args...).Result()
+		defer p.pass()
+		c := getCall(ctx, keys, args)
+		cmd := c.evalsha(ctx)
+		_ = p.rdb.Process(ctx, cmd)
+		reply, err := cmd.Result()
+		putCall(c)
+		if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			reply, err = applyScript.Eval(ctx, p.rdb, keys, args...).Result()
+		}
 		if p.redirected(err) {
 			return p.redirect(ctx, keys, args, err)
 		}
 		return reply, err
 	}
-	c := &call{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
+	c := getCall(ctx, keys, args)
 	p.queue = append(p.queue, c)
 	p.mu.Unlock()
+	return p.wait(c)
+}
+
+// wait waits for queued call c's reply, or its turn to lead a batch, and
+// recycles c.
+func (p *pipe) wait(c *call) (any, error) {
+	ctx := c.ctx
+	var expired <-chan time.Time
+	if d, ok := ctx.Deadline(); ok {
+		c.timer.Reset(time.Until(d))
+		expired = c.timer.C
+	}
 	select {
-	case <-c.done:
-		return c.reply, c.err
+	case <-c.wake:
 	case <-ctx.Done():
-		select {
-		case <-c.done: // both ready: the answer, not a lost request
-			return c.reply, c.err
-		default:
-			return nil, ctx.Err()
+		if c.state.CompareAndSwap(waiting, abandoned) {
+			return nil, ctx.Err() // c is the round trip's to recycle now
 		}
+		<-c.wake // claimed meanwhile: the answer, not a lost request
+	case <-expired:
+		if c.state.CompareAndSwap(waiting, abandoned) {
+			return nil, context.DeadlineExceeded
+		}
+		<-c.wake
 	}
+	if q := c.lead; q != nil {
+		c.lead = nil
+		p.send(c, q)
+		p.pass()
+		<-c.wake // its own reply, delivered as the others'
+	}
+	reply, err := c.reply, c.err
+	putCall(c)
+	return reply, err
 }
 
-// done ends a round trip. If calls are waiting, the round trip's place
-// goes to a pipeline of them instead, run by a goroutine of its own so
-// that the caller that ended it can return.
-func (p *pipe) done() {
-	p.mu.Lock()
-	q := p.take()
-	if len(q) == 0 {
-		p.out--
-	}
-	p.mu.Unlock()
-	if len(q) > 0 {
-		go p.flush(q)
-	}
-}
-
-// flush sends q as pipelines, and then whatever queued meanwhile, until
-// the queue is empty.
-func (p *pipe) flush(q []*call) {
-	for len(q) > 0 {
-		p.send(q)
+// pass ends a round trip. If calls are waiting, the round trip's place
+// goes to a pipeline of them, which one of them is woken to send.
+func (p *pipe) pass() {
+	for {
 		p.mu.Lock()
-		q = p.take()
+		q := p.take()
 		if len(q) == 0 {
 			p.out--
+			p.mu.Unlock()
+			return
 		}
 		p.mu.Unlock()
+		if lead := claimLeader(q); lead != nil {
+			lead.lead = q
+			lead.wake <- struct{}{}
+			return
+		}
+		for _, c := range q { // every call gave up
+			putCall(c)
+		}
 	}
+}
+
+// claimLeader claims the call of q with the latest deadline (or none)
+// whose caller still waits, and returns it; nil if every caller gave up.
+func claimLeader(q []*call) *call {
+	for {
+		var lead *call
+		var latest time.Time
+		for _, c := range q {
+			if c.state.Load() != waiting {
+				continue
+			}
+			d, ok := c.ctx.Deadline()
+			if !ok {
+				lead = c
+				break
+			}
+			if lead == nil || d.After(latest) {
+				lead, latest = c, d
+			}
+		}
+		if lead == nil {
+			return nil
+		}
+		if lead.state.CompareAndSwap(waiting, claimed) {
+			return lead
+		}
+	}
+}
+
+// deliver hands c its reply, or recycles it if its caller gave up.
+func deliver(lead, c *call) {
+	if c == lead || c.state.CompareAndSwap(waiting, claimed) {
+		c.wake <- struct{}{}
+		return
+	}
+	putCall(c)
 }
 
 // take removes up to maxBatch calls from the head of the queue. p.mu must
@@ -123,19 +256,21 @@ func (p *pipe) take() []*call {
 	return q
 }
 
-// send runs q as one pipeline and gives each call its reply. Calls whose
-// context has ended are dropped unsent. The pipeline's deadline is the
-// latest of the calls': a call with an earlier one stops waiting at its
-// own. After a NOSCRIPT (Redis lost its script cache), the script is
-// loaded and the calls that got it are sent again, as one more pipeline.
-func (p *pipe) send(q []*call) {
-	live := make([]*call, 0, len(q))
+// send runs q, which lead leads, as one pipeline and delivers each call
+// its reply. Calls whose context has ended are dropped unsent. The
+// pipeline's deadline is the latest of the calls': a call with an earlier
+// one stops waiting at its own. After a NOSCRIPT (Redis lost its script
+// cache), the script is loaded and the calls that got it are sent again,
+// as one more pipeline.
+func (p *pipe) send(lead *call, q []*call) {
+	live := lead.live[:0]
+	defer func() { lead.live = live[:0] }()
 	var deadline time.Time
 	bounded := true
 	for _, c := range q {
 		if err := c.ctx.Err(); err != nil {
 			c.err = err
-			close(c.done)
+			deliver(lead, c)
 			continue
 		}
 		if d, ok := c.ctx.Deadline(); !ok {
@@ -150,37 +285,38 @@ func (p *pipe) send(q []*call) {
 	}
 	ctx := context.Background()
 	if bounded {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
+		ctx = &deadlineCtx{Context: ctx, d: deadline}
 	}
-	retry := p.exec(ctx, live)
+	retry := p.exec(ctx, lead, live)
 	if len(retry) == 0 {
 		return
 	}
 	if err := applyScript.Load(ctx, p.rdb).Err(); err != nil {
 		for _, c := range retry {
 			c.err = err
-			close(c.done)
+			deliver(lead, c)
 		}
 		return
 	}
-	for _, c := range p.exec(ctx, retry) {
-		close(c.done) // still NOSCRIPT: the cache was flushed again
+	for _, c := range p.exec(ctx, lead, retry) {
+		deliver(lead, c) // still NOSCRIPT: the cache was flushed again
 	}
 }
 
-// exec sends q as one pipeline and gives each call its reply, except the
-// calls that got NOSCRIPT, which it returns with that error set.
-func (p *pipe) exec(ctx context.Context, q []*call) (noscript []*call) {
+// exec sends q as one pipeline and delivers each call its reply, except
+// the calls that got NOSCRIPT, which it returns with that error set.
+func (p *pipe) exec(ctx context.Context, lead *call, q []*call) (noscript []*call) {
 	pl := p.rdb.Pipeline()
-	cmds := make([]*goredis.Cmd, len(q))
-	for i, c := range q {
-		cmds[i] = pl.EvalSha(ctx, applyScript.Hash(), c.keys, c.args...)
+	cmds := lead.cmds[:0]
+	for _, c := range q {
+		cmds = append(cmds, c.evalsha(ctx))
 	}
+	_ = pl.BatchProcess(ctx, cmds...)
+	clear(cmds)
+	lead.cmds = cmds[:0]
 	_, _ = pl.Exec(ctx) // each command carries its own error
-	for i, c := range q {
-		c.reply, c.err = cmds[i].Result()
+	for _, c := range q {
+		c.reply, c.err = c.cmd.Result()
 		switch {
 		case c.err == nil:
 		case goredis.HasErrorPrefix(c.err, "NOSCRIPT"):
@@ -189,11 +325,11 @@ func (p *pipe) exec(ctx context.Context, q []*call) (noscript []*call) {
 		case p.redirected(c.err):
 			go func() { // on its own, so the round trip ends now
 				c.reply, c.err = p.redirect(c.ctx, c.keys, c.args, c.err)
-				close(c.done)
+				deliver(lead, c)
 			}()
 			continue
 		}
-		close(c.done)
+		deliver(lead, c)
 	}
 	return noscript
 }
@@ -213,4 +349,38 @@ func isRedirect(err error) bool {
 	_, moved := goredis.IsMovedError(err)
 	_, ask := goredis.IsAskError(err)
 	return moved || ask
+}
+
+// deadlineCtx is its Context with deadline d, which is earlier than the
+// Context's own, but without a timer: Done is the Context's and does not
+// close at d, while Deadline and Err report d. That is enough for a Redis
+// call, whose waits are all bounded by the deadline itself: go-redis and
+// net.Dialer take socket deadlines from Deadline, a queued call arms its
+// pooled timer with it, and a wait for a pooled connection is bounded by
+// PoolTimeout, which client sets to Options.Timeout. context.WithTimeout
+// would cost a timer, its Done channel and four allocations per request.
+type deadlineCtx struct {
+	context.Context
+	d time.Time
+}
+
+func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.d, true }
+
+func (c *deadlineCtx) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(c.d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// withDeadline returns ctx bounded by d: ctx itself if its deadline is no
+// later, else a deadlineCtx.
+func withDeadline(ctx context.Context, d time.Time) context.Context {
+	if cur, ok := ctx.Deadline(); ok && !cur.After(d) {
+		return ctx
+	}
+	return &deadlineCtx{Context: ctx, d: d}
 }

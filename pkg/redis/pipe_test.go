@@ -26,6 +26,7 @@ func TestPipeline(t *testing.T) {
 	t.Run("batches", func(t *testing.T) { testPipelineBatches(t, srv.Addr, rc) })
 	t.Run("script_flush", func(t *testing.T) { testPipelineScriptFlush(t, srv.Addr, rc) })
 	t.Run("deadline", func(t *testing.T) { testPipelineDeadline(t, srv.Addr, rc) })
+	t.Run("store_timeout", func(t *testing.T) { testPipelineStoreTimeout(t, srv.Addr, rc) })
 }
 
 // testPipelineBatches runs 400 goroutines of three-tier requests, more
@@ -169,6 +170,46 @@ func testPipelineDeadline(t *testing.T, addr string, rc goredis.UniversalClient)
 	}
 	for _, d := range []time.Duration{250, 400, 550, 700} {
 		run(d * time.Millisecond)
+	}
+	wg.Wait()
+}
+
+// testPipelineStoreTimeout is testPipelineDeadline with requests whose
+// contexts have no deadline, so Options.Timeout alone bounds them: the
+// store bounds a request without a timer of its own, so a queued request
+// must still end at its own start plus the timeout, not at the end of
+// the pipeline it waits for, which the last request's timeout bounds.
+func testPipelineStoreTimeout(t *testing.T, addr string, rc goredis.UniversalClient) {
+	const timeout = 300 * time.Millisecond
+	s := newStore(t, redis.Options{URL: urlOf(addr), MaxInflight: 1, Timeout: timeout})
+	l := mustLimit(t, limits.FixedWindow, 1000, limits.UnitHour, 1, 0)
+	apply(t, s, check("store_timeout", l, 1)) // connect first
+	if err := rc.Do(context.Background(), "CLIENT", "PAUSE", 2000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rc.Do(context.Background(), "CLIENT", "UNPAUSE").Err() })
+	const slack = 100 * time.Millisecond
+	var wg sync.WaitGroup
+	run := func() {
+		wg.Go(func() {
+			start := time.Now()
+			err := s.Apply(context.Background(), &limits.Batch{Checks: []limits.Check{check("store_timeout", l, 1)}})
+			took := time.Since(start)
+			if !errors.Is(err, limits.ErrStoreUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("err = %v, want ErrStoreUnavailable and DeadlineExceeded", err)
+			}
+			if took < timeout-10*time.Millisecond || took > timeout+slack {
+				t.Errorf("took %v with a %v timeout", took, timeout)
+			}
+		})
+	}
+	run()
+	for redis.Inflight(s) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	for range 3 {
+		run()
+		time.Sleep(100 * time.Millisecond)
 	}
 	wg.Wait()
 }

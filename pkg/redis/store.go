@@ -154,8 +154,8 @@ func (s *Store) Apply(ctx context.Context, b *limits.Batch) error {
 	if s.now != nil {
 		now = strconv.FormatInt(s.now().UnixMicro(), 10)
 	}
-	rctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
+	// Bounded without a timer of its own (see deadlineCtx).
+	rctx := withDeadline(ctx, time.Now().Add(s.timeout))
 	if s.cc == nil {
 		return s.applyAll(rctx, b, now)
 	}
