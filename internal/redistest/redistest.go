@@ -165,6 +165,18 @@ func (s *Server) Restart(t testing.TB) {
 	}
 }
 
+// PID returns the process ID of the server's current process (it changes
+// on Restart), or 0 if it has none, so that a benchmark can read the
+// process's CPU time from /proc.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return 0
+	}
+	return s.proc.cmd.Process.Pid
+}
+
 // Client returns a go-redis client for the server, closed at test cleanup.
 func (s *Server) Client(t testing.TB) *redis.Client {
 	t.Helper()

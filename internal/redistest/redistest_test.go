@@ -66,6 +66,31 @@ func TestServer(t *testing.T) {
 	}
 }
 
+func TestServerPID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := StartServer(t)
+	c := s.Client(t)
+	processID := func() string {
+		t.Helper()
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			t.Fatalf("INFO server: %v", err)
+		}
+		return infoField(info, "process_id")
+	}
+
+	first := s.PID()
+	if got := processID(); first <= 0 || fmt.Sprint(first) != got {
+		t.Fatalf("PID() = %d, INFO process_id = %s; want them equal", first, got)
+	}
+	s.Restart(t)
+	second := s.PID()
+	if got := processID(); second == first || fmt.Sprint(second) != got {
+		t.Fatalf("PID() after Restart = %d (was %d), INFO process_id = %s; want a new PID equal to process_id", second, first, got)
+	}
+}
+
 func TestServersArePrivate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
