@@ -138,6 +138,10 @@ const (
 // Observe implements limits.Observer.
 func (m *Metrics) Observe(req *limits.Request, d *limits.Decision, took time.Duration, err error) {
 	m.decisionSeconds.Observe(took.Seconds())
+	if d.StoreErr != nil {
+		// Failure mode error counts too: it decided that the call fails.
+		m.fallbacks.WithLabelValues(d.Fallback.String()).Inc()
+	}
 	switch {
 	case err != nil && errors.As(err, new(*limits.RequestError)):
 		m.decided[resultInvalid].Inc()
@@ -149,9 +153,6 @@ func (m *Metrics) Observe(req *limits.Request, d *limits.Decision, took time.Dur
 		m.decided[resultOver].Inc()
 	default:
 		m.decided[resultOK].Inc()
-	}
-	if d.StoreErr != nil {
-		m.fallbacks.WithLabelValues(d.Fallback.String()).Inc()
 	}
 	if d.Rules == nil {
 		return

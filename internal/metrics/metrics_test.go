@@ -193,10 +193,17 @@ func TestObserveFailureMode(t *testing.T) {
 		e := limits.NewEngine(rs, downStore{}, limits.EngineOptions{Observer: m, FailureMode: mode, Local: memory.New(memory.Options{})})
 		decide(t, e, "user", "alice")
 	}
+	// Failure mode error fails the call, and counts as its decision.
+	e := limits.NewEngine(rs, downStore{}, limits.EngineOptions{Observer: m, FailureMode: limits.FailError})
+	var d limits.Decision
+	if err := e.Decide(context.Background(), &limits.Request{Domain: "edge", Descriptors: []limits.Descriptor{{Entries: []limits.Entry{{Key: "user", Value: "alice"}}}}}, &d); err == nil {
+		t.Fatal("failure mode error: no error")
+	}
 	want := `
 # HELP ratelimit_sidecar_failure_mode_decisions_total Decisions made by a failure mode because the store could not decide.
 # TYPE ratelimit_sidecar_failure_mode_decisions_total counter
 ratelimit_sidecar_failure_mode_decisions_total{mode="closed"} 1
+ratelimit_sidecar_failure_mode_decisions_total{mode="error"} 1
 ratelimit_sidecar_failure_mode_decisions_total{mode="local"} 1
 ratelimit_sidecar_failure_mode_decisions_total{mode="open"} 1
 # HELP ratelimit_sidecar_rule_within_limit_total Hits a rule's limit admitted and consumed.
