@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,10 +52,26 @@ var (
 	//go:embed scripts/refund.lua
 	refundSrc string
 
-	// Both scripts share lib.lua's arithmetic, prepended at load time.
-	applyScript  = goredis.NewScript(libSrc + applySrc)
-	refundScript = goredis.NewScript(libSrc + refundSrc)
+	// Both scripts share the algorithm codes and lib.lua's arithmetic,
+	// prepended at load time.
+	applyScript  = goredis.NewScript(prelude() + libSrc + applySrc)
+	refundScript = goredis.NewScript(prelude() + libSrc + refundSrc)
 )
+
+// prelude returns the scripts' algorithm codes: one Lua constant per
+// limits.Algorithm, named after the algorithm in capitals and set to its
+// Go value (local FIXED_WINDOW = 0, ...), so that the scripts cannot
+// disagree with Go about which number means which algorithm.
+func prelude() string {
+	var b strings.Builder
+	for _, a := range limits.Algorithms {
+		fmt.Fprintf(&b, "local %s = %d\n", luaName(a), int(a))
+	}
+	return b.String()
+}
+
+// luaName returns the name of a's constant in the scripts.
+func luaName(a limits.Algorithm) string { return strings.ToUpper(a.String()) }
 
 // logSuffix names a sliding log's second key. Keys of limits.AppendKey end
 // in a limit ID, which ends in a digit, so no key ends in it.

@@ -9,9 +9,9 @@
 -- ARGV[2]: "1" to reserve (one slot group of a cross-slot request): also
 --   return, per check, its outcome should another group reject the
 --   request, and a refund receipt for refund.lua.
--- ARGV[3...]: 7 per check: algorithm (0 fixed_window, 1 sliding_window,
---   2 sliding_log, 3 token_bucket, 4 leaky_bucket), requests, window µs,
---   tick µs, burst, hits, shadow (0 or 1).
+-- ARGV[3...]: 7 per check: algorithm (int(limits.Algorithm), named by
+--   the prelude's constants), requests, window µs, tick µs, burst, hits,
+--   shadow (0 or 1).
 --
 -- Returns an array of integers: admitted (0 or 1), then per check over
 -- (0 or 1), remaining, reset µs; when reserving, each check also has the
@@ -45,7 +45,7 @@ local reserve = ARGV[2] == '1'
 
 -- load returns the stored state of a check's key(s).
 local function load(l, key, key2)
-  if l.alg == LOG then
+  if l.alg == SLIDING_LOG then
     local lo = now - l.w
     -- Entries at or before lo have left the window; they stay stored
     -- until the next write trims them.
@@ -200,7 +200,7 @@ local function bucket(l, st, hits, probe)
   local live = st.e ~= 0 and st.e > now
   local backlog = 0
   if live then
-    if l.alg == TOKEN then
+    if l.alg == TOKEN_BUCKET then
       backlog = cap - min(st.c, cap)
     else
       backlog = min(st.c, cap)
@@ -224,7 +224,7 @@ local function bucket(l, st, hits, probe)
   backlog = backlog + hits * wt
   local full = ceildiv(backlog, rate) * l.tick
   local n = {s = t, c = backlog, p = 0, e = t * l.tick + full}
-  if l.alg == TOKEN then
+  if l.alg == TOKEN_BUCKET then
     n.c = cap - backlog
   end
   if n.e <= now then
@@ -241,11 +241,11 @@ local function evaluate(l, st, hits)
     local start = idiv(now, l.w) * l.w
     return true, 0, start + l.w - now, st
   end
-  if l.alg == SLIDING then
+  if l.alg == SLIDING_WINDOW then
     return sliding(l, st, hits, probe)
-  elseif l.alg == LOG then
+  elseif l.alg == SLIDING_LOG then
     return slidinglog(l, st, hits, probe)
-  elseif l.alg == TOKEN or l.alg == LEAKY then
+  elseif l.alg == TOKEN_BUCKET or l.alg == LEAKY_BUCKET then
     return bucket(l, st, hits, probe)
   end
   return fixed(l, st, hits, probe)
@@ -266,7 +266,7 @@ for i = 1, (#ARGV - 2) / 7 do
     hits = tonumber(ARGV[a + 6]), shadow = ARGV[a + 7] == '1', key = KEYS[k], key2 = false,
     start = false, next = false, over = false, rem = 0, reset = 0, altrem = 0, altreset = 0,
   }
-  if c.alg == LOG then
+  if c.alg == SLIDING_LOG then
     c.key2 = KEYS[k + 1]
     k = k + 2
   else
@@ -308,7 +308,7 @@ for _, c in ipairs(checks) do
     rem, reset = c.altrem, c.altreset
   elseif c.hits > 0 and not c.over then
     local l, n = c, c.next
-    if l.alg == LOG then
+    if l.alg == SLIDING_LOG then
       -- Trim and repair once per key: later checks on the key come
       -- from this one's working copy.
       if not repaired[c.key] then
@@ -331,9 +331,9 @@ for _, c in ipairs(checks) do
       -- A bucket back at full: the same as no state at all.
       redis.call('DEL', c.key)
     else
-      if l.alg == SLIDING then
+      if l.alg == SLIDING_WINDOW then
         redis.call('HSET', c.key, 's', n.s, 'c', n.c, 'p', n.p)
-      elseif l.alg == FIXED then
+      elseif l.alg == FIXED_WINDOW then
         redis.call('HSET', c.key, 's', n.s, 'c', n.c)
       else
         redis.call('HSET', c.key, 's', n.s, 'c', n.c, 'e', n.e)

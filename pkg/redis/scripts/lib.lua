@@ -3,10 +3,13 @@
 -- depends on. It defines no KEYS or ARGV of its own except that clock()
 -- reads ARGV[1].
 --
+-- store.go puts before it one constant per limits.Algorithm, named after
+-- the algorithm in capitals (FIXED_WINDOW = 0, ...), generated from the Go
+-- table so the codes cannot drift; the scripts use only those names.
+--
 -- Lua numbers are doubles: integers are exact below 2^53, which
 -- limits.Limit keeps every quantity under.
 
-local FIXED, SLIDING, LOG, TOKEN, LEAKY = 0, 1, 2, 3, 4
 local floor, min, max = math.floor, math.min, math.max
 
 -- idiv is floor(a / b) for integers a >= 0, b > 0, corrected in case the

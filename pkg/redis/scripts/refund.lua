@@ -37,20 +37,20 @@ for i = 1, (#ARGV - 1) / 7 do
   local hits, receipt = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
   local key = KEYS[k]
   k = k + 1
-  if alg == LOG then
+  if alg == SLIDING_LOG then
     local key2 = KEYS[k]
     k = k + 1
     if redis.call('ZREM', key, str(receipt) .. ':' .. str(hits)) == 1 then
       redis.call('HINCRBY', key2, 'h', -hits)
       refunded = refunded + 1
     end
-  elseif alg == FIXED or alg == SLIDING then
+  elseif alg == FIXED_WINDOW or alg == SLIDING_WINDOW then
     local v = redis.call('HMGET', key, 's', 'c', 'p')
     local s = tonumber(v[1] or '0')
     if s == receipt then
       redis.call('HSET', key, 'c', max(0, tonumber(v[2] or '0') - hits))
       refunded = refunded + 1
-    elseif alg == SLIDING and s == receipt + w then
+    elseif alg == SLIDING_WINDOW and s == receipt + w then
       redis.call('HSET', key, 'p', max(0, tonumber(v[3] or '0') - hits))
       refunded = refunded + 1
     end
@@ -63,7 +63,7 @@ for i = 1, (#ARGV - 1) / 7 do
       local back = hits * wt - max(0, s - receipt) * req
       if back > 0 then
         local backlog
-        if alg == TOKEN then
+        if alg == TOKEN_BUCKET then
           c = min(c + back, cap)
           backlog = cap - c
         else
