@@ -9,8 +9,15 @@
 --
 -- Lua numbers are doubles: integers are exact below 2^53, which
 -- limits.Limit keeps every quantity under.
+--
+-- Each check comes in ARGV as one record of CHECK bytes, packed by
+-- store.go's appendCheck in struct's format SPEC: algorithm, shadow (0 or
+-- 1), requests, window µs, tick µs, burst, hits. Binary numbers cost the
+-- script no decimal parsing.
 
+local SPEC, CHECK = '<BBddddd', 42
 local floor, min, max = math.floor, math.min, math.max
+local spack, sunpack = struct.pack, struct.unpack
 
 -- idiv is floor(a / b) for integers a >= 0, b > 0, corrected in case the
 -- double division rounded up to the next integer.
