@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -73,4 +74,42 @@ func TestScriptsUseOnlyPreludeCodes(t *testing.T) {
 func code(src string) string {
 	src = regexp.MustCompile(`--[^\n]*`).ReplaceAllString(src, "")
 	return regexp.MustCompile(`'[^'\n]*'|"[^"\n]*"`).ReplaceAllString(src, "''")
+}
+
+// TestScriptDivision: lib.lua divides integers as floor(a / b) and
+// ceil(a / b) on doubles, which it argues are exact below 2^53. Check
+// the quotients closest to an integer, where rounding would show, against
+// Go's integer division.
+func TestScriptDivision(t *testing.T) {
+	rc := redistest.StartServer(t).Client(t)
+	const top = int64(1) << 53
+	var args []any
+	for _, b := range []int64{1, 2, 3, 7, 10, 1000, 999_999, 1_000_000, 60_000_000, 1<<26 + 1, 1 << 40, top/3 + 1, top - 1} {
+		for _, q := range []int64{0, 1, 2, 1000, (top - 1) / b} {
+			for _, a := range []int64{q*b - 1, q * b, q*b + 1, q*b + b - 1} {
+				if a >= 0 && a < top {
+					args = append(args, a, b)
+				}
+			}
+		}
+	}
+	src := prelude() + libSrc + `
+local out = {}
+for i = 1, #ARGV, 2 do
+  local a, b = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  out[#out + 1] = str(floor(a / b))
+  out[#out + 1] = str(ceil(a / b))
+end
+return out`
+	got, err := rc.Eval(context.Background(), src, nil, args...).StringSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(args); i += 2 {
+		a, b := args[i].(int64), args[i+1].(int64)
+		floor, ceil := a/b, (a+b-1)/b
+		if got[i] != strconv.FormatInt(floor, 10) || got[i+1] != strconv.FormatInt(ceil, 10) {
+			t.Errorf("%d / %d: Lua floor %s ceil %s, want %d and %d", a, b, got[i], got[i+1], floor, ceil)
+		}
+	}
 }

@@ -20,10 +20,12 @@
 -- other request in between, on one clock shared by every sidecar, in one
 -- round trip. Nothing is written unless every enforced check passes.
 --
--- Redis's cost is mostly per command the script calls and per value it
--- converts, so the script reads every key with one MGET, writes each key
--- once with SET ... PX (value and expiry in one command), takes its
--- numbers in binary, and keeps no table per check.
+-- Redis's cost is mostly per command the script calls, per value it
+-- converts and per Lua object it allocates, so the script reads every key
+-- with one MGET, writes each key once with SET (with PX, value and expiry
+-- in one command, or KEEPTTL within the window the key already holds),
+-- takes its numbers in binary, and makes no table or closure per check.
+-- KEEPTTL needs Redis 6.0 or later.
 --
 -- State: one string per key, of little-endian doubles (struct.pack), all
 -- integers below 2^53:
@@ -49,300 +51,302 @@
 --   sliding_log     0, hits in the window, seq, newest live entry µs (0:
 --                   none)
 
-local function loghits(member)
-  return tonumber(string.match(member, ':(%d+)$'))
-end
-
 local now = clock()
 local reserve = ARGV[2] == '1'
 local spec = ARGV[3]
 local n = #spec / CHECK
 local vals = redis.call('MGET', unpack(KEYS))
+local match = string.match
 
 -- Per sliding-log key index: whether the log holds entries to trim, and
 -- its greatest score. Made on the first sliding log.
 local logtrim, logtop
 
--- loadlog returns the state of the sliding log at KEYS[k] and notes what
--- its write needs in logtrim and logtop.
-local function loadlog(k, lo)
-  local key, v = KEYS[k], vals[k + 1]
-  local count, seq, top, trim = 0, 0, 0, false
-  local known = v and #v == 24
-  if known then
-    count, seq, top = sunpack('<ddd', v)
-    if top <= lo then
-      -- Every entry has left the window.
-      count, trim = 0, true
-    else
-      -- Entries at or before lo have left the window; they stay stored
-      -- until the next write trims them.
-      for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, '-inf', lo)) do
-        count = count - loghits(m)
-        trim = true
-      end
-      -- A live entry holds a hit, so count <= 0 means a stale sidecar.
-      known = count > 0
-    end
-  end
-  if not known then
-    -- The sidecar was lost, or stale, or is an earlier version's hash:
-    -- recount the log, and go on past every sequence number in it.
-    local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-    count, top, trim = 0, 0, false
-    for i = 1, #all, 2 do
-      local m, at = all[i], tonumber(all[i + 1])
-      seq = max(seq, tonumber(string.match(m, '^(%d+):')))
-      top = max(top, at)
-      if at <= lo then
-        trim = true
-      else
-        count = count + loghits(m)
-      end
-    end
-  end
-  if not logtrim then
-    logtrim, logtop = {}, {}
-  end
-  logtrim[k], logtop[k] = trim, top
-  if top <= lo then
-    return 0, count, seq, 0
-  end
-  return 0, count, seq, top
-end
-
--- logwait returns how long until need hits have left the window (lo, now]
--- of the log at key, oldest first: its stored entries, then this
--- request's earlier checks' hits, which all leave after a whole window.
-local function logwait(key, lo, need, w)
-  local freed, off = 0, 0
-  local from = '(' .. str(lo)
-  while true do
-    local page = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', off, 32)
-    for i = 1, #page, 2 do
-      freed = freed + loghits(page[i])
-      if freed >= need then
-        return tonumber(page[i + 1]) + w - now
-      end
-    end
-    if #page < 64 then
-      return w
-    end
-    off = off + 32
-  end
-end
-
--- evaluate is limits.Limit.Evaluate: the verdict of a limit on state
--- s, c, p, e for hits (over, remaining, reset µs), and the state after
--- consuming them. k is the check's key index, for a sliding log.
-local function evaluate(alg, req, w, tick, burst, hits, k, s, c, p, e)
-  local probe = max(hits, 1)
-  if req == 0 then
-    return true, 0, idiv(now, w) * w + w - now, s, c, p, e
-  end
-
-  if alg == SLIDING_WINDOW then
-    -- In ticks, with the estimate scaled by the window length W:
-    -- E = prev * (W - elapsed) + cur * W.
-    local start = idiv(now, w) * w
-    if s == start - w then
-      c, p = 0, c
-    elseif s ~= start then
-      c, p = 0, 0
-    end
-    local wt = idiv(w, tick)
-    local elapsed = idiv(now - start, tick)
-    local est = p * (wt - elapsed) + c * wt
-    local cap = req * wt
-    -- probe > req can never fit; testing it first keeps probe * wt from
-    -- growing past 2^53 (the outcome is the same as the formula's).
-    if probe > req or est + probe * wt > cap then
-      local ticks
-      if probe > req then
-        ticks = 2 * wt - elapsed
-      else
-        local need = est + probe * wt - cap
-        if p > 0 and ceildiv(need, p) <= wt - elapsed then
-          ticks = ceildiv(need, p)
-        elseif c + probe <= req then
-          ticks = wt - elapsed
-        elseif c > 0 and ceildiv((c + probe - req) * wt, c) <= wt then
-          ticks = wt - elapsed + ceildiv((c + probe - req) * wt, c)
-        else
-          ticks = 2 * wt - elapsed
-        end
-      end
-      return true, idiv(cap - min(est, cap), wt), ticks * tick, s, c, p, e
-    end
-    c = c + hits
-    est = est + hits * wt
-    local reset = 0
-    if c > 0 then
-      reset = start + 2 * w - now
-    elseif p > 0 then
-      reset = start + w - now
-    end
-    return false, idiv(cap - est, wt), reset, start, c, p, start + 2 * w
-  end
-
-  if alg == SLIDING_LOG then
-    if c + probe > req then
-      local reset = w
-      if probe <= req then
-        reset = logwait(KEYS[k], now - w, c + probe - req, w)
-      end
-      return true, req - min(c, req), reset, s, c, p, e
-    end
-    if hits > 0 then
-      c, p, e = c + hits, p + 1, now
-    end
-    local reset = 0
-    if e > 0 then
-      reset = e + w - now
-    end
-    return false, req - c, reset, s, c, p, e
-  end
-
-  if alg == TOKEN_BUCKET or alg == LEAKY_BUCKET then
-    -- In ticks, with levels scaled by the window length W in ticks: a
-    -- bucket holds burst * W, a hit costs W and each tick drains (or
-    -- refills) req. The token bucket stores the free level, the leaky
-    -- bucket the backlog.
-    local wt = idiv(w, tick)
-    local t = idiv(now, tick)
-    local cap = burst * wt
-    local backlog = 0
-    if e ~= 0 and e > now then
-      if alg == TOKEN_BUCKET then
-        backlog = cap - min(c, cap)
-      else
-        backlog = min(c, cap)
-      end
-      if t > s then
-        local elapsed = t - s
-        if elapsed >= ceildiv(backlog, req) then
-          backlog = 0
-        else
-          backlog = backlog - elapsed * req
-        end
-      end
-    end
-    if probe > burst or backlog + probe * wt > cap then
-      local ticks = ceildiv(backlog, req)
-      if probe <= burst then
-        ticks = ceildiv(backlog + probe * wt - cap, req)
-      end
-      return true, idiv(cap - backlog, wt), ticks * tick, s, c, p, e
-    end
-    backlog = backlog + hits * wt
-    local full = ceildiv(backlog, req) * tick
-    local rem, reset = idiv(cap - backlog, wt), max(0, full - (now - t * tick))
-    if t * tick + full <= now then
-      -- Full again already: the same as no state at all.
-      return false, rem, reset, 0, 0, 0, 0
-    end
-    if alg == TOKEN_BUCKET then
-      return false, rem, reset, t, cap - backlog, 0, t * tick + full
-    end
-    return false, rem, reset, t, backlog, 0, t * tick + full
-  end
-
-  -- FIXED_WINDOW
-  local start = idiv(now, w) * w
-  if s ~= start then
-    c = 0
-  end
-  local reset = start + w - now
-  if c + probe > req then
-    return true, req - min(c, req), reset, s, c, p, e
-  end
-  c = c + hits
-  return false, req - c, reset, start, c, 0, start + w
-end
-
--- Decide every check in order on working copies of the state, so checks
--- on one key see each other's hits. X holds per check i, from
--- b = (i - 1) * 12:
+-- X holds per check i, from b = (i - 1) * 13:
 --   b+1     index in KEYS of the key's first check's key
 --   b+2..5  state before the check: s, c, p, e
 --   b+6..9  state after it
 --   b+10    1 if the check consumed hits
 --   b+11    1 if it or an earlier check on its key consumed hits
 --   b+12    1 if a later check has its key
+--   b+13    the window start stored for the key (fixed and sliding
+--           windows; -1 for none or another algorithm): a write in the
+--           same window keeps the key's expiry
+--
+-- Lua 5.1 has no table.new, but a constructor ending in a call sizes the
+-- array part once for all the values the call returns: X and reply start
+-- with as many placeholders (bytes of spec, which is longer) as they will
+-- hold, up to a bound, so filling them does not rehash them again and
+-- again. Every placeholder is overwritten before it is read or returned.
 local per = reserve and 6 or 3
-local reply, X = {1}, {}
+local sbyte = string.byte
+local X = {sbyte(spec, 1, min(13 * n, 650))}
+local reply = {1, sbyte(spec, 1, min(per * n, 300))}
 local admitted = true
-local kk = 1
-for i = 1, n do
-  local alg, shadow, req, w, tick, burst, hits = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
-  local key = KEYS[kk]
-  local b = (i - 1) * 12
-  local k, s, c, p, e, any = kk, 0, 0, 0, 0, 0
-  local j = i - 1
-  while j > 0 and KEYS[X[(j - 1) * 12 + 1]] ~= key do
-    j = j - 1
-  end
-  if j > 0 then
-    local a = (j - 1) * 12
-    k, s, c, p, e, any = X[a + 1], X[a + 6], X[a + 7], X[a + 8], X[a + 9], X[a + 11]
-    X[a + 12] = 1
-  elseif alg == SLIDING_LOG then
-    s, c, p, e = loadlog(k, now - w)
-  else
-    local v = vals[k]
-    if not v then
-      -- A fresh key.
-    elseif alg == FIXED_WINDOW then
-      if #v == 16 then
-        s, c = sunpack('<dd', v)
-      end
-    elseif #v == 24 then
-      if alg == SLIDING_WINDOW then
-        s, c, p = sunpack('<ddd', v)
-      else
-        s, c, e = sunpack('<ddd', v)
-      end
-    end
-  end
-  local over, rem, reset, s2, c2, p2, e2 = evaluate(alg, req, w, tick, burst, hits, k, s, c, p, e)
-  local took = 0
-  if over then
-    s2, c2, p2, e2 = s, c, p, e
-    if shadow == 0 then
-      admitted = false
-    end
-  elseif hits > 0 then
-    took, any = 1, 1
-  end
-  X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5] = k, s, c, p, e
-  X[b + 6], X[b + 7], X[b + 8], X[b + 9] = s2, c2, p2, e2
-  X[b + 10], X[b + 11], X[b + 12] = took, any, 0
-  local r = 1 + (i - 1) * per
-  reply[r + 1], reply[r + 2], reply[r + 3] = over and 1 or 0, rem, reset
-  if reserve then
-    reply[r + 4], reply[r + 5], reply[r + 6] = rem, reset, -1
-  end
-  if alg == SLIDING_LOG then
-    kk = kk + 2
-  else
-    kk = kk + 1
-  end
-end
 
--- A rejected request consumes nothing, so the checks that would have
--- admitted it report their state without it.
-if not admitted or reserve then
+-- Pass 1 decides every check in order on working copies of the state, so
+-- checks on one key see each other's hits. A rejected request consumes
+-- nothing, so pass 2 (if the request is rejected, or to report that case
+-- when reserving) evaluates the checks that would have admitted it again,
+-- from the same state, for zero hits. Both passes share one copy of
+-- limits.Limit.Evaluate, inline: a function would be a closure made
+-- afresh on every run.
+for pass = 1, 2 do
+  if pass == 2 and admitted and not reserve then
+    break
+  end
+  local kk = 1
   for i = 1, n do
-    local r = 1 + (i - 1) * per
-    if reply[r + 1] == 0 then
-      local alg, _, req, w, tick, burst = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
-      local b = (i - 1) * 12
-      local _, rem, reset = evaluate(alg, req, w, tick, burst, 0, X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5])
-      if reserve then
-        reply[r + 4], reply[r + 5] = rem, reset
+    local b, r = (i - 1) * 13, 1 + (i - 1) * per
+    local alg, shadow, req, w, tick, burst, hits = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
+    local k, s, c, p, e, any, stored = kk, 0, 0, 0, 0, 0, -1
+    if alg == SLIDING_LOG then
+      kk = kk + 2
+    else
+      kk = kk + 1
+    end
+    if pass == 2 then
+      k, s, c, p, e, hits = X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5], 0
+    else
+      -- The working copy of the last earlier check on the key, if any.
+      local key, j = KEYS[k], i - 1
+      while j > 0 and KEYS[X[(j - 1) * 13 + 1]] ~= key do
+        j = j - 1
       end
-      if not admitted then
-        reply[r + 2], reply[r + 3] = rem, reset
+      if j > 0 then
+        local a = (j - 1) * 13
+        k, s, c, p, e, any, stored = X[a + 1], X[a + 6], X[a + 7], X[a + 8], X[a + 9], X[a + 11], X[a + 13]
+        X[a + 12] = 1
+      elseif alg == SLIDING_LOG then
+        local lo, v = now - w, vals[k + 1]
+        local seq, top, trim = 0, 0, false
+        local known = v and #v == 24
+        if known then
+          c, seq, top = sunpack('<ddd', v)
+          if top <= lo then
+            -- Every entry has left the window.
+            c, trim = 0, true
+          else
+            -- Entries at or before lo have left the window; they stay
+            -- stored until the next write trims them.
+            for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, '-inf', lo)) do
+              c = c - tonumber(match(m, ':(%d+)$'))
+              trim = true
+            end
+            -- A live entry holds a hit, so c <= 0 means a stale sidecar.
+            known = c > 0
+          end
+        end
+        if not known then
+          -- The sidecar was lost, or is stale, or is an earlier version's
+          -- hash: recount the log, and go on past every sequence number
+          -- in it.
+          local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+          c, top, trim = 0, 0, false
+          for x = 1, #all, 2 do
+            local m, at = all[x], tonumber(all[x + 1])
+            seq = max(seq, tonumber(match(m, '^(%d+):')))
+            top = max(top, at)
+            if at <= lo then
+              trim = true
+            else
+              c = c + tonumber(match(m, ':(%d+)$'))
+            end
+          end
+        end
+        if not logtrim then
+          logtrim, logtop = {}, {}
+        end
+        logtrim[k], logtop[k] = trim, top
+        p = seq
+        if top > lo then
+          e = top
+        end
+      else
+        local v = vals[k]
+        if not v then
+          -- A fresh key.
+        elseif alg == FIXED_WINDOW then
+          if #v == 16 then
+            s, c = sunpack('<dd', v)
+            stored = s
+          end
+        elseif #v == 24 then
+          if alg == SLIDING_WINDOW then
+            s, c, p = sunpack('<ddd', v)
+            stored = s
+          else
+            s, c, e = sunpack('<ddd', v)
+          end
+        end
+      end
+    end
+
+    -- limits.Limit.Evaluate: the verdict on state s, c, p, e for hits
+    -- (over, rem, reset µs), and the state after consuming them (s2, c2,
+    -- p2, e2).
+    local over, rem, reset = false, 0, 0
+    local s2, c2, p2, e2 = s, c, p, e
+    local probe = max(hits, 1)
+    if req == 0 then
+      over, reset = true, w - now % w
+    elseif alg == SLIDING_WINDOW then
+      -- In ticks, with the estimate scaled by the window length W:
+      -- E = prev * (W - elapsed) + cur * W.
+      local start = now - now % w
+      local cur, prev = c, p
+      if s == start - w then
+        cur, prev = 0, c
+      elseif s ~= start then
+        cur, prev = 0, 0
+      end
+      local wt = floor(w / tick)
+      local elapsed = floor((now - start) / tick)
+      local est = prev * (wt - elapsed) + cur * wt
+      local cap = req * wt
+      -- probe > req can never fit; testing it first keeps probe * wt
+      -- from growing past 2^53 (the outcome is the same as the formula's).
+      if probe > req or est + probe * wt > cap then
+        local ticks
+        if probe > req then
+          ticks = 2 * wt - elapsed
+        else
+          local need = est + probe * wt - cap
+          if prev > 0 and ceil(need / prev) <= wt - elapsed then
+            ticks = ceil(need / prev)
+          elseif cur + probe <= req then
+            ticks = wt - elapsed
+          elseif cur > 0 and ceil((cur + probe - req) * wt / cur) <= wt then
+            ticks = wt - elapsed + ceil((cur + probe - req) * wt / cur)
+          else
+            ticks = 2 * wt - elapsed
+          end
+        end
+        over, rem, reset = true, floor((cap - min(est, cap)) / wt), ticks * tick
+      else
+        cur = cur + hits
+        rem = floor((cap - est - hits * wt) / wt)
+        if cur > 0 then
+          reset = start + 2 * w - now
+        elseif prev > 0 then
+          reset = start + w - now
+        end
+        s2, c2, p2, e2 = start, cur, prev, start + 2 * w
+      end
+    elseif alg == SLIDING_LOG then
+      -- c hits in the window, p the last seq, e the newest entry (0: none).
+      if c + probe > req then
+        over, rem, reset = true, req - min(c, req), w
+        if probe <= req then
+          -- Wait until enough of the oldest hits have left the window:
+          -- stored entries first, then this request's earlier checks'
+          -- hits, which all leave after a whole window.
+          local need, freed, off = c + probe - req, 0, 0
+          local from = '(' .. str(now - w)
+          repeat
+            local page = redis.call('ZRANGEBYSCORE', KEYS[k], from, '+inf', 'WITHSCORES', 'LIMIT', off, 32)
+            for x = 1, #page, 2 do
+              freed = freed + tonumber(match(page[x], ':(%d+)$'))
+              if freed >= need then
+                reset = tonumber(page[x + 1]) + w - now
+                break
+              end
+            end
+            off = off + 32
+          until freed >= need or #page < 64
+        end
+      else
+        if hits > 0 then
+          c2, p2, e2 = c + hits, p + 1, now
+        end
+        rem = req - c2
+        if e2 > 0 then
+          reset = e2 + w - now
+        end
+      end
+    elseif alg == TOKEN_BUCKET or alg == LEAKY_BUCKET then
+      -- In ticks, with levels scaled by the window length W in ticks: a
+      -- bucket holds burst * W, a hit costs W and each tick drains (or
+      -- refills) req. The token bucket stores the free level, the leaky
+      -- bucket the backlog.
+      local wt = floor(w / tick)
+      local t = floor(now / tick)
+      local cap = burst * wt
+      local backlog = 0
+      if e ~= 0 and e > now then
+        if alg == TOKEN_BUCKET then
+          backlog = cap - min(c, cap)
+        else
+          backlog = min(c, cap)
+        end
+        if t > s then
+          local elapsed = t - s
+          if elapsed >= ceil(backlog / req) then
+            backlog = 0
+          else
+            backlog = backlog - elapsed * req
+          end
+        end
+      end
+      if probe > burst or backlog + probe * wt > cap then
+        local ticks = ceil(backlog / req)
+        if probe <= burst then
+          ticks = ceil((backlog + probe * wt - cap) / req)
+        end
+        over, rem, reset = true, floor((cap - backlog) / wt), ticks * tick
+      else
+        backlog = backlog + hits * wt
+        local full = ceil(backlog / req) * tick
+        rem, reset = floor((cap - backlog) / wt), max(0, full - (now - t * tick))
+        if t * tick + full <= now then
+          -- Full again already: the same as no state at all.
+          s2, c2, p2, e2 = 0, 0, 0, 0
+        elseif alg == TOKEN_BUCKET then
+          s2, c2, p2, e2 = t, cap - backlog, 0, t * tick + full
+        else
+          s2, c2, p2, e2 = t, backlog, 0, t * tick + full
+        end
+      end
+    else -- FIXED_WINDOW
+      local start = now - now % w
+      local cur = c
+      if s ~= start then
+        cur = 0
+      end
+      reset = start + w - now
+      if cur + probe > req then
+        over, rem = true, req - min(cur, req)
+      else
+        rem = req - cur - hits
+        s2, c2, p2, e2 = start, cur + hits, 0, start + w
+      end
+    end
+
+    if pass == 2 then
+      if reply[r + 1] == 0 then
+        if reserve then
+          reply[r + 4], reply[r + 5] = rem, reset
+        end
+        if not admitted then
+          reply[r + 2], reply[r + 3] = rem, reset
+        end
+      end
+    else
+      local took = 0
+      if over then
+        s2, c2, p2, e2 = s, c, p, e
+        if shadow == 0 then
+          admitted = false
+        end
+      elseif hits > 0 then
+        took, any = 1, 1
+      end
+      X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5] = k, s, c, p, e
+      X[b + 6], X[b + 7], X[b + 8], X[b + 9] = s2, c2, p2, e2
+      X[b + 10], X[b + 11], X[b + 12], X[b + 13] = took, any, 0, stored
+      reply[r + 1], reply[r + 2], reply[r + 3] = over and 1 or 0, rem, reset
+      if reserve then
+        reply[r + 4], reply[r + 5], reply[r + 6] = rem, reset, -1
       end
     end
   end
@@ -357,7 +361,7 @@ end
 -- of its checks consumed hits; a sliding log also gets one entry per
 -- check that consumed.
 for i = 1, n do
-  local b = (i - 1) * 12
+  local b = (i - 1) * 13
   if X[b + 11] == 1 then
     local alg, _, _, w, _, _, hits = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
     local k = X[b + 1]
@@ -384,10 +388,20 @@ for i = 1, n do
       -- A bucket back at full: the same as no state at all.
       redis.call('DEL', key)
       receipt = -1
-    elseif alg == FIXED_WINDOW then
-      redis.call('SET', key, spack('<dd', s, c), 'PX', ttl(e - now))
-    elseif alg == SLIDING_WINDOW then
-      redis.call('SET', key, spack('<ddd', s, c, p), 'PX', ttl(e - now))
+    elseif alg == FIXED_WINDOW or alg == SLIDING_WINDOW then
+      local v
+      if alg == FIXED_WINDOW then
+        v = spack('<dd', s, c)
+      else
+        v = spack('<ddd', s, c, p)
+      end
+      if X[b + 13] == s then
+        -- The key holds this window already, and so its expiry: keeping
+        -- that is cheaper than setting it again.
+        redis.call('SET', key, v, 'KEEPTTL')
+      else
+        redis.call('SET', key, v, 'PX', ttl(e - now))
+      end
     else
       redis.call('SET', key, spack('<ddd', s, c, e), 'PX', ttl(e - now))
     end

@@ -88,7 +88,7 @@ for i = 1, #spec / size do
     else
       local s, c, e = sunpack('<ddd', v)
       if e > now then
-        local wt = idiv(w, tick)
+        local wt = floor(w / tick)
         local cap = burst * wt
         local back = hits * wt - max(0, s - receipt) * req
         if back > 0 then
@@ -100,7 +100,7 @@ for i = 1, #spec / size do
             c = max(c - back, 0)
             backlog = c
           end
-          e = s * tick + ceildiv(backlog, req) * tick
+          e = s * tick + ceil(backlog / req) * tick
           if e <= now then
             redis.call('DEL', key)
           else
