@@ -22,10 +22,11 @@
 --
 -- Redis's cost is mostly per command the script calls, per value it
 -- converts and per Lua object it allocates, so the script reads every key
--- with one MGET, writes each key once with SET (with PX, value and expiry
--- in one command, or KEEPTTL within the window the key already holds),
--- takes its numbers in binary, and makes no table or closure per check.
--- KEEPTTL needs Redis 6.0 or later.
+-- with one MGET, writes each key once (SET with PX: value and expiry in
+-- one command; or SETRANGE over a window the key already holds, which
+-- keeps its expiry), takes its numbers in binary, and makes no table or
+-- closure per check. Numbers it passes to redis.call are strings it
+-- formats itself: Redis would format them with %.17g, which costs more.
 --
 -- State: one string per key, of little-endian doubles (struct.pack), all
 -- integers below 2^53:
@@ -62,7 +63,7 @@ local match = string.match
 -- its greatest score. Made on the first sliding log.
 local logtrim, logtop
 
--- X holds per check i, from b = (i - 1) * 13:
+-- X holds per check i, from b = (i - 1) * 14:
 --   b+1     index in KEYS of the key's first check's key
 --   b+2..5  state before the check: s, c, p, e
 --   b+6..9  state after it
@@ -72,6 +73,7 @@ local logtrim, logtop
 --   b+13    the window start stored for the key (fixed and sliding
 --           windows; -1 for none or another algorithm): a write in the
 --           same window keeps the key's expiry
+--   b+14    the check's algorithm
 --
 -- Lua 5.1 has no table.new, but a constructor ending in a call sizes the
 -- array part once for all the values the call returns: X and reply start
@@ -80,7 +82,7 @@ local logtrim, logtop
 -- again. Every placeholder is overwritten before it is read or returned.
 local per = reserve and 6 or 3
 local sbyte = string.byte
-local X = {sbyte(spec, 1, min(13 * n, 650))}
+local X = {sbyte(spec, 1, min(14 * n, 700))}
 local reply = {1, sbyte(spec, 1, min(per * n, 300))}
 local admitted = true
 
@@ -97,256 +99,265 @@ for pass = 1, 2 do
   end
   local kk = 1
   for i = 1, n do
-    local b, r = (i - 1) * 13, 1 + (i - 1) * per
-    local alg, shadow, req, w, tick, burst, hits = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
-    local k, s, c, p, e, any, stored = kk, 0, 0, 0, 0, 0, -1
-    if alg == SLIDING_LOG then
-      kk = kk + 2
-    else
-      kk = kk + 1
-    end
-    if pass == 2 then
-      k, s, c, p, e, hits = X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5], 0
-    else
-      -- The working copy of the last earlier check on the key, if any.
-      local key, j = KEYS[k], i - 1
-      while j > 0 and KEYS[X[(j - 1) * 13 + 1]] ~= key do
-        j = j - 1
+    local b, r = (i - 1) * 14, 1 + (i - 1) * per
+    -- Pass 2 evaluates only the checks that were not over.
+    if pass == 1 or reply[r + 1] == 0 then
+      local alg, shadow, req, w, tick, burst, hits = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
+      local k, s, c, p, e, any, stored = kk, 0, 0, 0, 0, 0, -1
+      if alg == SLIDING_LOG then
+        kk = kk + 2
+      else
+        kk = kk + 1
       end
-      if j > 0 then
-        local a = (j - 1) * 13
-        k, s, c, p, e, any, stored = X[a + 1], X[a + 6], X[a + 7], X[a + 8], X[a + 9], X[a + 11], X[a + 13]
-        X[a + 12] = 1
-      elseif alg == SLIDING_LOG then
-        local lo, v = now - w, vals[k + 1]
-        local seq, top, trim = 0, 0, false
-        local known = v and #v == 24
-        if known then
-          c, seq, top = sunpack('<ddd', v)
-          if top <= lo then
-            -- Every entry has left the window.
-            c, trim = 0, true
-          else
-            -- Entries at or before lo have left the window; they stay
-            -- stored until the next write trims them.
-            for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, '-inf', lo)) do
-              c = c - tonumber(match(m, ':(%d+)$'))
-              trim = true
-            end
-            -- A live entry holds a hit, so c <= 0 means a stale sidecar.
-            known = c > 0
-          end
+      if pass == 2 then
+        k, s, c, p, e, hits = X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5], 0
+      else
+        -- The working copy of the last earlier check on the key, if any.
+        local key, j = KEYS[k], i - 1
+        while j > 0 and KEYS[X[(j - 1) * 14 + 1]] ~= key do
+          j = j - 1
         end
-        if not known then
-          -- The sidecar was lost, or is stale, or is an earlier version's
-          -- hash: recount the log, and go on past every sequence number
-          -- in it.
-          local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-          c, top, trim = 0, 0, false
-          for x = 1, #all, 2 do
-            local m, at = all[x], tonumber(all[x + 1])
-            seq = max(seq, tonumber(match(m, '^(%d+):')))
-            top = max(top, at)
-            if at <= lo then
-              trim = true
+        if j > 0 then
+          local a = (j - 1) * 14
+          k, s, c, p, e, any, stored = X[a + 1], X[a + 6], X[a + 7], X[a + 8], X[a + 9], X[a + 11], X[a + 13]
+          X[a + 12] = 1
+        elseif alg == SLIDING_LOG then
+          local lo, v = now - w, vals[k + 1]
+          local seq, top, trim = 0, 0, false
+          local known = v and #v == 24
+          if known then
+            c, seq, top = sunpack('<ddd', v)
+            if top <= lo then
+              -- Every entry has left the window.
+              c, trim = 0, true
             else
-              c = c + tonumber(match(m, ':(%d+)$'))
+              -- Entries at or before lo have left the window; they stay
+              -- stored until the next write trims them.
+              for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, '-inf', lo)) do
+                c = c - tonumber(match(m, ':(%d+)$'))
+                trim = true
+              end
+              -- A live entry holds a hit, so c <= 0 means a stale sidecar.
+              known = c > 0
             end
           end
-        end
-        if not logtrim then
-          logtrim, logtop = {}, {}
-        end
-        logtrim[k], logtop[k] = trim, top
-        p = seq
-        if top > lo then
-          e = top
-        end
-      else
-        local v = vals[k]
-        if not v then
-          -- A fresh key.
-        elseif alg == FIXED_WINDOW then
-          if #v == 16 then
-            s, c = sunpack('<dd', v)
-            stored = s
-          end
-        elseif #v == 24 then
-          if alg == SLIDING_WINDOW then
-            s, c, p = sunpack('<ddd', v)
-            stored = s
-          else
-            s, c, e = sunpack('<ddd', v)
-          end
-        end
-      end
-    end
-
-    -- limits.Limit.Evaluate: the verdict on state s, c, p, e for hits
-    -- (over, rem, reset µs), and the state after consuming them (s2, c2,
-    -- p2, e2).
-    local over, rem, reset = false, 0, 0
-    local s2, c2, p2, e2 = s, c, p, e
-    local probe = max(hits, 1)
-    if req == 0 then
-      over, reset = true, w - now % w
-    elseif alg == SLIDING_WINDOW then
-      -- In ticks, with the estimate scaled by the window length W:
-      -- E = prev * (W - elapsed) + cur * W.
-      local start = now - now % w
-      local cur, prev = c, p
-      if s == start - w then
-        cur, prev = 0, c
-      elseif s ~= start then
-        cur, prev = 0, 0
-      end
-      local wt = floor(w / tick)
-      local elapsed = floor((now - start) / tick)
-      local est = prev * (wt - elapsed) + cur * wt
-      local cap = req * wt
-      -- probe > req can never fit; testing it first keeps probe * wt
-      -- from growing past 2^53 (the outcome is the same as the formula's).
-      if probe > req or est + probe * wt > cap then
-        local ticks
-        if probe > req then
-          ticks = 2 * wt - elapsed
-        else
-          local need = est + probe * wt - cap
-          if prev > 0 and ceil(need / prev) <= wt - elapsed then
-            ticks = ceil(need / prev)
-          elseif cur + probe <= req then
-            ticks = wt - elapsed
-          elseif cur > 0 and ceil((cur + probe - req) * wt / cur) <= wt then
-            ticks = wt - elapsed + ceil((cur + probe - req) * wt / cur)
-          else
-            ticks = 2 * wt - elapsed
-          end
-        end
-        over, rem, reset = true, floor((cap - min(est, cap)) / wt), ticks * tick
-      else
-        cur = cur + hits
-        rem = floor((cap - est - hits * wt) / wt)
-        if cur > 0 then
-          reset = start + 2 * w - now
-        elseif prev > 0 then
-          reset = start + w - now
-        end
-        s2, c2, p2, e2 = start, cur, prev, start + 2 * w
-      end
-    elseif alg == SLIDING_LOG then
-      -- c hits in the window, p the last seq, e the newest entry (0: none).
-      if c + probe > req then
-        over, rem, reset = true, req - min(c, req), w
-        if probe <= req then
-          -- Wait until enough of the oldest hits have left the window:
-          -- stored entries first, then this request's earlier checks'
-          -- hits, which all leave after a whole window.
-          local need, freed, off = c + probe - req, 0, 0
-          local from = '(' .. str(now - w)
-          repeat
-            local page = redis.call('ZRANGEBYSCORE', KEYS[k], from, '+inf', 'WITHSCORES', 'LIMIT', off, 32)
-            for x = 1, #page, 2 do
-              freed = freed + tonumber(match(page[x], ':(%d+)$'))
-              if freed >= need then
-                reset = tonumber(page[x + 1]) + w - now
-                break
+          if not known then
+            -- The sidecar was lost, or is stale, or is an earlier version's
+            -- hash: recount the log, and go on past every sequence number
+            -- in it.
+            local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+            c, top, trim = 0, 0, false
+            for x = 1, #all, 2 do
+              local m, at = all[x], tonumber(all[x + 1])
+              seq = max(seq, tonumber(match(m, '^(%d+):')))
+              top = max(top, at)
+              if at <= lo then
+                trim = true
+              else
+                c = c + tonumber(match(m, ':(%d+)$'))
               end
             end
-            off = off + 32
-          until freed >= need or #page < 64
-        end
-      else
-        if hits > 0 then
-          c2, p2, e2 = c + hits, p + 1, now
-        end
-        rem = req - c2
-        if e2 > 0 then
-          reset = e2 + w - now
-        end
-      end
-    elseif alg == TOKEN_BUCKET or alg == LEAKY_BUCKET then
-      -- In ticks, with levels scaled by the window length W in ticks: a
-      -- bucket holds burst * W, a hit costs W and each tick drains (or
-      -- refills) req. The token bucket stores the free level, the leaky
-      -- bucket the backlog.
-      local wt = floor(w / tick)
-      local t = floor(now / tick)
-      local cap = burst * wt
-      local backlog = 0
-      if e ~= 0 and e > now then
-        if alg == TOKEN_BUCKET then
-          backlog = cap - min(c, cap)
+          end
+          if not logtrim then
+            logtrim, logtop = {}, {}
+          end
+          logtrim[k], logtop[k] = trim, top
+          p = seq
+          if top > lo then
+            e = top
+          end
         else
-          backlog = min(c, cap)
-        end
-        if t > s then
-          local elapsed = t - s
-          if elapsed >= ceil(backlog / req) then
-            backlog = 0
-          else
-            backlog = backlog - elapsed * req
+          local v = vals[k]
+          if not v then
+            -- A fresh key.
+          elseif alg == FIXED_WINDOW then
+            if #v == 16 then
+              s, c = sunpack('<dd', v)
+              stored = s
+            end
+          elseif #v == 24 then
+            if alg == SLIDING_WINDOW then
+              s, c, p = sunpack('<ddd', v)
+              stored = s
+            else
+              s, c, e = sunpack('<ddd', v)
+            end
           end
         end
       end
-      if probe > burst or backlog + probe * wt > cap then
-        local ticks = ceil(backlog / req)
-        if probe <= burst then
-          ticks = ceil((backlog + probe * wt - cap) / req)
-        end
-        over, rem, reset = true, floor((cap - backlog) / wt), ticks * tick
-      else
-        backlog = backlog + hits * wt
-        local full = ceil(backlog / req) * tick
-        rem, reset = floor((cap - backlog) / wt), max(0, full - (now - t * tick))
-        if t * tick + full <= now then
-          -- Full again already: the same as no state at all.
-          s2, c2, p2, e2 = 0, 0, 0, 0
-        elseif alg == TOKEN_BUCKET then
-          s2, c2, p2, e2 = t, cap - backlog, 0, t * tick + full
-        else
-          s2, c2, p2, e2 = t, backlog, 0, t * tick + full
-        end
-      end
-    else -- FIXED_WINDOW
-      local start = now - now % w
-      local cur = c
-      if s ~= start then
-        cur = 0
-      end
-      reset = start + w - now
-      if cur + probe > req then
-        over, rem = true, req - min(cur, req)
-      else
-        rem = req - cur - hits
-        s2, c2, p2, e2 = start, cur + hits, 0, start + w
-      end
-    end
 
-    if pass == 2 then
-      if reply[r + 1] == 0 then
+      -- limits.Limit.Evaluate: the verdict on state s, c, p, e for hits
+      -- (over, rem, reset µs), and the state after consuming them (s2, c2,
+      -- p2, e2).
+      local over, rem, reset = false, 0, 0
+      local s2, c2, p2, e2 = s, c, p, e
+      local probe = hits
+      if hits == 0 then
+        probe = 1
+      end
+      if req == 0 then
+        over, reset = true, w - now % w
+      elseif alg == SLIDING_WINDOW then
+        -- In ticks, with the estimate scaled by the window length W:
+        -- E = prev * (W - elapsed) + cur * W.
+        local start = now - now % w
+        local cur, prev = c, p
+        if s == start - w then
+          cur, prev = 0, c
+        elseif s ~= start then
+          cur, prev = 0, 0
+        end
+        -- tick divides the window, and so start.
+        local wt = w / tick
+        local elapsed = (now - now % tick - start) / tick
+        local est = prev * (wt - elapsed) + cur * wt
+        local cap = req * wt
+        -- probe > req can never fit; testing it first keeps probe * wt
+        -- from growing past 2^53 (the outcome is the same as the formula's).
+        if probe > req or est + probe * wt > cap then
+          local ticks
+          if probe > req then
+            ticks = 2 * wt - elapsed
+          else
+            local need = est + probe * wt - cap
+            if prev > 0 and ceil(need / prev) <= wt - elapsed then
+              ticks = ceil(need / prev)
+            elseif cur + probe <= req then
+              ticks = wt - elapsed
+            elseif cur > 0 and ceil((cur + probe - req) * wt / cur) <= wt then
+              ticks = wt - elapsed + ceil((cur + probe - req) * wt / cur)
+            else
+              ticks = 2 * wt - elapsed
+            end
+          end
+          over, rem, reset = true, floor((cap - min(est, cap)) / wt), ticks * tick
+        else
+          cur = cur + hits
+          rem = floor((cap - est - hits * wt) / wt)
+          if cur > 0 then
+            reset = start + 2 * w - now
+          elseif prev > 0 then
+            reset = start + w - now
+          end
+          s2, c2, p2, e2 = start, cur, prev, start + 2 * w
+        end
+      elseif alg == SLIDING_LOG then
+        -- c hits in the window, p the last seq, e the newest entry (0: none).
+        if c + probe > req then
+          over, rem, reset = true, req - min(c, req), w
+          if probe <= req then
+            -- Wait until enough of the oldest hits have left the window:
+            -- stored entries first, then this request's earlier checks'
+            -- hits, which all leave after a whole window.
+            local need, freed, off = c + probe - req, 0, 0
+            local from = '(' .. str(now - w)
+            repeat
+              local page = redis.call('ZRANGEBYSCORE', KEYS[k], from, '+inf', 'WITHSCORES', 'LIMIT', off, 32)
+              for x = 1, #page, 2 do
+                freed = freed + tonumber(match(page[x], ':(%d+)$'))
+                if freed >= need then
+                  reset = tonumber(page[x + 1]) + w - now
+                  break
+                end
+              end
+              off = off + 32
+            until freed >= need or #page < 64
+          end
+        else
+          if hits > 0 then
+            c2, p2, e2 = c + hits, p + 1, now
+          end
+          rem = req - c2
+          if e2 > 0 then
+            reset = e2 + w - now
+          end
+        end
+      elseif alg == TOKEN_BUCKET or alg == LEAKY_BUCKET then
+        -- In ticks, with levels scaled by the window length W in ticks: a
+        -- bucket holds burst * W, a hit costs W and each tick drains (or
+        -- refills) req. The token bucket stores the free level, the leaky
+        -- bucket the backlog.
+        -- tick divides the window.
+        local wt = w / tick
+        local t = (now - now % tick) / tick
+        local cap = burst * wt
+        local backlog = 0
+        if e ~= 0 and e > now then
+          if alg == TOKEN_BUCKET then
+            backlog = cap - min(c, cap)
+          else
+            backlog = min(c, cap)
+          end
+          if t > s then
+            local elapsed = t - s
+            if elapsed >= ceil(backlog / req) then
+              backlog = 0
+            else
+              backlog = backlog - elapsed * req
+            end
+          end
+        end
+        if probe > burst or backlog + probe * wt > cap then
+          local ticks = ceil(backlog / req)
+          if probe <= burst then
+            ticks = ceil((backlog + probe * wt - cap) / req)
+          end
+          over, rem, reset = true, floor((cap - backlog) / wt), ticks * tick
+        else
+          backlog = backlog + hits * wt
+          local full = ceil(backlog / req) * tick
+          rem, reset = floor((cap - backlog) / wt), full - now % tick
+          if reset < 0 then
+            reset = 0
+          end
+          if t * tick + full <= now then
+            -- Full again already: the same as no state at all.
+            s2, c2, p2, e2 = 0, 0, 0, 0
+          elseif alg == TOKEN_BUCKET then
+            s2, c2, p2, e2 = t, cap - backlog, 0, t * tick + full
+          else
+            s2, c2, p2, e2 = t, backlog, 0, t * tick + full
+          end
+        end
+      else -- FIXED_WINDOW
+        local start = now - now % w
+        local cur = c
+        if s ~= start then
+          cur = 0
+        end
+        reset = start + w - now
+        if cur + probe > req then
+          over, rem = true, req - min(cur, req)
+        else
+          rem = req - cur - hits
+          s2, c2, p2, e2 = start, cur + hits, 0, start + w
+        end
+      end
+
+      if pass == 2 then
         if reserve then
           reply[r + 4], reply[r + 5] = rem, reset
         end
         if not admitted then
           reply[r + 2], reply[r + 3] = rem, reset
         end
-      end
-    else
-      local took = 0
-      if over then
-        s2, c2, p2, e2 = s, c, p, e
-        if shadow == 0 then
-          admitted = false
+      else
+        local took = 0
+        if over then
+          s2, c2, p2, e2 = s, c, p, e
+          if shadow == 0 then
+            admitted = false
+          end
+        elseif hits > 0 then
+          took, any = 1, 1
         end
-      elseif hits > 0 then
-        took, any = 1, 1
-      end
-      X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5] = k, s, c, p, e
-      X[b + 6], X[b + 7], X[b + 8], X[b + 9] = s2, c2, p2, e2
-      X[b + 10], X[b + 11], X[b + 12], X[b + 13] = took, any, 0, stored
-      reply[r + 1], reply[r + 2], reply[r + 3] = over and 1 or 0, rem, reset
-      if reserve then
-        reply[r + 4], reply[r + 5], reply[r + 6] = rem, reset, -1
+        X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5] = k, s, c, p, e
+        X[b + 6], X[b + 7], X[b + 8], X[b + 9] = s2, c2, p2, e2
+        X[b + 10], X[b + 11], X[b + 12], X[b + 13], X[b + 14] = took, any, 0, stored, alg
+        reply[r + 1], reply[r + 2], reply[r + 3] = over and 1 or 0, rem, reset
+        if reserve then
+          reply[r + 4], reply[r + 5], reply[r + 6] = rem, reset, -1
+        end
       end
     end
   end
@@ -359,16 +370,19 @@ end
 
 -- Write each key once, from the working copy of its last check, if any
 -- of its checks consumed hits; a sliding log also gets one entry per
--- check that consumed.
+-- check that consumed. A written state expires after now (e > now, top
+-- >= now), so its TTL in whole ms, rounded up, is at least 1.
+local fmt = string.format
 for i = 1, n do
-  local b = (i - 1) * 13
+  local b = (i - 1) * 14
   if X[b + 11] == 1 then
-    local alg, _, _, w, _, _, hits = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
+    local alg = X[b + 14]
     local k = X[b + 1]
     local key = KEYS[k]
     local s, c, p, e = X[b + 6], X[b + 7], X[b + 8], X[b + 9]
     local receipt = s
     if alg == SLIDING_LOG then
+      local _, _, _, w, _, _, hits = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
       receipt = p
       if X[b + 10] == 1 then
         redis.call('ZADD', key, now, str(p) .. ':' .. str(hits))
@@ -378,7 +392,7 @@ for i = 1, n do
           redis.call('ZREMRANGEBYSCORE', key, '-inf', now - w)
         end
         local top = max(logtop[k], now)
-        local ms = ttl(top + w - now)
+        local ms = fmt('%d', ceil((top + w - now) / 1000))
         redis.call('SET', KEYS[k + 1], spack('<ddd', c, p, top), 'PX', ms)
         redis.call('PEXPIRE', key, ms)
       end
@@ -396,14 +410,16 @@ for i = 1, n do
         v = spack('<ddd', s, c, p)
       end
       if X[b + 13] == s then
-        -- The key holds this window already, and so its expiry: keeping
-        -- that is cheaper than setting it again.
-        redis.call('SET', key, v, 'KEEPTTL')
+        -- The key holds this window already, a value of the same length,
+        -- and the window's expiry: overwrite the value in place.
+        -- SETRANGE keeps the expiry, and its integer reply costs Lua
+        -- less than SET's status.
+        redis.call('SETRANGE', key, '0', v)
       else
-        redis.call('SET', key, v, 'PX', ttl(e - now))
+        redis.call('SET', key, v, 'PX', fmt('%d', ceil((e - now) / 1000)))
       end
     else
-      redis.call('SET', key, spack('<ddd', s, c, e), 'PX', ttl(e - now))
+      redis.call('SET', key, spack('<ddd', s, c, e), 'PX', fmt('%d', ceil((e - now) / 1000)))
     end
     if reserve and X[b + 10] == 1 then
       reply[(i - 1) * 6 + 7] = receipt

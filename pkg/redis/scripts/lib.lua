@@ -34,11 +34,6 @@ local function str(x)
   return string.format('%.0f', x)
 end
 
--- ttl converts µs to a PX argument: whole ms, rounded up, at least 1.
-local function ttl(us)
-  return max(1, ceil(us / 1000))
-end
-
 -- clock returns now in µs: ARGV[1] if a test set it, else Redis's TIME.
 local function clock()
   if ARGV[1] ~= '' then

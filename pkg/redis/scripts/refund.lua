@@ -31,6 +31,11 @@
 -- refund) instead of failing.
 
 local now = clock()
+
+-- ttl converts µs to a PX argument: whole ms, rounded up, at least 1.
+local function ttl(us)
+  return max(1, ceil(us / 1000))
+end
 local spec = ARGV[2]
 local RECORD = SPEC .. 'd'
 local size = CHECK + 8
