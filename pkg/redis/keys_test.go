@@ -252,3 +252,46 @@ func TestEarlierLayout(t *testing.T) {
 		}
 	})
 }
+
+// TestKeyTTLKeptWithinWindow: a fixed or sliding window written again in
+// the window it holds keeps the expiry its first write set (the script
+// overwrites the value in place), so the key still expires with its
+// window and never loses its TTL.
+func TestKeyTTLKeptWithinWindow(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rc := srv.Client(t)
+	s := newStore(t, redis.Options{URL: urlOf(srv.Addr)})
+	ctx := context.Background()
+	tests := []struct {
+		give  *limits.Limit
+		bound time.Duration
+	}{
+		{give: mustLimit(t, limits.FixedWindow, 100, limits.UnitHour, 1, 0), bound: time.Hour},
+		{give: mustLimit(t, limits.SlidingWindow, 100, limits.UnitHour, 1, 0), bound: 2 * time.Hour},
+	}
+	for _, tt := range tests {
+		t.Run(tt.give.Algorithm.String(), func(t *testing.T) {
+			c := check(tt.give.Algorithm.String(), tt.give, 1)
+			key := redis.FullKey(s, c)
+			var first time.Duration
+			for i := range 3 {
+				b := apply(t, s, c)
+				if want := uint64(99 - i); !b.Admitted || b.Outcomes[0].Remaining != want {
+					t.Fatalf("request %d: admitted %v, %+v; want admitted with %d remaining", i, b.Admitted, b.Outcomes[0], want)
+				}
+				ttl, err := rc.PTTL(ctx, key).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ttl <= 0 || ttl > tt.bound {
+					t.Fatalf("request %d: TTL %v, want in (0, %v]", i, ttl, tt.bound)
+				}
+				if i == 0 {
+					first = ttl
+				} else if ttl > first {
+					t.Errorf("request %d: TTL %v grew past the first write's %v", i, ttl, first)
+				}
+			}
+		})
+	}
+}
