@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -111,5 +112,36 @@ return out`
 		if got[i] != strconv.FormatInt(floor, 10) || got[i+1] != strconv.FormatInt(ceil, 10) {
 			t.Errorf("%d / %d: Lua floor %s ceil %s, want %d and %d", a, b, got[i], got[i+1], floor, ceil)
 		}
+	}
+}
+
+// TestScriptCheckRecord: Go packs a check into the record lib.lua unpacks,
+// of the size both sides assume.
+func TestScriptCheckRecord(t *testing.T) {
+	rc := redistest.StartServer(t).Client(t)
+	l, err := limits.NewLimit(limits.LeakyBucket, 7, limits.UnitMinute, 2, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Shadow = true
+	rec := appendCheck(nil, &limits.Check{Limit: l, Hits: 3})
+	if len(rec) != checkSize {
+		t.Fatalf("record of %d bytes, want checkSize %d", len(rec), checkSize)
+	}
+	src := prelude() + libSrc + `
+local out = {CHECK, #ARGV[1]}
+for _, v in ipairs({sunpack(SPEC, ARGV[1])}) do
+  out[#out + 1] = v
+end
+return out`
+	got, err := rc.Eval(context.Background(), src, nil, rec).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// CHECK and the record's length, then its fields and the position
+	// after them.
+	want := []int64{checkSize, checkSize, int64(limits.LeakyBucket), 1, 7, 120_000_000, l.Tick(), 9, 3, checkSize + 1}
+	if !slices.Equal(got, want) {
+		t.Errorf("Lua reads %v, want %v", got, want)
 	}
 }
