@@ -3,12 +3,14 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
 )
@@ -179,4 +181,117 @@ func encodings(t *testing.T, rc *goredis.Client, keys []string) string {
 		out += enc
 	}
 	return out
+}
+
+// TestEarlierLayout: the keys an earlier version left, a hash per key
+// and a sliding log's sidecar hash, fail no request. Redis reads them as
+// fresh keys (each counter starts again once) and the first admitted
+// request overwrites them; a sliding log, whose entries kept their
+// format, is recounted and goes on past their sequence numbers.
+func TestEarlierLayout(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rc := srv.Client(t)
+	clk := storetest.NewClock(storetest.Epoch.Add(10 * time.Second))
+	s := newStore(t, redis.Options{URL: urlOf(srv.Addr)}, redis.WithClock(clk.Now))
+	ctx := context.Background()
+	now := clk.Now().UnixMicro()
+	const minute = int64(60_000_000)
+	tests := []struct {
+		give *limits.Limit
+		old  []any // the earlier version's hash: all used up
+		want uint64
+	}{
+		{give: mustLimit(t, limits.FixedWindow, 10, limits.UnitMinute, 1, 0), old: []any{"s", now - now%minute, "c", 10}, want: 9},
+		{give: mustLimit(t, limits.SlidingWindow, 10, limits.UnitMinute, 1, 0), old: []any{"s", now - now%minute, "c", 10, "p", 10}, want: 9},
+		{give: mustLimit(t, limits.TokenBucket, 10, limits.UnitMinute, 1, 10), old: []any{"s", now, "c", 0, "e", now + minute}, want: 9},
+		{give: mustLimit(t, limits.LeakyBucket, 10, limits.UnitMinute, 1, 10), old: []any{"s", now, "c", 10 * minute, "e", now + minute}, want: 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.give.Algorithm.String(), func(t *testing.T) {
+			c := check(tt.give.Algorithm.String(), tt.give, 1)
+			key := redis.FullKey(s, c)
+			if err := rc.HSet(ctx, key, tt.old...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			rc.PExpire(ctx, key, time.Minute)
+			for i, want := range []uint64{tt.want, tt.want - 1} {
+				b := apply(t, s, c)
+				if !b.Admitted || b.Outcomes[0].Remaining != want {
+					t.Fatalf("request %d: admitted %v, %+v; want admitted with %d remaining", i, b.Admitted, b.Outcomes[0], want)
+				}
+			}
+			if typ := rc.Type(ctx, key).Val(); typ != "string" {
+				t.Errorf("key is a %s after a request, want a string", typ)
+			}
+		})
+	}
+	t.Run("sliding_log", func(t *testing.T) {
+		c := check("log", mustLimit(t, limits.SlidingLog, 10, limits.UnitMinute, 1, 0), 1)
+		key := redis.FullKey(s, c)
+		// Three hits a second ago, one of them long gone, and the
+		// earlier version's sidecar hash.
+		rc.ZAdd(ctx, key, goredis.Z{Score: float64(now - 1_000_000), Member: "7:3"}, goredis.Z{Score: float64(now - 2*minute), Member: "6:1"})
+		rc.HSet(ctx, key+":h", "h", 4, "n", 7)
+		rc.PExpire(ctx, key, time.Minute)
+		rc.PExpire(ctx, key+":h", time.Minute)
+		for i, want := range []uint64{6, 5} {
+			b := apply(t, s, c)
+			if !b.Admitted || b.Outcomes[0].Remaining != want {
+				t.Fatalf("request %d: admitted %v, %+v; want admitted with %d remaining", i, b.Admitted, b.Outcomes[0], want)
+			}
+		}
+		members, err := rc.ZRange(ctx, key, 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"7:3", "8:1", "9:1"}; !slices.Equal(members, want) {
+			t.Errorf("log %q, want %q", members, want)
+		}
+		if typ := rc.Type(ctx, key+":h").Val(); typ != "string" {
+			t.Errorf("sidecar is a %s after a request, want a string", typ)
+		}
+	})
+}
+
+// TestKeyTTLKeptWithinWindow: a fixed or sliding window written again in
+// the window it holds keeps the expiry its first write set (the script
+// overwrites the value in place), so the key still expires with its
+// window and never loses its TTL.
+func TestKeyTTLKeptWithinWindow(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rc := srv.Client(t)
+	s := newStore(t, redis.Options{URL: urlOf(srv.Addr)})
+	ctx := context.Background()
+	tests := []struct {
+		give  *limits.Limit
+		bound time.Duration
+	}{
+		{give: mustLimit(t, limits.FixedWindow, 100, limits.UnitHour, 1, 0), bound: time.Hour},
+		{give: mustLimit(t, limits.SlidingWindow, 100, limits.UnitHour, 1, 0), bound: 2 * time.Hour},
+	}
+	for _, tt := range tests {
+		t.Run(tt.give.Algorithm.String(), func(t *testing.T) {
+			c := check(tt.give.Algorithm.String(), tt.give, 1)
+			key := redis.FullKey(s, c)
+			var first time.Duration
+			for i := range 3 {
+				b := apply(t, s, c)
+				if want := uint64(99 - i); !b.Admitted || b.Outcomes[0].Remaining != want {
+					t.Fatalf("request %d: admitted %v, %+v; want admitted with %d remaining", i, b.Admitted, b.Outcomes[0], want)
+				}
+				ttl, err := rc.PTTL(ctx, key).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ttl <= 0 || ttl > tt.bound {
+					t.Fatalf("request %d: TTL %v, want in (0, %v]", i, ttl, tt.bound)
+				}
+				if i == 0 {
+					first = ttl
+				} else if ttl > first {
+					t.Errorf("request %d: TTL %v grew past the first write's %v", i, ttl, first)
+				}
+			}
+		})
+	}
 }

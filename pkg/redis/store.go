@@ -30,10 +30,13 @@ package redis
 import (
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,10 +54,30 @@ var (
 	//go:embed scripts/refund.lua
 	refundSrc string
 
-	// Both scripts share lib.lua's arithmetic, prepended at load time.
-	applyScript  = goredis.NewScript(libSrc + applySrc)
-	refundScript = goredis.NewScript(libSrc + refundSrc)
+	// Both scripts share the algorithm codes and lib.lua's arithmetic,
+	// prepended at load time.
+	applyScript  = goredis.NewScript(prelude() + libSrc + applySrc)
+	refundScript = goredis.NewScript(prelude() + libSrc + refundSrc)
 )
+
+// prelude returns the scripts' algorithm codes: one Lua constant per
+// limits.Algorithm, named after the algorithm in capitals and set to its
+// Go value (local FIXED_WINDOW = 0, ...), so that the scripts cannot
+// disagree with Go about which number means which algorithm.
+func prelude() string {
+	var b strings.Builder
+	for _, a := range limits.Algorithms {
+		fmt.Fprintf(&b, "local %s = %d\n", luaName(a), int(a))
+	}
+	return b.String()
+}
+
+// luaName returns the name of a's constant in the scripts.
+func luaName(a limits.Algorithm) string { return strings.ToUpper(a.String()) }
+
+// checkSize is the size of a check's record in apply.lua's ARGV (CHECK in
+// lib.lua): two bytes and five float64s.
+const checkSize = 2 + 5*8
 
 // logSuffix names a sliding log's second key. Keys of limits.AppendKey end
 // in a limit ID, which ends in a digit, so no key ends in it.
@@ -407,19 +430,20 @@ func (s *Store) refund(ctx context.Context, checks []limits.Check, now string, g
 			continue
 		}
 		var keys []string
-		args := []any{now}
+		var spec []byte
 		for j, i := range g.idx {
 			if g.receipts[j] < 0 {
 				continue
 			}
 			c := &checks[i]
 			keys = s.appendKeys(keys, c)
-			args = appendLimit(args, c.Limit)
-			args = append(args, c.Hits, g.receipts[j])
+			spec = appendCheck(spec, c)
+			spec = appendFloat(spec, float64(g.receipts[j]))
 		}
 		if len(keys) == 0 {
 			continue
 		}
+		args := []any{now, spec}
 		eg.Go(func() error {
 			err := refundScript.Run(ctx, s.rdb, keys, args...).Err()
 			if isRedirect(err) {
@@ -442,12 +466,7 @@ func (s *Store) applyArgs(checks []limits.Check, idx []int, now string, reserve 
 		n = len(checks)
 	}
 	keys := make([]string, 0, n+1)
-	args := make([]any, 0, 2+7*n)
-	mode := "0"
-	if reserve {
-		mode = "1"
-	}
-	args = append(args, now, mode)
+	spec := make([]byte, 0, n*checkSize)
 	for j := range n {
 		i := j
 		if idx != nil {
@@ -455,14 +474,13 @@ func (s *Store) applyArgs(checks []limits.Check, idx []int, now string, reserve 
 		}
 		c := &checks[i]
 		keys = s.appendKeys(keys, c)
-		args = appendLimit(args, c.Limit)
-		shadow := 0
-		if c.Limit.Shadow {
-			shadow = 1
-		}
-		args = append(args, c.Hits, shadow)
+		spec = appendCheck(spec, c)
 	}
-	return keys, args
+	mode := "0"
+	if reserve {
+		mode = "1"
+	}
+	return keys, []any{now, mode, spec}
 }
 
 // appendKeys appends the keys of c: its key, and for a sliding log its
@@ -476,10 +494,28 @@ func (s *Store) appendKeys(keys []string, c *limits.Check) []string {
 	return keys
 }
 
-// appendLimit appends the five ARGV values that describe l to both
-// scripts: algorithm, requests, window µs, tick µs and burst.
-func appendLimit(args []any, l *limits.Limit) []any {
-	return append(args, int(l.Algorithm), l.Requests, l.Window().Microseconds(), l.Tick(), l.Burst)
+// appendCheck appends the record of c that both scripts read (SPEC in
+// lib.lua): algorithm and shadow (0 or 1) as bytes, then requests, window
+// µs, tick µs, burst and hits as little-endian float64s. Binary numbers
+// spare Redis parsing decimals; a float64 is exact for every integer that
+// limits.Limit allows (below 2^53), and rounds larger hits as Lua would.
+func appendCheck(spec []byte, c *limits.Check) []byte {
+	l := c.Limit
+	shadow := byte(0)
+	if l.Shadow {
+		shadow = 1
+	}
+	spec = append(spec, byte(l.Algorithm), shadow)
+	spec = appendFloat(spec, float64(l.Requests))
+	spec = appendFloat(spec, float64(l.Window().Microseconds()))
+	spec = appendFloat(spec, float64(l.Tick()))
+	spec = appendFloat(spec, float64(l.Burst))
+	return appendFloat(spec, float64(c.Hits))
+}
+
+// appendFloat appends f as a little-endian float64, struct's '<d'.
+func appendFloat(b []byte, f float64) []byte {
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
 }
 
 // replyInts checks that reply is an array of n integers.

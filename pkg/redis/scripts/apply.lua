@@ -3,15 +3,13 @@
 -- algorithms, and limits.MemoryStore.Apply's all-or-nothing rule.
 --
 -- KEYS: the state keys of the checks, in check order: one per check, and
---   two for sliding_log (the log, then its sidecar hash). All in one hash
---   slot. A key may repeat: checks on one key see each other's hits.
+--   two for sliding_log (the log, then its sidecar). All in one hash slot.
+--   A key may repeat: checks on one key see each other's hits.
 -- ARGV[1]: now in µs, or "" to read redis.call('TIME'). Only tests set it.
 -- ARGV[2]: "1" to reserve (one slot group of a cross-slot request): also
 --   return, per check, its outcome should another group reject the
 --   request, and a refund receipt for refund.lua.
--- ARGV[3...]: 7 per check: algorithm (0 fixed_window, 1 sliding_window,
---   2 sliding_log, 3 token_bucket, 4 leaky_bucket), requests, window µs,
---   tick µs, burst, hits, shadow (0 or 1).
+-- ARGV[3]: the checks, one binary record each (lib.lua's SPEC).
 --
 -- Returns an array of integers: admitted (0 or 1), then per check over
 -- (0 or 1), remaining, reset µs; when reserving, each check also has the
@@ -22,333 +20,410 @@
 -- other request in between, on one clock shared by every sidecar, in one
 -- round trip. Nothing is written unless every enforced check passes.
 --
--- State, all integers (Lua numbers are doubles, exact below 2^53, and
--- limits.Limit keeps every quantity below that):
---   fixed_window    hash s (window start µs), c (hits in it); TTL to the
+-- Redis's cost is mostly per command the script calls, per value it
+-- converts and per Lua object it allocates, so the script reads every key
+-- with one MGET, writes each key once (SET with PX: value and expiry in
+-- one command; or SETRANGE over a window the key already holds, which
+-- keeps its expiry), takes its numbers in binary, and makes no table or
+-- closure per check. Numbers it passes to redis.call are strings it
+-- formats itself: Redis would format them with %.17g, which costs more.
+--
+-- State: one string per key, of little-endian doubles (struct.pack), all
+-- integers below 2^53:
+--   fixed_window    '<dd': window start µs, hits in it. TTL to the
 --                   window's end.
---   sliding_window  hash s, c, p (previous window's hits); TTL two windows
---                   from the window's start.
+--   sliding_window  '<ddd': window start, hits, previous window's hits.
+--                   TTL two windows from the window's start.
+--   token_bucket,   '<ddd': tick of the last update, level (free level,
+--   leaky_bucket    or backlog, scaled by the window in ticks), µs when
+--                   the bucket is full again. TTL to that time.
 --   sliding_log     zset of admitted requests, member "<seq>:<hits>",
---                   score µs; sidecar hash <key>":h" with h (sum of the
---                   members' hits) and n (last seq). TTL one window after
---                   the newest entry.
---   token_bucket,   hash s (tick of the last update), c (free level, or
---   leaky_bucket    backlog, scaled by the window in ticks), e (µs when
---                   the bucket is full again); TTL to e.
-
-local function loghits(member)
-  return tonumber(string.match(member, ':(%d+)$'))
-end
+--                   score µs; sidecar string '<ddd': the members' hits,
+--                   the last seq, the greatest score. Both expire one
+--                   window after the greatest score.
+-- A value of another length or type (MGET reads a hash as nil) is a fresh
+-- key, overwritten by the next write. So the hashes of earlier versions
+-- start from zero once; a sliding log is recounted from its members.
+--
+-- While deciding, a check's state is four numbers s, c, p, e:
+--   fixed_window    start, hits, 0, end of the window (after a hit)
+--   sliding_window  start, hits, previous hits, start + 2 windows
+--   buckets         tick, level, 0, full-again µs
+--   sliding_log     0, hits in the window, seq, newest live entry µs (0:
+--                   none)
 
 local now = clock()
 local reserve = ARGV[2] == '1'
+local spec = ARGV[3]
+local n = #spec / CHECK
+local vals = redis.call('MGET', unpack(KEYS))
+local match = string.match
 
--- load returns the stored state of a check's key(s).
-local function load(l, key, key2)
-  if l.alg == LOG then
-    local lo = now - l.w
-    -- Entries at or before lo have left the window; they stay stored
-    -- until the next write trims them.
-    local expired = 0
-    for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, '-inf', lo)) do
-      expired = expired + loghits(m)
-    end
-    local newest
-    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    if last[2] and tonumber(last[2]) > lo then
-      newest = tonumber(last[2])
-    end
-    local count = tonumber(redis.call('HGET', key2, 'h') or '0') - expired
-    local seq
-    if newest == nil then
-      count = 0
-    elseif count <= 0 then
-      -- The sidecar hash was lost (evicted, say): recount the log and
-      -- restart the sequence past its members.
-      count, seq = 0, 0
-      for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, '(' .. str(lo), '+inf')) do
-        count = count + loghits(m)
-        seq = max(seq, tonumber(string.match(m, '^(%d+):')))
-      end
-    end
-    return {key = key, lo = lo, count = count, newest = newest, pending = {}, trim = expired > 0, seq = seq}
-  end
-  local v = redis.call('HMGET', key, 's', 'c', 'p', 'e')
-  return {s = tonumber(v[1] or '0'), c = tonumber(v[2] or '0'), p = tonumber(v[3] or '0'), e = tonumber(v[4] or '0')}
-end
+-- Per sliding-log key index: whether the log holds entries to trim, and
+-- its greatest score. Made on the first sliding log.
+local logtrim, logtop
 
-local function fixed(l, st, hits, probe)
-  local w = l.w
-  local start = idiv(now, w) * w
-  if st.s ~= start then
-    st = {s = start, c = 0, p = 0, e = 0}
-  end
-  local reset = start + w - now
-  if st.c + probe > l.req then
-    return true, l.req - min(st.c, l.req), reset, st
-  end
-  local n = {s = start, c = st.c + hits, p = 0, e = start + w}
-  return false, l.req - n.c, reset, n
-end
-
--- sliding works in ticks and scales the estimate by the window length W:
--- E = prev * (W - elapsed) + cur * W.
-local function sliding(l, st, hits, probe)
-  local w = l.w
-  local start = idiv(now, w) * w
-  if st.s == start then
-    st = {s = st.s, c = st.c, p = st.p, e = 0}
-  elseif st.s == start - w then
-    st = {s = start, c = 0, p = st.c, e = 0}
-  else
-    st = {s = start, c = 0, p = 0, e = 0}
-  end
-  local wt = idiv(w, l.tick)
-  local elapsed = idiv(now - start, l.tick)
-  local est = st.p * (wt - elapsed) + st.c * wt
-  local cap = l.req * wt
-  -- probe > req can never fit; testing it first keeps probe * wt from
-  -- growing past 2^53 (the outcome is the same as the formula's).
-  if probe > l.req or est + probe * wt > cap then
-    local ticks
-    if probe > l.req then
-      ticks = 2 * wt - elapsed
-    else
-      local need = est + probe * wt - cap
-      if st.p > 0 and ceildiv(need, st.p) <= wt - elapsed then
-        ticks = ceildiv(need, st.p)
-      elseif st.c + probe <= l.req then
-        ticks = wt - elapsed
-      elseif st.c > 0 and ceildiv((st.c + probe - l.req) * wt, st.c) <= wt then
-        ticks = wt - elapsed + ceildiv((st.c + probe - l.req) * wt, st.c)
-      else
-        ticks = 2 * wt - elapsed
-      end
-    end
-    return true, idiv(cap - min(est, cap), wt), ticks * l.tick, st
-  end
-  local n = {s = start, c = st.c + hits, p = st.p, e = start + 2 * w}
-  est = est + hits * wt
-  local reset = 0
-  if n.c > 0 then
-    reset = start + 2 * w - now
-  elseif n.p > 0 then
-    reset = start + w - now
-  end
-  return false, idiv(cap - est, wt), reset, n
-end
-
--- logwait returns how long until need hits have left the window of st,
--- oldest first: stored entries, then this batch's pending ones (at now).
-local function logwait(l, st, need)
-  local freed, off = 0, 0
-  while true do
-    local page = redis.call('ZRANGEBYSCORE', st.key, '(' .. str(st.lo), '+inf', 'WITHSCORES', 'LIMIT', off, 32)
-    for i = 1, #page, 2 do
-      freed = freed + loghits(page[i])
-      if freed >= need then
-        return tonumber(page[i + 1]) + l.w - now
-      end
-    end
-    if #page < 64 then
-      break
-    end
-    off = off + 32
-  end
-  for _, h in ipairs(st.pending) do
-    freed = freed + h
-    if freed >= need then
-      return l.w
-    end
-  end
-  return l.w
-end
-
-local function slidinglog(l, st, hits, probe)
-  if st.count + probe > l.req then
-    local reset = l.w
-    if probe <= l.req then
-      reset = logwait(l, st, st.count + probe - l.req)
-    end
-    return true, l.req - min(st.count, l.req), reset, st
-  end
-  local n = st
-  if hits > 0 then
-    local pending = {}
-    for i, h in ipairs(st.pending) do
-      pending[i] = h
-    end
-    pending[#pending + 1] = hits
-    n = {key = st.key, lo = st.lo, count = st.count + hits, newest = now, pending = pending, trim = st.trim, seq = st.seq}
-  end
-  local reset = 0
-  if n.newest then
-    reset = n.newest + l.w - now
-  end
-  return false, l.req - st.count - hits, reset, n
-end
-
--- bucket evaluates both buckets in ticks with levels scaled by the window
--- length W in ticks: a bucket holds burst * W, a hit costs W and each tick
--- drains (or refills) requests. The token bucket stores the free level,
--- the leaky bucket the backlog.
-local function bucket(l, st, hits, probe)
-  local wt = idiv(l.w, l.tick)
-  local t = idiv(now, l.tick)
-  local cap = l.burst * wt
-  local rate = l.req
-  local live = st.e ~= 0 and st.e > now
-  local backlog = 0
-  if live then
-    if l.alg == TOKEN then
-      backlog = cap - min(st.c, cap)
-    else
-      backlog = min(st.c, cap)
-    end
-    if t > st.s then
-      local elapsed = t - st.s
-      if elapsed >= ceildiv(backlog, rate) then
-        backlog = 0
-      else
-        backlog = backlog - elapsed * rate
-      end
-    end
-  end
-  if probe > l.burst or backlog + probe * wt > cap then
-    local ticks = ceildiv(backlog, rate)
-    if probe <= l.burst then
-      ticks = ceildiv(backlog + probe * wt - cap, rate)
-    end
-    return true, idiv(cap - backlog, wt), ticks * l.tick, st
-  end
-  backlog = backlog + hits * wt
-  local full = ceildiv(backlog, rate) * l.tick
-  local n = {s = t, c = backlog, p = 0, e = t * l.tick + full}
-  if l.alg == TOKEN then
-    n.c = cap - backlog
-  end
-  if n.e <= now then
-    n = {s = 0, c = 0, p = 0, e = 0}
-  end
-  return false, idiv(cap - backlog, wt), max(0, full - (now - t * l.tick)), n
-end
-
--- evaluate is limits.Limit.Evaluate: the verdict of one limit on state st
--- for hits, and the state after consuming them.
-local function evaluate(l, st, hits)
-  local probe = max(hits, 1)
-  if l.req == 0 then
-    local start = idiv(now, l.w) * l.w
-    return true, 0, start + l.w - now, st
-  end
-  if l.alg == SLIDING then
-    return sliding(l, st, hits, probe)
-  elseif l.alg == LOG then
-    return slidinglog(l, st, hits, probe)
-  elseif l.alg == TOKEN or l.alg == LEAKY then
-    return bucket(l, st, hits, probe)
-  end
-  return fixed(l, st, hits, probe)
-end
-
--- Decide every check in order on working copies of the state, so checks
--- on one key see each other's hits.
-local checks, work = {}, {}
+-- X holds per check i, from b = (i - 1) * 14:
+--   b+1     index in KEYS of the key's first check's key
+--   b+2..5  state before the check: s, c, p, e
+--   b+6..9  state after it
+--   b+10    1 if the check consumed hits
+--   b+11    1 if it or an earlier check on its key consumed hits
+--   b+12    1 if a later check has its key
+--   b+13    the window start stored for the key (fixed and sliding
+--           windows; -1 for none or another algorithm): a write in the
+--           same window keeps the key's expiry
+--   b+14    the check's algorithm
+--
+-- Lua 5.1 has no table.new, but a constructor ending in a call sizes the
+-- array part once for all the values the call returns: X and reply start
+-- with as many placeholders (bytes of spec, which is longer) as they will
+-- hold, up to a bound, so filling them does not rehash them again and
+-- again. Every placeholder is overwritten before it is read or returned.
+local per = reserve and 6 or 3
+local sbyte = string.byte
+local X = {sbyte(spec, 1, min(14 * n, 700))}
+local reply = {1, sbyte(spec, 1, min(per * n, 300))}
 local admitted = true
-local k = 1
-for i = 1, (#ARGV - 2) / 7 do
-  local a = 2 + (i - 1) * 7
-  -- A check is its limit too (alg, req, w, tick, burst). Every field is
-  -- set here, so Lua sizes the table once.
-  local c = {
-    alg = tonumber(ARGV[a + 1]), req = tonumber(ARGV[a + 2]), w = tonumber(ARGV[a + 3]),
-    tick = tonumber(ARGV[a + 4]), burst = tonumber(ARGV[a + 5]),
-    hits = tonumber(ARGV[a + 6]), shadow = ARGV[a + 7] == '1', key = KEYS[k], key2 = false,
-    start = false, next = false, over = false, rem = 0, reset = 0, altrem = 0, altreset = 0,
-  }
-  if c.alg == LOG then
-    c.key2 = KEYS[k + 1]
-    k = k + 2
-  else
-    k = k + 1
-  end
-  local st = work[c.key]
-  if st == nil then
-    st = load(c, c.key, c.key2)
-  end
-  local over, rem, reset, n = evaluate(c, st, c.hits)
-  if over then
-    n = st
-    if not c.shadow then
-      admitted = false
-    end
-  end
-  c.start, c.next, c.over, c.rem, c.reset = st, n, over, rem, reset
-  work[c.key] = n
-  checks[i] = c
-end
 
--- A rejected request consumes nothing, so the checks that would have
--- admitted it report their state without it.
-if not admitted or reserve then
-  for _, c in ipairs(checks) do
-    c.altrem, c.altreset = c.rem, c.reset
-    if not c.over then
-      local _
-      _, c.altrem, c.altreset = evaluate(c, c.start, 0)
-    end
+-- Pass 1 decides every check in order on working copies of the state, so
+-- checks on one key see each other's hits. A rejected request consumes
+-- nothing, so pass 2 (if the request is rejected, or to report that case
+-- when reserving) evaluates the checks that would have admitted it again,
+-- from the same state, for zero hits. Both passes share one copy of
+-- limits.Limit.Evaluate, inline: a function would be a closure made
+-- afresh on every run.
+for pass = 1, 2 do
+  if pass == 2 and admitted and not reserve then
+    break
   end
-end
-
-local reply, repaired = {admitted and 1 or 0}, {}
-for _, c in ipairs(checks) do
-  local receipt = -1
-  local rem, reset = c.rem, c.reset
-  if not admitted then
-    rem, reset = c.altrem, c.altreset
-  elseif c.hits > 0 and not c.over then
-    local l, n = c, c.next
-    if l.alg == LOG then
-      -- Trim and repair once per key: later checks on the key come
-      -- from this one's working copy.
-      if not repaired[c.key] then
-        repaired[c.key] = true
-        if n.trim then
-          redis.call('ZREMRANGEBYSCORE', c.key, '-inf', n.lo)
-        end
-        if n.seq then
-          redis.call('HSET', c.key2, 'n', n.seq)
-        end
-      end
-      receipt = redis.call('HINCRBY', c.key2, 'n', 1)
-      redis.call('ZADD', c.key, now, str(receipt) .. ':' .. str(c.hits))
-      redis.call('HSET', c.key2, 'h', n.count)
-      local last = redis.call('ZRANGE', c.key, -1, -1, 'WITHSCORES')
-      local exp = ttl(max(now, tonumber(last[2])) + l.w - now)
-      redis.call('PEXPIRE', c.key, exp)
-      redis.call('PEXPIRE', c.key2, exp)
-    elseif n.e <= now then
-      -- A bucket back at full: the same as no state at all.
-      redis.call('DEL', c.key)
-    else
-      if l.alg == SLIDING then
-        redis.call('HSET', c.key, 's', n.s, 'c', n.c, 'p', n.p)
-      elseif l.alg == FIXED then
-        redis.call('HSET', c.key, 's', n.s, 'c', n.c)
+  local kk = 1
+  for i = 1, n do
+    local b, r = (i - 1) * 14, 1 + (i - 1) * per
+    -- Pass 2 evaluates only the checks that were not over.
+    if pass == 1 or reply[r + 1] == 0 then
+      local alg, shadow, req, w, tick, burst, hits = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
+      local k, s, c, p, e, any, stored = kk, 0, 0, 0, 0, 0, -1
+      if alg == SLIDING_LOG then
+        kk = kk + 2
       else
-        redis.call('HSET', c.key, 's', n.s, 'c', n.c, 'e', n.e)
+        kk = kk + 1
       end
-      redis.call('PEXPIRE', c.key, ttl(n.e - now))
-      receipt = n.s
+      if pass == 2 then
+        k, s, c, p, e, hits = X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5], 0
+      else
+        -- The working copy of the last earlier check on the key, if any.
+        local key, j = KEYS[k], i - 1
+        while j > 0 and KEYS[X[(j - 1) * 14 + 1]] ~= key do
+          j = j - 1
+        end
+        if j > 0 then
+          local a = (j - 1) * 14
+          k, s, c, p, e, any, stored = X[a + 1], X[a + 6], X[a + 7], X[a + 8], X[a + 9], X[a + 11], X[a + 13]
+          X[a + 12] = 1
+        elseif alg == SLIDING_LOG then
+          local lo, v = now - w, vals[k + 1]
+          local seq, top, trim = 0, 0, false
+          local known = v and #v == 24
+          if known then
+            c, seq, top = sunpack('<ddd', v)
+            if top <= lo then
+              -- Every entry has left the window.
+              c, trim = 0, true
+            else
+              -- Entries at or before lo have left the window; they stay
+              -- stored until the next write trims them.
+              for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, '-inf', lo)) do
+                c = c - tonumber(match(m, ':(%d+)$'))
+                trim = true
+              end
+              -- A live entry holds a hit, so c <= 0 means a stale sidecar.
+              known = c > 0
+            end
+          end
+          if not known then
+            -- The sidecar was lost, or is stale, or is an earlier version's
+            -- hash: recount the log, and go on past every sequence number
+            -- in it.
+            local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+            c, top, trim = 0, 0, false
+            for x = 1, #all, 2 do
+              local m, at = all[x], tonumber(all[x + 1])
+              seq = max(seq, tonumber(match(m, '^(%d+):')))
+              top = max(top, at)
+              if at <= lo then
+                trim = true
+              else
+                c = c + tonumber(match(m, ':(%d+)$'))
+              end
+            end
+          end
+          if not logtrim then
+            logtrim, logtop = {}, {}
+          end
+          logtrim[k], logtop[k] = trim, top
+          p = seq
+          if top > lo then
+            e = top
+          end
+        else
+          local v = vals[k]
+          if not v then
+            -- A fresh key.
+          elseif alg == FIXED_WINDOW then
+            if #v == 16 then
+              s, c = sunpack('<dd', v)
+              stored = s
+            end
+          elseif #v == 24 then
+            if alg == SLIDING_WINDOW then
+              s, c, p = sunpack('<ddd', v)
+              stored = s
+            else
+              s, c, e = sunpack('<ddd', v)
+            end
+          end
+        end
+      end
+
+      -- limits.Limit.Evaluate: the verdict on state s, c, p, e for hits
+      -- (over, rem, reset µs), and the state after consuming them (s2, c2,
+      -- p2, e2).
+      local over, rem, reset = false, 0, 0
+      local s2, c2, p2, e2 = s, c, p, e
+      local probe = hits
+      if hits == 0 then
+        probe = 1
+      end
+      if req == 0 then
+        over, reset = true, w - now % w
+      elseif alg == SLIDING_WINDOW then
+        -- In ticks, with the estimate scaled by the window length W:
+        -- E = prev * (W - elapsed) + cur * W.
+        local start = now - now % w
+        local cur, prev = c, p
+        if s == start - w then
+          cur, prev = 0, c
+        elseif s ~= start then
+          cur, prev = 0, 0
+        end
+        -- tick divides the window, and so start.
+        local wt = w / tick
+        local elapsed = (now - now % tick - start) / tick
+        local est = prev * (wt - elapsed) + cur * wt
+        local cap = req * wt
+        -- probe > req can never fit; testing it first keeps probe * wt
+        -- from growing past 2^53 (the outcome is the same as the formula's).
+        if probe > req or est + probe * wt > cap then
+          local ticks
+          if probe > req then
+            ticks = 2 * wt - elapsed
+          else
+            local need = est + probe * wt - cap
+            if prev > 0 and ceil(need / prev) <= wt - elapsed then
+              ticks = ceil(need / prev)
+            elseif cur + probe <= req then
+              ticks = wt - elapsed
+            elseif cur > 0 and ceil((cur + probe - req) * wt / cur) <= wt then
+              ticks = wt - elapsed + ceil((cur + probe - req) * wt / cur)
+            else
+              ticks = 2 * wt - elapsed
+            end
+          end
+          over, rem, reset = true, floor((cap - min(est, cap)) / wt), ticks * tick
+        else
+          cur = cur + hits
+          rem = floor((cap - est - hits * wt) / wt)
+          if cur > 0 then
+            reset = start + 2 * w - now
+          elseif prev > 0 then
+            reset = start + w - now
+          end
+          s2, c2, p2, e2 = start, cur, prev, start + 2 * w
+        end
+      elseif alg == SLIDING_LOG then
+        -- c hits in the window, p the last seq, e the newest entry (0: none).
+        if c + probe > req then
+          over, rem, reset = true, req - min(c, req), w
+          if probe <= req then
+            -- Wait until enough of the oldest hits have left the window:
+            -- stored entries first, then this request's earlier checks'
+            -- hits, which all leave after a whole window.
+            local need, freed, off = c + probe - req, 0, 0
+            local from = '(' .. str(now - w)
+            repeat
+              local page = redis.call('ZRANGEBYSCORE', KEYS[k], from, '+inf', 'WITHSCORES', 'LIMIT', off, 32)
+              for x = 1, #page, 2 do
+                freed = freed + tonumber(match(page[x], ':(%d+)$'))
+                if freed >= need then
+                  reset = tonumber(page[x + 1]) + w - now
+                  break
+                end
+              end
+              off = off + 32
+            until freed >= need or #page < 64
+          end
+        else
+          if hits > 0 then
+            c2, p2, e2 = c + hits, p + 1, now
+          end
+          rem = req - c2
+          if e2 > 0 then
+            reset = e2 + w - now
+          end
+        end
+      elseif alg == TOKEN_BUCKET or alg == LEAKY_BUCKET then
+        -- In ticks, with levels scaled by the window length W in ticks: a
+        -- bucket holds burst * W, a hit costs W and each tick drains (or
+        -- refills) req. The token bucket stores the free level, the leaky
+        -- bucket the backlog.
+        -- tick divides the window.
+        local wt = w / tick
+        local t = (now - now % tick) / tick
+        local cap = burst * wt
+        local backlog = 0
+        if e ~= 0 and e > now then
+          if alg == TOKEN_BUCKET then
+            backlog = cap - min(c, cap)
+          else
+            backlog = min(c, cap)
+          end
+          if t > s then
+            local elapsed = t - s
+            if elapsed >= ceil(backlog / req) then
+              backlog = 0
+            else
+              backlog = backlog - elapsed * req
+            end
+          end
+        end
+        if probe > burst or backlog + probe * wt > cap then
+          local ticks = ceil(backlog / req)
+          if probe <= burst then
+            ticks = ceil((backlog + probe * wt - cap) / req)
+          end
+          over, rem, reset = true, floor((cap - backlog) / wt), ticks * tick
+        else
+          backlog = backlog + hits * wt
+          local full = ceil(backlog / req) * tick
+          rem, reset = floor((cap - backlog) / wt), full - now % tick
+          if reset < 0 then
+            reset = 0
+          end
+          if t * tick + full <= now then
+            -- Full again already: the same as no state at all.
+            s2, c2, p2, e2 = 0, 0, 0, 0
+          elseif alg == TOKEN_BUCKET then
+            s2, c2, p2, e2 = t, cap - backlog, 0, t * tick + full
+          else
+            s2, c2, p2, e2 = t, backlog, 0, t * tick + full
+          end
+        end
+      else -- FIXED_WINDOW
+        local start = now - now % w
+        local cur = c
+        if s ~= start then
+          cur = 0
+        end
+        reset = start + w - now
+        if cur + probe > req then
+          over, rem = true, req - min(cur, req)
+        else
+          rem = req - cur - hits
+          s2, c2, p2, e2 = start, cur + hits, 0, start + w
+        end
+      end
+
+      if pass == 2 then
+        if reserve then
+          reply[r + 4], reply[r + 5] = rem, reset
+        end
+        if not admitted then
+          reply[r + 2], reply[r + 3] = rem, reset
+        end
+      else
+        local took = 0
+        if over then
+          s2, c2, p2, e2 = s, c, p, e
+          if shadow == 0 then
+            admitted = false
+          end
+        elseif hits > 0 then
+          took, any = 1, 1
+        end
+        X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5] = k, s, c, p, e
+        X[b + 6], X[b + 7], X[b + 8], X[b + 9] = s2, c2, p2, e2
+        X[b + 10], X[b + 11], X[b + 12], X[b + 13], X[b + 14] = took, any, 0, stored, alg
+        reply[r + 1], reply[r + 2], reply[r + 3] = over and 1 or 0, rem, reset
+        if reserve then
+          reply[r + 4], reply[r + 5], reply[r + 6] = rem, reset, -1
+        end
+      end
     end
   end
-  reply[#reply + 1] = c.over and 1 or 0
-  reply[#reply + 1] = rem
-  reply[#reply + 1] = reset
-  if reserve then
-    reply[#reply + 1] = c.altrem
-    reply[#reply + 1] = c.altreset
-    reply[#reply + 1] = receipt
+end
+
+if not admitted then
+  reply[1] = 0
+  return reply
+end
+
+-- Write each key once, from the working copy of its last check, if any
+-- of its checks consumed hits; a sliding log also gets one entry per
+-- check that consumed. A written state expires after now (e > now, top
+-- >= now), so its TTL in whole ms, rounded up, is at least 1.
+local fmt = string.format
+for i = 1, n do
+  local b = (i - 1) * 14
+  if X[b + 11] == 1 then
+    local alg = X[b + 14]
+    local k = X[b + 1]
+    local key = KEYS[k]
+    local s, c, p, e = X[b + 6], X[b + 7], X[b + 8], X[b + 9]
+    local receipt = s
+    if alg == SLIDING_LOG then
+      local _, _, _, w, _, _, hits = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
+      receipt = p
+      if X[b + 10] == 1 then
+        redis.call('ZADD', key, now, str(p) .. ':' .. str(hits))
+      end
+      if X[b + 12] == 0 then
+        if logtrim[k] then
+          redis.call('ZREMRANGEBYSCORE', key, '-inf', now - w)
+        end
+        local top = max(logtop[k], now)
+        local ms = fmt('%d', ceil((top + w - now) / 1000))
+        redis.call('SET', KEYS[k + 1], spack('<ddd', c, p, top), 'PX', ms)
+        redis.call('PEXPIRE', key, ms)
+      end
+    elseif X[b + 12] == 1 then
+      -- A later check on the key writes it.
+    elseif e <= now then
+      -- A bucket back at full: the same as no state at all.
+      redis.call('DEL', key)
+      receipt = -1
+    elseif alg == FIXED_WINDOW or alg == SLIDING_WINDOW then
+      local v
+      if alg == FIXED_WINDOW then
+        v = spack('<dd', s, c)
+      else
+        v = spack('<ddd', s, c, p)
+      end
+      if X[b + 13] == s then
+        -- The key holds this window already, a value of the same length,
+        -- and the window's expiry: overwrite the value in place.
+        -- SETRANGE keeps the expiry, and its integer reply costs Lua
+        -- less than SET's status.
+        redis.call('SETRANGE', key, '0', v)
+      else
+        redis.call('SET', key, v, 'PX', fmt('%d', ceil((e - now) / 1000)))
+      end
+    else
+      redis.call('SET', key, spack('<ddd', s, c, e), 'PX', fmt('%d', ceil((e - now) / 1000)))
+    end
+    if reserve and X[b + 10] == 1 then
+      reply[(i - 1) * 6 + 7] = receipt
+    end
   end
 end
 return reply

@@ -3,42 +3,36 @@
 -- depends on. It defines no KEYS or ARGV of its own except that clock()
 -- reads ARGV[1].
 --
+-- store.go puts before it one constant per limits.Algorithm, named after
+-- the algorithm in capitals (FIXED_WINDOW = 0, ...), generated from the Go
+-- table so the codes cannot drift; the scripts use only those names.
+--
 -- Lua numbers are doubles: integers are exact below 2^53, which
 -- limits.Limit keeps every quantity under.
+--
+-- Each check comes in ARGV as one record of CHECK bytes, packed by
+-- store.go's appendCheck in struct's format SPEC: algorithm, shadow (0 or
+-- 1), requests, window µs, tick µs, burst, hits. Binary numbers cost the
+-- script no decimal parsing.
 
-local FIXED, SLIDING, LOG, TOKEN, LEAKY = 0, 1, 2, 3, 4
-local floor, min, max = math.floor, math.min, math.max
+local SPEC, CHECK = '<BBddddd', 42
+local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+local spack, sunpack = struct.pack, struct.unpack
 
--- idiv is floor(a / b) for integers a >= 0, b > 0, corrected in case the
--- double division rounded up to the next integer.
-local function idiv(a, b)
-  local q = floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
-local function ceildiv(a, b)
-  if a == 0 then
-    return 0
-  end
-  return idiv(a - 1, b) + 1
-end
+-- Integer division is floor(a / b) and ceil(a / b), inline: a function
+-- call costs more than the division. Both are exact for integers
+-- 0 <= a < 2^53 and b >= 1, which every use has: the double a / b rounds
+-- to an integer only from within (a / b) * 2^-53 of it, while a quotient
+-- that is no integer lies at least 1 / b from every integer, which is
+-- more as long as a < 2^53. (scripts_test.go checks the edge cases.)
 
 -- str formats an integer without an exponent, for building strings:
 -- Lua's own conversion gives only 14 digits. Numbers passed to
 -- redis.call need no str: Redis formats them with 17 digits, exact for
--- every integer below 2^53.
+-- every integer below 2^53, though slowly (%.17g), so apply.lua formats
+-- the arguments of its hot path itself, with %d.
 local function str(x)
   return string.format('%.0f', x)
-end
-
--- ttl converts µs to a PEXPIRE argument: whole ms, rounded up, at least 1.
-local function ttl(us)
-  return max(1, ceildiv(max(us, 0), 1000))
 end
 
 -- clock returns now in µs: ARGV[1] if a test set it, else Redis's TIME.

@@ -4,8 +4,9 @@
 -- KEYS: the state keys of the refunded checks, as apply.lua took them: one
 --   per check, two for sliding_log. All in one hash slot.
 -- ARGV[1]: now in µs, or "" to read redis.call('TIME'). Only tests set it.
--- ARGV[2...]: 7 per check: algorithm (as in apply.lua), requests, window
---   µs, tick µs, burst, hits, receipt.
+-- ARGV[2]: the refunded checks, one binary record each: apply.lua's
+--   (lib.lua's SPEC; shadow is not read) followed by the receipt as a
+--   little-endian double.
 --
 -- Returns the number of checks whose hits were (at least partly) given
 -- back.
@@ -13,8 +14,9 @@
 -- Why a script: each refund reads and rewrites state that concurrent
 -- requests update, so it must run with none of them in between.
 --
--- Refunds never give back more than the reservation still holds, so a
--- refund can only leave a limit stricter than exact, never looser:
+-- State is apply.lua's. Refunds never give back more than the reservation
+-- still holds, so a refund can only leave a limit stricter than exact,
+-- never looser:
 --   fixed_window    decrement the window the hits went to, if current.
 --   sliding_window  decrement that window's count, whether it is still the
 --                   current window or has become the previous one.
@@ -25,59 +27,92 @@
 --                   and the last update, since that drain may already
 --                   have absorbed the hits. With no update in between the
 --                   refund is exact.
+-- Keys are read with MGET, which reads a key of another type as nil (no
+-- refund) instead of failing.
 
 local now = clock()
 
+-- ttl converts µs to a PX argument: whole ms, rounded up, at least 1.
+local function ttl(us)
+  return max(1, ceil(us / 1000))
+end
+local spec = ARGV[2]
+local RECORD = SPEC .. 'd'
+local size = CHECK + 8
+
 local refunded = 0
 local k = 1
-for i = 1, (#ARGV - 1) / 7 do
-  local a = 1 + (i - 1) * 7
-  local alg, req, w = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local tick, burst = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  local hits, receipt = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
+for i = 1, #spec / size do
+  local alg, _, req, w, tick, burst, hits, receipt = sunpack(RECORD, spec, (i - 1) * size + 1)
   local key = KEYS[k]
   k = k + 1
-  if alg == LOG then
+  if alg == SLIDING_LOG then
     local key2 = KEYS[k]
     k = k + 1
-    if redis.call('ZREM', key, str(receipt) .. ':' .. str(hits)) == 1 then
-      redis.call('HINCRBY', key2, 'h', -hits)
+    local member = str(receipt) .. ':' .. str(hits)
+    local at = redis.call('ZSCORE', key, member)
+    if at then
+      redis.call('ZREM', key, member)
       refunded = refunded + 1
-    end
-  elseif alg == FIXED or alg == SLIDING then
-    local v = redis.call('HMGET', key, 's', 'c', 'p')
-    local s = tonumber(v[1] or '0')
-    if s == receipt then
-      redis.call('HSET', key, 'c', max(0, tonumber(v[2] or '0') - hits))
-      refunded = refunded + 1
-    elseif alg == SLIDING and s == receipt + w then
-      redis.call('HSET', key, 'p', max(0, tonumber(v[3] or '0') - hits))
-      refunded = refunded + 1
+      local v = redis.call('MGET', key2)[1]
+      if v and #v == 24 then
+        local count, seq, top = sunpack('<ddd', v)
+        if tonumber(at) >= top then
+          -- The greatest score may have gone with the entry.
+          local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+          top = tonumber(last[2] or '0')
+        end
+        redis.call('SET', key2, spack('<ddd', max(0, count - hits), seq, top), 'PX', ttl(top + w - now))
+      end
     end
   else
-    local v = redis.call('HMGET', key, 's', 'c', 'e')
-    local s, c, e = tonumber(v[1] or '0'), tonumber(v[2] or '0'), tonumber(v[3] or '0')
-    if e > now then
-      local wt = idiv(w, tick)
-      local cap = burst * wt
-      local back = hits * wt - max(0, s - receipt) * req
-      if back > 0 then
-        local backlog
-        if alg == TOKEN then
-          c = min(c + back, cap)
-          backlog = cap - c
-        else
-          c = max(c - back, 0)
-          backlog = c
+    local v = redis.call('MGET', key)[1]
+    if not v then
+      -- Expired, or not this version's: nothing to give back.
+    elseif alg == FIXED_WINDOW then
+      if #v == 16 then
+        local s, c = sunpack('<dd', v)
+        if s == receipt then
+          redis.call('SET', key, spack('<dd', s, max(0, c - hits)), 'PX', ttl(s + w - now))
+          refunded = refunded + 1
         end
-        e = s * tick + ceildiv(backlog, req) * tick
-        if e <= now then
-          redis.call('DEL', key)
-        else
-          redis.call('HSET', key, 'c', c, 'e', e)
-          redis.call('PEXPIRE', key, ttl(e - now))
-        end
+      end
+    elseif #v ~= 24 then
+      -- Not this version's.
+    elseif alg == SLIDING_WINDOW then
+      local s, c, p = sunpack('<ddd', v)
+      if s == receipt then
+        c = max(0, c - hits)
+      elseif s == receipt + w then
+        p = max(0, p - hits)
+      end
+      if s == receipt or s == receipt + w then
+        redis.call('SET', key, spack('<ddd', s, c, p), 'PX', ttl(s + 2 * w - now))
         refunded = refunded + 1
+      end
+    else
+      local s, c, e = sunpack('<ddd', v)
+      if e > now then
+        local wt = floor(w / tick)
+        local cap = burst * wt
+        local back = hits * wt - max(0, s - receipt) * req
+        if back > 0 then
+          local backlog
+          if alg == TOKEN_BUCKET then
+            c = min(c + back, cap)
+            backlog = cap - c
+          else
+            c = max(c - back, 0)
+            backlog = c
+          end
+          e = s * tick + ceil(backlog / req) * tick
+          if e <= now then
+            redis.call('DEL', key)
+          else
+            redis.call('SET', key, spack('<ddd', s, c, e), 'PX', ttl(e - now))
+          end
+          refunded = refunded + 1
+        end
       end
     end
   end
