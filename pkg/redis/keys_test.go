@@ -192,7 +192,7 @@ func TestEarlierLayout(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rc := srv.Client(t)
 	clk := storetest.NewClock(storetest.Epoch.Add(10 * time.Second))
-	s := newStore(t, redis.Options{URL: urlOf(srv.Addr)}, redis.WithClock(clk.Now))
+	s := newStore(t, clocked(redis.Options{URL: urlOf(srv.Addr)}, clk.Now))
 	ctx := context.Background()
 	now := clk.Now().UnixMicro()
 	const minute = int64(60_000_000)
