@@ -53,6 +53,6 @@ func ApplyVia(ctx context.Context, s *Store, p *pipe, b *limits.Batch) error {
 	if err != nil {
 		return wrap(ctx, "apply", err)
 	}
-	b.Admitted, err = readApply(reply, b.Outcomes)
+	b.Admitted, err = readApply(reply, b.Outcomes, anyExtra(b.Checks, nil))
 	return err
 }

@@ -3,6 +3,7 @@ package redis
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
@@ -15,6 +16,7 @@ func TestReplyMalformed(t *testing.T) {
 		name    string
 		give    any
 		reserve bool
+		grants  bool
 	}{
 		{name: "nil", give: nil},
 		{name: "string", give: "OK"},
@@ -29,14 +31,18 @@ func TestReplyMalformed(t *testing.T) {
 		{name: "reserve_short", give: []any{i(1), i(0), i(1), i(2)}, reserve: true},
 		{name: "reserve_bad_receipt", give: []any{i(1), i(0), i(1), i(2), i(1), i(2), i(-5)}, reserve: true},
 		{name: "reserve_negative_alt", give: []any{i(1), i(0), i(1), i(2), i(-1), i(2), i(7)}, reserve: true},
+		{name: "grants_missing", give: []any{i(1), i(0), i(1), i(2)}, grants: true},
+		{name: "grants_negative", give: []any{i(1), i(0), i(1), i(2), i(-1), i(5)}, grants: true},
+		{name: "grants_string", give: []any{i(1), i(0), i(1), i(2), i(1), "5"}, grants: true},
+		{name: "reserve_grants_missing", give: []any{i(1), i(0), i(1), i(2), i(1), i(2), i(7)}, reserve: true, grants: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var err error
 			if tt.reserve {
-				err = (&group{idx: []int{0}}).read(tt.give)
+				err = (&group{idx: []int{0}}).read(tt.give, tt.grants)
 			} else {
-				_, err = readApply(tt.give, make([]limits.Outcome, 1))
+				_, err = readApply(tt.give, make([]limits.Outcome, 1), tt.grants)
 			}
 			var re *ReplyError
 			if !errors.As(err, &re) {
@@ -51,8 +57,12 @@ func TestReplyMalformed(t *testing.T) {
 
 func TestReplyWellFormed(t *testing.T) {
 	outs := make([]limits.Outcome, 1)
-	admitted, err := readApply([]any{int64(0), int64(1), int64(3), int64(1500)}, outs)
+	admitted, err := readApply([]any{int64(0), int64(1), int64(3), int64(1500)}, outs, false)
 	if err != nil || admitted || outs[0] != (limits.Outcome{Over: true, Remaining: 3, Reset: 1500 * 1000}) {
 		t.Errorf("readApply = %v, %+v, %v", admitted, outs[0], err)
+	}
+	admitted, err = readApply([]any{int64(1), int64(0), int64(3), int64(1500), int64(4), int64(2000)}, outs, true)
+	if err != nil || !admitted || outs[0] != (limits.Outcome{Remaining: 3, Reset: 1500 * 1000, Granted: 4, GrantFor: 2 * time.Millisecond}) {
+		t.Errorf("readApply with grants = %v, %+v, %v", admitted, outs[0], err)
 	}
 }

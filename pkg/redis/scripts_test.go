@@ -124,7 +124,7 @@ func TestScriptCheckRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Shadow = true
-	rec := appendCheck(nil, &limits.Check{Limit: l, Hits: 3})
+	rec := appendCheck(nil, &limits.Check{Limit: l, Hits: 3, Extra: 5})
 	if len(rec) != checkSize {
 		t.Fatalf("record of %d bytes, want checkSize %d", len(rec), checkSize)
 	}
@@ -140,7 +140,7 @@ return out`
 	}
 	// CHECK and the record's length, then its fields and the position
 	// after them.
-	want := []int64{checkSize, checkSize, int64(limits.LeakyBucket), 1, 7, 120_000_000, l.Tick(), 9, 3, checkSize + 1}
+	want := []int64{checkSize, checkSize, int64(limits.LeakyBucket), 1, 7, 120_000_000, l.Tick(), 9, 3, 5, checkSize + 1}
 	if !slices.Equal(got, want) {
 		t.Errorf("Lua reads %v, want %v", got, want)
 	}

@@ -77,7 +77,7 @@ func luaName(a limits.Algorithm) string { return strings.ToUpper(a.String()) }
 
 // checkSize is the size of a check's record in apply.lua's ARGV (CHECK in
 // lib.lua): two bytes and five float64s.
-const checkSize = 2 + 5*8
+const checkSize = 2 + 6*8
 
 // logSuffix names a sliding log's second key. Keys of limits.AppendKey end
 // in a limit ID, which ends in a digit, so no key ends in it.
@@ -196,7 +196,7 @@ func (s *Store) applyAll(ctx context.Context, b *limits.Batch, now string) error
 	if err != nil {
 		return wrap(ctx, "apply", err)
 	}
-	b.Admitted, err = readApply(reply, b.Outcomes)
+	b.Admitted, err = readApply(reply, b.Outcomes, anyExtra(b.Checks, nil))
 	return err
 }
 
@@ -282,9 +282,12 @@ func (s *Store) redirect(ctx context.Context, sc *goredis.Script, keys []string,
 }
 
 // readApply reads apply.lua's reply to a call without reserve into outs,
-// one per check, and returns whether the request was admitted.
-func readApply(reply any, outs []limits.Outcome) (bool, error) {
-	vals, err := replyInts(reply, 1+3*len(outs))
+// one per check, and returns whether the request was admitted. grants
+// says whether a check asked for a lease, so that the reply ends with
+// the grants.
+func readApply(reply any, outs []limits.Outcome, grants bool) (bool, error) {
+	n := len(outs)
+	vals, err := replyInts(reply, replyLen(n, 3, grants))
 	if err != nil {
 		return false, err
 	}
@@ -296,6 +299,11 @@ func readApply(reply any, outs []limits.Outcome) (bool, error) {
 		v := vals[1+3*i:]
 		if outs[i], err = outcome(v[0], v[1], v[2]); err != nil {
 			return false, err
+		}
+		if grants {
+			if err := readGrant(&outs[i], vals[1+3*n+2*i:]); err != nil {
+				return false, err
+			}
 		}
 	}
 	return admitted, nil
@@ -385,13 +393,13 @@ func (s *Store) reserve(ctx context.Context, checks []limits.Check, now string, 
 		g.err = wrap(ctx, "apply", err)
 		return
 	}
-	g.err = g.read(reply)
+	g.err = g.read(reply, anyExtra(checks, g.idx))
 }
 
 // read reads apply.lua's reply to a reserving call into g.
-func (g *group) read(reply any) error {
+func (g *group) read(reply any, grants bool) error {
 	n := len(g.idx)
-	vals, err := replyInts(reply, 1+6*n)
+	vals, err := replyInts(reply, replyLen(n, 6, grants))
 	if err != nil {
 		return err
 	}
@@ -414,8 +422,52 @@ func (g *group) read(reply any) error {
 			return &ReplyError{Script: "apply", Msg: fmt.Sprintf("receipt %v", v[5])}
 		}
 		g.receipts[j] = r
+		if grants {
+			if err := readGrant(&g.out[j], vals[1+6*n+2*j:]); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// replyLen is the length of apply.lua's reply for n checks of per values
+// each, with or without the grants that follow them.
+func replyLen(n, per int, grants bool) int {
+	if grants {
+		return 1 + (per+2)*n
+	}
+	return 1 + per*n
+}
+
+// readGrant reads a check's grant, hits and µs, into out.
+func readGrant(out *limits.Outcome, v []any) error {
+	g, ok1 := v[0].(int64)
+	us, ok2 := v[1].(int64)
+	if !ok1 || !ok2 || g < 0 || us < 0 {
+		return &ReplyError{Script: "apply", Msg: fmt.Sprintf("grant %v for %v, want integers >= 0", v[0], v[1])}
+	}
+	out.Granted, out.GrantFor = uint64(g), time.Duration(us)*time.Microsecond
+	return nil
+}
+
+// anyExtra reports whether a check of checks idx (nil: all) asks for a
+// lease.
+func anyExtra(checks []limits.Check, idx []int) bool {
+	if idx == nil {
+		for i := range checks {
+			if checks[i].Extra > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	for _, i := range idx {
+		if checks[i].Extra > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // refund gives back every reservation of gs, in parallel. Its calls get
@@ -435,9 +487,12 @@ func (s *Store) refund(ctx context.Context, checks []limits.Check, now string, g
 			if g.receipts[j] < 0 {
 				continue
 			}
-			c := &checks[i]
-			keys = s.appendKeys(keys, c)
-			spec = appendCheck(spec, c)
+			// The reservation took the check's hits and any it was
+			// granted for a lease: give back both.
+			c := checks[i]
+			c.Hits += g.out[j].Granted
+			keys = s.appendKeys(keys, &c)
+			spec = appendCheck(spec, &c)
 			spec = appendFloat(spec, float64(g.receipts[j]))
 		}
 		if len(keys) == 0 {
@@ -496,7 +551,7 @@ func (s *Store) appendKeys(keys []string, c *limits.Check) []string {
 
 // appendCheck appends the record of c that both scripts read (SPEC in
 // lib.lua): algorithm and shadow (0 or 1) as bytes, then requests, window
-// µs, tick µs, burst and hits as little-endian float64s. Binary numbers
+// µs, tick µs, burst, hits and extra as little-endian float64s. Binary numbers
 // spare Redis parsing decimals; a float64 is exact for every integer that
 // limits.Limit allows (below 2^53), and rounds larger hits as Lua would.
 func appendCheck(spec []byte, c *limits.Check) []byte {
@@ -510,7 +565,8 @@ func appendCheck(spec []byte, c *limits.Check) []byte {
 	spec = appendFloat(spec, float64(l.Window().Microseconds()))
 	spec = appendFloat(spec, float64(l.Tick()))
 	spec = appendFloat(spec, float64(l.Burst))
-	return appendFloat(spec, float64(c.Hits))
+	spec = appendFloat(spec, float64(c.Hits))
+	return appendFloat(spec, float64(c.Extra))
 }
 
 // appendFloat appends f as a little-endian float64, struct's '<d'.

@@ -11,9 +11,11 @@ import (
 
 func TestStandaloneCases(t *testing.T) {
 	srv := redistest.StartServer(t)
-	storetest.Run(t, func(t *testing.T, clk *storetest.Clock) limits.Store {
+	newClocked := func(t *testing.T, clk *storetest.Clock) limits.Store {
 		return newStore(t, clocked(redis.Options{URL: urlOf(srv.Addr)}, clk.Now))
-	})
+	}
+	storetest.Run(t, newClocked)
+	storetest.RunGrants(t, newClocked)
 }
 
 // sharedStores returns n stores, like n sidecars, on one Redis and one

@@ -53,11 +53,13 @@ type leaseShard struct {
 
 // lease is one key's local lease. requires its shard's mu
 type lease struct {
-	limit     limits.Limit // the numbers it was taken under
-	avail     uint64       // hits left to admit locally
-	until     time.Time    // when the lease ends
-	shared    uint64       // the store's Remaining when it was last refilled
-	refilling bool         // a request asking the store for more is under way
+	limit     limits.Limit  // the numbers it was taken under
+	avail     uint64        // hits left to admit locally
+	until     time.Time     // when the lease ends
+	shared    uint64        // the store's Remaining when it was last refilled
+	refilling bool          // a request asking the store for more is under way
+	done      chan struct{} // closed when that request ends
+	dry       time.Time     // no top-ups before: the limit had run dry
 }
 
 // leaseScratch is Apply's per-call working memory.
@@ -67,6 +69,7 @@ type leaseScratch struct {
 	taken  []uint64 // hits taken from the lease per batch check
 	local  []bool   // answered from the lease
 	refill []bool   // asked the store for a refill
+	room   []uint64 // hits a refill asks for
 }
 
 // NewLeases returns a Leases in front of next, a shared store that grants
@@ -95,31 +98,76 @@ func (l *Leases) Apply(ctx context.Context, b *limits.Batch) error {
 	s.reset(n)
 	now := l.now()
 
+	refiller := false // this request asks for a refill of some key
 	for i := range b.Checks {
-		if c := &b.Checks[i]; leasable(b.Checks, i) {
-			s.local[i], s.refill[i] = l.take(c, now, &b.Outcomes[i], &s.taken[i])
-		}
-	}
-	for i := range b.Checks {
-		if s.local[i] {
+		c := &b.Checks[i]
+		if !leasable(b.Checks, i) {
 			continue
 		}
+		for {
+			var wait <-chan struct{}
+			s.local[i], s.refill[i], wait = l.take(c, now, &b.Outcomes[i], &s.taken[i], &s.room[i])
+			refiller = refiller || s.refill[i]
+			// A lease that is empty while its refill is out: wait for the
+			// refill rather than send one more request to the store. A
+			// request that refills a key itself never waits, so no two
+			// requests can wait on each other.
+			if wait == nil || refiller {
+				break
+			}
+			select {
+			case <-wait:
+				now = l.now()
+				continue
+			case <-ctx.Done():
+			}
+			break
+		}
+	}
+	needStore := false // a check is not answered from a lease
+	for i := range b.Checks {
 		c := b.Checks[i]
-		c.Extra = 0
-		if s.refill[i] {
-			c.Extra = c.Limit.Lease
+		switch {
+		case s.local[i] && s.refill[i]:
+			// Answered from a lease that is down to half: the store only
+			// tops it up, with a shadow check of no hits, so that a limit
+			// run dry rejects nothing.
+			probe := *c.Limit
+			probe.Shadow = true
+			c = limits.Check{Key: c.Key, Limit: &probe, Extra: s.room[i]}
+		case s.local[i]:
+			continue
+		default:
+			needStore = true
+			c.Extra = 0
+			if s.refill[i] {
+				c.Extra = s.room[i]
+			}
 		}
 		s.sub.Checks = append(s.sub.Checks, c)
 		s.subIdx = append(s.subIdx, i)
 	}
+	b.Admitted = true
 	if len(s.sub.Checks) == 0 {
-		b.Admitted = true
 		return nil
 	}
 	err := l.next.Apply(ctx, &s.sub)
-	if err != nil || !s.sub.Admitted {
-		// Nothing is consumed anywhere: the lease gets its hits back, and
-		// a refill that was asked for is no longer under way.
+	ok := err == nil && s.sub.Admitted
+	if !needStore {
+		// Only refills went to the store: the leases answered the
+		// request, whatever the store said.
+		for k, i := range s.subIdx {
+			var out limits.Outcome
+			if err == nil {
+				out = s.sub.Outcomes[k]
+			}
+			l.refilled(&b.Checks[i], now, out, ok)
+		}
+		return nil
+	}
+	if !ok {
+		// Nothing is consumed anywhere: the leases get their hits back,
+		// and the refills asked for are no longer under way.
 		for i := range b.Checks {
 			if s.taken[i] > 0 || s.refill[i] {
 				l.giveBack(&b.Checks[i], s.taken[i])
@@ -128,31 +176,38 @@ func (l *Leases) Apply(ctx context.Context, b *limits.Batch) error {
 				b.Outcomes[i].Remaining += s.taken[i]
 			}
 		}
-	}
-	if err != nil {
-		return err
+		if err != nil {
+			return err
+		}
 	}
 	for k, i := range s.subIdx {
 		out := s.sub.Outcomes[k]
-		if s.refill[i] {
-			out = l.refilled(&b.Checks[i], now, out, s.sub.Admitted)
+		if ok && s.refill[i] {
+			out = l.refilled(&b.Checks[i], now, out, true)
 		}
-		b.Outcomes[i] = out
+		if !s.local[i] {
+			b.Outcomes[i] = out
+		}
 	}
-	b.Admitted = s.sub.Admitted
+	b.Admitted = ok
 	return nil
 }
 
 // take tries to answer check c from its key's lease: it reports local when
 // the lease holds enough hits (which it then takes, setting *taken) and
 // fills out; otherwise it reports whether this request should ask the
-// store for a refill (no other request is doing so).
-func (l *Leases) take(c *limits.Check, now time.Time, out *limits.Outcome, taken *uint64) (local, refill bool) {
+// store for a refill (no other request is doing so), and sets *room to
+// the hits that would top the lease up to Limit.Lease. A lease down to
+// half asks for its refill while it still answers.
+func (l *Leases) take(c *limits.Check, now time.Time, out *limits.Outcome, taken, room *uint64) (local, refill bool, wait <-chan struct{}) {
 	sh := l.shard(c.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ls := sh.m[c.Key]
 	if ls == nil || !sameNumbers(&ls.limit, c.Limit) {
+		if ls != nil {
+			ls.endRefill() // its waiters retry with the new lease
+		}
 		ls = &lease{limit: *c.Limit}
 		sh.m[c.Key] = ls
 		sh.sweep(now)
@@ -160,17 +215,42 @@ func (l *Leases) take(c *limits.Check, now time.Time, out *limits.Outcome, taken
 	if !now.Before(ls.until) {
 		ls.avail = 0
 	}
-	if ls.avail >= max(c.Hits, 1) {
+	enough := ls.avail >= max(c.Hits, 1)
+	// Refill before the lease runs dry, once it is down to half: the
+	// requests that come while the refill is out are still answered here.
+	low := ls.avail-min(ls.avail, c.Hits) < (c.Limit.Lease+1)/2
+	if enough {
 		ls.avail -= c.Hits
 		*taken = c.Hits
 		*out = limits.Outcome{Remaining: ls.shared + ls.avail, Reset: ls.until.Sub(now)}
-		return true, false
+		if !low || ls.refilling || now.Before(ls.dry) {
+			return true, false, nil
+		}
+		ls.startRefill(room)
+		return true, true, nil
 	}
 	if ls.refilling {
-		return false, false
+		return false, false, ls.done
 	}
+	ls.startRefill(room)
+	return false, true, nil
+}
+
+// startRefill marks a refill under way and sets *room to the hits that
+// top the lease up. requires the lease's shard mu held
+func (ls *lease) startRefill(room *uint64) {
 	ls.refilling = true
-	return false, true
+	ls.done = make(chan struct{})
+	*room = ls.limit.Lease - min(ls.avail, ls.limit.Lease)
+}
+
+// endRefill ends the refill under way, waking the requests that wait for
+// it. requires the lease's shard mu held
+func (ls *lease) endRefill() {
+	if ls.refilling {
+		ls.refilling = false
+		close(ls.done)
+	}
 }
 
 // giveBack returns hits taken for a request that was not admitted, and
@@ -183,7 +263,7 @@ func (l *Leases) giveBack(c *limits.Check, hits uint64) {
 	if ls == nil || !sameNumbers(&ls.limit, c.Limit) {
 		return // the lease was replaced meanwhile: its hits are gone
 	}
-	ls.refilling = false
+	ls.endRefill()
 	ls.avail += hits
 }
 
@@ -197,7 +277,11 @@ func (l *Leases) refilled(c *limits.Check, sent time.Time, out limits.Outcome, a
 	if ls == nil || !sameNumbers(&ls.limit, c.Limit) {
 		return out
 	}
-	ls.refilling = false
+	ls.endRefill()
+	if admitted && out.Over {
+		// A top-up found the limit run dry: none until it could admit.
+		ls.dry = sent.Add(out.Reset)
+	}
 	if !admitted || out.Granted == 0 {
 		return out
 	}
@@ -235,6 +319,9 @@ func (l *Leases) Clear() {
 	for i := range l.shards {
 		sh := &l.shards[i]
 		sh.mu.Lock()
+		for _, ls := range sh.m {
+			ls.endRefill()
+		}
 		clear(sh.m)
 		sh.mu.Unlock()
 	}
@@ -263,6 +350,7 @@ func (s *leaseScratch) reset(n int) {
 	s.taken = slices.Grow(s.taken[:0], n)[:n]
 	s.local = slices.Grow(s.local[:0], n)[:n]
 	s.refill = slices.Grow(s.refill[:0], n)[:n]
+	s.room = slices.Grow(s.room[:0], n)[:n]
 	clear(s.taken)
 	clear(s.local)
 	clear(s.refill)

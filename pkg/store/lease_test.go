@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -96,55 +97,58 @@ func TestLeasesExact(t *testing.T) {
 	}
 }
 
-// TestLeasesAnswerLocally checks that a lease spares store calls, ends
+// TestLeasesAnswerLocally checks that a lease spares store calls, is
+// refilled once it is down to half, never holds more than the lease, ends
 // with its window, and reports what is left.
 func TestLeasesAnswerLocally(t *testing.T) {
 	clk := storetest.NewClock(storetest.Epoch.Add(100 * time.Millisecond))
 	inner := &counting{next: memory.New(memory.Options{Now: clk.Now})}
 	ls := store.NewLeases(inner, store.LeasesOptions{Now: clk.Now})
-	l := leased(t, limits.FixedWindow, 1_000_000, 100, limits.UnitSecond)
+	const limit, lease = 1_000_000, 100
+	l := leased(t, limits.FixedWindow, limit, lease, limits.UnitSecond)
 	key := storetest.Key(t.Name(), "global", l)
-	apply := func(hits uint64) *limits.Batch {
+	admitted := uint64(0)
+	apply := func() limits.Outcome {
 		t.Helper()
-		b := &limits.Batch{Checks: []limits.Check{{Key: key, Limit: l, Hits: hits}}}
+		b := &limits.Batch{Checks: []limits.Check{{Key: key, Limit: l, Hits: 1}}}
 		if err := ls.Apply(context.Background(), b); err != nil {
 			t.Fatal(err)
 		}
 		if !b.Admitted {
-			t.Fatalf("request of %d hits rejected", hits)
+			t.Fatal("request rejected")
 		}
-		return b
+		admitted++
+		if h := ls.Held(key); h > lease {
+			t.Fatalf("holds %d, more than the lease of %d", h, lease)
+		}
+		return b.Outcomes[0]
 	}
-	apply(1) // takes the lease with it
-	if got := ls.Held(key); got != 100 {
-		t.Fatalf("held %d after the first request, want 100", got)
+	apply() // takes the lease with it
+	if got := ls.Held(key); got != lease {
+		t.Fatalf("held %d after the first request, want %d", got, lease)
 	}
-	for range 100 {
-		apply(1)
+	for range 1000 {
+		out := apply()
+		// Redis's remaining plus what the lease holds is what the limit
+		// has left: with one sidecar, exactly.
+		if out.Remaining != limit-admitted || out.Reset != 900*time.Millisecond {
+			t.Fatalf("after %d requests: %+v, want remaining %d and reset 900ms", admitted, out, limit-admitted)
+		}
 	}
-	if got := inner.calls.Load(); got != 1 {
-		t.Errorf("%d store calls for 101 requests with a lease of 100, want 1", got)
-	}
-	b := apply(1) // the lease is spent: refill
-	if got := inner.calls.Load(); got != 2 {
-		t.Errorf("%d store calls, want 2", got)
-	}
-	// 1,000,000 − 102 hits − 100 leased remain shared; 100 are held here.
-	if out := b.Outcomes[0]; out.Remaining != 1_000_000-102 || out.Reset != 900*time.Millisecond {
-		t.Errorf("outcome %+v, want remaining %d (shared and held) and reset 900ms", out, 1_000_000-102)
-	}
-	clk.Advance(100 * time.Millisecond)
-	if out := apply(1).Outcomes[0]; out.Remaining != 1_000_000-103 || out.Reset != 800*time.Millisecond {
-		t.Errorf("local outcome %+v, want remaining %d and reset 800ms", out, 1_000_000-103)
+	// One call takes the lease; then a top-up once it is below half,
+	// after lease/2+1 requests.
+	if got, want := inner.calls.Load(), int64(1+1000/(lease/2+1)); got != want {
+		t.Errorf("%d store calls for 1001 requests with a lease of %d, want %d", got, lease, want)
 	}
 	// The window ends, and the lease with it.
-	clk.Advance(800 * time.Millisecond)
+	clk.Advance(900 * time.Millisecond)
 	if got := ls.Held(key); got != 0 {
 		t.Errorf("held %d after the window ended, want 0", got)
 	}
-	apply(1)
-	if got := inner.calls.Load(); got != 3 {
-		t.Errorf("%d store calls after the window ended, want 3", got)
+	calls := inner.calls.Load()
+	apply()
+	if got := inner.calls.Load(); got != calls+1 {
+		t.Errorf("%d store calls after the window ended, want one more", got-calls)
 	}
 }
 
@@ -256,5 +260,32 @@ func TestLeasesUnderAdmitByAtMostTheHeldLeases(t *testing.T) {
 				t.Errorf("busy sidecar still holds %d after running the limit dry", h)
 			}
 		})
+	}
+}
+
+// TestLeasesOutliveTheStore: a lease keeps answering while the store is
+// down, top-ups that fail included, until it runs out.
+func TestLeasesOutliveTheStore(t *testing.T) {
+	clk := storetest.NewClock(storetest.Epoch)
+	down := &storetest.Down{Up: memory.New(memory.Options{Now: clk.Now})}
+	ls := store.NewLeases(down, store.LeasesOptions{Now: clk.Now})
+	l := leased(t, limits.FixedWindow, 1000, 10, limits.UnitMinute)
+	key := storetest.Key(t.Name(), "k", l)
+	apply := func() (bool, error) {
+		b := &limits.Batch{Checks: []limits.Check{{Key: key, Limit: l, Hits: 1}}}
+		err := ls.Apply(context.Background(), b)
+		return b.Admitted, err
+	}
+	if ok, err := apply(); !ok || err != nil {
+		t.Fatalf("first request: %v, %v", ok, err)
+	}
+	down.Down.Store(true)
+	for i := range 10 {
+		if ok, err := apply(); !ok || err != nil {
+			t.Fatalf("request %d with the store down and %d leased: %v, %v; want admitted", i, ls.Held(key)+1, ok, err)
+		}
+	}
+	if _, err := apply(); !errors.Is(err, limits.ErrStoreUnavailable) {
+		t.Errorf("lease spent, store down: err = %v, want the store's", err)
 	}
 }

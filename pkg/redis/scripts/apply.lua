@@ -10,11 +10,14 @@
 --   return, per check, its outcome should another group reject the
 --   request, and a refund receipt for refund.lua.
 -- ARGV[3]: the checks, one binary record each (lib.lua's SPEC).
+--   A record's extra, when above 0, asks for up to that many hits more
+--   for a lease, if the request is admitted (limits.Limit.Grant).
 --
 -- Returns an array of integers: admitted (0 or 1), then per check over
 -- (0 or 1), remaining, reset µs; when reserving, each check also has the
 -- remaining and reset µs it reports if the request is rejected, and its
--- receipt (-1 if it consumed nothing).
+-- receipt (-1 if it consumed nothing). If any check asked for a lease,
+-- two integers per check follow: hits granted, and µs they may be spent.
 --
 -- Why a script: every check must be read, decided and written with no
 -- other request in between, on one clock shared by every sidecar, in one
@@ -85,6 +88,9 @@ local sbyte = string.byte
 local X = {sbyte(spec, 1, min(14 * n, 700))}
 local reply = {1, sbyte(spec, 1, min(per * n, 300))}
 local admitted = true
+-- G[i] = {granted, µs they may be spent}, for checks that asked for a
+-- lease; nil while none did.
+local G
 
 -- Pass 1 decides every check in order on working copies of the state, so
 -- checks on one key see each other's hits. A rejected request consumes
@@ -102,7 +108,7 @@ for pass = 1, 2 do
     local b, r = (i - 1) * 14, 1 + (i - 1) * per
     -- Pass 2 evaluates only the checks that were not over.
     if pass == 1 or reply[r + 1] == 0 then
-      local alg, shadow, req, w, tick, burst, hits = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
+      local alg, shadow, req, w, tick, burst, hits, extra = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
       local k, s, c, p, e, any, stored = kk, 0, 0, 0, 0, 0, -1
       if alg == SLIDING_LOG then
         kk = kk + 2
@@ -189,8 +195,14 @@ for pass = 1, 2 do
       -- limits.Limit.Evaluate: the verdict on state s, c, p, e for hits
       -- (over, rem, reset µs), and the state after consuming them (s2, c2,
       -- p2, e2).
-      local over, rem, reset = false, 0, 0
-      local s2, c2, p2, e2 = s, c, p, e
+      -- A check with extra > 0 asks for a lease (limits.Limit.Grant): if its
+      -- hits fit, it takes up to extra more, at most half of what would
+      -- remain, by evaluating once more with them added.
+      local over, rem, reset, s2, c2, p2, e2
+      local granted = 0
+      for attempt = 1, 2 do
+      over, rem, reset = false, 0, 0
+      s2, c2, p2, e2 = s, c, p, e
       local probe = hits
       if hits == 0 then
         probe = 1
@@ -333,6 +345,31 @@ for pass = 1, 2 do
           s2, c2, p2, e2 = start, cur + hits, 0, start + w
         end
       end
+      if attempt == 2 or pass == 2 or over or extra == 0 or req == 0 or alg == SLIDING_LOG then
+        break
+      end
+      granted = min(extra, floor(rem / 2))
+      if granted == 0 then
+        break
+      end
+      hits = hits + granted
+      end
+      if pass == 1 and extra > 0 then
+        -- How long the granted hits may be spent: to the window's end, or
+        -- for a bucket the time it takes to refill them.
+        local gfor = 0
+        if granted > 0 then
+          if alg == FIXED_WINDOW or alg == SLIDING_WINDOW then
+            gfor = w - now % w
+          else
+            gfor = ceil(granted * (w / tick) / req) * tick
+          end
+        end
+        if not G then
+          G = {}
+        end
+        G[i] = {granted, gfor}
+      end
 
       if pass == 2 then
         if reserve then
@@ -363,9 +400,27 @@ for pass = 1, 2 do
   end
 end
 
+-- withGrants appends, when any check asked for a lease, two integers per
+-- check: the hits granted beyond its own (0 unless admitted), and for how
+-- many µs they may be spent.
+local function withGrants(ok)
+  if G then
+    local base = #reply
+    for i = 1, n do
+      local g = G[i]
+      if ok and g then
+        reply[base + 2 * i - 1], reply[base + 2 * i] = g[1], g[2]
+      else
+        reply[base + 2 * i - 1], reply[base + 2 * i] = 0, 0
+      end
+    end
+  end
+  return reply
+end
+
 if not admitted then
   reply[1] = 0
-  return reply
+  return withGrants(false)
 end
 
 -- Write each key once, from the working copy of its last check, if any
@@ -426,4 +481,4 @@ for i = 1, n do
     end
   end
 end
-return reply
+return withGrants(true)

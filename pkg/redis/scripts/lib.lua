@@ -12,10 +12,10 @@
 --
 -- Each check comes in ARGV as one record of CHECK bytes, packed by
 -- store.go's appendCheck in struct's format SPEC: algorithm, shadow (0 or
--- 1), requests, window µs, tick µs, burst, hits. Binary numbers cost the
--- script no decimal parsing.
+-- 1), requests, window µs, tick µs, burst, hits, extra (hits asked for a
+-- lease). Binary numbers cost the script no decimal parsing.
 
-local SPEC, CHECK = '<BBddddd', 42
+local SPEC, CHECK = '<BBdddddd', 50
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 local spack, sunpack = struct.pack, struct.unpack
 

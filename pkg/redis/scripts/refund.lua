@@ -5,7 +5,8 @@
 --   per check, two for sliding_log. All in one hash slot.
 -- ARGV[1]: now in µs, or "" to read redis.call('TIME'). Only tests set it.
 -- ARGV[2]: the refunded checks, one binary record each: apply.lua's
---   (lib.lua's SPEC; shadow is not read) followed by the receipt as a
+--   (lib.lua's SPEC; shadow and extra are not read: hits is what the
+--   reservation took, granted hits included) followed by the receipt as a
 --   little-endian double.
 --
 -- Returns the number of checks whose hits were (at least partly) given
@@ -43,7 +44,7 @@ local size = CHECK + 8
 local refunded = 0
 local k = 1
 for i = 1, #spec / size do
-  local alg, _, req, w, tick, burst, hits, receipt = sunpack(RECORD, spec, (i - 1) * size + 1)
+  local alg, _, req, w, tick, burst, hits, _, receipt = sunpack(RECORD, spec, (i - 1) * size + 1)
   local key = KEYS[k]
   k = k + 1
   if alg == SLIDING_LOG then
