@@ -129,7 +129,7 @@ func (l *Leases) Apply(ctx context.Context, b *limits.Batch) error {
 		c := b.Checks[i]
 		switch {
 		case s.local[i] && s.refill[i]:
-			// Answered from a lease that is down to half: the store only
+			// Answered from a lease that fell below a quarter: the store only
 			// tops it up, with a shadow check of no hits, so that a limit
 			// run dry rejects nothing.
 			probe := *c.Limit
@@ -197,8 +197,8 @@ func (l *Leases) Apply(ctx context.Context, b *limits.Batch) error {
 // the lease holds enough hits (which it then takes, setting *taken) and
 // fills out; otherwise it reports whether this request should ask the
 // store for a refill (no other request is doing so), and sets *room to
-// the hits that would top the lease up to Limit.Lease. A lease down to
-// half asks for its refill while it still answers.
+// the hits that would top the lease up to Limit.Lease. A lease below a
+// quarter asks for its refill while it still answers.
 func (l *Leases) take(c *limits.Check, now time.Time, out *limits.Outcome, taken, room *uint64) (local, refill bool, wait <-chan struct{}) {
 	sh := l.shard(c.Key)
 	sh.mu.Lock()
@@ -216,9 +216,10 @@ func (l *Leases) take(c *limits.Check, now time.Time, out *limits.Outcome, taken
 		ls.avail = 0
 	}
 	enough := ls.avail >= max(c.Hits, 1)
-	// Refill before the lease runs dry, once it is down to half: the
-	// requests that come while the refill is out are still answered here.
-	low := ls.avail-min(ls.avail, c.Hits) < (c.Limit.Lease+1)/2
+	// Top the lease up before it runs dry, once it falls below a quarter:
+	// the requests that come while the refill is out are still answered
+	// here. (Below half cost a third more calls for hot keys.)
+	low := ls.avail-min(ls.avail, c.Hits) < (c.Limit.Lease+3)/4
 	if enough {
 		ls.avail -= c.Hits
 		*taken = c.Hits

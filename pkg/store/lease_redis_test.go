@@ -107,7 +107,7 @@ func testLeasesOnRedis(t *testing.T, alg limits.Algorithm, newStore func(*storet
 	}
 	// A quarter of the requests carry the other limit and need Redis
 	// anyway; the rest reach it only to refill a lease, which asks once
-	// it is down to half, so for at least lease/2 hits.
+	// it is below a quarter, so for at least lease/2 hits.
 	if n, most := calls.Load(), int64(900/4+900/(lease/2)+sidecars); n > most {
 		t.Errorf("%d Redis calls for 900 requests with leases of %d, want at most %d: the leases did not spare them", n, lease, most)
 	}

@@ -98,7 +98,7 @@ func TestLeasesExact(t *testing.T) {
 }
 
 // TestLeasesAnswerLocally checks that a lease spares store calls, is
-// refilled once it is down to half, never holds more than the lease, ends
+// topped up once it falls below a quarter, never holds more than the lease, ends
 // with its window, and reports what is left.
 func TestLeasesAnswerLocally(t *testing.T) {
 	clk := storetest.NewClock(storetest.Epoch.Add(100 * time.Millisecond))
@@ -135,9 +135,9 @@ func TestLeasesAnswerLocally(t *testing.T) {
 			t.Fatalf("after %d requests: %+v, want remaining %d and reset 900ms", admitted, out, limit-admitted)
 		}
 	}
-	// One call takes the lease; then a top-up once it is below half,
-	// after lease/2+1 requests.
-	if got, want := inner.calls.Load(), int64(1+1000/(lease/2+1)); got != want {
+	// One call takes the lease; then a top-up each time it falls below a
+	// quarter, after lease-⌈lease/4⌉+1 requests.
+	if got, want := inner.calls.Load(), int64(1+1000/(lease-(lease+3)/4+1)); got != want {
 		t.Errorf("%d store calls for 1001 requests with a lease of %d, want %d", got, lease, want)
 	}
 	// The window ends, and the lease with it.
