@@ -44,6 +44,7 @@ type work struct {
 	entries []limits.Entry
 	over    []override
 	dec     limits.Decision
+	hdr     headers // scratch for encode
 }
 
 // Options tunes a Server. The zero value is ready to use.
