@@ -4,7 +4,9 @@
 //
 // It only translates: protos in, limits.Request to the engine, the
 // limits.Decision back to protos, and errors to gRPC codes in one place
-// (Code). It knows nothing of YAML or Redis.
+// (Code). On the gRPC path both directions skip the message tree and go
+// straight between wire bytes and limits types (wire.go, encode.go). It
+// knows nothing of YAML or Redis.
 package envoy
 
 import (
