@@ -3,7 +3,6 @@ package envoy
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -100,33 +99,74 @@ func AddHeaders(mode HeaderMode, d *limits.Decision, resp *rlsv3.RateLimitRespon
 	if mode == HeadersNone {
 		return
 	}
+	h := headers{vals: make([]byte, 0, 64)} // enough for most limits
+	h.build(mode, d)
+	vals := string(h.vals)
+	for i := range h.n {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: h.keys[i], Value: vals[h.off[i]:h.off[i+1]]})
+	}
+}
+
+// maxHeaders is the most headers a mode adds: three, and Retry-After.
+const maxHeaders = 4
+
+// headers is the rate-limit headers of one response, as AddHeaders
+// documents them: the value of keys[i] is value(i). Its zero value holds
+// none. The wire encoder writes them without building HeaderValues.
+type headers struct {
+	n    int
+	keys [maxHeaders]string
+	off  [maxHeaders + 1]int // value(i) is vals[off[i]:off[i+1]]
+	vals []byte
+}
+
+func (h *headers) value(i int) []byte { return h.vals[h.off[i]:h.off[i+1]] }
+
+// end ends the value being appended to h.vals as key's.
+func (h *headers) end(key string) {
+	h.keys[h.n] = key
+	h.n++
+	h.off[h.n] = len(h.vals)
+}
+
+// build sets h to the headers of mode for d, reusing h.vals.
+func (h *headers) build(mode HeaderMode, d *limits.Decision) {
+	h.n, h.vals = 0, h.vals[:0]
+	if mode != HeadersDraft03 && mode != HeadersIETF {
+		return
+	}
 	st := restrictive(d)
 	if st == nil {
 		return
 	}
 	l := st.Limit
-	reset := strconv.FormatUint(ceilSeconds(st.Reset), 10)
-	remaining := strconv.FormatUint(st.Remaining, 10)
+	reset := ceilSeconds(st.Reset)
 	switch mode {
 	case HeadersDraft03:
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-			&corev3.HeaderValue{Key: headerLimit, Value: strconv.FormatUint(l.Requests, 10)},
-			&corev3.HeaderValue{Key: headerRemaining, Value: remaining},
-			&corev3.HeaderValue{Key: headerReset, Value: reset},
-		)
+		h.vals = strconv.AppendUint(h.vals, l.Requests, 10)
+		h.end(headerLimit)
+		h.vals = strconv.AppendUint(h.vals, st.Remaining, 10)
+		h.end(headerRemaining)
+		h.vals = strconv.AppendUint(h.vals, reset, 10)
+		h.end(headerReset)
 	case HeadersIETF:
-		name := policyName(l.Name)
-		window := strconv.FormatInt(int64(l.Window()/time.Second), 10)
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-			&corev3.HeaderValue{Key: headerPolicy, Value: name + ";q=" + strconv.FormatUint(l.Requests, 10) + ";w=" + window},
-			&corev3.HeaderValue{Key: headerRateLimit, Value: name + ";r=" + remaining + ";t=" + reset},
-		)
-	default:
-		return
+		h.vals = appendPolicyName(h.vals, l.Name) // the first value: h.vals[:name]
+		name := len(h.vals)
+		h.vals = append(h.vals, ";q="...)
+		h.vals = strconv.AppendUint(h.vals, l.Requests, 10)
+		h.vals = append(h.vals, ";w="...)
+		h.vals = strconv.AppendInt(h.vals, int64(l.Window()/time.Second), 10)
+		h.end(headerPolicy)
+		h.vals = append(h.vals, h.vals[:name]...)
+		h.vals = append(h.vals, ";r="...)
+		h.vals = strconv.AppendUint(h.vals, st.Remaining, 10)
+		h.vals = append(h.vals, ";t="...)
+		h.vals = strconv.AppendUint(h.vals, reset, 10)
+		h.end(headerRateLimit)
 	}
 	if st.Code == limits.OverLimit {
-		retry := strconv.FormatUint(max(ceilSeconds(st.Reset), 1), 10)
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: headerRetryAfter, Value: retry})
+		h.vals = strconv.AppendUint(h.vals, max(reset, 1), 10)
+		h.end(headerRetryAfter)
 	}
 }
 
@@ -167,33 +207,24 @@ func ceilSeconds(d time.Duration) uint64 {
 	return uint64((d + time.Second - 1) / time.Second)
 }
 
-// policyName returns name as a structured-field string (RFC 8941 sf-string:
-// printable ASCII in quotes, with '"' and '\' escaped), or "default" if
-// name is empty or cannot be one.
-func policyName(name string) string {
+// appendPolicyName appends name as a structured-field string (RFC 8941
+// sf-string: printable ASCII in quotes, with '"' and '\' escaped), or
+// "default" if name is empty or cannot be one.
+func appendPolicyName(b []byte, name string) []byte {
 	if name == "" {
-		return `"default"`
+		return append(b, `"default"`...)
 	}
-	escape := false
 	for i := 0; i < len(name); i++ {
-		switch c := name[i]; {
-		case c < 0x20 || c > 0x7e:
-			return `"default"`
-		case c == '"' || c == '\\':
-			escape = true
+		if c := name[i]; c < 0x20 || c > 0x7e {
+			return append(b, `"default"`...)
 		}
 	}
-	if !escape {
-		return `"` + name + `"`
-	}
-	var b strings.Builder
-	b.WriteByte('"')
+	b = append(b, '"')
 	for i := 0; i < len(name); i++ {
 		if name[i] == '"' || name[i] == '\\' {
-			b.WriteByte('\\')
+			b = append(b, '\\')
 		}
-		b.WriteByte(name[i])
+		b = append(b, name[i])
 	}
-	b.WriteByte('"')
-	return b.String()
+	return append(b, '"')
 }

@@ -4,7 +4,9 @@
 //
 // It only translates: protos in, limits.Request to the engine, the
 // limits.Decision back to protos, and errors to gRPC codes in one place
-// (Code). It knows nothing of YAML or Redis.
+// (Code). On the gRPC path both directions skip the message tree and go
+// straight between wire bytes and limits types (wire.go, encode.go). It
+// knows nothing of YAML or Redis.
 package envoy
 
 import (
@@ -44,6 +46,7 @@ type work struct {
 	entries []limits.Entry
 	over    []override
 	dec     limits.Decision
+	hdr     headers // scratch for encode
 }
 
 // Options tunes a Server. The zero value is ready to use.
@@ -135,22 +138,43 @@ func Response(d *limits.Decision) *rlsv3.RateLimitResponse {
 	}
 	for i := range d.Statuses {
 		st := &d.Statuses[i]
-		ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: code(st.Code)}
-		switch {
-		case st.Unlimited:
-			ds.LimitRemaining = math.MaxUint32
-		case st.Limit != nil:
+		r := report(st)
+		ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: r.code, LimitRemaining: r.remaining}
+		if r.limit != nil {
 			ds.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
-				Name:            st.Limit.Name,
-				RequestsPerUnit: uint32(min(st.Limit.Requests, math.MaxUint32)),
-				Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(st.Limit.Unit),
+				Name:            r.limit.Name,
+				RequestsPerUnit: r.requests,
+				Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(r.limit.Unit),
 			}
-			ds.LimitRemaining = uint32(min(st.Remaining, math.MaxUint32))
 			ds.DurationUntilReset = durationpb.New(st.Reset)
 		}
 		resp.Statuses[i] = ds
 	}
 	return resp
+}
+
+// reported is what a descriptor status reports to Envoy. Response and the
+// wire encoder (see encode.go) both read it.
+type reported struct {
+	code rlsv3.RateLimitResponse_Code
+	// limit is the limit reported as current_limit; nil means neither
+	// current_limit nor duration_until_reset.
+	limit     *limits.Limit
+	requests  uint32 // limit.Requests, clamped
+	remaining uint32
+}
+
+func report(st *limits.Status) reported {
+	r := reported{code: code(st.Code)}
+	switch {
+	case st.Unlimited:
+		r.remaining = math.MaxUint32
+	case st.Limit != nil:
+		r.limit = st.Limit
+		r.requests = uint32(min(st.Limit.Requests, math.MaxUint32))
+		r.remaining = uint32(min(st.Remaining, math.MaxUint32))
+	}
+	return r
 }
 
 func code(c limits.Code) rlsv3.RateLimitResponse_Code {

@@ -26,8 +26,9 @@ import (
 // proto.Unmarshal.
 
 // ServerOptions returns the options a grpc.Server needs for Register: a
-// codec that decodes RLS requests directly. Everything else (responses, and
-// the health and reflection services) uses the standard codec.
+// codec that decodes RLS requests and encodes RLS responses directly (see
+// encode.go). Everything else (the health and reflection services, and
+// RLS responses when an interceptor is installed) uses the standard codec.
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.ForceServerCodecV2(codec{std: encoding.GetCodecV2(proto.Name)})}
 }
@@ -36,7 +37,12 @@ type codec struct{ std encoding.CodecV2 }
 
 func (c codec) Name() string { return proto.Name }
 
-func (c codec) Marshal(v any) (mem.BufferSlice, error) { return c.std.Marshal(v) }
+func (c codec) Marshal(v any) (mem.BufferSlice, error) {
+	if r, ok := v.(*reply); ok {
+		return r.take()
+	}
+	return c.std.Marshal(v)
+}
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if w, ok := v.(*work); ok {
@@ -64,10 +70,19 @@ func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, i
 		return nil, err
 	}
 	if interceptor == nil {
-		return s.decide(ctx, w)
+		if err := s.engine.Decide(ctx, &w.req, &w.dec); err != nil {
+			return nil, s.statusError(err)
+		}
+		if r := w.encode(s.opts.Headers); r != nil {
+			return r, nil
+		}
+		resp := Response(&w.dec) // for the standard codec's error
+		AddHeaders(s.opts.Headers, &w.dec, resp)
+		return resp, nil
 	}
 	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: rlsv3.RateLimitService_ShouldRateLimit_FullMethodName}
-	// Interceptors see the decoded request as *limits.Request.
+	// Interceptors see the decoded request as *limits.Request and the
+	// response as a message (encoded by the standard codec), not a reply.
 	return interceptor(ctx, &w.req, info, func(ctx context.Context, _ any) (any, error) { return s.decide(ctx, w) })
 }
 
