@@ -16,7 +16,7 @@
 // internal/storetest holds the one table of cases both must pass.
 // Rulesets are built by NewRuleset, normally from rule files by
 // pkg/config, and are immutable. Store middleware (circuit breaker,
-// timing) is in pkg/store.
+// timing, the deny cache and leases) is in pkg/store.
 //
 // This package imports no YAML, logging, file watching, gRPC or Redis
 // code.
