@@ -88,8 +88,8 @@ local sbyte = string.byte
 local X = {sbyte(spec, 1, min(14 * n, 700))}
 local reply = {1, sbyte(spec, 1, min(per * n, 300))}
 local admitted = true
--- G[i] = {granted, µs they may be spent}, for checks that asked for a
--- lease; nil while none did.
+-- G[2i-1], G[2i]: check i's granted hits and the µs they may be spent,
+-- for requests where a check asked for a lease; nil while none did.
 local G
 
 -- Pass 1 decides every check in order on working copies of the state, so
@@ -366,9 +366,12 @@ for pass = 1, 2 do
           end
         end
         if not G then
-          G = {}
+          G = {sbyte(spec, 1, 2 * n)}
+          for x = 1, 2 * n do
+            G[x] = 0
+          end
         end
-        G[i] = {granted, gfor}
+        G[2 * i - 1], G[2 * i] = granted, gfor
       end
 
       if pass == 2 then
@@ -400,85 +403,80 @@ for pass = 1, 2 do
   end
 end
 
--- withGrants appends, when any check asked for a lease, two integers per
--- check: the hits granted beyond its own (0 unless admitted), and for how
--- many µs they may be spent.
-local function withGrants(ok)
-  if G then
-    local base = #reply
-    for i = 1, n do
-      local g = G[i]
-      if ok and g then
-        reply[base + 2 * i - 1], reply[base + 2 * i] = g[1], g[2]
-      else
-        reply[base + 2 * i - 1], reply[base + 2 * i] = 0, 0
-      end
-    end
-  end
-  return reply
-end
-
 if not admitted then
   reply[1] = 0
-  return withGrants(false)
-end
-
--- Write each key once, from the working copy of its last check, if any
--- of its checks consumed hits; a sliding log also gets one entry per
--- check that consumed. A written state expires after now (e > now, top
--- >= now), so its TTL in whole ms, rounded up, is at least 1.
-local fmt = string.format
-for i = 1, n do
-  local b = (i - 1) * 14
-  if X[b + 11] == 1 then
-    local alg = X[b + 14]
-    local k = X[b + 1]
-    local key = KEYS[k]
-    local s, c, p, e = X[b + 6], X[b + 7], X[b + 8], X[b + 9]
-    local receipt = s
-    if alg == SLIDING_LOG then
-      local _, _, _, w, _, _, hits = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
-      receipt = p
-      if X[b + 10] == 1 then
-        redis.call('ZADD', key, now, str(p) .. ':' .. str(hits))
-      end
-      if X[b + 12] == 0 then
-        if logtrim[k] then
-          redis.call('ZREMRANGEBYSCORE', key, '-inf', now - w)
+else
+  -- Write each key once, from the working copy of its last check, if any
+  -- of its checks consumed hits; a sliding log also gets one entry per
+  -- check that consumed. A written state expires after now (e > now, top
+  -- >= now), so its TTL in whole ms, rounded up, is at least 1.
+  local fmt = string.format
+  for i = 1, n do
+    local b = (i - 1) * 14
+    if X[b + 11] == 1 then
+      local alg = X[b + 14]
+      local k = X[b + 1]
+      local key = KEYS[k]
+      local s, c, p, e = X[b + 6], X[b + 7], X[b + 8], X[b + 9]
+      local receipt = s
+      if alg == SLIDING_LOG then
+        local _, _, _, w, _, _, hits = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
+        receipt = p
+        if X[b + 10] == 1 then
+          redis.call('ZADD', key, now, str(p) .. ':' .. str(hits))
         end
-        local top = max(logtop[k], now)
-        local ms = fmt('%d', ceil((top + w - now) / 1000))
-        redis.call('SET', KEYS[k + 1], spack('<ddd', c, p, top), 'PX', ms)
-        redis.call('PEXPIRE', key, ms)
-      end
-    elseif X[b + 12] == 1 then
-      -- A later check on the key writes it.
-    elseif e <= now then
-      -- A bucket back at full: the same as no state at all.
-      redis.call('DEL', key)
-      receipt = -1
-    elseif alg == FIXED_WINDOW or alg == SLIDING_WINDOW then
-      local v
-      if alg == FIXED_WINDOW then
-        v = spack('<dd', s, c)
+        if X[b + 12] == 0 then
+          if logtrim[k] then
+            redis.call('ZREMRANGEBYSCORE', key, '-inf', now - w)
+          end
+          local top = max(logtop[k], now)
+          local ms = fmt('%d', ceil((top + w - now) / 1000))
+          redis.call('SET', KEYS[k + 1], spack('<ddd', c, p, top), 'PX', ms)
+          redis.call('PEXPIRE', key, ms)
+        end
+      elseif X[b + 12] == 1 then
+        -- A later check on the key writes it.
+      elseif e <= now then
+        -- A bucket back at full: the same as no state at all.
+        redis.call('DEL', key)
+        receipt = -1
+      elseif alg == FIXED_WINDOW or alg == SLIDING_WINDOW then
+        local v
+        if alg == FIXED_WINDOW then
+          v = spack('<dd', s, c)
+        else
+          v = spack('<ddd', s, c, p)
+        end
+        if X[b + 13] == s then
+          -- The key holds this window already, a value of the same length,
+          -- and the window's expiry: overwrite the value in place.
+          -- SETRANGE keeps the expiry, and its integer reply costs Lua
+          -- less than SET's status.
+          redis.call('SETRANGE', key, '0', v)
+        else
+          redis.call('SET', key, v, 'PX', fmt('%d', ceil((e - now) / 1000)))
+        end
       else
-        v = spack('<ddd', s, c, p)
+        redis.call('SET', key, spack('<ddd', s, c, e), 'PX', fmt('%d', ceil((e - now) / 1000)))
       end
-      if X[b + 13] == s then
-        -- The key holds this window already, a value of the same length,
-        -- and the window's expiry: overwrite the value in place.
-        -- SETRANGE keeps the expiry, and its integer reply costs Lua
-        -- less than SET's status.
-        redis.call('SETRANGE', key, '0', v)
-      else
-        redis.call('SET', key, v, 'PX', fmt('%d', ceil((e - now) / 1000)))
+      if reserve and X[b + 10] == 1 then
+        reply[(i - 1) * 6 + 7] = receipt
       end
-    else
-      redis.call('SET', key, spack('<ddd', s, c, e), 'PX', fmt('%d', ceil((e - now) / 1000)))
-    end
-    if reserve and X[b + 10] == 1 then
-      reply[(i - 1) * 6 + 7] = receipt
     end
   end
 end
-return withGrants(true)
+
+-- When a check asked for a lease, two integers per check follow: the
+-- hits granted beyond its own (0 unless admitted), and for how many µs
+-- they may be spent.
+if G then
+  local base = #reply
+  for x = 1, 2 * n do
+    if admitted then
+      reply[base + x] = G[x]
+    else
+      reply[base + x] = 0
+    end
+  end
+end
+return reply
