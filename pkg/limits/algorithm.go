@@ -161,6 +161,15 @@ func (l *Limit) compile() error {
 	return nil
 }
 
+// CountsLike reports whether l and o decide alike from the same state:
+// the same algorithm, window, requests and burst. What is remembered of
+// one limit's answers holds for the other; compare limits with it rather
+// than by pointer, since Envoy's per-request limits are new each time and
+// a reload builds new limits with the same numbers.
+func (l *Limit) CountsLike(o *Limit) bool {
+	return l.Algorithm == o.Algorithm && l.window == o.window && l.Requests == o.Requests && l.Burst == o.Burst
+}
+
 // Window returns the limit's window: Multiplier × Unit.
 func (l *Limit) Window() time.Duration { return l.window }
 

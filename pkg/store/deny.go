@@ -55,7 +55,8 @@ type DenyCacheOptions struct {
 // Over with Remaining 0 and Reset T − now, and every other check reports
 // a zero Outcome (not over, Remaining 0, Reset 0). See Apply.
 //
-// Limits match on Algorithm, Requests, Window and Burst, not on the
+// Limits match by limits.Limit.CountsLike (algorithm, requests, window
+// and burst), not on the
 // *Limit pointer, so Envoy's per-request override limits, which are new
 // pointers every time, are cached too, and a reload that changes a
 // limit's numbers never reuses an old entry. Shadow checks are never
@@ -106,16 +107,9 @@ type denyShard struct {
 // denyEntry says: until until, a check of this key against a limit with
 // these numbers that needs probe or more hits is over.
 type denyEntry struct {
-	alg      limits.Algorithm
-	requests uint64
-	burst    uint64
-	window   time.Duration
-	probe    uint64
-	until    time.Time
-}
-
-func (e *denyEntry) sameLimit(l *limits.Limit) bool {
-	return e.alg == l.Algorithm && e.requests == l.Requests && e.window == l.Window() && e.burst == l.Burst
+	limit *limits.Limit // matched by CountsLike
+	probe uint64
+	until time.Time
 }
 
 // NewDenyCache returns an empty cache in front of next.
@@ -193,7 +187,7 @@ func (c *DenyCache) lookup(ch *limits.Check, now time.Time) (time.Time, bool) {
 	sh.mu.RLock()
 	e, ok := sh.m[ch.Key]
 	sh.mu.RUnlock()
-	if !ok || max(ch.Hits, 1) < e.probe || !now.Before(e.until) || !e.sameLimit(ch.Limit) {
+	if !ok || max(ch.Hits, 1) < e.probe || !now.Before(e.until) || !e.limit.CountsLike(ch.Limit) {
 		return time.Time{}, false
 	}
 	return e.until, true
@@ -231,7 +225,7 @@ func sharesEarlierKey(cs []limits.Check, i int) bool {
 
 func (c *DenyCache) insert(ch *limits.Check, until, now time.Time, gen uint64) {
 	l := ch.Limit
-	e := denyEntry{alg: l.Algorithm, requests: l.Requests, burst: l.Burst, window: l.Window(), probe: max(ch.Hits, 1), until: until}
+	e := denyEntry{limit: l, probe: max(ch.Hits, 1), until: until}
 	sh := c.shard(ch.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -241,7 +235,7 @@ func (c *DenyCache) insert(ch *limits.Check, until, now time.Time, gen uint64) {
 	if old, ok := sh.m[ch.Key]; ok {
 		// Both are true; keep the old one only if it says more: it covers
 		// every request the new one does, for at least as long.
-		if old.sameLimit(l) && old.probe <= e.probe && !old.until.Before(e.until) {
+		if old.limit.CountsLike(l) && old.probe <= e.probe && !old.until.Before(e.until) {
 			return
 		}
 		sh.m[ch.Key] = e

@@ -53,7 +53,7 @@ type leaseShard struct {
 
 // lease is one key's local lease. requires its shard's mu
 type lease struct {
-	limit     limits.Limit  // the numbers it was taken under
+	limit     *limits.Limit // what it was taken under; see sameNumbers
 	avail     uint64        // hits left to admit locally
 	until     time.Time     // when the lease ends
 	shared    uint64        // the store's Remaining when it was last refilled
@@ -204,11 +204,11 @@ func (l *Leases) take(c *limits.Check, now time.Time, out *limits.Outcome, taken
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ls := sh.m[c.Key]
-	if ls == nil || !sameNumbers(&ls.limit, c.Limit) {
+	if ls == nil || !sameNumbers(ls.limit, c.Limit) {
 		if ls != nil {
 			ls.endRefill() // its waiters retry with the new lease
 		}
-		ls = &lease{limit: *c.Limit}
+		ls = &lease{limit: c.Limit}
 		sh.m[c.Key] = ls
 		sh.sweep(now)
 	}
@@ -261,7 +261,7 @@ func (l *Leases) giveBack(c *limits.Check, hits uint64) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ls := sh.m[c.Key]
-	if ls == nil || !sameNumbers(&ls.limit, c.Limit) {
+	if ls == nil || !sameNumbers(ls.limit, c.Limit) {
 		return // the lease was replaced meanwhile: its hits are gone
 	}
 	ls.endRefill()
@@ -275,7 +275,7 @@ func (l *Leases) refilled(c *limits.Check, sent time.Time, out limits.Outcome, a
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ls := sh.m[c.Key]
-	if ls == nil || !sameNumbers(&ls.limit, c.Limit) {
+	if ls == nil || !sameNumbers(ls.limit, c.Limit) {
 		return out
 	}
 	ls.endRefill()
@@ -386,6 +386,5 @@ func leasable(cs []limits.Check, i int) bool {
 // sameNumbers reports whether a and b count alike, so that a lease taken
 // under a can serve b.
 func sameNumbers(a, b *limits.Limit) bool {
-	return a.Algorithm == b.Algorithm && a.Requests == b.Requests && a.Window() == b.Window() &&
-		a.Burst == b.Burst && a.Lease == b.Lease
+	return a.CountsLike(b) && a.Lease == b.Lease
 }
