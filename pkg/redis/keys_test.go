@@ -71,9 +71,11 @@ func TestKeyTTLs(t *testing.T) {
 		{give: mustLimit(t, limits.FixedWindow, 10, limits.UnitMinute, 1, 0), hits: 3, keys: 1, bound: time.Minute},
 		{give: mustLimit(t, limits.SlidingWindow, 10, limits.UnitMinute, 1, 0), hits: 3, keys: 1, bound: 2 * time.Minute},
 		{give: mustLimit(t, limits.SlidingLog, 10, limits.UnitMinute, 1, 0), hits: 3, keys: 2, bound: time.Minute},
-		// 3 hits at 10 per minute refill in 18 s.
-		{give: mustLimit(t, limits.TokenBucket, 10, limits.UnitMinute, 1, 0), hits: 3, keys: 1, bound: 18 * time.Second},
-		{give: mustLimit(t, limits.LeakyBucket, 10, limits.UnitMinute, 1, 20), hits: 3, keys: 1, bound: 18 * time.Second},
+		// 3 hits at 10 per minute refill in 18 s; a bucket's key lives on
+		// for the time a whole refill takes, at most a minute: 60 s for a
+		// burst of 10, and the minute for a burst of 20 (120 s).
+		{give: mustLimit(t, limits.TokenBucket, 10, limits.UnitMinute, 1, 0), hits: 3, keys: 1, bound: 78 * time.Second},
+		{give: mustLimit(t, limits.LeakyBucket, 10, limits.UnitMinute, 1, 20), hits: 3, keys: 1, bound: 78 * time.Second},
 	}
 	ctx := context.Background()
 	for _, tt := range tests {
@@ -253,11 +255,12 @@ func TestEarlierLayout(t *testing.T) {
 	})
 }
 
-// TestKeyTTLKeptWithinWindow: a fixed or sliding window written again in
-// the window it holds keeps the expiry its first write set (the script
-// overwrites the value in place), so the key still expires with its
-// window and never loses its TTL.
-func TestKeyTTLKeptWithinWindow(t *testing.T) {
+// TestKeyTTLKept: a fixed or sliding window written again in the window
+// it holds keeps the expiry its first write set (the script overwrites
+// the value in place), so the key still expires with its window and never
+// loses its TTL. So does a bucket written again while it is full again
+// before the key expires.
+func TestKeyTTLKept(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rc := srv.Client(t)
 	s := newStore(t, redis.Options{URL: urlOf(srv.Addr)})
@@ -268,6 +271,9 @@ func TestKeyTTLKeptWithinWindow(t *testing.T) {
 	}{
 		{give: mustLimit(t, limits.FixedWindow, 100, limits.UnitHour, 1, 0), bound: time.Hour},
 		{give: mustLimit(t, limits.SlidingWindow, 100, limits.UnitHour, 1, 0), bound: 2 * time.Hour},
+		// 3 hits refill in 3 s; a whole refill takes a minute.
+		{give: mustLimit(t, limits.TokenBucket, 100, limits.UnitMinute, 1, 0), bound: 63 * time.Second},
+		{give: mustLimit(t, limits.LeakyBucket, 100, limits.UnitMinute, 1, 0), bound: 63 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.give.Algorithm.String(), func(t *testing.T) {

@@ -39,7 +39,11 @@
 --                   TTL two windows from the window's start.
 --   token_bucket,   '<ddd': tick of the last update, level (free level,
 --   leaky_bucket    or backlog, scaled by the window in ticks), µs when
---                   the bucket is full again. TTL to that time.
+--                   the key expires. The bucket is full again at a time
+--                   that the tick and level give, and the key expires
+--                   up to one refill of the whole bucket (at most a
+--                   minute) later, so that writes until then keep its
+--                   expiry and overwrite the value in place.
 --   sliding_log     zset of admitted requests, member "<seq>:<hits>",
 --                   score µs; sidecar string '<ddd': the members' hits,
 --                   the last seq, the greatest score. Both expire one
@@ -73,9 +77,9 @@ local logtrim, logtop
 --   b+10    1 if the check consumed hits
 --   b+11    1 if it or an earlier check on its key consumed hits
 --   b+12    1 if a later check has its key
---   b+13    the window start stored for the key (fixed and sliding
---           windows; -1 for none or another algorithm): a write in the
---           same window keeps the key's expiry
+--   b+13    for fixed and sliding windows, the window start stored
+--           for the key; for buckets, the key's expiry µs (-1: no such
+--           state): a write that needs no later expiry keeps the key's
 --   b+14    the check's algorithm
 --
 -- Lua 5.1 has no table.new, but a constructor ending in a call sizes the
@@ -185,8 +189,15 @@ for pass = 1, 2 do
             if alg == SLIDING_WINDOW then
               s, c, p = sunpack('<ddd', v)
               stored = s
-            else
-              s, c, e = sunpack('<ddd', v)
+            elseif req > 0 then
+              -- e: when the bucket is full again.
+              s, c, stored = sunpack('<ddd', v)
+              local cap = burst * (w / tick)
+              local backlog = min(c, cap)
+              if alg == TOKEN_BUCKET then
+                backlog = cap - backlog
+              end
+              e = s * tick + ceil(backlog / req) * tick
             end
           end
         end
@@ -438,7 +449,9 @@ else
         -- A later check on the key writes it.
       elseif e <= now then
         -- A bucket back at full: the same as no state at all.
-        redis.call('DEL', key)
+        if X[b + 13] ~= -1 then
+          redis.call('DEL', key)
+        end
         receipt = -1
       elseif alg == FIXED_WINDOW or alg == SLIDING_WINDOW then
         local v
@@ -457,7 +470,17 @@ else
           redis.call('SET', key, v, 'PX', fmt('%d', ceil((e - now) / 1000)))
         end
       else
-        redis.call('SET', key, spack('<ddd', s, c, e), 'PX', fmt('%d', ceil((e - now) / 1000)))
+        -- A bucket: its key keeps its expiry x while the bucket is full
+        -- again by then, else expires the time a whole refill takes (at
+        -- most a minute) after it is, so that the next writes keep that.
+        local x = X[b + 13]
+        if x >= e then
+          redis.call('SETRANGE', key, '0', spack('<ddd', s, c, x))
+        else
+          local _, _, req, w, tick, burst = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
+          x = e + min(ceil(burst * (w / tick) / req) * tick, 60000000)
+          redis.call('SET', key, spack('<ddd', s, c, x), 'PX', fmt('%d', ceil((x - now) / 1000)))
+        end
       end
       if reserve and X[b + 10] == 1 then
         reply[(i - 1) * 6 + 7] = receipt

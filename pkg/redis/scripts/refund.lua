@@ -92,28 +92,32 @@ for i = 1, #spec / size do
         refunded = refunded + 1
       end
     else
-      local s, c, e = sunpack('<ddd', v)
-      if e > now then
-        local wt = floor(w / tick)
-        local cap = burst * wt
-        local back = hits * wt - max(0, s - receipt) * req
-        if back > 0 then
-          local backlog
-          if alg == TOKEN_BUCKET then
-            c = min(c + back, cap)
-            backlog = cap - c
-          else
-            c = max(c - back, 0)
-            backlog = c
-          end
-          e = s * tick + ceil(backlog / req) * tick
-          if e <= now then
-            redis.call('DEL', key)
-          else
-            redis.call('SET', key, spack('<ddd', s, c, e), 'PX', ttl(e - now))
-          end
-          refunded = refunded + 1
+      -- x: when the key expires, no earlier than the bucket is full again
+      -- (apply.lua). A refund only brings that time nearer, so the key
+      -- keeps its expiry.
+      local s, c, x = sunpack('<ddd', v)
+      local wt = floor(w / tick)
+      local cap = burst * wt
+      local back = hits * wt - max(0, s - receipt) * req
+      local backlog = min(c, cap)
+      if alg == TOKEN_BUCKET then
+        backlog = cap - backlog
+      end
+      -- Nothing to give back to a bucket that is full again already.
+      if s * tick + ceil(backlog / req) * tick > now and back > 0 then
+        if alg == TOKEN_BUCKET then
+          c = min(c + back, cap)
+          backlog = cap - c
+        else
+          c = max(c - back, 0)
+          backlog = c
         end
+        if s * tick + ceil(backlog / req) * tick <= now then
+          redis.call('DEL', key)
+        else
+          redis.call('SETRANGE', key, '0', spack('<ddd', s, c, x))
+        end
+        refunded = refunded + 1
       end
     end
   end
