@@ -29,12 +29,13 @@ func TestReplyMalformed(t *testing.T) {
 		{name: "negative_remaining", give: []any{i(1), i(0), i(-1), i(2)}},
 		{name: "negative_reset", give: []any{i(1), i(0), i(1), i(-2)}},
 		{name: "reserve_short", give: []any{i(1), i(0), i(1), i(2)}, reserve: true},
-		{name: "reserve_bad_receipt", give: []any{i(1), i(0), i(1), i(2), i(1), i(2), i(-5)}, reserve: true},
-		{name: "reserve_negative_alt", give: []any{i(1), i(0), i(1), i(2), i(-1), i(2), i(7)}, reserve: true},
+		{name: "reserve_long", give: []any{i(1), i(0), i(1), i(2), i(7), i(1)}, reserve: true},
+		{name: "reserve_bad_receipt", give: []any{i(1), i(0), i(1), i(2), i(-5)}, reserve: true},
+		{name: "reserve_string_receipt", give: []any{i(1), i(0), i(1), i(2), "7"}, reserve: true},
 		{name: "grants_missing", give: []any{i(1), i(0), i(1), i(2)}, grants: true},
 		{name: "grants_negative", give: []any{i(1), i(0), i(1), i(2), i(-1), i(5)}, grants: true},
 		{name: "grants_string", give: []any{i(1), i(0), i(1), i(2), i(1), "5"}, grants: true},
-		{name: "reserve_grants_missing", give: []any{i(1), i(0), i(1), i(2), i(1), i(2), i(7)}, reserve: true, grants: true},
+		{name: "reserve_grants_missing", give: []any{i(1), i(0), i(1), i(2), i(7)}, reserve: true, grants: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

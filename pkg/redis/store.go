@@ -314,8 +314,7 @@ type group struct {
 	slot     uint16
 	idx      []int // indices into the batch, in batch order
 	admitted bool
-	out      []limits.Outcome // if the request is admitted
-	alt      []limits.Outcome // if it is rejected
+	out      []limits.Outcome // if the request is admitted, or g rejected it
 	receipts []int64          // -1: nothing consumed
 	err      error
 }
@@ -374,15 +373,55 @@ func (s *Store) applyGroups(ctx, rctx context.Context, b *limits.Batch, now stri
 	}
 	b.Admitted = admitted
 	for _, g := range gs {
-		outs := g.out
-		if !admitted {
-			outs = g.alt
-		}
 		for j, i := range g.idx {
-			b.Outcomes[i] = outs[j]
+			b.Outcomes[i] = g.out[j]
 		}
 	}
+	if !admitted {
+		s.reportRejected(ctx, b, now, gs)
+	}
 	return nil
+}
+
+// reportRejected sets the outcomes of the checks of b's groups that
+// reserved, and were refunded because another group rejected b, to what
+// they report for a rejected request, decided again after the refund
+// without writing (apply.lua's mode "2"): the reservations' replies hold
+// the state after the hits instead. Should that call fail, those
+// outcomes stay as reserved: the request is rejected either way, and
+// only what it reports is less exact.
+func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string, gs []*group) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	var eg errgroup.Group
+	for _, g := range gs {
+		if !g.admitted {
+			continue
+		}
+		checks := make([]limits.Check, len(g.idx))
+		for j, i := range g.idx {
+			checks[j] = b.Checks[i]
+			checks[j].Extra = 0
+			b.Outcomes[i].Granted, b.Outcomes[i].GrantFor = 0, 0
+		}
+		eg.Go(func() error {
+			keys, args := s.applyArgs(checks, nil, now, false)
+			args[1] = "2"
+			reply, err := s.run(ctx, keys, args)
+			if err != nil {
+				return err
+			}
+			outs := make([]limits.Outcome, len(checks))
+			if _, err := readApply(reply, outs, false); err != nil {
+				return err
+			}
+			for j, i := range g.idx {
+				b.Outcomes[i] = outs[j]
+			}
+			return nil
+		})
+	}
+	_ = eg.Wait()
 }
 
 // reserve runs apply.lua in reserve mode for g and records the result in g.
@@ -399,7 +438,7 @@ func (s *Store) reserve(ctx context.Context, checks []limits.Check, now string, 
 // read reads apply.lua's reply to a reserving call into g.
 func (g *group) read(reply any, grants bool) error {
 	n := len(g.idx)
-	vals, err := replyInts(reply, replyLen(n, 6, grants))
+	vals, err := replyInts(reply, replyLen(n, 4, grants))
 	if err != nil {
 		return err
 	}
@@ -407,23 +446,19 @@ func (g *group) read(reply any, grants bool) error {
 		return err
 	}
 	g.out = make([]limits.Outcome, n)
-	g.alt = make([]limits.Outcome, n)
 	g.receipts = make([]int64, n)
 	for j := range n {
-		v := vals[1+6*j:]
+		v := vals[1+4*j:]
 		if g.out[j], err = outcome(v[0], v[1], v[2]); err != nil {
 			return err
 		}
-		if g.alt[j], err = outcome(v[0], v[3], v[4]); err != nil {
-			return err
-		}
-		r, ok := v[5].(int64)
+		r, ok := v[3].(int64)
 		if !ok || r < -1 {
-			return &ReplyError{Script: "apply", Msg: fmt.Sprintf("receipt %v", v[5])}
+			return &ReplyError{Script: "apply", Msg: fmt.Sprintf("receipt %v", v[3])}
 		}
 		g.receipts[j] = r
 		if grants {
-			if err := readGrant(&g.out[j], vals[1+6*n+2*j:]); err != nil {
+			if err := readGrant(&g.out[j], vals[1+4*n+2*j:]); err != nil {
 				return err
 			}
 		}

@@ -7,17 +7,22 @@
 --   A key may repeat: checks on one key see each other's hits.
 -- ARGV[1]: now in µs, or "" to read redis.call('TIME'). Only tests set it.
 -- ARGV[2]: "1" to reserve (one slot group of a cross-slot request): also
---   return, per check, its outcome should another group reject the
---   request, and a refund receipt for refund.lua.
+--   return, per check, a refund receipt for refund.lua. "2" to report
+--   what the checks say of a request that is rejected elsewhere: decide
+--   as for "0", write nothing, and return what a rejected request
+--   returns.
 -- ARGV[3]: the checks, one binary record each (lib.lua's SPEC).
 --   A record's extra, when above 0, asks for up to that many hits more
 --   for a lease, if the request is admitted (limits.Limit.Grant).
 --
 -- Returns an array of integers: admitted (0 or 1), then per check over
--- (0 or 1), remaining, reset µs; when reserving, each check also has the
--- remaining and reset µs it reports if the request is rejected, and its
+-- (0 or 1), remaining, reset µs; when reserving, each check also has its
 -- receipt (-1 if it consumed nothing). If any check asked for a lease,
 -- two integers per check follow: hits granted, and µs they may be spent.
+-- What the checks of a reserving call that admitted report if another
+-- group rejects the request is not computed when reserving but after the
+-- refund, by a call with ARGV[2] "2" (store.go), so that the common case
+-- costs nothing for it.
 --
 -- Why a script: every check must be read, decided and written with no
 -- other request in between, on one clock shared by every sidecar, in one
@@ -61,6 +66,7 @@
 
 local now = clock()
 local reserve = ARGV[2] == '1'
+local dry = ARGV[2] == '2'
 local spec = ARGV[3]
 local n = #spec / CHECK
 local vals = redis.call('MGET', unpack(KEYS))
@@ -87,7 +93,7 @@ local logtrim, logtop
 -- with as many placeholders (bytes of spec, which is longer) as they will
 -- hold, up to a bound, so filling them does not rehash them again and
 -- again. Every placeholder is overwritten before it is read or returned.
-local per = reserve and 6 or 3
+local per = reserve and 4 or 3
 local sbyte = string.byte
 local X = {sbyte(spec, 1, min(14 * n, 700))}
 local reply = {1, sbyte(spec, 1, min(per * n, 300))}
@@ -98,13 +104,15 @@ local G
 
 -- Pass 1 decides every check in order on working copies of the state, so
 -- checks on one key see each other's hits. A rejected request consumes
--- nothing, so pass 2 (if the request is rejected, or to report that case
--- when reserving) evaluates the checks that would have admitted it again,
--- from the same state, for zero hits. Both passes share one copy of
+-- nothing, so pass 2 (if the request is rejected) evaluates the checks
+-- that would have admitted it again, from the same state, for zero hits. Both passes share one copy of
 -- limits.Limit.Evaluate, inline: a function would be a closure made
 -- afresh on every run.
 for pass = 1, 2 do
-  if pass == 2 and admitted and not reserve then
+  if dry then
+    admitted = false
+  end
+  if pass == 2 and admitted then
     break
   end
   local kk = 1
@@ -386,12 +394,7 @@ for pass = 1, 2 do
       end
 
       if pass == 2 then
-        if reserve then
-          reply[r + 4], reply[r + 5] = rem, reset
-        end
-        if not admitted then
-          reply[r + 2], reply[r + 3] = rem, reset
-        end
+        reply[r + 2], reply[r + 3] = rem, reset
       else
         local took = 0
         if over then
@@ -407,7 +410,7 @@ for pass = 1, 2 do
         X[b + 10], X[b + 11], X[b + 12], X[b + 13], X[b + 14] = took, any, 0, stored, alg
         reply[r + 1], reply[r + 2], reply[r + 3] = over and 1 or 0, rem, reset
         if reserve then
-          reply[r + 4], reply[r + 5], reply[r + 6] = rem, reset, -1
+          reply[r + 4] = -1
         end
       end
     end
@@ -483,7 +486,7 @@ else
         end
       end
       if reserve and X[b + 10] == 1 then
-        reply[(i - 1) * 6 + 7] = receipt
+        reply[(i - 1) * 4 + 5] = receipt
       end
     end
   end
