@@ -72,10 +72,9 @@ func TestKeyTTLs(t *testing.T) {
 		{give: mustLimit(t, limits.SlidingWindow, 10, limits.UnitMinute, 1, 0), hits: 3, keys: 1, bound: 2 * time.Minute},
 		{give: mustLimit(t, limits.SlidingLog, 10, limits.UnitMinute, 1, 0), hits: 3, keys: 2, bound: time.Minute},
 		// 3 hits at 10 per minute refill in 18 s; a bucket's key lives on
-		// for the time a whole refill takes, at most a minute: 60 s for a
-		// burst of 10, and the minute for a burst of 20 (120 s).
-		{give: mustLimit(t, limits.TokenBucket, 10, limits.UnitMinute, 1, 0), hits: 3, keys: 1, bound: 78 * time.Second},
-		{give: mustLimit(t, limits.LeakyBucket, 10, limits.UnitMinute, 1, 20), hits: 3, keys: 1, bound: 78 * time.Second},
+		// as long again.
+		{give: mustLimit(t, limits.TokenBucket, 10, limits.UnitMinute, 1, 0), hits: 3, keys: 1, bound: 36 * time.Second},
+		{give: mustLimit(t, limits.LeakyBucket, 10, limits.UnitMinute, 1, 20), hits: 3, keys: 1, bound: 36 * time.Second},
 	}
 	ctx := context.Background()
 	for _, tt := range tests {
@@ -258,8 +257,9 @@ func TestEarlierLayout(t *testing.T) {
 // TestKeyTTLKept: a fixed or sliding window written again in the window
 // it holds keeps the expiry its first write set (the script overwrites
 // the value in place), so the key still expires with its window and never
-// loses its TTL. So does a bucket written again while it is full again
-// before the key expires.
+// loses its TTL. So does a busy bucket: its key lives twice as long as
+// the bucket takes to be full again, so the next hits, which keep it full
+// again before that, keep the expiry too.
 func TestKeyTTLKept(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rc := srv.Client(t)
@@ -267,22 +267,26 @@ func TestKeyTTLKept(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
 		give  *limits.Limit
+		first uint64 // hits of the first request; the others take 1
 		bound time.Duration
 	}{
-		{give: mustLimit(t, limits.FixedWindow, 100, limits.UnitHour, 1, 0), bound: time.Hour},
-		{give: mustLimit(t, limits.SlidingWindow, 100, limits.UnitHour, 1, 0), bound: 2 * time.Hour},
-		// 3 hits refill in 3 s; a whole refill takes a minute.
-		{give: mustLimit(t, limits.TokenBucket, 100, limits.UnitMinute, 1, 0), bound: 63 * time.Second},
-		{give: mustLimit(t, limits.LeakyBucket, 100, limits.UnitMinute, 1, 0), bound: 63 * time.Second},
+		{give: mustLimit(t, limits.FixedWindow, 100, limits.UnitHour, 1, 0), first: 1, bound: time.Hour},
+		{give: mustLimit(t, limits.SlidingWindow, 100, limits.UnitHour, 1, 0), first: 1, bound: 2 * time.Hour},
+		// At 100 per 10 minutes, 10 hits refill in 60 s, so the key lives
+		// 120 s (as long again, at most a minute more); after the next two
+		// hits the bucket is full again in 66 s and 72 s.
+		{give: mustLimit(t, limits.TokenBucket, 100, limits.UnitMinute, 10, 0), first: 10, bound: 2 * time.Minute},
+		{give: mustLimit(t, limits.LeakyBucket, 100, limits.UnitMinute, 10, 0), first: 10, bound: 2 * time.Minute},
 	}
 	for _, tt := range tests {
 		t.Run(tt.give.Algorithm.String(), func(t *testing.T) {
-			c := check(tt.give.Algorithm.String(), tt.give, 1)
+			c := check(tt.give.Algorithm.String(), tt.give, tt.first)
 			key := redis.FullKey(s, c)
 			var first time.Duration
 			for i := range 3 {
 				b := apply(t, s, c)
-				if want := uint64(99 - i); !b.Admitted || b.Outcomes[0].Remaining != want {
+				c.Hits = 1
+				if want := 100 - tt.first - uint64(i); !b.Admitted || b.Outcomes[0].Remaining != want {
 					t.Fatalf("request %d: admitted %v, %+v; want admitted with %d remaining", i, b.Admitted, b.Outcomes[0], want)
 				}
 				ttl, err := rc.PTTL(ctx, key).Result()

@@ -45,10 +45,10 @@
 --   token_bucket,   '<ddd': tick of the last update, level (free level,
 --   leaky_bucket    or backlog, scaled by the window in ticks), µs when
 --                   the key expires. The bucket is full again at a time
---                   that the tick and level give, and the key expires
---                   up to one refill of the whole bucket (at most a
---                   minute) later, so that writes until then keep its
---                   expiry and overwrite the value in place.
+--                   that the tick and level give, and the key expires up
+--                   to as long again (at most a minute) later, so that
+--                   the writes of a busy bucket keep its expiry and
+--                   overwrite the value in place.
 --   sliding_log     zset of admitted requests, member "<seq>:<hits>",
 --                   score µs; sidecar string '<ddd': the members' hits,
 --                   the last seq, the greatest score. Both expire one
@@ -474,14 +474,15 @@ else
         end
       else
         -- A bucket: its key keeps its expiry x while the bucket is full
-        -- again by then, else expires the time a whole refill takes (at
-        -- most a minute) after it is, so that the next writes keep that.
+        -- again by then, else expires twice as far from now as the time
+        -- it is full again (at most a minute more), so that the writes
+        -- of a busy bucket keep that, while a bucket hit once expires
+        -- about as soon as it is full again.
         local x = X[b + 13]
         if x >= e then
           redis.call('SETRANGE', key, '0', spack('<ddd', s, c, x))
         else
-          local _, _, req, w, tick, burst = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
-          x = e + min(ceil(burst * (w / tick) / req) * tick, 60000000)
+          x = e + min(e - now, 60000000)
           redis.call('SET', key, spack('<ddd', s, c, x), 'PX', fmt('%d', ceil((x - now) / 1000)))
         end
       end
