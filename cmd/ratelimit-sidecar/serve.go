@@ -39,6 +39,7 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do if the log cannot flush
+	c.gc.apply()
 
 	rs, err := config.Load(c.configPath, config.Options{MergeDomains: c.mergeDomains})
 	if err != nil {
@@ -152,6 +153,7 @@ func (l *listeners) adminAddr() string {
 }
 
 func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, rs *limits.Ruleset) {
+	gcPercent, memLimit := currentGC()
 	log.Info("ratelimit-sidecar started",
 		zap.String("version", version),
 		zap.String("grpc_addr", lis.grpc.Addr().String()),
@@ -163,6 +165,8 @@ func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, 
 		zap.Strings("domains", rs.Domains()),
 		zap.Int("rules", countRules(rs)),
 		zap.String("checksum", rs.Checksum),
+		zap.Int64("gc_percent", gcPercent),
+		zap.Int64("memory_limit_bytes", memLimit),
 	)
 }
 
