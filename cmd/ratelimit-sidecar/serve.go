@@ -170,6 +170,10 @@ func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, 
 	)
 }
 
+// streamWorkers is the least number of gRPC stream workers: enough for
+// the requests a busy sidecar has in flight (64 in the benchmarks).
+const streamWorkers = 128
+
 // servers are the sidecar's gRPC and HTTP servers.
 type servers struct {
 	c      *settings
@@ -186,8 +190,12 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	s := &servers{c: c, log: log}
 	// Stream workers serve RPCs on long-lived goroutines whose stacks have
 	// already grown: a new goroutine per RPC spent about a tenth of the
-	// CPU growing its stack.
-	s.grpc = grpc.NewServer(append(envoy.ServerOptions(), grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))))...)
+	// CPU growing its stack. A worker stays busy while its RPC waits for
+	// Redis, and grpc-go starts a new goroutine for an RPC that finds no
+	// worker free, so there are workers for as many RPCs as a busy
+	// sidecar has in flight, not as many as it has CPUs. An idle worker
+	// costs a parked goroutine.
+	s.grpc = grpc.NewServer(append(envoy.ServerOptions(), grpc.NumStreamWorkers(uint32(max(4*runtime.GOMAXPROCS(0), streamWorkers))))...)
 	rls := envoy.NewServer(engine, log, envoy.Options{Headers: c.responseHeaders})
 	rls.Register(s.grpc)
 	s.health = health.NewServer()
