@@ -41,6 +41,9 @@ type settings struct {
 	redisSentinels    string
 	redisCluster      string
 
+	gc          gcSettings
+	memoryLimit string // --memory-limit's text, for finish to parse
+
 	// onReady, if set, is called with the listeners' addresses once the
 	// servers are about to serve. Tests use it to find ports chosen by :0.
 	onReady func(grpcAddr, httpAddr, adminAddr string)
@@ -97,6 +100,8 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.Var(&c.responseHeaders, "response-headers", "`mode` of rate-limit headers for Envoy to add to responses: none, draft03 (RateLimit-Limit, -Remaining, -Reset) or ietf (RateLimit-Policy and RateLimit); both add Retry-After when over limit")
 	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", 0.8, "share of a limit past which admitted hits count as near the limit in metrics")
 	fs.DurationVar(&c.reloadDebounce, "reload-debounce", 200*time.Millisecond, "how long file changes must settle before rules are reloaded")
+	fs.IntVar(&c.gc.percent, "gc-percent", defaultGCPercent, "the Go garbage collector's GOGC, unless the GOGC environment variable is set")
+	fs.StringVar(&c.memoryLimit, "memory-limit", defaultMemoryLimit, "the Go runtime's soft memory limit (64MiB, 1GiB, ...; 0: none), unless the GOMEMLIMIT environment variable is set")
 
 	failure := "local"
 	fs.StringVar(&failure, "failure-mode", failure, "what requests get while Redis cannot decide: open, closed, local or error; rule files may override it per domain")
@@ -147,6 +152,15 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	if c.denyCacheEntries < 0 {
 		return fmt.Errorf("--deny-cache-entries: want 0 (off) or more, got %d", c.denyCacheEntries)
 	}
+	if c.gc.percent < 1 {
+		return fmt.Errorf("--gc-percent: want 1 or more, got %d; set GOGC=off to turn the collector off", c.gc.percent)
+	}
+	if c.gc.limit, err = parseBytes(c.memoryLimit); err != nil {
+		return fmt.Errorf("--memory-limit: %w", err)
+	}
+	_, gogc := getenv("GOGC")
+	_, gomemlimit := getenv("GOMEMLIMIT")
+	c.gc.setPercent, c.gc.setLimit = !gogc, !gomemlimit
 	if c.request.MaxDescriptors < 1 || c.request.MaxEntries < 1 || c.request.MaxValueBytes < 1 || c.request.MaxHits < 1 {
 		return fmt.Errorf("--max-descriptors, --max-entries, --max-value-bytes and --max-hits-addend must be at least 1")
 	}

@@ -165,3 +165,53 @@ func write(t *testing.T, path, data string) {
 		t.Fatal(err)
 	}
 }
+
+// TestGCFlags checks the garbage-collector flags: their defaults, sizes
+// in GOMEMLIMIT's syntax, and that GOGC and GOMEMLIMIT, which the runtime
+// has already applied, make the sidecar leave its setting alone.
+func TestGCFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		give []string
+		env  map[string]string
+		want gcSettings
+	}{
+		{name: "defaults", want: gcSettings{percent: 400, setPercent: true, limit: 64 << 20, setLimit: true}},
+		{name: "flags", give: []string{"--gc-percent", "150", "--memory-limit", "1GiB"}, want: gcSettings{percent: 150, setPercent: true, limit: 1 << 30, setLimit: true}},
+		{name: "no_limit", give: []string{"--memory-limit", "0"}, want: gcSettings{percent: 400, setPercent: true, setLimit: true}},
+		{name: "bytes", give: []string{"--memory-limit", "1000"}, want: gcSettings{percent: 400, setPercent: true, limit: 1000, setLimit: true}},
+		{name: "go_env", env: map[string]string{"GOGC": "100", "GOMEMLIMIT": "1GiB"}, want: gcSettings{percent: 400, limit: 64 << 20}},
+		{name: "rls_env", env: map[string]string{"RLS_GC_PERCENT": "200", "RLS_MEMORY_LIMIT": "32MiB"}, want: gcSettings{percent: 200, setPercent: true, limit: 32 << 20, setLimit: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			getenv := func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok }
+			c, err := parseFlags(tt.give, getenv, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.gc != tt.want {
+				t.Errorf("gc = %+v, want %+v", c.gc, tt.want)
+			}
+		})
+	}
+}
+
+func TestGCFlagsInvalid(t *testing.T) {
+	tests := []struct {
+		give []string
+		want string
+	}{
+		{[]string{"--gc-percent", "0"}, "--gc-percent"},
+		{[]string{"--memory-limit", "64MB"}, "--memory-limit"},
+		{[]string{"--memory-limit", "-1"}, "--memory-limit"},
+		{[]string{"--memory-limit", "99999999TiB"}, "--memory-limit"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
+			if _, err := parseFlags(tt.give, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want one naming %s", err, tt.want)
+			}
+		})
+	}
+}

@@ -48,8 +48,9 @@ func NewNodePipe(s *Store, node *goredis.Client, max int) *pipe {
 // ApplyVia decides b as Apply does on one slot, but through p.
 func ApplyVia(ctx context.Context, s *Store, p *pipe, b *limits.Batch) error {
 	b.Outcomes = make([]limits.Outcome, len(b.Checks))
-	keys, args := s.applyArgs(b.Checks, nil, "", false)
-	reply, err := p.do(ctx, keys, args)
+	c := getCall(ctx)
+	s.setArgs(c, b.Checks, nil, "", false)
+	reply, err := p.do(c)
 	if err != nil {
 		return wrap(ctx, "apply", err)
 	}

@@ -34,7 +34,7 @@ import (
 type pipe struct {
 	rdb      goredis.UniversalClient
 	max      int
-	redirect func(ctx context.Context, keys []string, args []any, refusal error) (any, error) // nil but on a Cluster
+	redirect func(ctx context.Context, keys []string, args []any, refusal error) ([]int64, error) // nil but on a Cluster
 
 	mu    sync.Mutex
 	out   int     // round trips under way
@@ -60,14 +60,19 @@ const (
 )
 
 // call is one apply.lua call: waiting in a pipe's queue, or sent alone.
-// Calls are pooled with their channel, timer and argument slice, so that
-// a call allocates only its go-redis command.
+// Calls are pooled with their channel, timer and argument slices, so that
+// a call allocates only the string its keys and spec are cut from (see
+// Store.setArgs), its go-redis command and the command's reply.
 type call struct {
-	ctx   context.Context
-	keys  []string
-	args  []any
-	reply any
-	err   error
+	ctx  context.Context
+	keys []string // KEYS
+	// args is ARGV: pointers to now, mode and spec, which go-redis
+	// writes as the strings, so that no argument is boxed per call.
+	args            []any
+	now, mode, spec string
+	buf             []byte // scratch for the keys and spec
+	reply           []int64
+	err             error
 
 	state atomic.Uint32
 	// lead, when the call is woken, is the batch it is to send (itself
@@ -78,7 +83,7 @@ type call struct {
 	wake  chan struct{}
 	timer *time.Timer // bounds the wait by ctx's deadline
 	argv  []any       // the EVALSHA command, reused
-	cmd   *goredis.Cmd
+	cmd   *goredis.IntSliceCmd
 	// live and cmds are scratch for the batch the call leads, reused.
 	live []*call
 	cmds []goredis.Cmder
@@ -90,9 +95,10 @@ var calls = sync.Pool{New: func() any {
 	return &call{wake: make(chan struct{}, 1), timer: t}
 }}
 
-func getCall(ctx context.Context, keys []string, args []any) *call {
+// getCall returns a call under ctx, its arguments to be set.
+func getCall(ctx context.Context) *call {
 	c := calls.Get().(*call)
-	c.ctx, c.keys, c.args = ctx, keys, args
+	c.ctx = ctx
 	c.state.Store(waiting)
 	return c
 }
@@ -101,8 +107,11 @@ func getCall(ctx context.Context, keys []string, args []any) *call {
 func putCall(c *call) {
 	c.timer.Stop()
 	clear(c.argv)
-	c.ctx, c.keys, c.args, c.reply, c.err, c.lead, c.cmd = nil, nil, nil, nil, nil, nil, nil
-	c.argv = c.argv[:0]
+	clear(c.keys)
+	clear(c.args)
+	c.ctx, c.reply, c.err, c.lead, c.cmd = nil, nil, nil, nil, nil
+	c.now, c.mode, c.spec = "", "", ""
+	c.argv, c.keys, c.args = c.argv[:0], c.keys[:0], c.args[:0]
 	clear(c.live)
 	clear(c.cmds)
 	c.live, c.cmds = c.live[:0], c.cmds[:0]
@@ -110,50 +119,61 @@ func putCall(c *call) {
 }
 
 // evalsha returns c's EVALSHA command, built in c's reused argument
-// slice instead of go-redis's per-call copy.
-func (c *call) evalsha(ctx context.Context) *goredis.Cmd {
+// slice instead of go-redis's per-call copy. The keys go in as pointers
+// into c.keys, which go-redis writes as the strings, unboxed.
+//
+// The command reads the reply straight into a []int64, as apply.lua's
+// reply is an array of integers. It is lenient where the store is not: it
+// reads a nil element as 0 and a decimal string as its number. A reply
+// that is not an array at all fails the call as a broken connection does
+// (go-redis closes the connection), not as a ReplyError.
+func (c *call) evalsha(ctx context.Context) *goredis.IntSliceCmd {
 	c.argv = append(c.argv[:0], "evalsha", applySHA, len(c.keys))
-	for _, k := range c.keys {
-		c.argv = append(c.argv, k)
+	for i := range c.keys {
+		c.argv = append(c.argv, &c.keys[i])
 	}
 	c.argv = append(c.argv, c.args...)
-	c.cmd = goredis.NewCmd(ctx, c.argv...)
+	c.cmd = goredis.NewIntSliceCmd(ctx, c.argv...)
 	c.cmd.SetFirstKeyPos(3)
 	return c.cmd
 }
 
-// do runs apply.lua with keys and args, within ctx. If ctx ends first, do
-// returns ctx's error; the call may still run on Redis, as any call whose
-// reply is lost may. ctx's deadline bounds the call even when ctx's Done
-// channel does not close at it (see deadlineCtx).
-func (p *pipe) do(ctx context.Context, keys []string, args []any) (any, error) {
+// do runs call c, whose arguments are set, within c.ctx, and recycles c.
+// If c.ctx ends first, do returns its error; the call may still run on
+// Redis, as any call whose reply is lost may. c.ctx's deadline bounds the
+// call even when its Done channel does not close at it (see deadlineCtx).
+func (p *pipe) do(c *call) ([]int64, error) {
 	p.mu.Lock()
 	if p.out < p.max {
 		p.out++
 		p.mu.Unlock()
 		defer p.pass()
-		c := getCall(ctx, keys, args)
-		cmd := c.evalsha(ctx)
-		_ = p.rdb.Process(ctx, cmd)
-		reply, err := cmd.Result()
-		putCall(c)
-		if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
-			reply, err = applyScript.Eval(ctx, p.rdb, keys, args...).Result()
-		}
-		if p.redirected(err) {
-			return p.redirect(ctx, keys, args, err)
-		}
-		return reply, err
+		return p.alone(c)
 	}
-	c := getCall(ctx, keys, args)
 	p.queue = append(p.queue, c)
 	p.mu.Unlock()
 	return p.wait(c)
 }
 
+// alone sends c by itself and recycles it.
+func (p *pipe) alone(c *call) ([]int64, error) {
+	defer putCall(c)
+	ctx := c.ctx
+	cmd := c.evalsha(ctx)
+	_ = p.rdb.Process(ctx, cmd)
+	reply, err := cmd.Result()
+	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		reply, err = replyInts(applyScript.Eval(ctx, p.rdb, c.keys, c.args...).Result())
+	}
+	if p.redirected(err) {
+		return p.redirect(ctx, c.keys, c.args, err)
+	}
+	return reply, err
+}
+
 // wait waits for queued call c's reply, or its turn to lead a batch, and
 // recycles c.
-func (p *pipe) wait(c *call) (any, error) {
+func (p *pipe) wait(c *call) ([]int64, error) {
 	ctx := c.ctx
 	var expired <-chan time.Time
 	if d, ok := ctx.Deadline(); ok {

@@ -39,11 +39,13 @@ func TestReplyMalformed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var err error
-			if tt.reserve {
-				err = (&group{idx: []int{0}}).read(tt.give, tt.grants)
-			} else {
-				_, err = readApply(tt.give, make([]limits.Outcome, 1), tt.grants)
+			vals, err := replyInts(tt.give, nil)
+			switch {
+			case err != nil:
+			case tt.reserve:
+				err = (&group{idx: []int{0}}).read(vals, tt.grants)
+			default:
+				_, err = readApply(vals, make([]limits.Outcome, 1), tt.grants)
 			}
 			var re *ReplyError
 			if !errors.As(err, &re) {
@@ -58,11 +60,11 @@ func TestReplyMalformed(t *testing.T) {
 
 func TestReplyWellFormed(t *testing.T) {
 	outs := make([]limits.Outcome, 1)
-	admitted, err := readApply([]any{int64(0), int64(1), int64(3), int64(1500)}, outs, false)
+	admitted, err := readApply([]int64{0, 1, 3, 1500}, outs, false)
 	if err != nil || admitted || outs[0] != (limits.Outcome{Over: true, Remaining: 3, Reset: 1500 * 1000}) {
 		t.Errorf("readApply = %v, %+v, %v", admitted, outs[0], err)
 	}
-	admitted, err = readApply([]any{int64(1), int64(0), int64(3), int64(1500), int64(4), int64(2000)}, outs, true)
+	admitted, err = readApply([]int64{1, 0, 3, 1500, 4, 2000}, outs, true)
 	if err != nil || !admitted || outs[0] != (limits.Outcome{Remaining: 3, Reset: 1500 * 1000, Granted: 4, GrantFor: 2 * time.Millisecond}) {
 		t.Errorf("readApply with grants = %v, %+v, %v", admitted, outs[0], err)
 	}

@@ -191,8 +191,9 @@ func (s *Store) Apply(ctx context.Context, b *limits.Batch) error {
 
 // applyAll decides b in one script call; all its keys share a node.
 func (s *Store) applyAll(ctx context.Context, b *limits.Batch, now string) error {
-	keys, args := s.applyArgs(b.Checks, nil, now, false)
-	reply, err := s.run(ctx, keys, args)
+	c := getCall(ctx)
+	s.setArgs(c, b.Checks, nil, now, false)
+	reply, err := s.run(c)
 	if err != nil {
 		return wrap(ctx, "apply", err)
 	}
@@ -200,17 +201,18 @@ func (s *Store) applyAll(ctx context.Context, b *limits.Batch, now string) error
 	return err
 }
 
-// run runs apply.lua with keys, which share a slot, through the pipe of
-// the node that serves them.
-func (s *Store) run(ctx context.Context, keys []string, args []any) (any, error) {
+// run runs call c, whose keys share a slot, through the pipe of the node
+// that serves them, and recycles c.
+func (s *Store) run(c *call) ([]int64, error) {
 	if s.cc == nil {
-		return s.pipe.do(ctx, keys, args)
+		return s.pipe.do(c)
 	}
-	node, err := s.cc.MasterForKey(ctx, keys[0])
+	node, err := s.cc.MasterForKey(c.ctx, c.keys[0])
 	if err != nil {
+		putCall(c)
 		return nil, err
 	}
-	return s.nodePipe(node).do(ctx, keys, args)
+	return s.nodePipe(node).do(c)
 }
 
 // nodePipe returns the pipe of a master's client. Pipes are kept by
@@ -234,8 +236,8 @@ func (s *Store) nodePipe(node *goredis.Client) *pipe {
 	}
 }
 
-func (s *Store) redirectApply(ctx context.Context, keys []string, args []any, refusal error) (any, error) {
-	return s.redirect(ctx, applyScript, keys, args, refusal)
+func (s *Store) redirectApply(ctx context.Context, keys []string, args []any, refusal error) ([]int64, error) {
+	return replyInts(s.redirect(ctx, applyScript, keys, args, refusal))
 }
 
 // redirect sends a call of sc that a master refused with MOVED or ASK
@@ -285,10 +287,9 @@ func (s *Store) redirect(ctx context.Context, sc *goredis.Script, keys []string,
 // one per check, and returns whether the request was admitted. grants
 // says whether a check asked for a lease, so that the reply ends with
 // the grants.
-func readApply(reply any, outs []limits.Outcome, grants bool) (bool, error) {
+func readApply(vals []int64, outs []limits.Outcome, grants bool) (bool, error) {
 	n := len(outs)
-	vals, err := replyInts(reply, replyLen(n, 3, grants))
-	if err != nil {
+	if err := checkLen(vals, replyLen(n, 3, grants)); err != nil {
 		return false, err
 	}
 	admitted, err := flag(vals[0])
@@ -405,9 +406,10 @@ func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string,
 			b.Outcomes[i].Granted, b.Outcomes[i].GrantFor = 0, 0
 		}
 		eg.Go(func() error {
-			keys, args := s.applyArgs(checks, nil, now, false)
-			args[1] = "2"
-			reply, err := s.run(ctx, keys, args)
+			c := getCall(ctx)
+			s.setArgs(c, checks, nil, now, false)
+			c.mode = "2"
+			reply, err := s.run(c)
 			if err != nil {
 				return err
 			}
@@ -426,8 +428,9 @@ func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string,
 
 // reserve runs apply.lua in reserve mode for g and records the result in g.
 func (s *Store) reserve(ctx context.Context, checks []limits.Check, now string, g *group) {
-	keys, args := s.applyArgs(checks, g.idx, now, true)
-	reply, err := s.run(ctx, keys, args)
+	c := getCall(ctx)
+	s.setArgs(c, checks, g.idx, now, true)
+	reply, err := s.run(c)
 	if err != nil {
 		g.err = wrap(ctx, "apply", err)
 		return
@@ -436,12 +439,12 @@ func (s *Store) reserve(ctx context.Context, checks []limits.Check, now string, 
 }
 
 // read reads apply.lua's reply to a reserving call into g.
-func (g *group) read(reply any, grants bool) error {
+func (g *group) read(vals []int64, grants bool) error {
 	n := len(g.idx)
-	vals, err := replyInts(reply, replyLen(n, 4, grants))
-	if err != nil {
+	if err := checkLen(vals, replyLen(n, 4, grants)); err != nil {
 		return err
 	}
+	var err error
 	if g.admitted, err = flag(vals[0]); err != nil {
 		return err
 	}
@@ -452,11 +455,10 @@ func (g *group) read(reply any, grants bool) error {
 		if g.out[j], err = outcome(v[0], v[1], v[2]); err != nil {
 			return err
 		}
-		r, ok := v[3].(int64)
-		if !ok || r < -1 {
-			return &ReplyError{Script: "apply", Msg: fmt.Sprintf("receipt %v", v[3])}
+		if v[3] < -1 {
+			return &ReplyError{Script: "apply", Msg: fmt.Sprintf("receipt %d", v[3])}
 		}
-		g.receipts[j] = r
+		g.receipts[j] = v[3]
 		if grants {
 			if err := readGrant(&g.out[j], vals[1+4*n+2*j:]); err != nil {
 				return err
@@ -476,11 +478,10 @@ func replyLen(n, per int, grants bool) int {
 }
 
 // readGrant reads a check's grant, hits and µs, into out.
-func readGrant(out *limits.Outcome, v []any) error {
-	g, ok1 := v[0].(int64)
-	us, ok2 := v[1].(int64)
-	if !ok1 || !ok2 || g < 0 || us < 0 {
-		return &ReplyError{Script: "apply", Msg: fmt.Sprintf("grant %v for %v, want integers >= 0", v[0], v[1])}
+func readGrant(out *limits.Outcome, v []int64) error {
+	g, us := v[0], v[1]
+	if g < 0 || us < 0 {
+		return &ReplyError{Script: "apply", Msg: fmt.Sprintf("grant %d for %d, want integers >= 0", g, us)}
 	}
 	out.Granted, out.GrantFor = uint64(g), time.Duration(us)*time.Microsecond
 	return nil
@@ -526,7 +527,7 @@ func (s *Store) refund(ctx context.Context, checks []limits.Check, now string, g
 			// granted for a lease: give back both.
 			c := checks[i]
 			c.Hits += g.out[j].Granted
-			keys = s.appendKeys(keys, &c)
+			keys, _ = s.cutKeys(keys, string(s.appendKeys(nil, &c)), &c)
 			spec = appendCheck(spec, &c)
 			spec = appendFloat(spec, float64(g.receipts[j]))
 		}
@@ -548,40 +549,64 @@ func (s *Store) refund(ctx context.Context, checks []limits.Check, now string, g
 	return eg.Wait()
 }
 
-// applyArgs returns the KEYS and ARGV of apply.lua for checks idx (nil:
-// all) of checks.
-func (s *Store) applyArgs(checks []limits.Check, idx []int, now string, reserve bool) ([]string, []any) {
+// setArgs sets the KEYS and ARGV of c, a call of apply.lua, for checks
+// idx (nil: all) of checks. The keys and the spec are cut from one
+// string, so a call allocates once for them, however many checks it has.
+func (s *Store) setArgs(c *call, checks []limits.Check, idx []int, now string, reserve bool) {
 	n := len(idx)
 	if idx == nil {
 		n = len(checks)
 	}
-	keys := make([]string, 0, n+1)
-	spec := make([]byte, 0, n*checkSize)
-	for j := range n {
-		i := j
+	check := func(j int) *limits.Check {
 		if idx != nil {
-			i = idx[j]
+			return &checks[idx[j]]
 		}
-		c := &checks[i]
-		keys = s.appendKeys(keys, c)
-		spec = appendCheck(spec, c)
+		return &checks[j]
 	}
-	mode := "0"
+	b := c.buf[:0]
+	for j := range n {
+		b = s.appendKeys(b, check(j))
+	}
+	for j := range n {
+		b = appendCheck(b, check(j))
+	}
+	all := string(b)
+	c.buf = b
+	for j := range n {
+		c.keys, all = s.cutKeys(c.keys, all, check(j))
+	}
+	c.now, c.mode, c.spec = now, "0", all
 	if reserve {
-		mode = "1"
+		c.mode = "1"
 	}
-	return keys, []any{now, mode, spec}
+	c.args = append(c.args[:0], &c.now, &c.mode, &c.spec)
 }
 
-// appendKeys appends the keys of c: its key, and for a sliding log its
-// second key.
-func (s *Store) appendKeys(keys []string, c *limits.Check) []string {
-	k := s.prefix + c.Key
-	keys = append(keys, k)
+// appendKeys appends the keys of c to b, one after the other: its key, and
+// for a sliding log its second key.
+func (s *Store) appendKeys(b []byte, c *limits.Check) []byte {
+	b = append(b, s.prefix...)
+	b = append(b, c.Key...)
 	if c.Limit.Algorithm == limits.SlidingLog {
-		keys = append(keys, k+logSuffix)
+		b = append(b, s.prefix...)
+		b = append(b, c.Key...)
+		b = append(b, logSuffix...)
 	}
-	return keys
+	return b
+}
+
+// cutKeys cuts the keys of c, as appendKeys wrote them, from the front of
+// all, appends them to keys, and returns what follows them in all.
+func (s *Store) cutKeys(keys []string, all string, c *limits.Check) ([]string, string) {
+	n := len(s.prefix) + len(c.Key)
+	keys = append(keys, all[:n])
+	all = all[n:]
+	if c.Limit.Algorithm == limits.SlidingLog {
+		n += len(logSuffix)
+		keys = append(keys, all[:n])
+		all = all[n:]
+	}
+	return keys, all
 }
 
 // appendCheck appends the record of c that both scripts read (SPEC in
@@ -609,44 +634,55 @@ func appendFloat(b []byte, f float64) []byte {
 	return binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
 }
 
-// replyInts checks that reply is an array of n integers.
-func replyInts(reply any, n int) ([]any, error) {
+// replyInts returns reply, the reply to apply.lua as go-redis reads any
+// reply, as integers, or err if it is set. A reply that is not an array
+// of integers is a ReplyError.
+func replyInts(reply any, err error) ([]int64, error) {
+	if err != nil {
+		return nil, err
+	}
 	vals, ok := reply.([]any)
 	if !ok {
 		return nil, &ReplyError{Script: "apply", Msg: fmt.Sprintf("%T, want an array", reply)}
 	}
-	if len(vals) != n {
-		return nil, &ReplyError{Script: "apply", Msg: fmt.Sprintf("%d values, want %d", len(vals), n)}
-	}
+	ints := make([]int64, len(vals))
 	for i, v := range vals {
-		if _, ok := v.(int64); !ok {
+		n, ok := v.(int64)
+		if !ok {
 			return nil, &ReplyError{Script: "apply", Msg: fmt.Sprintf("value %d is %T, want an integer", i, v)}
 		}
+		ints[i] = n
 	}
-	return vals, nil
+	return ints, nil
+}
+
+// checkLen checks that apply.lua's reply has n values.
+func checkLen(vals []int64, n int) error {
+	if len(vals) != n {
+		return &ReplyError{Script: "apply", Msg: fmt.Sprintf("%d values, want %d", len(vals), n)}
+	}
+	return nil
 }
 
 // flag reads a 0 or 1.
-func flag(v any) (bool, error) {
+func flag(v int64) (bool, error) {
 	switch v {
-	case int64(0):
+	case 0:
 		return false, nil
-	case int64(1):
+	case 1:
 		return true, nil
 	}
-	return false, &ReplyError{Script: "apply", Msg: fmt.Sprintf("flag %v, want 0 or 1", v)}
+	return false, &ReplyError{Script: "apply", Msg: fmt.Sprintf("flag %d, want 0 or 1", v)}
 }
 
 // outcome reads an outcome from the over flag, remaining and reset µs.
-func outcome(over, rem, reset any) (limits.Outcome, error) {
+func outcome(over, rem, reset int64) (limits.Outcome, error) {
 	o, err := flag(over)
 	if err != nil {
 		return limits.Outcome{}, err
 	}
-	r, ok1 := rem.(int64)
-	us, ok2 := reset.(int64)
-	if !ok1 || !ok2 || r < 0 || us < 0 {
-		return limits.Outcome{}, &ReplyError{Script: "apply", Msg: fmt.Sprintf("remaining %v and reset %v, want integers >= 0", rem, reset)}
+	if rem < 0 || reset < 0 {
+		return limits.Outcome{}, &ReplyError{Script: "apply", Msg: fmt.Sprintf("remaining %d and reset %d, want integers >= 0", rem, reset)}
 	}
-	return limits.Outcome{Over: o, Remaining: uint64(r), Reset: time.Duration(us) * time.Microsecond}, nil
+	return limits.Outcome{Over: o, Remaining: uint64(rem), Reset: time.Duration(reset) * time.Microsecond}, nil
 }
