@@ -57,8 +57,8 @@ type DenyCacheOptions struct {
 //
 // Limits match by limits.Limit.CountsLike (algorithm, requests, window
 // and burst), not on the *Limit pointer, so Envoy's per-request override
-// limits, which are new pointers every time, are cached too, and a reload that changes a
-// limit's numbers never reuses an old entry. Shadow checks are never
+// limits, which are new pointers every time, are cached too, and a
+// reload that changes a limit's numbers never reuses an old entry. Shadow checks are never
 // cached and never cause a local rejection.
 //
 // Memory is bounded by MaxEntries. There is no background goroutine:

@@ -18,10 +18,19 @@ import (
 // by clk, closed at cleanup.
 func newRedis(t testing.TB, srv *redistest.Server, prefix string, clk *storetest.Clock) *redis.Store {
 	t.Helper()
+	return NewRedis(t, redis.Options{URL: "redis://" + srv.Addr, KeyPrefix: prefix}, clk)
+}
+
+// NewRedis returns the Redis store of o, deciding by clk, closed at
+// cleanup. Braces in o.KeyPrefix, which would set the keys' hash tag,
+// become parentheses. Exported for the tests of package store_test.
+func NewRedis(t testing.TB, o redis.Options, clk *storetest.Clock) *redis.Store {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	prefix = strings.NewReplacer("{", "(", "}", ")").Replace(prefix)
-	s, err := redis.New(ctx, redis.Options{URL: "redis://" + srv.Addr, KeyPrefix: prefix, Timeout: 5 * time.Second, Now: clk.Now})
+	o.KeyPrefix = strings.NewReplacer("{", "(", "}", ")").Replace(o.KeyPrefix)
+	o.Timeout, o.Now = 5*time.Second, clk.Now
+	s, err := redis.New(ctx, o)
 	if err != nil {
 		t.Fatalf("redis.New: %v", err)
 	}

@@ -47,10 +47,28 @@ func leasedAlgorithms() []limits.Algorithm {
 	return as
 }
 
-// TestLeasesExact runs several sidecars' Leases on one shared store: the
-// fleet never admits more than the limit, and under-admits by at most one
-// lease per sidecar.
+// TestLeasesExact runs several sidecars' Leases on one shared memory
+// store (see testLeasesFleet).
 func TestLeasesExact(t *testing.T) {
+	for _, alg := range leasedAlgorithms() {
+		t.Run(alg.String(), func(t *testing.T) {
+			var shared limits.Store
+			testLeasesFleet(t, alg, func(clk *storetest.Clock) limits.Store {
+				if shared == nil {
+					shared = memory.New(memory.Options{Now: clk.Now})
+				}
+				return shared
+			})
+		})
+	}
+}
+
+// testLeasesFleet runs three sidecars' Leases, each on the store that
+// newStore returns for it (one store they share, or stores on one Redis),
+// all on one clock: the fleet never admits more than the limit,
+// under-admits by at most one lease per sidecar, and most requests are
+// answered without the store.
+func testLeasesFleet(t *testing.T, alg limits.Algorithm, newStore func(*storetest.Clock) limits.Store) {
 	const (
 		sidecars   = 3
 		limit      = 1000
@@ -58,43 +76,73 @@ func TestLeasesExact(t *testing.T) {
 		goroutines = 16
 		perSidecar = 1000
 	)
-	for _, alg := range leasedAlgorithms() {
-		t.Run(alg.String(), func(t *testing.T) {
-			clk := storetest.NewClock(storetest.Epoch.Add(time.Second))
-			shared := memory.New(memory.Options{Now: clk.Now})
-			l := leased(t, alg, limit, lease, limits.UnitMinute)
-			key := storetest.Key(t.Name(), "capped", l)
-			var admitted, over atomic.Int64
-			var wg sync.WaitGroup
-			for s := range sidecars {
-				ls := store.NewLeases(shared, store.LeasesOptions{Now: clk.Now})
-				var next atomic.Int64
-				for range goroutines {
-					wg.Go(func() {
-						for next.Add(1) <= perSidecar {
-							b := &limits.Batch{Checks: []limits.Check{{Key: key, Limit: l, Hits: 1}}}
-							if err := ls.Apply(context.Background(), b); err != nil {
-								t.Error(err)
-								return
-							}
-							if b.Admitted {
-								admitted.Add(1)
-							} else {
-								over.Add(1)
-							}
-						}
-					})
-				}
-				_ = s
-			}
-			wg.Wait()
-			got := admitted.Load()
-			if got > limit || got < limit-sidecars*lease {
-				t.Errorf("admitted %d of %d requests, want %d..%d", got, sidecars*perSidecar, limit-sidecars*lease, limit)
-			}
-			t.Logf("admitted %d, over %d", got, over.Load())
-		})
+	clk := storetest.NewClock(storetest.Epoch.Add(time.Second))
+	l := leased(t, alg, limit, lease, limits.UnitMinute)
+	other := leased(t, limits.FixedWindow, 1_000_000, 0, limits.UnitMinute)
+	key := storetest.Key(t.Name(), "capped", l)
+	otherKey := storetest.Key(t.Name(), "other", other)
+	var admitted atomic.Int64
+	leases := make([]*store.Leases, sidecars)
+	inners := make([]*counting, sidecars)
+	for i := range leases {
+		inners[i] = &counting{next: newStore(clk)}
+		leases[i] = store.NewLeases(inners[i], store.LeasesOptions{Now: clk.Now})
 	}
+	calls := func() (n int64) {
+		for _, c := range inners {
+			n += c.calls.Load()
+		}
+		return n
+	}
+	// send sends n requests through each sidecar, 16 at a time.
+	send := func(n int64) {
+		var wg sync.WaitGroup
+		for _, ls := range leases {
+			var sent atomic.Int64
+			for range goroutines {
+				wg.Go(func() {
+					for i := sent.Add(1); i <= n; i = sent.Add(1) {
+						b := &limits.Batch{Checks: []limits.Check{{Key: key, Limit: l, Hits: 1}}}
+						if i%4 == 0 {
+							// Some requests carry a second limit, which
+							// the store decides with the leased one's
+							// refills.
+							b.Checks = append(b.Checks, limits.Check{Key: otherKey, Limit: other, Hits: 1})
+						}
+						if err := ls.Apply(context.Background(), b); err != nil {
+							t.Error(err)
+							return
+						}
+						if b.Admitted {
+							admitted.Add(1)
+						}
+					}
+				})
+			}
+		}
+		wg.Wait()
+	}
+	// Below the limit, every request is admitted, however the leases
+	// are spread, and most never reach the store.
+	send(300)
+	if got := admitted.Load(); got != 900 {
+		t.Errorf("admitted %d of 900 requests below the limit, want all", got)
+	}
+	// A quarter of the requests carry the other limit and need the store
+	// anyway; the rest reach it only to refill a lease, which asks once
+	// it is below a quarter, so for at least lease/2 hits.
+	if n, most := calls(), int64(900/4+900/(lease/2)+sidecars); n > most {
+		t.Errorf("%d store calls for 900 requests with leases of %d, want at most %d: the leases did not spare them", n, lease, most)
+	}
+	t.Logf("%d store calls for the first 900 requests", calls())
+	// Past it, the fleet admits at most the limit, and at least the limit
+	// less what the sidecars still hold.
+	send(perSidecar)
+	got := admitted.Load()
+	if got > limit || got < limit-sidecars*lease {
+		t.Errorf("admitted %d of %d, want %d..%d", got, sidecars*(300+perSidecar), limit-sidecars*lease, limit)
+	}
+	t.Logf("admitted %d of %d", got, sidecars*(300+perSidecar))
 }
 
 // TestLeasesAnswerLocally checks that a lease spares store calls, is
