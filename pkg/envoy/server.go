@@ -72,16 +72,30 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	w := s.work.Get().(*work)
 	defer s.work.Put(w)
 	w.fill(req)
-	return s.decide(ctx, w)
+	return s.answer(ctx, w)
 }
 
-func (s *Server) decide(ctx context.Context, w *work) (*rlsv3.RateLimitResponse, error) {
-	if err := s.engine.Decide(ctx, &w.req, &w.dec); err != nil {
-		return nil, s.statusError(err)
+// answer decides w's request and returns the response as a message.
+func (s *Server) answer(ctx context.Context, w *work) (*rlsv3.RateLimitResponse, error) {
+	if err := s.decide(ctx, w); err != nil {
+		return nil, err
 	}
+	return s.response(w), nil
+}
+
+// decide decides w's request into w.dec; its error is a gRPC status.
+func (s *Server) decide(ctx context.Context, w *work) error {
+	if err := s.engine.Decide(ctx, &w.req, &w.dec); err != nil {
+		return s.statusError(err)
+	}
+	return nil
+}
+
+// response returns w's decision as a message, with its headers.
+func (s *Server) response(w *work) *rlsv3.RateLimitResponse {
 	resp := Response(&w.dec)
 	AddHeaders(s.opts.Headers, &w.dec, resp)
-	return resp, nil
+	return resp
 }
 
 // fill converts req without copying its strings.

@@ -70,20 +70,18 @@ func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, i
 		return nil, err
 	}
 	if interceptor == nil {
-		if err := s.engine.Decide(ctx, &w.req, &w.dec); err != nil {
-			return nil, s.statusError(err)
+		if err := s.decide(ctx, w); err != nil {
+			return nil, err
 		}
 		if r := w.encode(s.opts.Headers); r != nil {
 			return r, nil
 		}
-		resp := Response(&w.dec) // for the standard codec's error
-		AddHeaders(s.opts.Headers, &w.dec, resp)
-		return resp, nil
+		return s.response(w), nil // for the standard codec's error
 	}
 	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: rlsv3.RateLimitService_ShouldRateLimit_FullMethodName}
 	// Interceptors see the decoded request as *limits.Request and the
 	// response as a message (encoded by the standard codec), not a reply.
-	return interceptor(ctx, &w.req, info, func(ctx context.Context, _ any) (any, error) { return s.decide(ctx, w) })
+	return interceptor(ctx, &w.req, info, func(ctx context.Context, _ any) (any, error) { return s.answer(ctx, w) })
 }
 
 var errWire = errors.New("malformed RateLimitRequest")
