@@ -49,7 +49,7 @@ func TestCluster(t *testing.T) {
 	t.Run("slot", func(t *testing.T) { testSlot(t, c) })
 	t.Run("cross_slot_refund", func(t *testing.T) { testCrossSlotRefund(t, opts) })
 	t.Run("tiers_real_clock", func(t *testing.T) { testTiersRealClock(t, opts) })
-	t.Run("differential", func(t *testing.T) { testDifferential(t, opts) })
+	t.Run("differential", func(t *testing.T) { testDifferential(t, opts, false) })
 	t.Run("round_trips", func(t *testing.T) { testClusterRoundTrips(t, opts, c.Client(t)) })
 	t.Run("tenant_tiers_share_a_slot", func(t *testing.T) { testTenantTiers(t, opts, c.Client(t)) })
 	t.Run("under_admission", func(t *testing.T) { testUnderAdmission(t, opts) })
@@ -357,8 +357,9 @@ func testUnderAdmission(t *testing.T, opts redis.Options) {
 }
 
 // testClusterPipeline: with one round trip per node allowed, 128
-// goroutines on one key are batched into pipelines on the key's node, and
-// still admitted exactly.
+// goroutines on one key are batched on the key's node, into one apply.lua
+// call per round trip since they share a slot, and still admitted
+// exactly.
 func testClusterPipeline(t *testing.T, opts redis.Options) {
 	opts.MaxInflight = 1
 	s := newStore(t, opts)
@@ -371,10 +372,11 @@ func testClusterPipeline(t *testing.T, opts redis.Options) {
 	if admitted != 300 {
 		t.Errorf("admitted %d of 640, want exactly 300", admitted)
 	}
-	largest := pipelines.largest()
-	t.Logf("%d pipelines, the largest of %d", len(pipelines.sizes), largest)
-	if largest < 2 || largest > 128 {
-		t.Errorf("largest pipeline %d, want 2 to 128", largest)
+	calls, requests, most := pipelines.calls()
+	t.Logf("%d pipelines; %d apply.lua calls for %d requests, at most %d in one", len(pipelines.sizes), calls, requests, most)
+	if requests != 128*5 || most < 2 || most > 128 || pipelines.largest() > 1 {
+		t.Errorf("%d requests in apply.lua calls of at most %d, in pipelines of at most %d: want 640, 2 to 128, and 1",
+			requests, most, pipelines.largest())
 	}
 }
 

@@ -16,14 +16,19 @@ import (
 
 func TestStandaloneDifferential(t *testing.T) {
 	srv := redistest.StartServer(t)
-	testDifferential(t, redis.Options{URL: urlOf(srv.Addr)})
+	testDifferential(t, redis.Options{URL: urlOf(srv.Addr)}, false)
+	// Several requests in one apply.lua call, as the pipe sends requests
+	// that arrive together, decide as the memory store does one by one.
+	t.Run("together", func(t *testing.T) { testDifferential(t, redis.Options{URL: urlOf(srv.Addr)}, true) })
 }
 
 // testDifferential sends the same random requests to a Redis store and to
 // the memory store, which is the reference, and requires the same answer
 // to every one: same algorithms, same keys repeated within a batch, shadow
-// limits, zero and large hits, and a clock that jumps across windows.
-func testDifferential(t *testing.T, opts redis.Options) {
+// limits, zero and large hits, leases, and a clock that jumps across
+// windows. together sends 1 to 6 requests at a time as one script call
+// (standalone stores only).
+func testDifferential(t *testing.T, opts redis.Options, together bool) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 42))
@@ -49,7 +54,16 @@ func testDifferential(t *testing.T, opts redis.Options) {
 				pool = append(pool, &sh)
 			}
 			names := []string{"a", "b", "c", "d"}
+			stepped := time.Now()
 			for step := range 500 {
+				// Redis expires keys in real time, the memory store in the
+				// clock's: a key written a microsecond before its window ends
+				// has a TTL of 1 ms, which real time may run out while the
+				// clock stands still. So the clock moves at least as far as
+				// real time did since the last step, and Redis never drops a
+				// key that the clock still holds live.
+				before, real := clk.Now(), time.Since(stepped)
+				stepped = time.Now()
 				switch r := rng.IntN(20); {
 				case r < 8:
 					clk.Advance(time.Duration(rng.Int64N(int64(300 * time.Millisecond))))
@@ -64,21 +78,44 @@ func testDifferential(t *testing.T, opts redis.Options) {
 				default:
 					clk.Advance(time.Duration(rng.Int64N(int64(25 * time.Second))))
 				}
-				var checks []limits.Check
-				for range 1 + rng.IntN(4) {
-					l := pool[rng.IntN(len(pool))]
-					hits := uint64(rng.IntN(3))
-					if rng.IntN(10) == 0 {
-						hits = uint64(rng.IntN(50))
-					}
-					key := storetest.Key(t.Name(), names[rng.IntN(len(names))], l)
-					checks = append(checks, limits.Check{Key: key, Limit: l, Hits: hits})
+				if clk.Now().Sub(before) < real {
+					clk.Set(before.Add(real))
 				}
-				want := apply(t, mem, checks...)
-				got := apply(t, s, checks...)
-				if diff := diffBatch(want, got); diff != "" {
-					t.Fatalf("step %d at %v: batch %s differs from the memory store's (-memory +redis):\n%s",
-						step, clk.Now().Sub(storetest.Epoch), describe(checks), diff)
+				requests := 1
+				if together {
+					requests += rng.IntN(6)
+				}
+				var want, got []*limits.Batch
+				for range requests {
+					var checks []limits.Check
+					for range 1 + rng.IntN(4) {
+						l := pool[rng.IntN(len(pool))]
+						hits := uint64(rng.IntN(3))
+						if rng.IntN(10) == 0 {
+							hits = uint64(rng.IntN(50))
+						}
+						var extra uint64
+						if l.Algorithm != limits.SlidingLog && rng.IntN(8) == 0 {
+							extra = uint64(1 + rng.IntN(5))
+						}
+						key := storetest.Key(t.Name(), names[rng.IntN(len(names))], l)
+						checks = append(checks, limits.Check{Key: key, Limit: l, Hits: hits, Extra: extra})
+					}
+					want = append(want, apply(t, mem, checks...))
+					got = append(got, &limits.Batch{Checks: checks})
+				}
+				if together {
+					if err := redis.ApplyTogether(t.Context(), s, got); err != nil {
+						t.Fatalf("step %d: %v", step, err)
+					}
+				} else {
+					got[0] = apply(t, s, got[0].Checks...)
+				}
+				for i := range want {
+					if diff := diffBatch(want[i], got[i]); diff != "" {
+						t.Fatalf("step %d at %v: request %d of %d, %s, differs from the memory store's (-memory +redis):\n%s",
+							step, clk.Now().Sub(storetest.Epoch), i+1, requests, describeAll(want), diff)
+					}
 				}
 			}
 		})
@@ -91,6 +128,15 @@ func describe(checks []limits.Check) string {
 	for _, c := range checks {
 		l := c.Limit
 		fmt.Fprintf(&sb, "\n  %s %d/%v burst %d shadow %v hits %d", c.Key, l.Requests, l.Window(), l.Burst, l.Shadow, c.Hits)
+	}
+	return sb.String()
+}
+
+// describeAll lists the requests of bs, with what the memory store said.
+func describeAll(bs []*limits.Batch) string {
+	var sb strings.Builder
+	for i, b := range bs {
+		fmt.Fprintf(&sb, "\n request %d, admitted %v:%s", i+1, b.Admitted, describe(b.Checks))
 	}
 	return sb.String()
 }

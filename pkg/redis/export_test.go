@@ -2,6 +2,8 @@ package redis
 
 import (
 	"context"
+	"errors"
+	"strconv"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -56,4 +58,33 @@ func ApplyVia(ctx context.Context, s *Store, p *pipe, b *limits.Batch) error {
 	}
 	b.Admitted, err = readApply(reply, b.Outcomes, anyExtra(b.Checks, nil))
 	return err
+}
+
+// ApplyTogether decides bs, in order, as one apply.lua call of a
+// standalone store: the batch of requests that its pipe sends when they
+// arrive together.
+func ApplyTogether(ctx context.Context, s *Store, bs []*limits.Batch) error {
+	now := ""
+	if s.now != nil {
+		now = strconv.FormatInt(s.now().UnixMicro(), 10)
+	}
+	q := make([]*call, len(bs))
+	for i, b := range bs {
+		q[i] = getCall(ctx)
+		s.setArgs(q[i], b.Checks, nil, now, false)
+	}
+	s.pipe.send(q[0], q)
+	var errs []error
+	for i, c := range q {
+		<-c.wake
+		b := bs[i]
+		b.Outcomes = make([]limits.Outcome, len(b.Checks))
+		err := c.err
+		if err == nil {
+			b.Admitted, err = readApply(c.reply, b.Outcomes, anyExtra(b.Checks, nil))
+		}
+		errs = append(errs, err)
+		putCall(c)
+	}
+	return errors.Join(errs...)
 }

@@ -13,10 +13,13 @@ import (
 // together. At most max round trips are out at once. A call made while
 // fewer are out goes straight to Redis, so a quiet sidecar pays nothing
 // for this. A call made while all are out waits, and the next round trip
-// to end takes the waiting calls along, up to maxBatch, as one pipeline:
-// one write and one read for the lot instead of one each, on the sidecar
-// and on Redis. No call waits for a timer, only for round trips already
-// under way.
+// to end takes the waiting calls along, up to maxBatch, as one round
+// trip. The calls of that round trip that share a hash slot, a mode and a
+// clock are one apply.lua call, which decides them one after the other
+// (see script): one write and one read for the lot instead of one each on
+// the sidecar, and on Redis one script run, one TIME and one write per
+// key instead of one each per request. No call waits for a timer, only
+// for round trips already under way.
 //
 // The pipeline runs on the goroutine of one of its own calls, the one
 // with the latest deadline, which the round trip that ended wakes to
@@ -41,12 +44,17 @@ type pipe struct {
 	queue []*call // calls waiting for the next one
 }
 
-// maxBatch bounds the calls in one pipeline, so that one round trip
+// maxBatch bounds the calls in one round trip, so that one round trip
 // never carries more work than Redis can do within a request's deadline:
 // at about 25 µs of Redis time per three-tier call, 128 calls take about
 // 3 ms. Calls beyond it wait for the next round trip, and are dropped if
 // their deadline passes meanwhile.
 const maxBatch = 128
+
+// maxScriptKeys bounds the KEYS of one apply.lua call that carries
+// several requests: the script unpacks them onto Lua's stack for MGET,
+// which holds at most about 8000 values.
+const maxScriptKeys = 1024
 
 // applySHA is apply.lua's SHA1 as a command argument, boxed once.
 var applySHA any = applyScript.Hash()
@@ -73,6 +81,12 @@ type call struct {
 	buf             []byte // scratch for the keys and spec
 	reply           []int64
 	err             error
+	// checks is the number of the call's checks and grants whether one
+	// asks for a lease: with mode, they give the length of its reply.
+	checks int
+	grants bool
+	// slot is the hash slot of the call's keys on a Cluster; 0 elsewhere.
+	slot uint16
 
 	state atomic.Uint32
 	// lead, when the call is woken, is the batch it is to send (itself
@@ -111,6 +125,7 @@ func putCall(c *call) {
 	clear(c.args)
 	c.ctx, c.reply, c.err, c.lead, c.cmd = nil, nil, nil, nil, nil
 	c.now, c.mode, c.spec = "", "", ""
+	c.checks, c.grants, c.slot = 0, false, 0
 	c.argv, c.keys, c.args = c.argv[:0], c.keys[:0], c.args[:0]
 	clear(c.live)
 	clear(c.cmds)
@@ -136,6 +151,48 @@ func (c *call) evalsha(ctx context.Context) *goredis.IntSliceCmd {
 	c.cmd = goredis.NewIntSliceCmd(ctx, c.argv...)
 	c.cmd.SetFirstKeyPos(3)
 	return c.cmd
+}
+
+// evalshaAll returns the EVALSHA command that decides the calls of q, c
+// first, in one apply.lua call: the keys of them all, then now and mode,
+// which they share, then each call's spec. It is built in c's argument
+// slice. If q is c alone, it is c.evalsha.
+func (c *call) evalshaAll(ctx context.Context, q []*call) *goredis.IntSliceCmd {
+	if len(q) == 1 {
+		return c.evalsha(ctx)
+	}
+	keys := 0
+	for _, o := range q {
+		keys += len(o.keys)
+	}
+	c.argv = append(c.argv[:0], "evalsha", applySHA, keys)
+	for _, o := range q {
+		for i := range o.keys {
+			c.argv = append(c.argv, &o.keys[i])
+		}
+	}
+	c.argv = append(c.argv, &c.now, &c.mode)
+	for _, o := range q {
+		c.argv = append(c.argv, &o.spec)
+	}
+	c.cmd = goredis.NewIntSliceCmd(ctx, c.argv...)
+	c.cmd.SetFirstKeyPos(3)
+	return c.cmd
+}
+
+// replyLen is the length of c's part of an apply.lua reply.
+func (c *call) replyLen() int {
+	per := 3
+	if c.mode == "1" {
+		per = 4
+	}
+	return replyLen(c.checks, per, c.grants)
+}
+
+// joins reports whether c can be decided in one apply.lua call with o:
+// same slot, mode and clock, and together within maxScriptKeys.
+func (c *call) joins(o *call, keys int) bool {
+	return c.slot == o.slot && c.mode == o.mode && c.now == o.now && keys+len(o.keys) <= maxScriptKeys
 }
 
 // do runs call c, whose arguments are set, within c.ctx, and recycles c.
@@ -324,34 +381,109 @@ func (p *pipe) send(lead *call, q []*call) {
 }
 
 // exec sends q as one pipeline and delivers each call its reply, except
-// the calls that got NOSCRIPT, which it returns with that error set.
+// the calls that got NOSCRIPT, which it returns with that error set. It
+// reorders q so that calls that can share an apply.lua call (see joins)
+// are next to each other, keeping their order, and sends each run of
+// them as one.
 func (p *pipe) exec(ctx context.Context, lead *call, q []*call) (noscript []*call) {
+	gather(q)
 	pl := p.rdb.Pipeline()
 	cmds := lead.cmds[:0]
-	for _, c := range q {
-		cmds = append(cmds, c.evalsha(ctx))
+	for a := 0; a < len(q); {
+		b := runEnd(q, a)
+		cmds = append(cmds, q[a].evalshaAll(ctx, q[a:b]))
+		a = b
 	}
 	_ = pl.BatchProcess(ctx, cmds...)
 	clear(cmds)
 	lead.cmds = cmds[:0]
 	_, _ = pl.Exec(ctx) // each command carries its own error
-	for _, c := range q {
-		c.reply, c.err = c.cmd.Result()
-		switch {
-		case c.err == nil:
-		case goredis.HasErrorPrefix(c.err, "NOSCRIPT"):
-			noscript = append(noscript, c)
-			continue
-		case p.redirected(c.err):
-			go func() { // on its own, so the round trip ends now
-				c.reply, c.err = p.redirect(c.ctx, c.keys, c.args, c.err)
-				deliver(lead, c)
-			}()
-			continue
+	for a := 0; a < len(q); {
+		b := runEnd(q, a)
+		run := q[a:b]
+		a = b
+		reply, err := run[0].cmd.Result()
+		if err == nil {
+			err = split(reply, run)
 		}
-		deliver(lead, c)
+		for _, c := range run {
+			if err != nil {
+				c.reply, c.err = nil, err
+			}
+			switch {
+			case c.err == nil:
+			case goredis.HasErrorPrefix(c.err, "NOSCRIPT"):
+				noscript = append(noscript, c)
+				continue
+			case p.redirected(c.err):
+				go func() { // on its own, so the round trip ends now
+					c.reply, c.err = p.redirect(c.ctx, c.keys, c.args, c.err)
+					deliver(lead, c)
+				}()
+				continue
+			}
+			deliver(lead, c)
+		}
 	}
 	return noscript
+}
+
+// gather reorders q, stably, so that the calls that join its first call
+// come first, then those that join the first of the rest, and so on. On
+// standalone Redis every call usually joins the first, and q stays as it
+// is.
+func gather(q []*call) {
+	for a := 0; a < len(q); {
+		keys := len(q[a].keys)
+		b := a + 1
+		for i := a + 1; i < len(q); i++ {
+			if !q[a].joins(q[i], keys) {
+				continue
+			}
+			keys += len(q[i].keys)
+			if i != b {
+				c := q[i]
+				copy(q[b+1:i+1], q[b:i])
+				q[b] = c
+			}
+			b++
+		}
+		a = b
+	}
+}
+
+// runEnd returns the end of the run of calls of q, gathered, that starts
+// at a and is sent as one apply.lua call.
+func runEnd(q []*call, a int) int {
+	keys := len(q[a].keys)
+	b := a + 1
+	for b < len(q) && q[a].joins(q[b], keys) {
+		keys += len(q[b].keys)
+		b++
+	}
+	return b
+}
+
+// split cuts reply, the reply to one apply.lua call for run, into each
+// call's part.
+func split(reply []int64, run []*call) error {
+	if len(run) == 1 {
+		run[0].reply, run[0].err = reply, nil
+		return nil
+	}
+	want := 0
+	for _, c := range run {
+		want += c.replyLen()
+	}
+	if err := checkLen(reply, want); err != nil {
+		return err
+	}
+	for _, c := range run {
+		n := c.replyLen()
+		c.reply, c.err = reply[:n:n], nil
+		reply = reply[n:]
+	}
+	return nil
 }
 
 // redirected reports whether err is a Cluster node's refusal to run a

@@ -68,16 +68,22 @@ func testPipelineBatches(t *testing.T, addr string, rc goredis.UniversalClient) 
 				t.Errorf("global remaining %d, want %d", got, want)
 			}
 			callsAfter := commandCalls(t, rc)
-			if got := callsAfter["evalsha"] - callsBefore["evalsha"]; got != goroutines*each+1 {
-				t.Errorf("%d EVALSHA for %d requests, want one each", got, goroutines*each+1)
+			evalsha := callsAfter["evalsha"] - callsBefore["evalsha"]
+			calls, requests, most := pipelines.calls()
+			t.Logf("%d pipelines; %d EVALSHA for %d requests, at most %d in one", len(pipelines.sizes), evalsha, requests, most)
+			if calls != int(evalsha) {
+				t.Errorf("the hook saw %d apply.lua calls, Redis %d EVALSHA", calls, evalsha)
 			}
-			largest := pipelines.largest()
-			t.Logf("%d pipelines, the largest of %d", len(pipelines.sizes), largest)
-			if tt.batched && (largest < 2 || largest > 128) {
-				t.Errorf("largest pipeline %d, want 2 to 128", largest)
+			if requests != goroutines*each+1 {
+				t.Errorf("apply.lua calls decided %d requests, want %d: each exactly once", requests, goroutines*each+1)
 			}
-			if !tt.batched && len(pipelines.sizes) > 0 {
-				t.Errorf("%d pipelines with %d in flight allowed, want none", len(pipelines.sizes), tt.inflight)
+			// Requests that wait together share one script call, and so
+			// on standalone Redis one pipeline each.
+			if tt.batched && (most < 2 || most > 128 || pipelines.largest() != 1) {
+				t.Errorf("at most %d requests in one apply.lua call and %d calls in one pipeline, want 2 to 128 and 1", most, pipelines.largest())
+			}
+			if !tt.batched && (most != 1 || len(pipelines.sizes) > 0) {
+				t.Errorf("%d pipelines and up to %d requests per call with %d in flight allowed, want none and 1", len(pipelines.sizes), most, tt.inflight)
 			}
 			got := connectionsReceived(t, rc) - connsBefore
 			t.Logf("%d connections", got)
@@ -215,24 +221,57 @@ func testPipelineStoreTimeout(t *testing.T, addr string, rc goredis.UniversalCli
 }
 
 // pipelineSizes is a go-redis hook that records the length of every
-// pipeline of scripts sent.
+// pipeline of scripts sent, and how many requests each apply.lua call
+// decides (its ARGV past now and mode), sent alone or in a pipeline.
 type pipelineSizes struct {
-	mu    sync.Mutex
-	sizes []int
+	mu       sync.Mutex
+	sizes    []int
+	requests []int
 }
 
 func (h *pipelineSizes) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 
-func (h *pipelineSizes) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+func (h *pipelineSizes) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.mu.Lock()
+		h.count(cmd)
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
 
 func (h *pipelineSizes) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.mu.Lock()
 		if len(cmds) > 0 && cmds[0].Name() == "evalsha" { // not a connection's handshake
-			h.mu.Lock()
 			h.sizes = append(h.sizes, len(cmds))
-			h.mu.Unlock()
 		}
+		for _, cmd := range cmds {
+			h.count(cmd)
+		}
+		h.mu.Unlock()
 		return next(ctx, cmds)
+	}
+}
+
+// count records the requests of cmd if it is an apply.lua call: an
+// EVALSHA or EVAL whose third argument is "0" to "2" (refund.lua's
+// second is its checks).
+func (h *pipelineSizes) count(cmd goredis.Cmder) {
+	args := cmd.Args()
+	if name := cmd.Name(); (name != "evalsha" && name != "eval") || len(args) < 3 {
+		return
+	}
+	keys, ok := args[2].(int)
+	if !ok || len(args) < 3+keys+3 {
+		return
+	}
+	mode := args[3+keys+1]
+	if p, ok := mode.(*string); ok {
+		mode = *p
+	}
+	if m, ok := mode.(string); ok && len(m) == 1 && m >= "0" && m <= "2" {
+		h.requests = append(h.requests, len(args)-3-keys-2)
 	}
 }
 
@@ -244,6 +283,18 @@ func (h *pipelineSizes) largest() int {
 		n = max(n, s)
 	}
 	return n
+}
+
+// calls returns how many apply.lua calls were sent, how many requests
+// they decided, and the most one decided.
+func (h *pipelineSizes) calls() (calls, requests, most int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, n := range h.requests {
+		requests += n
+		most = max(most, n)
+	}
+	return len(h.requests), requests, most
 }
 
 // applyConcurrently makes goroutines × each requests at once, the checks

@@ -14,9 +14,10 @@
 // requests, which can under-admit for that moment but never over-admit.
 //
 // Requests made while Options.MaxInflight calls are already out (to the
-// node, on a Cluster) wait for the next to end and go together as one
-// pipeline (see pipe), so a busy sidecar makes one write and one read per
-// batch instead of per request.
+// node, on a Cluster) wait for the next to end and go together (see
+// pipe): those that share a hash slot as one apply.lua call, which
+// decides them one after the other, so a busy sidecar makes one write and
+// one read per batch instead of per request, and Redis one script run.
 //
 // Keys are Options.KeyPrefix followed by the key of limits.AppendKey; a
 // sliding log keeps a second key, the same followed by ":h". Every key
@@ -207,6 +208,7 @@ func (s *Store) run(c *call) ([]int64, error) {
 	if s.cc == nil {
 		return s.pipe.do(c)
 	}
+	c.slot = slot("", c.keys[0])
 	node, err := s.cc.MasterForKey(c.ctx, c.keys[0])
 	if err != nil {
 		putCall(c)
@@ -576,6 +578,7 @@ func (s *Store) setArgs(c *call, checks []limits.Check, idx []int, now string, r
 		c.keys, all = s.cutKeys(c.keys, all, check(j))
 	}
 	c.now, c.mode, c.spec = now, "0", all
+	c.checks, c.grants = n, anyExtra(checks, idx)
 	if reserve {
 		c.mode = "1"
 	}

@@ -1,21 +1,27 @@
--- apply.lua decides every rate-limit check of one request as one atomic
--- unit. It mirrors limits.Limit.Evaluate line by line, for all five
--- algorithms, and limits.MemoryStore.Apply's all-or-nothing rule.
+-- apply.lua decides the rate-limit checks of one or more requests, each
+-- request as one atomic unit, in order, as if each were a call of its
+-- own made at the same microsecond. It mirrors limits.Limit.Evaluate line
+-- by line, for all five algorithms, and limits.MemoryStore.Apply's
+-- all-or-nothing rule.
 --
--- KEYS: the state keys of the checks, in check order: one per check, and
---   two for sliding_log (the log, then its sidecar). All in one hash slot.
---   A key may repeat: checks on one key see each other's hits.
+-- KEYS: the state keys of the checks, request after request, in check
+--   order: one per check, and two for sliding_log (the log, then its
+--   sidecar). All in one hash slot. A key may repeat: checks on one key
+--   see each other's hits, and a request sees those of the admitted
+--   requests before it.
 -- ARGV[1]: now in µs, or "" to read redis.call('TIME'). Only tests set it.
 -- ARGV[2]: "1" to reserve (one slot group of a cross-slot request): also
 --   return, per check, a refund receipt for refund.lua. "2" to report
 --   what the checks say of a request that is rejected elsewhere: decide
 --   as for "0", write nothing, and return what a rejected request
 --   returns.
--- ARGV[3]: the checks, one binary record each (lib.lua's SPEC).
---   A record's extra, when above 0, asks for up to that many hits more
---   for a lease, if the request is admitted (limits.Limit.Grant).
+-- ARGV[3], ARGV[4], ...: one per request, its checks, one binary record
+--   each (lib.lua's SPEC). A record's extra, when above 0, asks for up to
+--   that many hits more for a lease, if the request is admitted
+--   (limits.Limit.Grant).
 --
--- Returns an array of integers: admitted (0 or 1), then per check over
+-- Returns an array of integers: per request, one after the other,
+-- admitted (0 or 1), then per check over
 -- (0 or 1), remaining, reset µs; when reserving, each check also has its
 -- receipt (-1 if it consumed nothing). If any check asked for a lease,
 -- two integers per check follow: hits granted, and µs they may be spent.
@@ -26,7 +32,15 @@
 --
 -- Why a script: every check must be read, decided and written with no
 -- other request in between, on one clock shared by every sidecar, in one
--- round trip. Nothing is written unless every enforced check passes.
+-- round trip. Nothing of a request is written unless every enforced check
+-- of it passes.
+--
+-- Why several requests in one call: what a call costs Redis beyond its
+-- checks (EVALSHA, TIME, the reply) is paid once per batch instead of
+-- once per request, and a key that several requests of the batch touch,
+-- such as a global tier, is read once and written once. Writes wait for
+-- the end of the batch, so a request never reads a key that the batch
+-- wrote: it reads the working copy the last admitted request left.
 --
 -- Redis's cost is mostly per command the script calls, per value it
 -- converts and per Lua object it allocates, so the script reads every key
@@ -67,8 +81,6 @@
 local now = clock()
 local reserve = ARGV[2] == '1'
 local dry = ARGV[2] == '2'
-local spec = ARGV[3]
-local n = #spec / CHECK
 local vals = redis.call('MGET', unpack(KEYS))
 local match = string.match
 
@@ -76,433 +88,465 @@ local match = string.match
 -- its greatest score. Made on the first sliding log.
 local logtrim, logtop
 
--- X holds per check i, from b = (i - 1) * 14:
---   b+1     index in KEYS of the key's first check's key
+-- X holds per check i of the batch, from b = (i - 1) * 16:
+--   b+1     index in KEYS of the key where the batch first read it
 --   b+2..5  state before the check: s, c, p, e
 --   b+6..9  state after it
---   b+10    1 if the check consumed hits
+--   b+10    1 if the check consumed hits (0 once its request is
+--           rejected)
 --   b+11    1 if it or an earlier check on its key consumed hits
---   b+12    1 if a later check has its key
+--   b+12    its index in reply
 --   b+13    for fixed and sliding windows, the window start stored
 --           for the key; for buckets, the key's expiry µs (-1: no such
 --           state): a write that needs no later expiry keeps the key's
 --   b+14    the check's algorithm
+--   b+15,16 for sliding_log, its hits and window µs
+-- last[key] is the index of the last check on key of the admitted
+-- requests so far: the state the next request starts from, and at the
+-- end, the state written.
 --
 -- Lua 5.1 has no table.new, but a constructor ending in a call sizes the
 -- array part once for all the values the call returns: X and reply start
--- with as many placeholders (bytes of spec, which is longer) as they will
--- hold, up to a bound, so filling them does not rehash them again and
--- again. Every placeholder is overwritten before it is read or returned.
+-- with as many placeholders (bytes of the first request's checks, which
+-- are longer) as the first request fills, up to a bound, so filling them
+-- does not rehash them again and again. Every placeholder is overwritten
+-- before it is read or returned.
 local per = reserve and 4 or 3
 local sbyte = string.byte
-local X = {sbyte(spec, 1, min(14 * n, 700))}
-local reply = {1, sbyte(spec, 1, min(per * n, 300))}
-local admitted = true
--- G[2i-1], G[2i]: check i's granted hits and the µs they may be spent,
--- for requests where a check asked for a lease; nil while none did.
+local first = #ARGV[3] / CHECK
+local X = {sbyte(ARGV[3], 1, min(16 * first, 800))}
+local reply = {1, sbyte(ARGV[3], 1, min(per * first, 300))}
+local last = {}
+-- G[2i-1], G[2i]: check i of a request's granted hits and the µs they
+-- may be spent, for requests where a check asked for a lease.
 local G
+-- Checks, KEYS and reply entries of the requests before this one.
+local i0, kk, rb = 0, 1, 0
 
--- Pass 1 decides every check in order on working copies of the state, so
--- checks on one key see each other's hits. A rejected request consumes
--- nothing, so pass 2 (if the request is rejected) evaluates the checks
--- that would have admitted it again, from the same state, for zero hits. Both passes share one copy of
--- limits.Limit.Evaluate, inline: a function would be a closure made
--- afresh on every run.
-for pass = 1, 2 do
-  if dry then
-    admitted = false
-  end
-  if pass == 2 and admitted then
-    break
-  end
-  local kk = 1
-  for i = 1, n do
-    local b, r = (i - 1) * 14, 1 + (i - 1) * per
-    -- Pass 2 evaluates only the checks that were not over.
-    if pass == 1 or reply[r + 1] == 0 then
-      local alg, shadow, req, w, tick, burst, hits, extra = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
-      local k, s, c, p, e, any, stored = kk, 0, 0, 0, 0, 0, -1
-      if alg == SLIDING_LOG then
-        kk = kk + 2
-      else
-        kk = kk + 1
-      end
-      if pass == 2 then
-        k, s, c, p, e, hits = X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5], 0
-      else
-        -- The working copy of the last earlier check on the key, if any.
-        local key, j = KEYS[k], i - 1
-        while j > 0 and KEYS[X[(j - 1) * 14 + 1]] ~= key do
-          j = j - 1
-        end
-        if j > 0 then
-          local a = (j - 1) * 14
-          k, s, c, p, e, any, stored = X[a + 1], X[a + 6], X[a + 7], X[a + 8], X[a + 9], X[a + 11], X[a + 13]
-          X[a + 12] = 1
-        elseif alg == SLIDING_LOG then
-          local lo, v = now - w, vals[k + 1]
-          local seq, top, trim = 0, 0, false
-          local known = v and #v == 24
-          if known then
-            c, seq, top = sunpack('<ddd', v)
-            if top <= lo then
-              -- Every entry has left the window.
-              c, trim = 0, true
-            else
-              -- Entries at or before lo have left the window; they stay
-              -- stored until the next write trims them.
-              for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, '-inf', lo)) do
-                c = c - tonumber(match(m, ':(%d+)$'))
-                trim = true
-              end
-              -- A live entry holds a hit, so c <= 0 means a stale sidecar.
-              known = c > 0
-            end
-          end
-          if not known then
-            -- The sidecar was lost, or is stale, or is an earlier version's
-            -- hash: recount the log, and go on past every sequence number
-            -- in it.
-            local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-            c, top, trim = 0, 0, false
-            for x = 1, #all, 2 do
-              local m, at = all[x], tonumber(all[x + 1])
-              seq = max(seq, tonumber(match(m, '^(%d+):')))
-              top = max(top, at)
-              if at <= lo then
-                trim = true
-              else
-                c = c + tonumber(match(m, ':(%d+)$'))
-              end
-            end
-          end
-          if not logtrim then
-            logtrim, logtop = {}, {}
-          end
-          logtrim[k], logtop[k] = trim, top
-          p = seq
-          if top > lo then
-            e = top
-          end
+for q = 3, #ARGV do
+  local spec = ARGV[q]
+  local n = #spec / CHECK
+  local admitted, grants = true, false
+
+  -- Pass 1 decides every check in order on working copies of the state,
+  -- so checks on one key see each other's hits. A rejected request
+  -- consumes nothing, so pass 2 (if the request is rejected) evaluates
+  -- the checks that would have admitted it again, from the same state,
+  -- for zero hits. Both passes share one copy of limits.Limit.Evaluate,
+  -- inline: a function would be a closure made afresh on every run.
+  for pass = 1, 2 do
+    if dry then
+      admitted = false
+    end
+    if pass == 2 and admitted then
+      break
+    end
+    for ii = 1, n do
+      local i = i0 + ii
+      local b, r = (i - 1) * 16, rb + 1 + (ii - 1) * per
+      -- Pass 2 evaluates only the checks that were not over.
+      if pass == 1 or reply[r + 1] == 0 then
+        local alg, shadow, req, w, tick, burst, hits, extra = sunpack(SPEC, spec, (ii - 1) * CHECK + 1)
+        local k, s, c, p, e, any, stored = kk, 0, 0, 0, 0, 0, -1
+        if pass == 2 then
+          k, s, c, p, e, hits = X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5], 0
         else
-          local v = vals[k]
-          if not v then
-            -- A fresh key.
-          elseif alg == FIXED_WINDOW then
-            if #v == 16 then
-              s, c = sunpack('<dd', v)
-              stored = s
-            end
-          elseif #v == 24 then
-            if alg == SLIDING_WINDOW then
-              s, c, p = sunpack('<ddd', v)
-              stored = s
-            elseif req > 0 then
-              -- e: when the bucket is full again.
-              s, c, stored = sunpack('<ddd', v)
-              local cap = burst * (w / tick)
-              local backlog = min(c, cap)
-              if alg == TOKEN_BUCKET then
-                backlog = cap - backlog
-              end
-              e = s * tick + ceil(backlog / req) * tick
-            end
-          end
-        end
-      end
-
-      -- limits.Limit.Evaluate: the verdict on state s, c, p, e for hits
-      -- (over, rem, reset µs), and the state after consuming them (s2, c2,
-      -- p2, e2).
-      -- A check with extra > 0 asks for a lease (limits.Limit.Grant): if its
-      -- hits fit, it takes up to extra more, at most half of what would
-      -- remain, by evaluating once more with them added.
-      local over, rem, reset, s2, c2, p2, e2
-      local granted = 0
-      for attempt = 1, 2 do
-      over, rem, reset = false, 0, 0
-      s2, c2, p2, e2 = s, c, p, e
-      local probe = hits
-      if hits == 0 then
-        probe = 1
-      end
-      if req == 0 then
-        over, reset = true, w - now % w
-      elseif alg == SLIDING_WINDOW then
-        -- In ticks, with the estimate scaled by the window length W:
-        -- E = prev * (W - elapsed) + cur * W.
-        local start = now - now % w
-        local cur, prev = c, p
-        if s == start - w then
-          cur, prev = 0, c
-        elseif s ~= start then
-          cur, prev = 0, 0
-        end
-        -- tick divides the window, and so start.
-        local wt = w / tick
-        local elapsed = (now - now % tick - start) / tick
-        local est = prev * (wt - elapsed) + cur * wt
-        local cap = req * wt
-        -- probe > req can never fit; testing it first keeps probe * wt
-        -- from growing past 2^53 (the outcome is the same as the formula's).
-        if probe > req or est + probe * wt > cap then
-          local ticks
-          if probe > req then
-            ticks = 2 * wt - elapsed
+          if alg == SLIDING_LOG then
+            kk = kk + 2
           else
-            local need = est + probe * wt - cap
-            if prev > 0 and ceil(need / prev) <= wt - elapsed then
-              ticks = ceil(need / prev)
-            elseif cur + probe <= req then
-              ticks = wt - elapsed
-            elseif cur > 0 and ceil((cur + probe - req) * wt / cur) <= wt then
-              ticks = wt - elapsed + ceil((cur + probe - req) * wt / cur)
-            else
-              ticks = 2 * wt - elapsed
+            kk = kk + 1
+          end
+          -- The working copy of the last earlier check on the key: of this
+          -- request, else of an admitted earlier request of the batch.
+          local key, j = KEYS[k], i - 1
+          while j > i0 and KEYS[X[(j - 1) * 16 + 1]] ~= key do
+            j = j - 1
+          end
+          if j == i0 then
+            j = last[key] or 0
+          end
+          if j > 0 then
+            local a = (j - 1) * 16
+            k, s, c, p, e, any, stored = X[a + 1], X[a + 6], X[a + 7], X[a + 8], X[a + 9], X[a + 11], X[a + 13]
+          elseif alg == SLIDING_LOG then
+            local lo, v = now - w, vals[k + 1]
+            local seq, top, trim = 0, 0, false
+            local known = v and #v == 24
+            if known then
+              c, seq, top = sunpack('<ddd', v)
+              if top <= lo then
+                -- Every entry has left the window.
+                c, trim = 0, true
+              else
+                -- Entries at or before lo have left the window; they stay
+                -- stored until the next write trims them.
+                for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, '-inf', lo)) do
+                  c = c - tonumber(match(m, ':(%d+)$'))
+                  trim = true
+                end
+                -- A live entry holds a hit, so c <= 0 means a stale sidecar.
+                known = c > 0
+              end
             end
-          end
-          over, rem, reset = true, floor((cap - min(est, cap)) / wt), ticks * tick
-        else
-          cur = cur + hits
-          rem = floor((cap - est - hits * wt) / wt)
-          if cur > 0 then
-            reset = start + 2 * w - now
-          elseif prev > 0 then
-            reset = start + w - now
-          end
-          s2, c2, p2, e2 = start, cur, prev, start + 2 * w
-        end
-      elseif alg == SLIDING_LOG then
-        -- c hits in the window, p the last seq, e the newest entry (0: none).
-        if c + probe > req then
-          over, rem, reset = true, req - min(c, req), w
-          if probe <= req then
-            -- Wait until enough of the oldest hits have left the window:
-            -- stored entries first, then this request's earlier checks'
-            -- hits, which all leave after a whole window.
-            local need, freed, off = c + probe - req, 0, 0
-            local from = '(' .. str(now - w)
-            repeat
-              local page = redis.call('ZRANGEBYSCORE', KEYS[k], from, '+inf', 'WITHSCORES', 'LIMIT', off, 32)
-              for x = 1, #page, 2 do
-                freed = freed + tonumber(match(page[x], ':(%d+)$'))
-                if freed >= need then
-                  reset = tonumber(page[x + 1]) + w - now
-                  break
+            if not known then
+              -- The sidecar was lost, or is stale, or is an earlier version's
+              -- hash: recount the log, and go on past every sequence number
+              -- in it.
+              local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+              c, top, trim = 0, 0, false
+              for x = 1, #all, 2 do
+                local m, at = all[x], tonumber(all[x + 1])
+                seq = max(seq, tonumber(match(m, '^(%d+):')))
+                top = max(top, at)
+                if at <= lo then
+                  trim = true
+                else
+                  c = c + tonumber(match(m, ':(%d+)$'))
                 end
               end
-              off = off + 32
-            until freed >= need or #page < 64
-          end
-        else
-          if hits > 0 then
-            c2, p2, e2 = c + hits, p + 1, now
-          end
-          rem = req - c2
-          if e2 > 0 then
-            reset = e2 + w - now
-          end
-        end
-      elseif alg == TOKEN_BUCKET or alg == LEAKY_BUCKET then
-        -- In ticks, with levels scaled by the window length W in ticks: a
-        -- bucket holds burst * W, a hit costs W and each tick drains (or
-        -- refills) req. The token bucket stores the free level, the leaky
-        -- bucket the backlog.
-        -- tick divides the window.
-        local wt = w / tick
-        local t = (now - now % tick) / tick
-        local cap = burst * wt
-        local backlog = 0
-        if e ~= 0 and e > now then
-          if alg == TOKEN_BUCKET then
-            backlog = cap - min(c, cap)
+            end
+            if not logtrim then
+              logtrim, logtop = {}, {}
+            end
+            logtrim[k], logtop[k] = trim, top
+            p = seq
+            if top > lo then
+              e = top
+            end
           else
-            backlog = min(c, cap)
-          end
-          if t > s then
-            local elapsed = t - s
-            if elapsed >= ceil(backlog / req) then
-              backlog = 0
-            else
-              backlog = backlog - elapsed * req
+            local v = vals[k]
+            if not v then
+              -- A fresh key.
+            elseif alg == FIXED_WINDOW then
+              if #v == 16 then
+                s, c = sunpack('<dd', v)
+                stored = s
+              end
+            elseif #v == 24 then
+              if alg == SLIDING_WINDOW then
+                s, c, p = sunpack('<ddd', v)
+                stored = s
+              elseif req > 0 then
+                -- e: when the bucket is full again.
+                s, c, stored = sunpack('<ddd', v)
+                local cap = burst * (w / tick)
+                local backlog = min(c, cap)
+                if alg == TOKEN_BUCKET then
+                  backlog = cap - backlog
+                end
+                e = s * tick + ceil(backlog / req) * tick
+              end
             end
           end
         end
-        if probe > burst or backlog + probe * wt > cap then
-          local ticks = ceil(backlog / req)
-          if probe <= burst then
-            ticks = ceil((backlog + probe * wt - cap) / req)
-          end
-          over, rem, reset = true, floor((cap - backlog) / wt), ticks * tick
-        else
-          backlog = backlog + hits * wt
-          local full = ceil(backlog / req) * tick
-          rem, reset = floor((cap - backlog) / wt), full - now % tick
-          if reset < 0 then
-            reset = 0
-          end
-          if t * tick + full <= now then
-            -- Full again already: the same as no state at all.
-            s2, c2, p2, e2 = 0, 0, 0, 0
-          elseif alg == TOKEN_BUCKET then
-            s2, c2, p2, e2 = t, cap - backlog, 0, t * tick + full
-          else
-            s2, c2, p2, e2 = t, backlog, 0, t * tick + full
-          end
-        end
-      else -- FIXED_WINDOW
-        local start = now - now % w
-        local cur = c
-        if s ~= start then
-          cur = 0
-        end
-        reset = start + w - now
-        if cur + probe > req then
-          over, rem = true, req - min(cur, req)
-        else
-          rem = req - cur - hits
-          s2, c2, p2, e2 = start, cur + hits, 0, start + w
-        end
-      end
-      if attempt == 2 or pass == 2 or over or extra == 0 or req == 0 or alg == SLIDING_LOG then
-        break
-      end
-      granted = min(extra, floor(rem / 2))
-      if granted == 0 then
-        break
-      end
-      hits = hits + granted
-      end
-      if pass == 1 and extra > 0 then
-        -- How long the granted hits may be spent: to the window's end, or
-        -- for a bucket the time it takes to refill them.
-        local gfor = 0
-        if granted > 0 then
-          if alg == FIXED_WINDOW or alg == SLIDING_WINDOW then
-            gfor = w - now % w
-          else
-            gfor = ceil(granted * (w / tick) / req) * tick
-          end
-        end
-        if not G then
-          G = {sbyte(spec, 1, 2 * n)}
-          for x = 1, 2 * n do
-            G[x] = 0
-          end
-        end
-        G[2 * i - 1], G[2 * i] = granted, gfor
-      end
 
-      if pass == 2 then
-        reply[r + 2], reply[r + 3] = rem, reset
-      else
-        local took = 0
-        if over then
-          s2, c2, p2, e2 = s, c, p, e
-          if shadow == 0 then
-            admitted = false
-          end
-        elseif hits > 0 then
-          took, any = 1, 1
+        -- limits.Limit.Evaluate: the verdict on state s, c, p, e for hits
+        -- (over, rem, reset µs), and the state after consuming them (s2, c2,
+        -- p2, e2).
+        -- A check with extra > 0 asks for a lease (limits.Limit.Grant): if its
+        -- hits fit, it takes up to extra more, at most half of what would
+        -- remain, by evaluating once more with them added.
+        local over, rem, reset, s2, c2, p2, e2
+        local granted = 0
+        for attempt = 1, 2 do
+        over, rem, reset = false, 0, 0
+        s2, c2, p2, e2 = s, c, p, e
+        local probe = hits
+        if hits == 0 then
+          probe = 1
         end
-        X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5] = k, s, c, p, e
-        X[b + 6], X[b + 7], X[b + 8], X[b + 9] = s2, c2, p2, e2
-        X[b + 10], X[b + 11], X[b + 12], X[b + 13], X[b + 14] = took, any, 0, stored, alg
-        reply[r + 1], reply[r + 2], reply[r + 3] = over and 1 or 0, rem, reset
-        if reserve then
-          reply[r + 4] = -1
+        if req == 0 then
+          over, reset = true, w - now % w
+        elseif alg == SLIDING_WINDOW then
+          -- In ticks, with the estimate scaled by the window length W:
+          -- E = prev * (W - elapsed) + cur * W.
+          local start = now - now % w
+          local cur, prev = c, p
+          if s == start - w then
+            cur, prev = 0, c
+          elseif s ~= start then
+            cur, prev = 0, 0
+          end
+          -- tick divides the window, and so start.
+          local wt = w / tick
+          local elapsed = (now - now % tick - start) / tick
+          local est = prev * (wt - elapsed) + cur * wt
+          local cap = req * wt
+          -- probe > req can never fit; testing it first keeps probe * wt
+          -- from growing past 2^53 (the outcome is the same as the formula's).
+          if probe > req or est + probe * wt > cap then
+            local ticks
+            if probe > req then
+              ticks = 2 * wt - elapsed
+            else
+              local need = est + probe * wt - cap
+              if prev > 0 and ceil(need / prev) <= wt - elapsed then
+                ticks = ceil(need / prev)
+              elseif cur + probe <= req then
+                ticks = wt - elapsed
+              elseif cur > 0 and ceil((cur + probe - req) * wt / cur) <= wt then
+                ticks = wt - elapsed + ceil((cur + probe - req) * wt / cur)
+              else
+                ticks = 2 * wt - elapsed
+              end
+            end
+            over, rem, reset = true, floor((cap - min(est, cap)) / wt), ticks * tick
+          else
+            cur = cur + hits
+            rem = floor((cap - est - hits * wt) / wt)
+            if cur > 0 then
+              reset = start + 2 * w - now
+            elseif prev > 0 then
+              reset = start + w - now
+            end
+            s2, c2, p2, e2 = start, cur, prev, start + 2 * w
+          end
+        elseif alg == SLIDING_LOG then
+          -- c hits in the window, p the last seq, e the newest entry (0: none).
+          if c + probe > req then
+            over, rem, reset = true, req - min(c, req), w
+            if probe <= req then
+              -- Wait until enough of the oldest hits have left the window:
+              -- stored entries first, then this request's earlier checks'
+              -- hits, which all leave after a whole window.
+              local need, freed, off = c + probe - req, 0, 0
+              local from = '(' .. str(now - w)
+              repeat
+                local page = redis.call('ZRANGEBYSCORE', KEYS[k], from, '+inf', 'WITHSCORES', 'LIMIT', off, 32)
+                for x = 1, #page, 2 do
+                  freed = freed + tonumber(match(page[x], ':(%d+)$'))
+                  if freed >= need then
+                    reset = tonumber(page[x + 1]) + w - now
+                    break
+                  end
+                end
+                off = off + 32
+              until freed >= need or #page < 64
+            end
+          else
+            if hits > 0 then
+              c2, p2, e2 = c + hits, p + 1, now
+            end
+            rem = req - c2
+            if e2 > 0 then
+              reset = e2 + w - now
+            end
+          end
+        elseif alg == TOKEN_BUCKET or alg == LEAKY_BUCKET then
+          -- In ticks, with levels scaled by the window length W in ticks: a
+          -- bucket holds burst * W, a hit costs W and each tick drains (or
+          -- refills) req. The token bucket stores the free level, the leaky
+          -- bucket the backlog.
+          -- tick divides the window.
+          local wt = w / tick
+          local t = (now - now % tick) / tick
+          local cap = burst * wt
+          local backlog = 0
+          if e ~= 0 and e > now then
+            if alg == TOKEN_BUCKET then
+              backlog = cap - min(c, cap)
+            else
+              backlog = min(c, cap)
+            end
+            if t > s then
+              local elapsed = t - s
+              if elapsed >= ceil(backlog / req) then
+                backlog = 0
+              else
+                backlog = backlog - elapsed * req
+              end
+            end
+          end
+          if probe > burst or backlog + probe * wt > cap then
+            local ticks = ceil(backlog / req)
+            if probe <= burst then
+              ticks = ceil((backlog + probe * wt - cap) / req)
+            end
+            over, rem, reset = true, floor((cap - backlog) / wt), ticks * tick
+          else
+            backlog = backlog + hits * wt
+            local full = ceil(backlog / req) * tick
+            rem, reset = floor((cap - backlog) / wt), full - now % tick
+            if reset < 0 then
+              reset = 0
+            end
+            if t * tick + full <= now then
+              -- Full again already: the same as no state at all.
+              s2, c2, p2, e2 = 0, 0, 0, 0
+            elseif alg == TOKEN_BUCKET then
+              s2, c2, p2, e2 = t, cap - backlog, 0, t * tick + full
+            else
+              s2, c2, p2, e2 = t, backlog, 0, t * tick + full
+            end
+          end
+        else -- FIXED_WINDOW
+          local start = now - now % w
+          local cur = c
+          if s ~= start then
+            cur = 0
+          end
+          reset = start + w - now
+          if cur + probe > req then
+            over, rem = true, req - min(cur, req)
+          else
+            rem = req - cur - hits
+            s2, c2, p2, e2 = start, cur + hits, 0, start + w
+          end
+        end
+        if attempt == 2 or pass == 2 or over or extra == 0 or req == 0 or alg == SLIDING_LOG then
+          break
+        end
+        granted = min(extra, floor(rem / 2))
+        if granted == 0 then
+          break
+        end
+        hits = hits + granted
+        end
+        if pass == 1 and extra > 0 then
+          -- How long the granted hits may be spent: to the window's end, or
+          -- for a bucket the time it takes to refill them.
+          local gfor = 0
+          if granted > 0 then
+            if alg == FIXED_WINDOW or alg == SLIDING_WINDOW then
+              gfor = w - now % w
+            else
+              gfor = ceil(granted * (w / tick) / req) * tick
+            end
+          end
+          if not grants then
+            grants = true
+            G = G or {}
+            for x = 1, 2 * n do
+              G[x] = 0
+            end
+          end
+          G[2 * ii - 1], G[2 * ii] = granted, gfor
+        end
+
+        if pass == 2 then
+          reply[r + 2], reply[r + 3] = rem, reset
+        else
+          local took = 0
+          if over then
+            s2, c2, p2, e2 = s, c, p, e
+            if shadow == 0 then
+              admitted = false
+            end
+          elseif hits > 0 then
+            took, any = 1, 1
+          end
+          X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5] = k, s, c, p, e
+          X[b + 6], X[b + 7], X[b + 8], X[b + 9] = s2, c2, p2, e2
+          X[b + 10], X[b + 11], X[b + 12], X[b + 13], X[b + 14] = took, any, r, stored, alg
+          if alg == SLIDING_LOG then
+            X[b + 15], X[b + 16] = hits, w
+          end
+          reply[r + 1], reply[r + 2], reply[r + 3] = over and 1 or 0, rem, reset
+          if reserve then
+            reply[r + 4] = -1
+          end
         end
       end
     end
   end
-end
-
-if not admitted then
-  reply[1] = 0
-else
-  -- Write each key once, from the working copy of its last check, if any
-  -- of its checks consumed hits; a sliding log also gets one entry per
-  -- check that consumed. A written state expires after now (e > now, top
-  -- >= now), so its TTL in whole ms, rounded up, is at least 1.
-  local fmt = string.format
-  for i = 1, n do
-    local b = (i - 1) * 14
-    if X[b + 11] == 1 then
-      local alg = X[b + 14]
-      local k = X[b + 1]
-      local key = KEYS[k]
-      local s, c, p, e = X[b + 6], X[b + 7], X[b + 8], X[b + 9]
-      local receipt = s
-      if alg == SLIDING_LOG then
-        local _, _, _, w, _, _, hits = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
-        receipt = p
-        if X[b + 10] == 1 then
-          redis.call('ZADD', key, now, str(p) .. ':' .. str(hits))
-        end
-        if X[b + 12] == 0 then
-          if logtrim[k] then
-            redis.call('ZREMRANGEBYSCORE', key, '-inf', now - w)
-          end
-          local top = max(logtop[k], now)
-          local ms = fmt('%d', ceil((top + w - now) / 1000))
-          redis.call('SET', KEYS[k + 1], spack('<ddd', c, p, top), 'PX', ms)
-          redis.call('PEXPIRE', key, ms)
-        end
-      elseif X[b + 12] == 1 then
-        -- A later check on the key writes it.
-      elseif e <= now then
-        -- A bucket back at full: the same as no state at all.
-        if X[b + 13] ~= -1 then
-          redis.call('DEL', key)
-        end
-        receipt = -1
-      elseif alg == FIXED_WINDOW or alg == SLIDING_WINDOW then
-        local v
-        if alg == FIXED_WINDOW then
-          v = spack('<dd', s, c)
-        else
-          v = spack('<ddd', s, c, p)
-        end
-        if X[b + 13] == s then
-          -- The key holds this window already, a value of the same length,
-          -- and the window's expiry: overwrite the value in place.
-          -- SETRANGE keeps the expiry, and its integer reply costs Lua
-          -- less than SET's status.
-          redis.call('SETRANGE', key, '0', v)
-        else
-          redis.call('SET', key, v, 'PX', fmt('%d', ceil((e - now) / 1000)))
-        end
-      else
-        -- A bucket: its key keeps its expiry x while the bucket is full
-        -- again by then, else expires twice as far from now as the time
-        -- it is full again (at most a minute more), so that the writes
-        -- of a busy bucket keep that, while a bucket hit once expires
-        -- about as soon as it is full again.
-        local x = X[b + 13]
-        if x >= e then
-          redis.call('SETRANGE', key, '0', spack('<ddd', s, c, x))
-        else
-          x = e + min(e - now, 60000000)
-          redis.call('SET', key, spack('<ddd', s, c, x), 'PX', fmt('%d', ceil((x - now) / 1000)))
-        end
-      end
-      if reserve and X[b + 10] == 1 then
-        reply[(i - 1) * 4 + 5] = receipt
-      end
+  if admitted then
+    reply[rb + 1] = 1
+    for i = i0 + 1, i0 + n do
+      last[KEYS[X[(i - 1) * 16 + 1]]] = i
+    end
+  else
+    reply[rb + 1] = 0
+    for i = i0 + 1, i0 + n do
+      X[(i - 1) * 16 + 10] = 0
     end
   end
+  rb = rb + 1 + per * n
+  -- When a check asked for a lease, two integers per check follow: the
+  -- hits granted beyond its own (0 unless admitted), and for how many µs
+  -- they may be spent.
+  if grants then
+    for x = 1, 2 * n do
+      if admitted then
+        reply[rb + x] = G[x]
+      else
+        reply[rb + x] = 0
+      end
+    end
+    rb = rb + 2 * n
+  end
+  i0 = i0 + n
 end
 
--- When a check asked for a lease, two integers per check follow: the
--- hits granted beyond its own (0 unless admitted), and for how many µs
--- they may be spent.
-if G then
-  local base = #reply
-  for x = 1, 2 * n do
-    if admitted then
-      reply[base + x] = G[x]
+-- Write each key once, from the working copy of the last admitted check
+-- on it, if any check of the admitted requests on it consumed hits; a
+-- sliding log also gets one entry per admitted check that consumed. A
+-- written state expires after now (e > now, top >= now), so its TTL in
+-- whole ms, rounded up, is at least 1.
+local fmt = string.format
+for i = 1, i0 do
+  local b = (i - 1) * 16
+  if X[b + 11] == 1 then
+    local alg = X[b + 14]
+    local k = X[b + 1]
+    local key = KEYS[k]
+    local s, c, p, e = X[b + 6], X[b + 7], X[b + 8], X[b + 9]
+    local final = last[key] == i
+    local receipt = s
+    if alg == SLIDING_LOG then
+      local w = X[b + 16]
+      receipt = p
+      if X[b + 10] == 1 then
+        redis.call('ZADD', key, now, str(p) .. ':' .. str(X[b + 15]))
+      end
+      if final then
+        if logtrim[k] then
+          redis.call('ZREMRANGEBYSCORE', key, '-inf', now - w)
+        end
+        local top = max(logtop[k], now)
+        local ms = fmt('%d', ceil((top + w - now) / 1000))
+        redis.call('SET', KEYS[k + 1], spack('<ddd', c, p, top), 'PX', ms)
+        redis.call('PEXPIRE', key, ms)
+      end
+    elseif not final then
+      -- A later check on the key writes it.
+    elseif e <= now then
+      -- A bucket back at full: the same as no state at all.
+      if X[b + 13] ~= -1 then
+        redis.call('DEL', key)
+      end
+      receipt = -1
+    elseif alg == FIXED_WINDOW or alg == SLIDING_WINDOW then
+      local v
+      if alg == FIXED_WINDOW then
+        v = spack('<dd', s, c)
+      else
+        v = spack('<ddd', s, c, p)
+      end
+      if X[b + 13] == s then
+        -- The key holds this window already, a value of the same length,
+        -- and the window's expiry: overwrite the value in place.
+        -- SETRANGE keeps the expiry, and its integer reply costs Lua
+        -- less than SET's status.
+        redis.call('SETRANGE', key, '0', v)
+      else
+        redis.call('SET', key, v, 'PX', fmt('%d', ceil((e - now) / 1000)))
+      end
     else
-      reply[base + x] = 0
+      -- A bucket: its key keeps its expiry x while the bucket is full
+      -- again by then, else expires twice as far from now as the time
+      -- it is full again (at most a minute more), so that the writes
+      -- of a busy bucket keep that, while a bucket hit once expires
+      -- about as soon as it is full again.
+      local x = X[b + 13]
+      if x >= e then
+        redis.call('SETRANGE', key, '0', spack('<ddd', s, c, x))
+      else
+        x = e + min(e - now, 60000000)
+        redis.call('SET', key, spack('<ddd', s, c, x), 'PX', fmt('%d', ceil((x - now) / 1000)))
+      end
+    end
+    if reserve and X[b + 10] == 1 then
+      reply[X[b + 12] + 4] = receipt
     end
   end
 end
