@@ -5,8 +5,9 @@
 // at once. It mirrors limits.Limit.Evaluate and reads the time with
 // redis.call('TIME'), so no sidecar's clock matters, and it writes nothing
 // unless every enforced limit admits the request. On standalone Redis and
-// Sentinel a request is exactly one EVALSHA (EVAL once after Redis lost its
-// script cache). On a Cluster the checks are grouped by hash slot: one
+// Sentinel a request is decided by exactly one EVALSHA (EVAL once after
+// Redis lost its script cache), which may decide other requests of the
+// same round trip too. On a Cluster the checks are grouped by hash slot: one
 // group is one EVALSHA, and several run in parallel, each reserving
 // atomically; if any group rejects the request, the groups that reserved
 // are refunded by scripts/refund.lua, so the request stays all-or-nothing.
