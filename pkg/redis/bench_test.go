@@ -96,7 +96,7 @@ func BenchmarkClusterApplyParallel(b *testing.B) {
 }
 
 func benchmarkApplyParallel(b *testing.B, opts redis.Options, rc goredis.UniversalClient) {
-	for _, inflight := range []int{1, 4, 64} {
+	for _, inflight := range []int{1, 2, 4, 64} {
 		b.Run(fmt.Sprint("inflight", inflight), func(b *testing.B) {
 			opts.MaxInflight, opts.Timeout = inflight, time.Second
 			s := newStore(b, opts)

@@ -21,8 +21,9 @@ const (
 	DefaultTimeout = 15 * time.Millisecond
 	// DefaultKeyPrefix starts every key the store writes.
 	DefaultKeyPrefix = "rls:"
-	// DefaultMaxInflight is Options.MaxInflight's default.
-	DefaultMaxInflight = 4
+	// DefaultMaxInflight is Options.MaxInflight's default: one round trip
+	// at a time, so that a busy sidecar sends Redis fewer, larger batches.
+	DefaultMaxInflight = 1
 )
 
 // backstopTimeout bounds socket reads and writes that carry no request
@@ -81,8 +82,11 @@ type Options struct {
 	// MaxInflight is the most request round trips the store has under
 	// way at once (on a Cluster, to each master). Requests made while
 	// that many are out wait for the next round trip to end and go
-	// together in one pipeline, so a busy sidecar makes fewer, larger
-	// writes. 0 means DefaultMaxInflight.
+	// together in it, so a busy sidecar makes fewer, larger writes and
+	// Redis runs fewer scripts. More in flight lets a request that comes
+	// while one is out go at once instead of waiting for it: less
+	// latency where the round trip is long, for more Redis CPU. 0 means
+	// DefaultMaxInflight.
 	MaxInflight int
 
 	// Timeout bounds each Redis operation; a request's own deadline bounds
