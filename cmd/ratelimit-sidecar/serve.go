@@ -82,6 +82,9 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 		c.onReady(lis.grpc.Addr().String(), lis.http.Addr().String(), lis.adminAddr())
 	}
 	err = srv.run(ctx, lis, reloader)
+	// No request is being decided any more: give what leases hold back,
+	// within a second.
+	st.releaseLeases(ctx, time.Second, log)
 	log.Info("stopped", zap.Error(err))
 	return err
 }

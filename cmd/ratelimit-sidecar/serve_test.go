@@ -411,3 +411,35 @@ func TestAdminAddr(t *testing.T) {
 		t.Errorf("/metrics on --http-addr = %d", code)
 	}
 }
+
+// TestLeasesGivenBackAtShutdown: a sidecar that stops holding part of a
+// lease gives it back to Redis, so the next sidecar sees only the hits
+// admitted.
+func TestLeasesGivenBackAtShutdown(t *testing.T) {
+	srv := redistest.StartServer(t)
+	leasedDir, plainDir := t.TempDir(), t.TempDir()
+	const rules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 100%s}\n"
+	write(t, filepath.Join(leasedDir, "rules.yaml"), fmt.Sprintf(rules, ", lease: 10"))
+	write(t, filepath.Join(plainDir, "rules.yaml"), fmt.Sprintf(rules, ""))
+	redisURL := "redis://" + srv.Addr
+
+	s := startSidecar(t, "--config", leasedDir, "--redis-url", redisURL)
+	for range 3 {
+		resp, err := s.rls.ShouldRateLimit(context.Background(), userRequest("alice", 1))
+		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("leased request: %v, %v", resp, err)
+		}
+	}
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	p := startSidecar(t, "--config", plainDir, "--redis-url", redisURL)
+	resp, err := p.rls.ShouldRateLimit(context.Background(), userRequest("alice", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.Statuses[0].LimitRemaining; got != 100-3-1 {
+		t.Errorf("remaining %d after 3 leased requests and one more, want %d: the stopped sidecar's lease given back", got, 100-3-1)
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -80,6 +81,27 @@ type sidecarStore struct {
 	// deny answers requests known to be over their limit without the
 	// backend; nil for a local backend, or when --deny-cache-entries is 0.
 	deny *store.DenyCache
+	// leases admit leased limits locally; nil for a local backend.
+	leases *store.Leases
+}
+
+// releaseLeases gives the hits that leases hold unused back to the
+// backend, within timeout, and logs what it did. For shutdown, once no
+// request is being decided.
+func (s *sidecarStore) releaseLeases(ctx context.Context, timeout time.Duration, log *zap.Logger) {
+	if s.leases == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	n, err := s.leases.Release(ctx)
+	if err != nil {
+		log.Warn("leased hits not given back; they end with their windows", zap.Error(err))
+		return
+	}
+	if n > 0 {
+		log.Info("leased hits given back", zap.Uint64("hits", n))
+	}
 }
 
 // rulesChanged drops what the store remembers of the old rules.
@@ -139,8 +161,11 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 		m.DenyCache(s.deny)
 	}
 	// Leased limits (lease: N) admit from local leases before anything
-	// else; only a shared store can grant them.
-	s.Store = store.NewLeases(s.Store, store.LeasesOptions{})
+	// else; only a shared store can grant them. At shutdown, the hits
+	// they hold go back to the backend itself, past the breaker.
+	ret, _ := o.Store.(store.Returner)
+	s.leases = store.NewLeases(s.Store, store.LeasesOptions{Return: ret})
+	s.Store = s.leases
 	return s, nil
 }
 

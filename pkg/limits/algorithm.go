@@ -225,6 +225,10 @@ type Outcome struct {
 	// may be spent. Zero unless the request was admitted.
 	Granted  uint64
 	GrantFor time.Duration
+	// GrantReceipt is what a store that can take unused granted hits
+	// back (store.Returner) needs to find them: its own number, 0 from
+	// stores that cannot.
+	GrantReceipt int64
 }
 
 // Evaluate applies the limit's algorithm to st at time now (µs since the

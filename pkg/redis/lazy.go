@@ -83,6 +83,15 @@ func (l *Lazy) Apply(ctx context.Context, b *limits.Batch) error {
 	return s.Apply(ctx, b)
 }
 
+// Return is Store.Return once connected.
+func (l *Lazy) Return(ctx context.Context, checks []limits.Check, receipts []int64) error {
+	s := l.store.Load()
+	if s == nil {
+		return ErrNotConnected
+	}
+	return s.Return(ctx, checks, receipts)
+}
+
 // Ping is Store.Ping once connected.
 func (l *Lazy) Ping(ctx context.Context) error {
 	s := l.store.Load()

@@ -64,8 +64,8 @@ func TestReplyWellFormed(t *testing.T) {
 	if err != nil || admitted || outs[0] != (limits.Outcome{Over: true, Remaining: 3, Reset: 1500 * 1000}) {
 		t.Errorf("readApply = %v, %+v, %v", admitted, outs[0], err)
 	}
-	admitted, err = readApply([]int64{1, 0, 3, 1500, 4, 2000}, outs, true)
-	if err != nil || !admitted || outs[0] != (limits.Outcome{Remaining: 3, Reset: 1500 * 1000, Granted: 4, GrantFor: 2 * time.Millisecond}) {
+	admitted, err = readApply([]int64{1, 0, 3, 1500, 4, 2000, 7}, outs, true)
+	if err != nil || !admitted || outs[0] != (limits.Outcome{Remaining: 3, Reset: 1500 * 1000, Granted: 4, GrantFor: 2 * time.Millisecond, GrantReceipt: 7}) {
 		t.Errorf("readApply with grants = %v, %+v, %v", admitted, outs[0], err)
 	}
 }

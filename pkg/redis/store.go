@@ -305,7 +305,7 @@ func readApply(vals []int64, outs []limits.Outcome, grants bool) (bool, error) {
 			return false, err
 		}
 		if grants {
-			if err := readGrant(&outs[i], vals[1+3*n+2*i:]); err != nil {
+			if err := readGrant(&outs[i], vals[1+3*n+grantLen*i:]); err != nil {
 				return false, err
 			}
 		}
@@ -463,7 +463,7 @@ func (g *group) read(vals []int64, grants bool) error {
 		}
 		g.receipts[j] = v[3]
 		if grants {
-			if err := readGrant(&g.out[j], vals[1+4*n+2*j:]); err != nil {
+			if err := readGrant(&g.out[j], vals[1+4*n+grantLen*j:]); err != nil {
 				return err
 			}
 		}
@@ -471,22 +471,27 @@ func (g *group) read(vals []int64, grants bool) error {
 	return nil
 }
 
+// grantLen is the number of values of a check's grant in apply.lua's
+// reply: hits, µs and receipt.
+const grantLen = 3
+
 // replyLen is the length of apply.lua's reply for n checks of per values
 // each, with or without the grants that follow them.
 func replyLen(n, per int, grants bool) int {
 	if grants {
-		return 1 + (per+2)*n
+		return 1 + (per+grantLen)*n
 	}
 	return 1 + per*n
 }
 
-// readGrant reads a check's grant, hits and µs, into out.
+// readGrant reads a check's grant, hits, µs and receipt, into out.
 func readGrant(out *limits.Outcome, v []int64) error {
-	g, us := v[0], v[1]
-	if g < 0 || us < 0 {
-		return &ReplyError{Script: "apply", Msg: fmt.Sprintf("grant %d for %d, want integers >= 0", g, us)}
+	g, us, receipt := v[0], v[1], v[2]
+	if g < 0 || us < 0 || receipt < 0 {
+		return &ReplyError{Script: "apply", Msg: fmt.Sprintf("grant %d for %d under %d, want integers >= 0", g, us, receipt)}
 	}
 	out.Granted, out.GrantFor = uint64(g), time.Duration(us)*time.Microsecond
+	out.GrantReceipt = receipt
 	return nil
 }
 
@@ -550,6 +555,45 @@ func (s *Store) refund(ctx context.Context, checks []limits.Check, now string, g
 		})
 	}
 	return eg.Wait()
+}
+
+// Return gives back hits that a lease took and did not spend: Hits of
+// each check's key, granted under receipts[i] (limits.Outcome's
+// GrantReceipt). It implements store.Returner. refund.lua takes back no
+// more than the key still holds of them (none once the window they went
+// to has ended, and less what a bucket drained since), so a return can
+// leave a limit stricter than exact, never looser. Its calls get their
+// own Options.Timeout, as a refund's do.
+func (s *Store) Return(ctx context.Context, checks []limits.Check, receipts []int64) error {
+	if len(checks) != len(receipts) {
+		return fmt.Errorf("redis return: %d checks and %d receipts", len(checks), len(receipts))
+	}
+	if len(checks) == 0 {
+		return nil
+	}
+	now := ""
+	if s.now != nil {
+		now = strconv.FormatInt(s.now().UnixMicro(), 10)
+	}
+	var gs []*group
+	if s.cc == nil {
+		g := &group{idx: make([]int, len(checks))}
+		for i := range g.idx {
+			g.idx[i] = i
+		}
+		gs = []*group{g}
+	} else {
+		gs = s.groups(checks)
+	}
+	for _, g := range gs {
+		g.admitted = true
+		g.out = make([]limits.Outcome, len(g.idx))
+		g.receipts = make([]int64, len(g.idx))
+		for j, i := range g.idx {
+			g.receipts[j] = receipts[i]
+		}
+	}
+	return s.refund(ctx, checks, now, gs)
 }
 
 // setArgs sets the KEYS and ARGV of c, a call of apply.lua, for checks

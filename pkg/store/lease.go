@@ -23,6 +23,11 @@ const leaseShards = 64
 // limit nears exhaustion, since the store grants at most half of what
 // remains (limits.Limit.Grant).
 //
+// At shutdown, Release gives the hits that leases hold unused back to
+// the shared store, if it is a Returner (LeasesOptions.Return), so that
+// a sidecar that stops mid-window leaves no hits unused (for buckets,
+// at most those of its last grant go back; see Release).
+//
 // A request is still all-or-nothing: hits taken from a lease for a
 // request that another limit rejects go back to the lease. At most one
 // refill per key is under way at a time, so a sidecar never holds more
@@ -34,6 +39,7 @@ const leaseShards = 64
 // Leases is safe for concurrent use and starts no goroutines.
 type Leases struct {
 	next   limits.Store
+	ret    Returner
 	now    func() time.Time
 	seed   maphash.Seed
 	shards [leaseShards]leaseShard
@@ -44,6 +50,17 @@ type Leases struct {
 type LeasesOptions struct {
 	// Now is the local clock leases expire by; nil means time.Now.
 	Now func() time.Time
+	// Return is the shared store that Release gives unused hits back
+	// to; nil: they end with their windows.
+	Return Returner
+}
+
+// Returner is a shared store that can take back hits it granted for a
+// lease (limits.Outcome.Granted) that were not spent: Hits of each
+// check's key, granted under receipts[i] (limits.Outcome.GrantReceipt).
+// It must never take back more than the key still holds of them.
+type Returner interface {
+	Return(ctx context.Context, checks []limits.Check, receipts []int64) error
 }
 
 type leaseShard struct {
@@ -60,6 +77,10 @@ type lease struct {
 	refilling bool          // a request asking the store for more is under way
 	done      chan struct{} // closed when that request ends
 	dry       time.Time     // no top-ups before: the limit had run dry
+	// receipt and granted are the last grant's GrantReceipt and hits:
+	// what Release gives back under.
+	receipt int64
+	granted uint64
 }
 
 // leaseScratch is Apply's per-call working memory.
@@ -75,7 +96,7 @@ type leaseScratch struct {
 // NewLeases returns a Leases in front of next, a shared store that grants
 // extra hits (limits.Check.Extra).
 func NewLeases(next limits.Store, o LeasesOptions) *Leases {
-	l := &Leases{next: next, now: o.Now, seed: maphash.MakeSeed()}
+	l := &Leases{next: next, ret: o.Return, now: o.Now, seed: maphash.MakeSeed()}
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -297,9 +318,52 @@ func (l *Leases) refilled(c *limits.Check, sent time.Time, out limits.Outcome, a
 	}
 	ls.avail += out.Granted
 	ls.shared = out.Remaining
+	ls.receipt, ls.granted = out.GrantReceipt, out.Granted
 	out.Remaining += ls.avail
-	out.Granted, out.GrantFor = 0, 0
+	out.Granted, out.GrantFor, out.GrantReceipt = 0, 0, 0
 	return out
+}
+
+// Release gives the hits that live leases hold unused back to the shared
+// store (LeasesOptions.Return; without one it only empties the leases),
+// in one call, and returns how many it gave back. It is for shutdown,
+// once no request is being decided: a request that comes later starts a
+// new lease. A window's lease gives back all it holds, since its hits all
+// went to the current window. A bucket's gives back at most its last
+// grant, whose receipt counts the drain since: hits of earlier grants
+// may have drained away already, and giving them back could undo other
+// sidecars' hits.
+func (l *Leases) Release(ctx context.Context) (uint64, error) {
+	now := l.now()
+	var checks []limits.Check
+	var receipts []int64
+	var hits uint64
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for key, ls := range sh.m {
+			h := ls.avail
+			if ls.limit.Algorithm == limits.TokenBucket || ls.limit.Algorithm == limits.LeakyBucket {
+				h = min(h, ls.granted)
+			}
+			live := now.Before(ls.until)
+			ls.avail = 0
+			if !live || h == 0 || ls.receipt == 0 {
+				continue
+			}
+			checks = append(checks, limits.Check{Key: key, Limit: ls.limit, Hits: h})
+			receipts = append(receipts, ls.receipt)
+			hits += h
+		}
+		sh.mu.Unlock()
+	}
+	if l.ret == nil || len(checks) == 0 {
+		return 0, nil
+	}
+	if err := l.ret.Return(ctx, checks, receipts); err != nil {
+		return 0, err
+	}
+	return hits, nil
 }
 
 // Held returns how many leased hits the sidecar holds for key, for tests

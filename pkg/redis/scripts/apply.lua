@@ -24,7 +24,9 @@
 -- admitted (0 or 1), then per check over
 -- (0 or 1), remaining, reset µs; when reserving, each check also has its
 -- receipt (-1 if it consumed nothing). If any check asked for a lease,
--- two integers per check follow: hits granted, and µs they may be spent.
+-- three integers per check follow: hits granted, µs they may be spent,
+-- and the receipt under which refund.lua can take unused ones back (the
+-- window start, or the bucket's tick, after the grant; 0 with no grant).
 -- What the checks of a reserving call that admitted report if another
 -- group rejects the request is not computed when reserving but after the
 -- refund, by a call with ARGV[2] "2" (store.go), so that the common case
@@ -117,8 +119,9 @@ local first = #ARGV[3] / CHECK
 local X = {sbyte(ARGV[3], 1, min(16 * first, 800))}
 local reply = {1, sbyte(ARGV[3], 1, min(per * first, 300))}
 local last = {}
--- G[2i-1], G[2i]: check i of a request's granted hits and the µs they
--- may be spent, for requests where a check asked for a lease.
+-- G[3i-2], G[3i-1], G[3i]: check i of a request's granted hits, the µs
+-- they may be spent and their receipt, for requests where a check asked
+-- for a lease.
 local G
 -- Checks, KEYS and reply entries of the requests before this one.
 local i0, kk, rb = 0, 1, 0
@@ -405,8 +408,9 @@ for q = 3, #ARGV do
         if pass == 1 and extra > 0 then
           -- How long the granted hits may be spent: to the window's end, or
           -- for a bucket the time it takes to refill them.
-          local gfor = 0
+          local gfor, receipt = 0, 0
           if granted > 0 then
+            receipt = s2
             if alg == FIXED_WINDOW or alg == SLIDING_WINDOW then
               gfor = w - now % w
             else
@@ -416,11 +420,11 @@ for q = 3, #ARGV do
           if not grants then
             grants = true
             G = G or {}
-            for x = 1, 2 * n do
+            for x = 1, 3 * n do
               G[x] = 0
             end
           end
-          G[2 * ii - 1], G[2 * ii] = granted, gfor
+          G[3 * ii - 2], G[3 * ii - 1], G[3 * ii] = granted, gfor, receipt
         end
 
         if pass == 2 then
@@ -461,18 +465,18 @@ for q = 3, #ARGV do
     end
   end
   rb = rb + 1 + per * n
-  -- When a check asked for a lease, two integers per check follow: the
-  -- hits granted beyond its own (0 unless admitted), and for how many µs
-  -- they may be spent.
+  -- When a check asked for a lease, three integers per check follow:
+  -- the hits granted beyond its own (0 unless admitted), for how many µs
+  -- they may be spent, and their receipt.
   if grants then
-    for x = 1, 2 * n do
+    for x = 1, 3 * n do
       if admitted then
         reply[rb + x] = G[x]
       else
         reply[rb + x] = 0
       end
     end
-    rb = rb + 2 * n
+    rb = rb + 3 * n
   end
   i0 = i0 + n
 end
