@@ -50,6 +50,7 @@ func TestCluster(t *testing.T) {
 	t.Run("cross_slot_refund", func(t *testing.T) { testCrossSlotRefund(t, opts) })
 	t.Run("tiers_real_clock", func(t *testing.T) { testTiersRealClock(t, opts) })
 	t.Run("differential", func(t *testing.T) { testDifferential(t, opts, false) })
+	t.Run("differential_together", func(t *testing.T) { testDifferential(t, opts, true) })
 	t.Run("round_trips", func(t *testing.T) { testClusterRoundTrips(t, opts, c.Client(t)) })
 	t.Run("tenant_tiers_share_a_slot", func(t *testing.T) { testTenantTiers(t, opts, c.Client(t)) })
 	t.Run("under_admission", func(t *testing.T) { testUnderAdmission(t, opts) })

@@ -26,8 +26,10 @@ func TestStandaloneDifferential(t *testing.T) {
 // the memory store, which is the reference, and requires the same answer
 // to every one: same algorithms, same keys repeated within a batch, shadow
 // limits, zero and large hits, leases, and a clock that jumps across
-// windows. together sends 1 to 6 requests at a time as one script call
-// (standalone stores only).
+// windows. together sends 1 to 6 requests at a time as the pipes send
+// requests that arrive together: one script call on standalone Redis, one
+// per master on a Cluster, where each request's checks then share a name
+// (and so a slot) and a call holds requests of several slots.
 func testDifferential(t *testing.T, opts redis.Options, together bool) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
@@ -88,6 +90,7 @@ func testDifferential(t *testing.T, opts redis.Options, together bool) {
 				var want, got []*limits.Batch
 				for range requests {
 					var checks []limits.Check
+					name := names[rng.IntN(len(names))]
 					for range 1 + rng.IntN(4) {
 						l := pool[rng.IntN(len(pool))]
 						hits := uint64(rng.IntN(3))
@@ -98,7 +101,10 @@ func testDifferential(t *testing.T, opts redis.Options, together bool) {
 						if l.Algorithm != limits.SlidingLog && rng.IntN(8) == 0 {
 							extra = uint64(1 + rng.IntN(5))
 						}
-						key := storetest.Key(t.Name(), names[rng.IntN(len(names))], l)
+						if !together || opts.ClusterAddrs == nil {
+							name = names[rng.IntN(len(names))]
+						}
+						key := storetest.Key(t.Name(), name, l)
 						checks = append(checks, limits.Check{Key: key, Limit: l, Hits: hits, Extra: extra})
 					}
 					want = append(want, apply(t, mem, checks...))

@@ -60,20 +60,38 @@ func ApplyVia(ctx context.Context, s *Store, p *pipe, b *limits.Batch) error {
 	return err
 }
 
-// ApplyTogether decides bs, in order, as one apply.lua call of a
-// standalone store: the batch of requests that its pipe sends when they
-// arrive together.
+// ApplyTogether decides bs, in order, as the pipes send requests that
+// arrive together: on standalone Redis, one apply.lua call; on a Cluster,
+// one per master, whose requests may be of several slots. Each request's
+// keys must share a slot.
 func ApplyTogether(ctx context.Context, s *Store, bs []*limits.Batch) error {
 	now := ""
 	if s.now != nil {
 		now = strconv.FormatInt(s.now().UnixMicro(), 10)
 	}
 	q := make([]*call, len(bs))
+	var pipes []*pipe
+	byPipe := map[*pipe][]*call{}
 	for i, b := range bs {
 		q[i] = getCall(ctx)
 		s.setArgs(q[i], b.Checks, nil, now, false)
+		p := s.pipe
+		if s.cc != nil {
+			q[i].slot = slot("", q[i].keys[0])
+			node, err := s.cc.MasterForKey(ctx, q[i].keys[0])
+			if err != nil {
+				return err
+			}
+			p = s.nodePipe(node)
+		}
+		if byPipe[p] == nil {
+			pipes = append(pipes, p)
+		}
+		byPipe[p] = append(byPipe[p], q[i])
 	}
-	s.pipe.send(q[0], q)
+	for _, p := range pipes {
+		p.send(byPipe[p][0], byPipe[p])
+	}
 	var errs []error
 	for i, c := range q {
 		<-c.wake

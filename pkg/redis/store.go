@@ -402,11 +402,13 @@ func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string,
 		if !g.admitted {
 			continue
 		}
+		// Extra stays: a check's lease ask counts in the working copy that
+		// later checks on its key start from, as in the reservation (a
+		// rejected request is granted nothing either way).
 		checks := make([]limits.Check, len(g.idx))
 		for j, i := range g.idx {
 			checks[j] = b.Checks[i]
-			checks[j].Extra = 0
-			b.Outcomes[i].Granted, b.Outcomes[i].GrantFor = 0, 0
+			b.Outcomes[i].Granted, b.Outcomes[i].GrantFor, b.Outcomes[i].GrantReceipt = 0, 0, 0
 		}
 		eg.Go(func() error {
 			c := getCall(ctx)
@@ -417,7 +419,7 @@ func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string,
 				return err
 			}
 			outs := make([]limits.Outcome, len(checks))
-			if _, err := readApply(reply, outs, false); err != nil {
+			if _, err := readApply(reply, outs, anyExtra(checks, nil)); err != nil {
 				return err
 			}
 			for j, i := range g.idx {
