@@ -42,9 +42,10 @@ func AddNodeHook(s *Store, h goredis.Hook) {
 func FullKey(s *Store, c limits.Check) string { return s.prefix + c.Key }
 
 // NewNodePipe returns a pipe to node, which need not serve the keys sent
-// through it, following redirections as the store does.
+// through it, following redirections as the store does, and sending
+// calls of several slots together as a master's pipe does.
 func NewNodePipe(s *Store, node *goredis.Client, max int) *pipe {
-	return &pipe{rdb: node, max: max, redirect: s.redirectApply}
+	return &pipe{rdb: node, max: max, redirect: s.redirectApply, cross: true}
 }
 
 // ApplyVia decides b as Apply does on one slot, but through p.
@@ -52,6 +53,7 @@ func ApplyVia(ctx context.Context, s *Store, p *pipe, b *limits.Batch) error {
 	b.Outcomes = make([]limits.Outcome, len(b.Checks))
 	c := getCall(ctx)
 	s.setArgs(c, b.Checks, nil, "", false)
+	c.slot = slot("", c.keys[0])
 	reply, err := p.do(c)
 	if err != nil {
 		return wrap(ctx, "apply", err)

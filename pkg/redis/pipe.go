@@ -2,6 +2,8 @@ package redis
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +40,9 @@ type pipe struct {
 	rdb      goredis.UniversalClient
 	max      int
 	redirect func(ctx context.Context, keys []string, args []any, refusal error) ([]int64, error) // nil but on a Cluster
+	// cross lets calls of different slots share an apply.lua call (a
+	// Cluster master's pipe; see evalshaAll).
+	cross bool
 
 	mu    sync.Mutex
 	out   int     // round trips under way
@@ -154,9 +159,11 @@ func (c *call) evalsha(ctx context.Context) *goredis.IntSliceCmd {
 }
 
 // evalshaAll returns the EVALSHA command that decides the calls of q, c
-// first, in one apply.lua call: the keys of them all, then now and mode,
-// which they share, then each call's spec. It is built in c's argument
-// slice. If q is c alone, it is c.evalsha.
+// first, in one apply.lua call, built in c's argument slice: the keys of
+// them all, then now and mode, which they share, then each call's spec.
+// If q is c alone, it is c.evalsha. Calls of several slots (on a Cluster
+// master) go with no KEYS, which may not span slots: now, mode, the
+// number of calls, their specs, then their keys, as ARGV.
 func (c *call) evalshaAll(ctx context.Context, q []*call) *goredis.IntSliceCmd {
 	if len(q) == 1 {
 		return c.evalsha(ctx)
@@ -164,6 +171,19 @@ func (c *call) evalshaAll(ctx context.Context, q []*call) *goredis.IntSliceCmd {
 	keys := 0
 	for _, o := range q {
 		keys += len(o.keys)
+	}
+	if split(q) {
+		c.argv = append(c.argv[:0], "evalsha", applySHA, 0, &c.now, &c.mode, strconv.Itoa(len(q)))
+		for _, o := range q {
+			c.argv = append(c.argv, &o.spec)
+		}
+		for _, o := range q {
+			for i := range o.keys {
+				c.argv = append(c.argv, &o.keys[i])
+			}
+		}
+		c.cmd = goredis.NewIntSliceCmd(ctx, c.argv...)
+		return c.cmd
 	}
 	c.argv = append(c.argv[:0], "evalsha", applySHA, keys)
 	for _, o := range q {
@@ -180,6 +200,16 @@ func (c *call) evalshaAll(ctx context.Context, q []*call) *goredis.IntSliceCmd {
 	return c.cmd
 }
 
+// split reports whether the calls of q are of more than one slot.
+func split(q []*call) bool {
+	for _, o := range q[1:] {
+		if o.slot != q[0].slot {
+			return true
+		}
+	}
+	return false
+}
+
 // replyLen is the length of c's part of an apply.lua reply.
 func (c *call) replyLen() int {
 	per := 3
@@ -189,10 +219,12 @@ func (c *call) replyLen() int {
 	return replyLen(c.checks, per, c.grants)
 }
 
-// joins reports whether c can be decided in one apply.lua call with o:
-// same slot, mode and clock, and together within maxScriptKeys.
-func (c *call) joins(o *call, keys int) bool {
-	return c.slot == o.slot && c.mode == o.mode && c.now == o.now && keys+len(o.keys) <= maxScriptKeys
+// joins reports whether c can be decided in one apply.lua call with o,
+// sent through a pipe that allows calls of several slots in one (cross)
+// or not: same slot unless cross, same mode and clock, and together
+// within maxScriptKeys.
+func (c *call) joins(o *call, keys int, cross bool) bool {
+	return (cross || c.slot == o.slot) && c.mode == o.mode && c.now == o.now && keys+len(o.keys) <= maxScriptKeys
 }
 
 // do runs call c, whose arguments are set, within c.ctx, and recycles c.
@@ -215,6 +247,12 @@ func (p *pipe) do(c *call) ([]int64, error) {
 // alone sends c by itself and recycles it.
 func (p *pipe) alone(c *call) ([]int64, error) {
 	defer putCall(c)
+	return p.one(c)
+}
+
+// one sends c by itself, within c.ctx: EVAL if Redis lost the script,
+// and once more where a Cluster's redirection points.
+func (p *pipe) one(c *call) ([]int64, error) {
 	ctx := c.ctx
 	cmd := c.evalsha(ctx)
 	_ = p.rdb.Process(ctx, cmd)
@@ -386,11 +424,11 @@ func (p *pipe) send(lead *call, q []*call) {
 // are next to each other, keeping their order, and sends each run of
 // them as one.
 func (p *pipe) exec(ctx context.Context, lead *call, q []*call) (noscript []*call) {
-	gather(q)
+	gather(q, p.cross)
 	pl := p.rdb.Pipeline()
 	cmds := lead.cmds[:0]
 	for a := 0; a < len(q); {
-		b := runEnd(q, a)
+		b := runEnd(q, a, p.cross)
 		cmds = append(cmds, q[a].evalshaAll(ctx, q[a:b]))
 		a = b
 	}
@@ -399,12 +437,22 @@ func (p *pipe) exec(ctx context.Context, lead *call, q []*call) (noscript []*cal
 	lead.cmds = cmds[:0]
 	_, _ = pl.Exec(ctx) // each command carries its own error
 	for a := 0; a < len(q); {
-		b := runEnd(q, a)
+		b := runEnd(q, a, p.cross)
 		run := q[a:b]
 		a = b
 		reply, err := run[0].cmd.Result()
 		if err == nil {
-			err = split(reply, run)
+			err = cut(reply, run)
+		} else if len(run) > 1 && split(run) && notLocal(err) {
+			// A slot of the call's has moved: nothing ran. Each call goes
+			// again on its own, with its keys, and follows the redirection.
+			for _, c := range run {
+				go func() {
+					c.reply, c.err = p.one(c)
+					deliver(lead, c)
+				}()
+			}
+			continue
 		}
 		for _, c := range run {
 			if err != nil {
@@ -432,12 +480,12 @@ func (p *pipe) exec(ctx context.Context, lead *call, q []*call) (noscript []*cal
 // come first, then those that join the first of the rest, and so on. On
 // standalone Redis every call usually joins the first, and q stays as it
 // is.
-func gather(q []*call) {
+func gather(q []*call, cross bool) {
 	for a := 0; a < len(q); {
 		keys := len(q[a].keys)
 		b := a + 1
 		for i := a + 1; i < len(q); i++ {
-			if !q[a].joins(q[i], keys) {
+			if !q[a].joins(q[i], keys, cross) {
 				continue
 			}
 			keys += len(q[i].keys)
@@ -454,19 +502,19 @@ func gather(q []*call) {
 
 // runEnd returns the end of the run of calls of q, gathered, that starts
 // at a and is sent as one apply.lua call.
-func runEnd(q []*call, a int) int {
+func runEnd(q []*call, a int, cross bool) int {
 	keys := len(q[a].keys)
 	b := a + 1
-	for b < len(q) && q[a].joins(q[b], keys) {
+	for b < len(q) && q[a].joins(q[b], keys, cross) {
 		keys += len(q[b].keys)
 		b++
 	}
 	return b
 }
 
-// split cuts reply, the reply to one apply.lua call for run, into each
+// cut cuts reply, the reply to one apply.lua call for run, into each
 // call's part.
-func split(reply []int64, run []*call) error {
+func cut(reply []int64, run []*call) error {
 	if len(run) == 1 {
 		run[0].reply, run[0].err = reply, nil
 		return nil
@@ -484,6 +532,14 @@ func split(reply []int64, run []*call) error {
 		reply = reply[n:]
 	}
 	return nil
+}
+
+// notLocal reports whether err is a Cluster node's refusal, before
+// running anything, of a call of several slots (no KEYS) because a slot
+// is not its to serve right now: the script's first read of a key of
+// that slot fails with this error.
+func notLocal(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "non local key")
 }
 
 // redirected reports whether err is a Cluster node's refusal to run a

@@ -228,7 +228,7 @@ func (s *Store) nodePipe(node *goredis.Client) *pipe {
 		if ok && v.(*pipe).rdb == node {
 			return v.(*pipe)
 		}
-		p := &pipe{rdb: node, max: s.inflight, redirect: s.redirectApply}
+		p := &pipe{rdb: node, max: s.inflight, redirect: s.redirectApply, cross: true}
 		if ok {
 			if s.nodes.CompareAndSwap(addr, v, p) {
 				return p

@@ -19,6 +19,9 @@
 --   each (lib.lua's SPEC). A record's extra, when above 0, asks for up to
 --   that many hits more for a lease, if the request is admitted
 --   (limits.Limit.Grant).
+-- Or, for requests of several slots of one Cluster master, no KEYS, and
+--   ARGV[3] the number of requests, then their records, then their keys
+--   (see below).
 --
 -- Returns an array of integers: per request, one after the other,
 -- admitted (0 or 1), then per check over
@@ -83,15 +86,35 @@
 local now = clock()
 local reserve = ARGV[2] == '1'
 local dry = ARGV[2] == '2'
-local vals = redis.call('MGET', unpack(KEYS))
 local match = string.match
+local sbyte = string.byte
+
+-- The requests' ARGV, qfrom..qto, and their keys' values by index in keys.
+-- On a Cluster, the requests of several slots that one master serves come
+-- with no KEYS: a command may not span slots, but a script without flags
+-- may use keys of any slot its node serves. ARGV[3] is then the number
+-- of requests, their keys follow their checks, and each request's keys
+-- (which share a slot) are read by an MGET of their own. A key of a slot
+-- the node does not serve fails the call before anything is written:
+-- every read comes before the first write.
+local keys = KEYS
+local qfrom, qto, vals = 3, #ARGV, nil
+local split = #keys == 0
+if split then
+  qto = 3 + tonumber(ARGV[3])
+  qfrom = 4
+  keys = {unpack(ARGV, qto + 1)}
+  vals = {}
+else
+  vals = redis.call('MGET', unpack(keys))
+end
 
 -- Per sliding-log key index: whether the log holds entries to trim, and
 -- its greatest score. Made on the first sliding log.
 local logtrim, logtop
 
 -- X holds per check i of the batch, from b = (i - 1) * 16:
---   b+1     index in KEYS of the key where the batch first read it
+--   b+1     index in keys of the key where the batch first read it
 --   b+2..5  state before the check: s, c, p, e
 --   b+6..9  state after it
 --   b+10    1 if the check consumed hits (0 once its request is
@@ -114,22 +137,34 @@ local logtrim, logtop
 -- does not rehash them again and again. Every placeholder is overwritten
 -- before it is read or returned.
 local per = reserve and 4 or 3
-local sbyte = string.byte
-local first = #ARGV[3] / CHECK
-local X = {sbyte(ARGV[3], 1, min(16 * first, 800))}
-local reply = {1, sbyte(ARGV[3], 1, min(per * first, 300))}
+local n1 = #ARGV[qfrom] / CHECK
+local X = {sbyte(ARGV[qfrom], 1, min(16 * n1, 800))}
+local reply = {1, sbyte(ARGV[qfrom], 1, min(per * n1, 300))}
 local last = {}
 -- G[3i-2], G[3i-1], G[3i]: check i of a request's granted hits, the µs
 -- they may be spent and their receipt, for requests where a check asked
 -- for a lease.
 local G
--- Checks, KEYS and reply entries of the requests before this one.
+-- Checks, keys and reply entries of the requests before this one.
 local i0, kk, rb = 0, 1, 0
 
-for q = 3, #ARGV do
+for q = qfrom, qto do
   local spec = ARGV[q]
   local n = #spec / CHECK
   local admitted, grants = true, false
+  if split then
+    -- This request's keys: one per check, two per sliding log.
+    local nk = n
+    for i = 1, n do
+      if sbyte(spec, (i - 1) * CHECK + 1) == SLIDING_LOG then
+        nk = nk + 1
+      end
+    end
+    local got = redis.call('MGET', unpack(keys, kk, kk + nk - 1))
+    for j = 1, nk do
+      vals[kk + j - 1] = got[j]
+    end
+  end
 
   -- Pass 1 decides every check in order on working copies of the state,
   -- so checks on one key see each other's hits. A rejected request
@@ -161,8 +196,8 @@ for q = 3, #ARGV do
           end
           -- The working copy of the last earlier check on the key: of this
           -- request, else of an admitted earlier request of the batch.
-          local key, j = KEYS[k], i - 1
-          while j > i0 and KEYS[X[(j - 1) * 16 + 1]] ~= key do
+          local key, j = keys[k], i - 1
+          while j > i0 and keys[X[(j - 1) * 16 + 1]] ~= key do
             j = j - 1
           end
           if j == i0 then
@@ -315,7 +350,7 @@ for q = 3, #ARGV do
               local need, freed, off = c + probe - req, 0, 0
               local from = '(' .. str(now - w)
               repeat
-                local page = redis.call('ZRANGEBYSCORE', KEYS[k], from, '+inf', 'WITHSCORES', 'LIMIT', off, 32)
+                local page = redis.call('ZRANGEBYSCORE', keys[k], from, '+inf', 'WITHSCORES', 'LIMIT', off, 32)
                 for x = 1, #page, 2 do
                   freed = freed + tonumber(match(page[x], ':(%d+)$'))
                   if freed >= need then
@@ -456,7 +491,7 @@ for q = 3, #ARGV do
   if admitted then
     reply[rb + 1] = 1
     for i = i0 + 1, i0 + n do
-      last[KEYS[X[(i - 1) * 16 + 1]]] = i
+      last[keys[X[(i - 1) * 16 + 1]]] = i
     end
   else
     reply[rb + 1] = 0
@@ -492,7 +527,7 @@ for i = 1, i0 do
   if X[b + 11] == 1 then
     local alg = X[b + 14]
     local k = X[b + 1]
-    local key = KEYS[k]
+    local key = keys[k]
     local s, c, p, e = X[b + 6], X[b + 7], X[b + 8], X[b + 9]
     local final = last[key] == i
     local receipt = s
@@ -508,7 +543,7 @@ for i = 1, i0 do
         end
         local top = max(logtop[k], now)
         local ms = fmt('%d', ceil((top + w - now) / 1000))
-        redis.call('SET', KEYS[k + 1], spack('<ddd', c, p, top), 'PX', ms)
+        redis.call('SET', keys[k + 1], spack('<ddd', c, p, top), 'PX', ms)
         redis.call('PEXPIRE', key, ms)
       end
     elseif not final then
