@@ -467,9 +467,11 @@ func testMigration(t *testing.T, opts redis.Options, cc *goredis.ClusterClient) 
 	s := newStore(t, opts)
 	fixed := mustLimit(t, limits.FixedWindow, 1000, limits.UnitHour, 1, 0)
 	sliding := mustLimit(t, limits.SlidingWindow, 1000, limits.UnitHour, 1, 0)
-	// One descriptor, so one hash tag and one slot, with two limits.
+	bucket := mustLimit(t, limits.TokenBucket, 1000, limits.UnitHour, 1, 0)
+	// One descriptor, so one hash tag and one slot, with three limits.
 	old, fresh := check("migrating", fixed, 1), check("migrating", sliding, 1)
-	oldKey := redis.FullKey(s, old)
+	stay := check("migrating", bucket, 1) // moved last
+	oldKey, stayKey := redis.FullKey(s, old), redis.FullKey(s, stay)
 	slot, err := cc.ClusterKeySlot(ctx, oldKey).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -531,6 +533,7 @@ func testMigration(t *testing.T, opts redis.Options, cc *goredis.ClusterClient) 
 	}
 
 	decide("before", old, 10)
+	decide("before", stay, 10)
 	do(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID)
 	do(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID)
 	decide("migrating, key still on the source", old, 10)
@@ -538,6 +541,24 @@ func testMigration(t *testing.T, opts redis.Options, cc *goredis.ClusterClient) 
 	dstHost, dstPort, _ := strings.Cut(dst.Options().Addr, ":")
 	do(src, "MIGRATE", dstHost, dstPort, "", 0, 5000, "KEYS", oldKey)
 	decide("migrating, key moved (ASK)", old, 20)
+	// Requests that wait for one round trip are one script call, whose
+	// keys are now on both sides of the migration: the source refuses it
+	// whole (TRYAGAIN), and each request must then go on its own, where
+	// its own key is.
+	for range 5 {
+		bs := []*limits.Batch{{Checks: []limits.Check{stay}}, {Checks: []limits.Check{old}}}
+		if err := redis.ApplyTogether(ctx, s, bs); err != nil {
+			t.Errorf("together, keys on both sides: %v", err)
+		}
+		for _, b := range bs {
+			if !b.Admitted {
+				t.Errorf("together, keys on both sides: %s not admitted", b.Checks[0].Key)
+			}
+		}
+		want[bucket.Algorithm.String()]++
+		want[fixed.Algorithm.String()]++
+	}
+	do(src, "MIGRATE", dstHost, dstPort, "", 0, 5000, "KEYS", stayKey)
 	do(dst, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
 	for _, n := range masters {
 		if n != dst {
@@ -547,8 +568,8 @@ func testMigration(t *testing.T, opts redis.Options, cc *goredis.ClusterClient) 
 	decide("moved (MOVED)", old, 20)
 	decide("moved (MOVED)", fresh, 20)
 
-	b := apply(t, s, check("migrating", fixed, 0), check("migrating", sliding, 0))
-	for i, alg := range []string{fixed.Algorithm.String(), sliding.Algorithm.String()} {
+	b := apply(t, s, check("migrating", fixed, 0), check("migrating", sliding, 0), check("migrating", bucket, 0))
+	for i, alg := range []string{fixed.Algorithm.String(), sliding.Algorithm.String(), bucket.Algorithm.String()} {
 		if got := 1000 - b.Outcomes[i].Remaining; got != want[alg] {
 			t.Errorf("%s counted %d, want %d", alg, got, want[alg])
 		}

@@ -16,9 +16,10 @@ import (
 // fewer are out goes straight to Redis, so a quiet sidecar pays nothing
 // for this. A call made while all are out waits, and the next round trip
 // to end takes the waiting calls along, up to maxBatch, as one round
-// trip. The calls of that round trip that share a hash slot, a mode and a
-// clock are one apply.lua call, which decides them one after the other
-// (see script): one write and one read for the lot instead of one each on
+// trip. The calls of that round trip that share a mode and a clock (and,
+// but on a Cluster master's pipe, a hash slot) are one apply.lua call,
+// which decides them one after the other (see evalshaAll and the
+// script): one write and one read for the lot instead of one each on
 // the sidecar, and on Redis one script run, one TIME and one write per
 // key instead of one each per request. No call waits for a timer, only
 // for round trips already under way.
@@ -35,7 +36,9 @@ import (
 // included, on TRYAGAIN or a dropped connection. A node client never
 // resends. A call that a node refuses with MOVED or ASK (the script did
 // not run) goes to redirect, which sends it once more where the refusal
-// points.
+// points. An apply.lua call of several requests that a node refuses
+// (see refusedRun) is never redirected whole: each of its requests goes
+// again on its own, and is redirected by its own keys.
 type pipe struct {
 	rdb      goredis.UniversalClient
 	max      int
@@ -443,9 +446,10 @@ func (p *pipe) exec(ctx context.Context, lead *call, q []*call) (noscript []*cal
 		reply, err := run[0].cmd.Result()
 		if err == nil {
 			err = cut(reply, run)
-		} else if len(run) > 1 && split(run) && notLocal(err) {
-			// A slot of the call's has moved: nothing ran. Each call goes
-			// again on its own, with its keys, and follows the redirection.
+		} else if len(run) > 1 && p.refusedRun(err) {
+			// A slot of the call's has moved, or is moving: nothing ran.
+			// Each call goes again on its own, with its keys, and follows
+			// the redirection where its own keys are.
 			for _, c := range run {
 				go func() {
 					c.reply, c.err = p.one(c)
@@ -534,12 +538,20 @@ func cut(reply []int64, run []*call) error {
 	return nil
 }
 
-// notLocal reports whether err is a Cluster node's refusal, before
-// running anything, of a call of several slots (no KEYS) because a slot
-// is not its to serve right now: the script's first read of a key of
-// that slot fails with this error.
-func notLocal(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "non local key")
+// refusedRun reports whether err is a Cluster node's refusal, before
+// running anything, of an apply.lua call of several requests because a
+// slot of theirs is not its to serve right now, or not all of it:
+// MOVED or ASK for the call's declared keys, TRYAGAIN when some of them
+// have moved to another node mid-migration and some have not, or, for a
+// call of several slots (no KEYS), the script's first read of a key of
+// such a slot ("non local key"). A redirection of the whole call must
+// not be followed for every request: each request's keys may be on
+// either side of a migration.
+func (p *pipe) refusedRun(err error) bool {
+	if p.redirect == nil || err == nil {
+		return false
+	}
+	return isRedirect(err) || goredis.HasErrorPrefix(err, "TRYAGAIN") || strings.Contains(err.Error(), "non local key")
 }
 
 // redirected reports whether err is a Cluster node's refusal to run a

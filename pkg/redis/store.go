@@ -16,9 +16,10 @@
 //
 // Requests made while Options.MaxInflight calls are already out (to the
 // node, on a Cluster) wait for the next to end and go together (see
-// pipe): those that share a hash slot as one apply.lua call, which
-// decides them one after the other, so a busy sidecar makes one write and
-// one read per batch instead of per request, and Redis one script run.
+// pipe): those that go to one node as one apply.lua call (on a Cluster,
+// whatever their slots), which decides them one after the other, so a
+// busy sidecar makes one write and one read per batch instead of per
+// request, and Redis one script run.
 //
 // Keys are Options.KeyPrefix followed by the key of limits.AppendKey; a
 // sliding log keeps a second key, the same followed by ":h". Every key
