@@ -100,7 +100,9 @@ func (s *sidecarStore) releaseLeases(ctx context.Context, timeout time.Duration,
 		return
 	}
 	if n > 0 {
-		log.Info("leased hits given back", zap.Uint64("hits", n))
+		// The store takes back at most this many: less of what a window
+		// or a bucket no longer holds.
+		log.Info("unused leased hits handed back", zap.Uint64("hits", n))
 	}
 }
 

@@ -523,7 +523,17 @@ func anyExtra(checks []limits.Check, idx []int) bool {
 func (s *Store) refund(ctx context.Context, checks []limits.Check, now string, gs []*group) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
+	return s.refundWithin(ctx, checks, now, gs)
+}
+
+// maxRefunds bounds the refund.lua calls of one refund under way at
+// once: a Return can have a group for each of thousands of slots.
+const maxRefunds = 8
+
+// refundWithin is refund within ctx.
+func (s *Store) refundWithin(ctx context.Context, checks []limits.Check, now string, gs []*group) error {
 	var eg errgroup.Group
+	eg.SetLimit(maxRefunds)
 	for _, g := range gs {
 		if g.err != nil || !g.admitted {
 			continue
@@ -560,13 +570,18 @@ func (s *Store) refund(ctx context.Context, checks []limits.Check, now string, g
 	return eg.Wait()
 }
 
+// returnChunk bounds the checks of one refund.lua call of a Return, so
+// that no call keeps Redis busy for long.
+const returnChunk = 256
+
 // Return gives back hits that a lease took and did not spend: Hits of
 // each check's key, granted under receipts[i] (limits.Outcome's
 // GrantReceipt). It implements store.Returner. refund.lua takes back no
 // more than the key still holds of them (none once the window they went
 // to has ended, and less what a bucket drained since), so a return can
-// leave a limit stricter than exact, never looser. Its calls get their
-// own Options.Timeout, as a refund's do.
+// leave a limit stricter than exact, never looser. It is bounded by ctx
+// alone, in calls of at most returnChunk checks per slot (standalone:
+// per call), a few at a time.
 func (s *Store) Return(ctx context.Context, checks []limits.Check, receipts []int64) error {
 	if len(checks) != len(receipts) {
 		return fmt.Errorf("redis return: %d checks and %d receipts", len(checks), len(receipts))
@@ -588,15 +603,19 @@ func (s *Store) Return(ctx context.Context, checks []limits.Check, receipts []in
 	} else {
 		gs = s.groups(checks)
 	}
+	var chunks []*group
 	for _, g := range gs {
-		g.admitted = true
-		g.out = make([]limits.Outcome, len(g.idx))
-		g.receipts = make([]int64, len(g.idx))
-		for j, i := range g.idx {
-			g.receipts[j] = receipts[i]
+		for len(g.idx) > 0 {
+			n := min(len(g.idx), returnChunk)
+			c := &group{slot: g.slot, idx: g.idx[:n], admitted: true, out: make([]limits.Outcome, n), receipts: make([]int64, n)}
+			for j, i := range c.idx {
+				c.receipts[j] = receipts[i]
+			}
+			chunks = append(chunks, c)
+			g.idx = g.idx[n:]
 		}
 	}
-	return s.refund(ctx, checks, now, gs)
+	return s.refundWithin(ctx, checks, now, chunks)
 }
 
 // setArgs sets the KEYS and ARGV of c, a call of apply.lua, for checks

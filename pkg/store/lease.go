@@ -77,8 +77,8 @@ type lease struct {
 	refilling bool          // a request asking the store for more is under way
 	done      chan struct{} // closed when that request ends
 	dry       time.Time     // no top-ups before: the limit had run dry
-	// receipt and granted are the last grant's GrantReceipt and hits:
-	// what Release gives back under.
+	// receipt is the last grant's GrantReceipt, and granted the hits
+	// granted under it: Release gives back at most those, under it.
 	receipt int64
 	granted uint64
 }
@@ -311,28 +311,48 @@ func (l *Leases) refilled(c *limits.Check, sent time.Time, out limits.Outcome, a
 	// the store decided it, so the lease never outlives its window.
 	until := sent.Add(out.GrantFor)
 	if until.After(ls.until) || !sent.Before(ls.until) {
-		if !sent.Before(ls.until) {
-			ls.avail = 0 // the old lease had ended
+		if !sent.Before(ls.until) || ls.nextWindow(until) {
+			// The old lease had ended, or it ends with a window before
+			// the one the store granted from: its hits count in their
+			// own window only.
+			ls.avail = 0
 		}
 		ls.until = until
 	}
 	ls.avail += out.Granted
 	ls.shared = out.Remaining
-	ls.receipt, ls.granted = out.GrantReceipt, out.Granted
+	if out.GrantReceipt != ls.receipt {
+		ls.receipt, ls.granted = out.GrantReceipt, 0
+	}
+	ls.granted += out.Granted
 	out.Remaining += ls.avail
 	out.Granted, out.GrantFor, out.GrantReceipt = 0, 0, 0
 	return out
 }
 
+// nextWindow reports whether a grant valid until until is from a later
+// window than the lease's, for the window algorithms: a window's grant is
+// valid to its window's end, so grants of one window end within a
+// request's latency of each other, and those of the next a window apart.
+// requires the lease's shard mu held
+func (ls *lease) nextWindow(until time.Time) bool {
+	a := ls.limit.Algorithm
+	if a != limits.FixedWindow && a != limits.SlidingWindow {
+		return false
+	}
+	return until.Sub(ls.until) > ls.limit.Window()/2
+}
+
 // Release gives the hits that live leases hold unused back to the shared
 // store (LeasesOptions.Return; without one it only empties the leases),
-// in one call, and returns how many it gave back. It is for shutdown,
-// once no request is being decided: a request that comes later starts a
-// new lease. A window's lease gives back all it holds, since its hits all
-// went to the current window. A bucket's gives back at most its last
-// grant, whose receipt counts the drain since: hits of earlier grants
-// may have drained away already, and giving them back could undo other
-// sidecars' hits.
+// and returns how many it asked the store to take back (the store may
+// take back fewer: see Returner). It is for shutdown, once no request is
+// being decided: a request that comes later starts a new lease. A lease
+// gives back at most the hits granted under its last receipt: for a
+// window, everything it holds, all granted in the current window; for a
+// bucket, its last grant, whose receipt counts the drain since, as hits
+// of earlier grants may have drained away already, and giving them back
+// could undo other sidecars' hits.
 func (l *Leases) Release(ctx context.Context) (uint64, error) {
 	now := l.now()
 	var checks []limits.Check
@@ -342,10 +362,7 @@ func (l *Leases) Release(ctx context.Context) (uint64, error) {
 		sh := &l.shards[i]
 		sh.mu.Lock()
 		for key, ls := range sh.m {
-			h := ls.avail
-			if ls.limit.Algorithm == limits.TokenBucket || ls.limit.Algorithm == limits.LeakyBucket {
-				h = min(h, ls.granted)
-			}
+			h := min(ls.avail, ls.granted)
 			live := now.Before(ls.until)
 			ls.avail = 0
 			if !live || h == 0 || ls.receipt == 0 {

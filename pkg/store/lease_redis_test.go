@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -98,5 +99,117 @@ func TestLeasesReleaseOnRedis(t *testing.T) {
 				}
 			})
 		}
+		// More leases than one refund.lua call of a Return takes.
+		t.Run(name+"/many", func(t *testing.T) {
+			clk := storetest.NewClock(storetest.Epoch.Add(10 * time.Second))
+			o.KeyPrefix = "release:" + t.Name() + ":"
+			raw := store.NewRedis(t, o, clk)
+			l := store.NewLeases(raw, store.LeasesOptions{Now: clk.Now, Return: raw})
+			lim := leased(t, limits.FixedWindow, 1000, 20, limits.UnitMinute)
+			const keys = 600
+			var held uint64
+			for i := range keys {
+				key := storetest.Key(t.Name(), fmt.Sprint("k", i), lim)
+				b := &limits.Batch{Checks: []limits.Check{{Key: key, Limit: lim, Hits: 1}}}
+				if err := l.Apply(context.Background(), b); err != nil || !b.Admitted {
+					t.Fatalf("Apply = %v, admitted %v", err, b.Admitted)
+				}
+				held += l.Held(key)
+			}
+			n, err := l.Release(context.Background())
+			if err != nil || n != held {
+				t.Fatalf("Release = %d, %v; want %d", n, err, held)
+			}
+			probe := *lim
+			probe.Lease = 0
+			for i := range keys {
+				b := &limits.Batch{Checks: []limits.Check{{Key: storetest.Key(t.Name(), fmt.Sprint("k", i), lim), Limit: &probe}}}
+				if err := raw.Apply(context.Background(), b); err != nil {
+					t.Fatal(err)
+				}
+				if got := b.Outcomes[0].Remaining; got != 999 {
+					t.Fatalf("key %d: remaining %d after Release, want 999", i, got)
+				}
+			}
+		})
+	}
+}
+
+// lagging is a limits.Store that moves the clock by lag before passing
+// the next batch on, once: a request whose round trip crosses a window's
+// end.
+type lagging struct {
+	next limits.Store
+	clk  *storetest.Clock
+	lag  time.Duration
+}
+
+func (s *lagging) Apply(ctx context.Context, b *limits.Batch) error {
+	if s.lag > 0 {
+		s.clk.Advance(s.lag)
+		s.lag = 0
+	}
+	return s.next.Apply(ctx, b)
+}
+
+// TestLeasesAcrossAWindowEdge: a top-up sent just before a window ends
+// and decided just after it is granted from the new window. The lease
+// must not carry the old window's unused hits into the new one (the
+// fleet would admit them twice), and Release must give back only what
+// the new window granted: after it, the new window counts exactly the
+// hits another sidecar was admitted there. A control key that only ever
+// got the hits each window really counted must read the same.
+func TestLeasesAcrossAWindowEdge(t *testing.T) {
+	srv := redistest.StartServer(t)
+	for _, alg := range []limits.Algorithm{limits.FixedWindow, limits.SlidingWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			clk := storetest.NewClock(storetest.Epoch.Add(59*time.Second + 900*time.Millisecond))
+			raw := store.NewRedis(t, redis.Options{URL: "redis://" + srv.Addr, KeyPrefix: "edge:" + t.Name() + ":"}, clk)
+			lag := &lagging{next: raw, clk: clk}
+			l := store.NewLeases(lag, store.LeasesOptions{Now: clk.Now, Return: raw})
+			lim := leased(t, alg, 1000, 20, limits.UnitMinute)
+			plain := *lim
+			plain.Lease = 0
+			key, control := storetest.Key(t.Name(), "k", lim), storetest.Key(t.Name(), "control", lim)
+			apply := func(s limits.Store, key string, l *limits.Limit, hits uint64) *limits.Batch {
+				t.Helper()
+				b := &limits.Batch{Checks: []limits.Check{{Key: key, Limit: l, Hits: hits}}}
+				if err := s.Apply(context.Background(), b); err != nil {
+					t.Fatal(err)
+				}
+				return b
+			}
+			one := func() {
+				t.Helper()
+				if b := apply(l, key, lim, 1); !b.Admitted {
+					t.Fatal("not admitted")
+				}
+			}
+			one() // 1 hit and a lease of 20, in the first window
+			for l.Held(key) > 5 {
+				one()
+			}
+			// What the first window counts now: the control key gets as much.
+			counted := 1000 - apply(raw, key, &plain, 0).Outcomes[0].Remaining
+			apply(raw, control, &plain, counted)
+			// The next request takes the lease below a quarter; its top-up
+			// leaves at 59.9 s and is decided at 60.1 s.
+			lag.lag = 200 * time.Millisecond
+			one()
+			if held := l.Held(key); held > 20-4 {
+				t.Errorf("lease holds %d after the top-up from the new window, which granted at most 16: the old window's hits came along", held)
+			}
+			// Another sidecar is admitted 10 hits in the new window.
+			apply(raw, key, &plain, 10)
+			apply(raw, control, &plain, 10)
+			if _, err := l.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			got := apply(raw, key, &plain, 0).Outcomes[0].Remaining
+			want := apply(raw, control, &plain, 0).Outcomes[0].Remaining
+			if got != want {
+				t.Errorf("remaining %d after Release, want %d, as for a key that only got the hits admitted", got, want)
+			}
+		})
 	}
 }
