@@ -114,7 +114,7 @@ end
 local logtrim, logtop
 
 -- X holds per check i of the batch, from b = (i - 1) * 16:
---   b+1     index in keys of the key where the batch first read it
+--   b+1     index in keys where the state it starts from was read
 --   b+2..5  state before the check: s, c, p, e
 --   b+6..9  state after it
 --   b+10    1 if the check consumed hits (0 once its request is
