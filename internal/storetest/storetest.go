@@ -19,8 +19,9 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
-// IgnoreReceipts makes cmp skip limits.Outcome.GrantReceipt, which each
-// store numbers its own way.
+// IgnoreReceipts makes cmp skip limits.Outcome.GrantReceipt, an absolute
+// time or tick that the cases do not spell out; the Redis store's
+// differential test compares it with the memory store's.
 var IgnoreReceipts = cmpopts.IgnoreFields(limits.Outcome{}, "GrantReceipt")
 
 // Clock is a settable clock for stores under test. It is safe for

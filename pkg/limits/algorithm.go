@@ -225,9 +225,10 @@ type Outcome struct {
 	// may be spent. Zero unless the request was admitted.
 	Granted  uint64
 	GrantFor time.Duration
-	// GrantReceipt is what a store that can take unused granted hits
-	// back (store.Returner) needs to find them: its own number, 0 from
-	// stores that cannot.
+	// GrantReceipt tells which state the granted hits went to: the
+	// State.Start after them (the window's start in µs, or the bucket's
+	// tick). A store that takes unused granted hits back (store.Returner)
+	// finds them by it, and a lease knows a grant of a new window by it.
 	GrantReceipt int64
 }
 
@@ -440,7 +441,7 @@ func (l *Limit) Grant(st State, now int64, hits, extra uint64) (Outcome, State) 
 	if out.Over { // cannot happen: Remaining said g more fit
 		return l.Evaluate(st, now, hits)
 	}
-	out.Granted = g
+	out.Granted, out.GrantReceipt = g, next.Start
 	w := l.window.Microseconds()
 	switch l.Algorithm {
 	case FixedWindow, SlidingWindow:

@@ -167,5 +167,5 @@ type verdict struct {
 
 // diffBatch compares the answers in two batches.
 func diffBatch(want, got *limits.Batch) string {
-	return cmp.Diff(verdict{want.Admitted, want.Outcomes}, verdict{got.Admitted, got.Outcomes}, storetest.IgnoreReceipts)
+	return cmp.Diff(verdict{want.Admitted, want.Outcomes}, verdict{got.Admitted, got.Outcomes})
 }

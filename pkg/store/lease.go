@@ -311,36 +311,26 @@ func (l *Leases) refilled(c *limits.Check, sent time.Time, out limits.Outcome, a
 	// the store decided it, so the lease never outlives its window.
 	until := sent.Add(out.GrantFor)
 	if until.After(ls.until) || !sent.Before(ls.until) {
-		if !sent.Before(ls.until) || ls.nextWindow(until) {
-			// The old lease had ended, or it ends with a window before
-			// the one the store granted from: its hits count in their
-			// own window only.
-			ls.avail = 0
+		if !sent.Before(ls.until) {
+			ls.avail = 0 // the old lease had ended
 		}
 		ls.until = until
 	}
-	ls.avail += out.Granted
-	ls.shared = out.Remaining
 	if out.GrantReceipt != ls.receipt {
+		// A grant into another state: for a window algorithm, a later
+		// window, where the hits the lease still holds were never
+		// counted, so they end with their own window.
+		if !ls.limit.Algorithm.Bucketed() {
+			ls.avail = 0
+		}
 		ls.receipt, ls.granted = out.GrantReceipt, 0
 	}
+	ls.avail += out.Granted
 	ls.granted += out.Granted
+	ls.shared = out.Remaining
 	out.Remaining += ls.avail
 	out.Granted, out.GrantFor, out.GrantReceipt = 0, 0, 0
 	return out
-}
-
-// nextWindow reports whether a grant valid until until is from a later
-// window than the lease's, for the window algorithms: a window's grant is
-// valid to its window's end, so grants of one window end within a
-// request's latency of each other, and those of the next a window apart.
-// requires the lease's shard mu held
-func (ls *lease) nextWindow(until time.Time) bool {
-	a := ls.limit.Algorithm
-	if a != limits.FixedWindow && a != limits.SlidingWindow {
-		return false
-	}
-	return until.Sub(ls.until) > ls.limit.Window()/2
 }
 
 // Release gives the hits that live leases hold unused back to the shared
@@ -365,7 +355,7 @@ func (l *Leases) Release(ctx context.Context) (uint64, error) {
 			h := min(ls.avail, ls.granted)
 			live := now.Before(ls.until)
 			ls.avail = 0
-			if !live || h == 0 || ls.receipt == 0 {
+			if !live || h == 0 {
 				continue
 			}
 			checks = append(checks, limits.Check{Key: key, Limit: ls.limit, Hits: h})
