@@ -141,63 +141,54 @@ func putCall(c *call) {
 	calls.Put(c)
 }
 
-// evalsha returns c's EVALSHA command, built in c's reused argument
-// slice instead of go-redis's per-call copy. The keys go in as pointers
-// into c.keys, which go-redis writes as the strings, unboxed.
+// evalsha returns c's EVALSHA command alone: evalshaAll of c.
+func (c *call) evalsha(ctx context.Context) *goredis.IntSliceCmd {
+	one := [1]*call{c}
+	return c.evalshaAll(ctx, one[:])
+}
+
+// evalshaAll returns the EVALSHA command that decides the calls of q, c
+// first, in one apply.lua call, built in c's reused argument slice
+// instead of go-redis's per-call copy: the keys of them all, then now
+// and mode, which they share, then each call's spec. Calls of several
+// slots (on a Cluster master) go with no KEYS, which may not span slots:
+// now, mode, the number of calls, their specs, then their keys, as ARGV.
+// Keys and specs go in as pointers into the calls, which go-redis writes
+// as the strings, unboxed.
 //
 // The command reads the reply straight into a []int64, as apply.lua's
 // reply is an array of integers. It is lenient where the store is not: it
 // reads a nil element as 0 and a decimal string as its number. A reply
 // that is not an array at all fails the call as a broken connection does
 // (go-redis closes the connection), not as a ReplyError.
-func (c *call) evalsha(ctx context.Context) *goredis.IntSliceCmd {
-	c.argv = append(c.argv[:0], "evalsha", applySHA, len(c.keys))
-	for i := range c.keys {
-		c.argv = append(c.argv, &c.keys[i])
-	}
-	c.argv = append(c.argv, c.args...)
-	c.cmd = goredis.NewIntSliceCmd(ctx, c.argv...)
-	c.cmd.SetFirstKeyPos(3)
-	return c.cmd
-}
-
-// evalshaAll returns the EVALSHA command that decides the calls of q, c
-// first, in one apply.lua call, built in c's argument slice: the keys of
-// them all, then now and mode, which they share, then each call's spec.
-// If q is c alone, it is c.evalsha. Calls of several slots (on a Cluster
-// master) go with no KEYS, which may not span slots: now, mode, the
-// number of calls, their specs, then their keys, as ARGV.
 func (c *call) evalshaAll(ctx context.Context, q []*call) *goredis.IntSliceCmd {
-	if len(q) == 1 {
-		return c.evalsha(ctx)
-	}
-	keys := 0
-	for _, o := range q {
-		keys += len(o.keys)
-	}
-	if split(q) {
-		c.argv = append(c.argv[:0], "evalsha", applySHA, 0, &c.now, &c.mode, strconv.Itoa(len(q)))
-		for _, o := range q {
-			c.argv = append(c.argv, &o.spec)
-		}
+	keys := func() {
 		for _, o := range q {
 			for i := range o.keys {
 				c.argv = append(c.argv, &o.keys[i])
 			}
 		}
+	}
+	specs := func() {
+		for _, o := range q {
+			c.argv = append(c.argv, &o.spec)
+		}
+	}
+	if split(q) {
+		c.argv = append(c.argv[:0], "evalsha", applySHA, 0, &c.now, &c.mode, strconv.Itoa(len(q)))
+		specs()
+		keys()
 		c.cmd = goredis.NewIntSliceCmd(ctx, c.argv...)
 		return c.cmd
 	}
-	c.argv = append(c.argv[:0], "evalsha", applySHA, keys)
+	n := 0
 	for _, o := range q {
-		for i := range o.keys {
-			c.argv = append(c.argv, &o.keys[i])
-		}
+		n += len(o.keys)
 	}
+	c.argv = append(c.argv[:0], "evalsha", applySHA, n)
+	keys()
 	c.argv = append(c.argv, &c.now, &c.mode)
-	for _, o := range q {
-		c.argv = append(c.argv, &o.spec)
-	}
+	specs()
 	c.cmd = goredis.NewIntSliceCmd(ctx, c.argv...)
 	c.cmd.SetFirstKeyPos(3)
 	return c.cmd
@@ -216,7 +207,7 @@ func split(q []*call) bool {
 // replyLen is the length of c's part of an apply.lua reply.
 func (c *call) replyLen() int {
 	per := 3
-	if c.mode == "1" {
+	if c.mode == modeReserve {
 		per = 4
 	}
 	return replyLen(c.checks, per, c.grants)

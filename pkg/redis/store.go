@@ -195,7 +195,7 @@ func (s *Store) Apply(ctx context.Context, b *limits.Batch) error {
 // applyAll decides b in one script call; all its keys share a node.
 func (s *Store) applyAll(ctx context.Context, b *limits.Batch, now string) error {
 	c := getCall(ctx)
-	s.setArgs(c, b.Checks, nil, now, false)
+	s.setArgs(c, b.Checks, nil, now, modeApply)
 	reply, err := s.run(c)
 	if err != nil {
 		return wrap(ctx, "apply", err)
@@ -391,7 +391,7 @@ func (s *Store) applyGroups(ctx, rctx context.Context, b *limits.Batch, now stri
 // reportRejected sets the outcomes of the checks of b's groups that
 // reserved, and were refunded because another group rejected b, to what
 // they report for a rejected request, decided again after the refund
-// without writing (apply.lua's mode "2"): the reservations' replies hold
+// without writing (modeReport): the reservations' replies hold
 // the state after the hits instead. Should that call fail, those
 // outcomes stay as reserved: the request is rejected either way, and
 // only what it reports is less exact.
@@ -413,8 +413,7 @@ func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string,
 		}
 		eg.Go(func() error {
 			c := getCall(ctx)
-			s.setArgs(c, checks, nil, now, false)
-			c.mode = "2"
+			s.setArgs(c, checks, nil, now, modeReport)
 			reply, err := s.run(c)
 			if err != nil {
 				return err
@@ -435,7 +434,7 @@ func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string,
 // reserve runs apply.lua in reserve mode for g and records the result in g.
 func (s *Store) reserve(ctx context.Context, checks []limits.Check, now string, g *group) {
 	c := getCall(ctx)
-	s.setArgs(c, checks, g.idx, now, true)
+	s.setArgs(c, checks, g.idx, now, modeReserve)
 	reply, err := s.run(c)
 	if err != nil {
 		g.err = wrap(ctx, "apply", err)
@@ -618,10 +617,17 @@ func (s *Store) Return(ctx context.Context, checks []limits.Check, receipts []in
 	return s.refundWithin(ctx, checks, now, chunks)
 }
 
-// setArgs sets the KEYS and ARGV of c, a call of apply.lua, for checks
-// idx (nil: all) of checks. The keys and the spec are cut from one
+// apply.lua's modes, its ARGV[2].
+const (
+	modeApply   = "0" // decide, and write if admitted
+	modeReserve = "1" // the same, and return refund receipts (a slot group)
+	modeReport  = "2" // decide, write nothing, report as if rejected
+)
+
+// setArgs sets the KEYS and ARGV of c, a call of apply.lua in mode, for
+// checks idx (nil: all) of checks. The keys and the spec are cut from one
 // string, so a call allocates once for them, however many checks it has.
-func (s *Store) setArgs(c *call, checks []limits.Check, idx []int, now string, reserve bool) {
+func (s *Store) setArgs(c *call, checks []limits.Check, idx []int, now, mode string) {
 	n := len(idx)
 	if idx == nil {
 		n = len(checks)
@@ -644,11 +650,8 @@ func (s *Store) setArgs(c *call, checks []limits.Check, idx []int, now string, r
 	for j := range n {
 		c.keys, all = s.cutKeys(c.keys, all, check(j))
 	}
-	c.now, c.mode, c.spec = now, "0", all
+	c.now, c.mode, c.spec = now, mode, all
 	c.checks, c.grants = n, anyExtra(checks, idx)
-	if reserve {
-		c.mode = "1"
-	}
 	c.args = append(c.args[:0], &c.now, &c.mode, &c.spec)
 }
 
