@@ -267,12 +267,7 @@ for q = qfrom, qto do
               elseif req > 0 then
                 -- e: when the bucket is full again.
                 s, c, stored = sunpack('<ddd', v)
-                local cap = burst * (w / tick)
-                local backlog = min(c, cap)
-                if alg == TOKEN_BUCKET then
-                  backlog = cap - backlog
-                end
-                e = s * tick + ceil(backlog / req) * tick
+                e = s * tick + ceil(backlogOf(alg, c, burst * (w / tick)) / req) * tick
               end
             end
           end
@@ -381,11 +376,7 @@ for q = qfrom, qto do
           local cap = burst * wt
           local backlog = 0
           if e ~= 0 and e > now then
-            if alg == TOKEN_BUCKET then
-              backlog = cap - min(c, cap)
-            else
-              backlog = min(c, cap)
-            end
+            backlog = backlogOf(alg, c, cap)
             if t > s then
               local elapsed = t - s
               if elapsed >= ceil(backlog / req) then

@@ -35,6 +35,16 @@ local function str(x)
   return string.format('%.0f', x)
 end
 
+-- backlogOf returns a bucket's backlog from its stored level c, both
+-- scaled by the window in ticks: a token bucket stores its free level, a
+-- leaky bucket its backlog, neither above cap (burst × window ticks).
+local function backlogOf(alg, c, cap)
+  if alg == TOKEN_BUCKET then
+    return cap - min(c, cap)
+  end
+  return min(c, cap)
+end
+
 -- clock returns now in µs: ARGV[1] if a test set it, else Redis's TIME.
 local function clock()
   if ARGV[1] ~= '' then

@@ -99,20 +99,14 @@ for i = 1, #spec / size do
       local wt = floor(w / tick)
       local cap = burst * wt
       local back = hits * wt - max(0, s - receipt) * req
-      local backlog = min(c, cap)
-      if alg == TOKEN_BUCKET then
-        backlog = cap - backlog
-      end
       -- Nothing to give back to a bucket that is full again already.
-      if s * tick + ceil(backlog / req) * tick > now and back > 0 then
+      if s * tick + ceil(backlogOf(alg, c, cap) / req) * tick > now and back > 0 then
         if alg == TOKEN_BUCKET then
           c = min(c + back, cap)
-          backlog = cap - c
         else
           c = max(c - back, 0)
-          backlog = c
         end
-        if s * tick + ceil(backlog / req) * tick <= now then
+        if s * tick + ceil(backlogOf(alg, c, cap) / req) * tick <= now then
           redis.call('DEL', key)
         else
           redis.call('SETRANGE', key, '0', spack('<ddd', s, c, x))
