@@ -183,20 +183,21 @@ func (s *Store) Apply(ctx context.Context, b *limits.Batch) error {
 	// Bounded without a timer of its own (see deadlineCtx).
 	rctx := withDeadline(ctx, time.Now().Add(s.timeout))
 	if s.cc == nil {
-		return s.applyAll(rctx, b, now)
+		return s.applyAll(rctx, b, now, 0)
 	}
 	groups := s.groups(b.Checks)
 	if len(groups) == 1 {
-		return s.applyAll(rctx, b, now)
+		return s.applyAll(rctx, b, now, groups[0].slot)
 	}
 	return s.applyGroups(ctx, rctx, b, now, groups)
 }
 
-// applyAll decides b in one script call; all its keys share a node.
-func (s *Store) applyAll(ctx context.Context, b *limits.Batch, now string) error {
+// applyAll decides b in one script call; all its keys share a slot (on
+// a Cluster; elsewhere slot is 0).
+func (s *Store) applyAll(ctx context.Context, b *limits.Batch, now string, slot uint16) error {
 	c := getCall(ctx)
 	s.setArgs(c, b.Checks, nil, now, modeApply)
-	reply, err := s.run(c)
+	reply, err := s.run(c, slot)
 	if err != nil {
 		return wrap(ctx, "apply", err)
 	}
@@ -204,13 +205,14 @@ func (s *Store) applyAll(ctx context.Context, b *limits.Batch, now string) error
 	return err
 }
 
-// run runs call c, whose keys share a slot, through the pipe of the node
-// that serves them, and recycles c.
-func (s *Store) run(c *call) ([]int64, error) {
+// run runs call c, whose keys share slot (as the caller's grouping
+// computed it), through the pipe of the node that serves them, and
+// recycles c.
+func (s *Store) run(c *call, slot uint16) ([]int64, error) {
 	if s.cc == nil {
 		return s.pipe.do(c)
 	}
-	c.slot = slot("", c.keys[0])
+	c.slot = slot
 	node, err := s.cc.MasterForKey(c.ctx, c.keys[0])
 	if err != nil {
 		putCall(c)
@@ -414,7 +416,7 @@ func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string,
 		eg.Go(func() error {
 			c := getCall(ctx)
 			s.setArgs(c, checks, nil, now, modeReport)
-			reply, err := s.run(c)
+			reply, err := s.run(c, g.slot)
 			if err != nil {
 				return err
 			}
@@ -435,7 +437,7 @@ func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string,
 func (s *Store) reserve(ctx context.Context, checks []limits.Check, now string, g *group) {
 	c := getCall(ctx)
 	s.setArgs(c, checks, g.idx, now, modeReserve)
-	reply, err := s.run(c)
+	reply, err := s.run(c, g.slot)
 	if err != nil {
 		g.err = wrap(ctx, "apply", err)
 		return
