@@ -35,6 +35,33 @@ func TestLeasesOnRedisCluster(t *testing.T) {
 	})
 }
 
+// applyOne decides one check, hits on key under l, on s.
+func applyOne(t testing.TB, s limits.Store, key string, l *limits.Limit, hits uint64) *limits.Batch {
+	t.Helper()
+	b := &limits.Batch{Checks: []limits.Check{{Key: key, Limit: l, Hits: hits}}}
+	if err := s.Apply(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// admitOne decides one hit on key under l on s, which must admit it.
+func admitOne(t testing.TB, s limits.Store, key string, l *limits.Limit) {
+	t.Helper()
+	if b := applyOne(t, s, key, l, 1); !b.Admitted {
+		t.Fatalf("%s: not admitted", key)
+	}
+}
+
+// remainingOf returns what s has left of l on key, asked for no hits and
+// no lease.
+func remainingOf(t testing.TB, s limits.Store, key string, l *limits.Limit) uint64 {
+	t.Helper()
+	plain := *l
+	plain.Lease = 0
+	return applyOne(t, s, key, &plain, 0).Outcomes[0].Remaining
+}
+
 // TestLeasesReleaseOnRedis takes a lease on Redis, spends part of it and
 // releases the rest at shutdown: Redis must count exactly the hits
 // admitted, for every leasable algorithm, on standalone Redis and on a
@@ -54,27 +81,14 @@ func TestLeasesReleaseOnRedis(t *testing.T) {
 				l := store.NewLeases(raw, store.LeasesOptions{Now: clk.Now, Return: raw})
 				lim := leased(t, alg, 1000, 20, limits.UnitMinute)
 				key := storetest.Key(t.Name(), "k", lim)
-				remaining := func() uint64 {
-					t.Helper()
-					probe := *lim
-					probe.Lease = 0
-					b := &limits.Batch{Checks: []limits.Check{{Key: key, Limit: &probe}}}
-					if err := raw.Apply(context.Background(), b); err != nil {
-						t.Fatal(err)
-					}
-					return b.Outcomes[0].Remaining
-				}
 				for range 6 {
-					b := &limits.Batch{Checks: []limits.Check{{Key: key, Limit: lim, Hits: 1}}}
-					if err := l.Apply(context.Background(), b); err != nil || !b.Admitted {
-						t.Fatalf("Apply = %v, admitted %v", err, b.Admitted)
-					}
+					admitOne(t, l, key, lim)
 				}
 				held := l.Held(key)
 				if held == 0 {
 					t.Fatal("no lease held after 6 requests")
 				}
-				if got, want := remaining(), 1000-6-held; got != want {
+				if got, want := remainingOf(t, raw, key, lim), 1000-6-held; got != want {
 					t.Fatalf("Redis remaining %d with %d held, want %d", got, held, want)
 				}
 				n, err := l.Release(context.Background())
@@ -84,15 +98,12 @@ func TestLeasesReleaseOnRedis(t *testing.T) {
 				if got := l.Held(key); got != 0 {
 					t.Errorf("%d held after Release, want 0", got)
 				}
-				if got, want := remaining(), uint64(1000-6); got != want {
+				if got, want := remainingOf(t, raw, key, lim), uint64(1000-6); got != want {
 					t.Errorf("Redis remaining %d after Release, want %d: only the 6 admitted hits counted", got, want)
 				}
 
 				// A lease whose window has ended holds nothing to give back.
-				b := &limits.Batch{Checks: []limits.Check{{Key: key, Limit: lim, Hits: 1}}}
-				if err := l.Apply(context.Background(), b); err != nil || !b.Admitted {
-					t.Fatalf("Apply = %v, admitted %v", err, b.Admitted)
-				}
+				admitOne(t, l, key, lim)
 				clk.Advance(2 * time.Minute)
 				if n, err := l.Release(context.Background()); err != nil || n != 0 {
 					t.Errorf("Release after the lease ended = %d, %v; want 0", n, err)
@@ -110,24 +121,15 @@ func TestLeasesReleaseOnRedis(t *testing.T) {
 			var held uint64
 			for i := range keys {
 				key := storetest.Key(t.Name(), fmt.Sprint("k", i), lim)
-				b := &limits.Batch{Checks: []limits.Check{{Key: key, Limit: lim, Hits: 1}}}
-				if err := l.Apply(context.Background(), b); err != nil || !b.Admitted {
-					t.Fatalf("Apply = %v, admitted %v", err, b.Admitted)
-				}
+				admitOne(t, l, key, lim)
 				held += l.Held(key)
 			}
 			n, err := l.Release(context.Background())
 			if err != nil || n != held {
 				t.Fatalf("Release = %d, %v; want %d", n, err, held)
 			}
-			probe := *lim
-			probe.Lease = 0
 			for i := range keys {
-				b := &limits.Batch{Checks: []limits.Check{{Key: storetest.Key(t.Name(), fmt.Sprint("k", i), lim), Limit: &probe}}}
-				if err := raw.Apply(context.Background(), b); err != nil {
-					t.Fatal(err)
-				}
-				if got := b.Outcomes[0].Remaining; got != 999 {
+				if got := remainingOf(t, raw, storetest.Key(t.Name(), fmt.Sprint("k", i), lim), lim); got != 999 {
 					t.Fatalf("key %d: remaining %d after Release, want 999", i, got)
 				}
 			}
@@ -171,43 +173,26 @@ func TestLeasesAcrossAWindowEdge(t *testing.T) {
 			plain := *lim
 			plain.Lease = 0
 			key, control := storetest.Key(t.Name(), "k", lim), storetest.Key(t.Name(), "control", lim)
-			apply := func(s limits.Store, key string, l *limits.Limit, hits uint64) *limits.Batch {
-				t.Helper()
-				b := &limits.Batch{Checks: []limits.Check{{Key: key, Limit: l, Hits: hits}}}
-				if err := s.Apply(context.Background(), b); err != nil {
-					t.Fatal(err)
-				}
-				return b
-			}
-			one := func() {
-				t.Helper()
-				if b := apply(l, key, lim, 1); !b.Admitted {
-					t.Fatal("not admitted")
-				}
-			}
-			one() // 1 hit and a lease of 20, in the first window
+			admitOne(t, l, key, lim) // 1 hit and a lease of 20, in the first window
 			for l.Held(key) > 5 {
-				one()
+				admitOne(t, l, key, lim)
 			}
 			// What the first window counts now: the control key gets as much.
-			counted := 1000 - apply(raw, key, &plain, 0).Outcomes[0].Remaining
-			apply(raw, control, &plain, counted)
+			applyOne(t, raw, control, &plain, 1000-remainingOf(t, raw, key, lim))
 			// The next request takes the lease below a quarter; its top-up
 			// leaves at 59.9 s and is decided at 60.1 s.
 			lag.lag = 200 * time.Millisecond
-			one()
+			admitOne(t, l, key, lim)
 			if held := l.Held(key); held > 20-4 {
 				t.Errorf("lease holds %d after the top-up from the new window, which granted at most 16: the old window's hits came along", held)
 			}
 			// Another sidecar is admitted 10 hits in the new window.
-			apply(raw, key, &plain, 10)
-			apply(raw, control, &plain, 10)
+			applyOne(t, raw, key, &plain, 10)
+			applyOne(t, raw, control, &plain, 10)
 			if _, err := l.Release(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			got := apply(raw, key, &plain, 0).Outcomes[0].Remaining
-			want := apply(raw, control, &plain, 0).Outcomes[0].Remaining
-			if got != want {
+			if got, want := remainingOf(t, raw, key, lim), remainingOf(t, raw, control, lim); got != want {
 				t.Errorf("remaining %d after Release, want %d, as for a key that only got the hits admitted", got, want)
 			}
 		})
