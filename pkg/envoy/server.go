@@ -47,6 +47,9 @@ type work struct {
 	over    []override
 	dec     limits.Decision
 	hdr     headers // scratch for encode
+	// bad is why the request's wire bytes could not be decoded (a
+	// *limits.RequestError), or nil.
+	bad error
 }
 
 // Options tunes a Server. The zero value is ready to use.

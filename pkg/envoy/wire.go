@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"unicode/utf8"
 	"unsafe"
 
@@ -44,11 +45,16 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	return c.std.Marshal(v)
 }
 
+// Unmarshal decodes into a *work without failing: a malformed request is
+// kept in the work as its bad field, for the handler to answer
+// InvalidArgument and count as invalid. gRPC would turn an error from
+// here into Internal.
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if w, ok := v.(*work); ok {
 		buf := make([]byte, data.Len())
 		data.CopyTo(buf)
-		return w.decode(unsafe.String(unsafe.SliceData(buf), len(buf)))
+		w.bad = w.decode(unsafe.String(unsafe.SliceData(buf), len(buf)))
+		return nil
 	}
 	return c.std.Unmarshal(data, v)
 }
@@ -69,6 +75,10 @@ func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, i
 	if err := dec(w); err != nil {
 		return nil, err
 	}
+	if w.bad != nil {
+		s.engine.Reject(&w.req, &w.dec, w.bad)
+		return nil, s.statusError(w.bad)
+	}
 	if interceptor == nil {
 		if err := s.decide(ctx, w); err != nil {
 			return nil, err
@@ -84,7 +94,42 @@ func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, i
 	return interceptor(ctx, &w.req, info, func(ctx context.Context, _ any) (any, error) { return s.answer(ctx, w) })
 }
 
-var errWire = errors.New("malformed RateLimitRequest")
+// maxGroupDepth is how deeply the decoder nests the unknown groups it
+// skips: protobuf's own limit (protowire.DefaultRecursionLimit counts
+// down from 10000 and refuses a group below 0), so that the decoder
+// accepts exactly what proto.Unmarshal does. Skipping is a loop over an
+// explicit stack of at most this many field numbers (40 KB), so the work
+// of a message is linear in its size however it nests.
+const maxGroupDepth = 10001
+
+// Why a message is malformed. Each is a *limits.RequestError whose Field
+// the enclosing messages prefix with their own (see within).
+const (
+	msgTruncated   = "truncated or overlong varint"
+	msgLength      = "length runs past the end of the message"
+	msgFieldNumber = "invalid field number"
+	msgWireType    = "invalid wire type"
+	msgFixed       = "truncated fixed-size value"
+	msgEndGroup    = "end-group tag does not match its start"
+	msgNoEndGroup  = "group has no end-group tag"
+	msgDeepGroup   = "groups nested more than 10001 deep"
+)
+
+func malformed(msg string) error { return &limits.RequestError{Msg: msg} }
+
+// within returns err, a *limits.RequestError of a submessage, with field
+// (the submessage's name in its parent) prefixed to its field path.
+func within(field string, err error) error {
+	var re *limits.RequestError
+	if err == nil || !errors.As(err, &re) {
+		return err
+	}
+	path := field
+	if re.Field != "" {
+		path += "." + re.Field
+	}
+	return &limits.RequestError{Field: path, Msg: re.Msg}
+}
 
 // Field keys: a field number and wire type, as in a tag.
 const (
@@ -118,7 +163,7 @@ func (r *wire) nextTag(maxNum uint64) bool {
 	}
 	t := r.varint()
 	if r.err == nil && (t>>3 == 0 || t>>3 > maxNum) {
-		r.err = errWire
+		r.err = malformed(msgFieldNumber)
 	}
 	r.num, r.typ = t>>3, t&7
 	return r.err == nil
@@ -149,7 +194,7 @@ func (r *wire) varint() uint64 {
 			return v
 		}
 	}
-	r.fail(errWire)
+	r.fail(malformed(msgTruncated))
 	return 0
 }
 
@@ -159,7 +204,7 @@ func (r *wire) bytes() string {
 		return ""
 	}
 	if n > uint64(len(r.s)-r.i) {
-		r.fail(errWire)
+		r.fail(malformed(msgLength))
 		return ""
 	}
 	s := r.s[r.i : r.i+int(n)]
@@ -170,15 +215,16 @@ func (r *wire) bytes() string {
 func (r *wire) str(field string) string {
 	s := r.bytes()
 	if r.err == nil && !utf8.ValidString(s) {
-		r.fail(fmt.Errorf("%s: invalid UTF-8", field))
+		r.fail(&limits.RequestError{Field: field, Msg: "invalid UTF-8"})
 	}
 	return s
 }
 
 // skip skips the current field's value.
-func (r *wire) skip() { r.skipValue(r.num, r.typ) }
+func (r *wire) skip() { r.skipValue(r.typ) }
 
-func (r *wire) skipValue(num, typ uint64) {
+// skipValue skips a value of wire type typ, whose tag was just read.
+func (r *wire) skipValue(typ uint64) {
 	switch typ {
 	case 0:
 		r.varint()
@@ -188,26 +234,69 @@ func (r *wire) skipValue(num, typ uint64) {
 			n = 4
 		}
 		if len(r.s)-r.i < n {
-			r.fail(errWire)
+			r.fail(malformed(msgFixed))
 			return
 		}
 		r.i += n
 	case 2:
 		r.bytes()
 	case 3:
-		for r.nextTag(math.MaxInt32) {
-			if r.typ == 4 {
-				if r.num != num {
-					r.fail(errWire)
-				}
-				return
-			}
-			r.skipValue(r.num, r.typ)
-		}
-		r.fail(errWire) // no end-group tag
+		r.skipGroup()
 	default:
-		r.fail(errWire)
+		r.fail(malformed(msgWireType))
 	}
+}
+
+// deepStacks holds the stacks of skipGroup that outgrew its inline
+// array, each of capacity maxGroupDepth, so that a message of many deep
+// groups allocates none after the first.
+var deepStacks = sync.Pool{New: func() any {
+	s := make([]uint32, 0, maxGroupDepth)
+	return &s
+}}
+
+// skipGroup skips the group whose start tag was just read, and every
+// group nested in it, with an explicit stack of the open groups' field
+// numbers: no recursion, and no more than maxGroupDepth levels.
+func (r *wire) skipGroup() {
+	var inline [16]uint32
+	open := r.skipGroups(append(inline[:0], uint32(r.num)))
+	if cap(open) == maxGroupDepth {
+		deepStacks.Put(&open)
+	}
+}
+
+// skipGroups skips until every group of open (field numbers, innermost
+// last) has ended, or the message is found malformed. It returns the
+// stack, which it may have moved to one of deepStacks.
+func (r *wire) skipGroups(open []uint32) []uint32 {
+	for len(open) > 0 {
+		if !r.nextTag(math.MaxInt32) {
+			r.fail(malformed(msgNoEndGroup))
+			return open
+		}
+		switch r.typ {
+		case 3:
+			if len(open) >= maxGroupDepth {
+				r.fail(malformed(msgDeepGroup))
+				return open
+			}
+			if len(open) == cap(open) {
+				deep := *deepStacks.Get().(*[]uint32)
+				open = append(deep[:0], open...)
+			}
+			open = append(open, uint32(r.num))
+		case 4:
+			if uint32(r.num) != open[len(open)-1] {
+				r.fail(malformed(msgEndGroup))
+				return open
+			}
+			open = open[:len(open)-1]
+		default:
+			r.skipValue(r.typ)
+		}
+	}
+	return open
 }
 
 // decode fills w from a RateLimitRequest's wire bytes, as fill does from
@@ -225,7 +314,9 @@ func (w *work) decode(msg string) error {
 			w.req.Domain = r.str("domain")
 		case key(2, bytesField):
 			if sub := r.bytes(); r.err == nil {
-				r.fail(w.descriptor(sub))
+				if err := w.descriptor(sub); err != nil {
+					r.fail(within(fmt.Sprintf("descriptors[%d]", len(w.descs)-1), err))
+				}
 			}
 		case key(3, varintField):
 			w.req.Hits = uint64(uint32(r.varint()))
@@ -234,6 +325,10 @@ func (w *work) decode(msg string) error {
 		}
 	}
 	if r.err != nil {
+		var re *limits.RequestError
+		if errors.As(r.err, &re) && re.Field == "" {
+			re.Field = "request"
+		}
 		return r.err
 	}
 	for i := range w.descs {
@@ -253,13 +348,19 @@ func (w *work) descriptor(msg string) error {
 	for r.next() {
 		switch r.key() {
 		case key(1, bytesField):
-			w.entries = append(w.entries, entry(&r, r.bytes()))
+			e, err := entry(r.bytes())
+			if err != nil {
+				r.fail(within(fmt.Sprintf("entries[%d]", len(w.entries)-start), err))
+			}
+			w.entries = append(w.entries, e)
 		case key(2, bytesField):
 			over.set = true
-			over.decode(&r, r.bytes())
+			r.fail(within("limit", over.decode(r.bytes())))
 		case key(3, bytesField):
 			desc.HasHits = true
-			desc.Hits = uint64Value(&r, r.bytes(), desc.Hits)
+			var err error
+			desc.Hits, err = uint64Value(r.bytes(), desc.Hits)
+			r.fail(within("hits_addend", err))
 		default:
 			r.skip()
 		}
@@ -270,8 +371,8 @@ func (w *work) descriptor(msg string) error {
 	return r.err
 }
 
-// entry decodes a descriptor entry; errors go to parent.
-func entry(parent *wire, msg string) limits.Entry {
+// entry decodes a descriptor entry.
+func entry(msg string) (limits.Entry, error) {
 	var e limits.Entry
 	r := wire{s: msg}
 	for r.next() {
@@ -284,8 +385,7 @@ func entry(parent *wire, msg string) limits.Entry {
 			r.skip()
 		}
 	}
-	parent.fail(r.err)
-	return e
+	return e, r.err
 }
 
 // override is a descriptor's limit override as decoded; set tells whether
@@ -296,8 +396,8 @@ type override struct {
 }
 
 // decode merges an override message into o, as protobuf merges a repeated
-// submessage; errors go to parent.
-func (o *override) decode(parent *wire, msg string) {
+// submessage.
+func (o *override) decode(msg string) error {
 	r := wire{s: msg}
 	for r.next() {
 		switch r.key() {
@@ -309,12 +409,11 @@ func (o *override) decode(parent *wire, msg string) {
 			r.skip()
 		}
 	}
-	parent.fail(r.err)
+	return r.err
 }
 
-// uint64Value decodes a google.protobuf.UInt64Value merged over v; errors
-// go to parent.
-func uint64Value(parent *wire, msg string, v uint64) uint64 {
+// uint64Value decodes a google.protobuf.UInt64Value merged over v.
+func uint64Value(msg string, v uint64) (uint64, error) {
 	r := wire{s: msg}
 	for r.next() {
 		if r.key() == key(1, varintField) {
@@ -323,6 +422,5 @@ func uint64Value(parent *wire, msg string, v uint64) uint64 {
 			r.skip()
 		}
 	}
-	parent.fail(r.err)
-	return v
+	return v, r.err
 }

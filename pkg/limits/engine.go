@@ -272,6 +272,16 @@ func (e *Engine) Decide(ctx context.Context, req *Request, d *Decision) error {
 	return err
 }
 
+// Reject records req, which could not be read (err, a *RequestError, says
+// why), as a decision that failed with err: the observer counts it as
+// invalid. d is reset.
+func (e *Engine) Reject(req *Request, d *Decision, err error) {
+	d.reset(0)
+	if e.observer != nil {
+		e.observer.Observe(req, d, 0, err)
+	}
+}
+
 // decide runs the phases of a decision in order: validate, match every
 // descriptor, drop replaced limits, build the batch, apply it to the store
 // (or the failure mode), report per descriptor.
