@@ -32,7 +32,7 @@ type sidecar struct {
 	stop                          func() error // cancels and waits for serve to return
 }
 
-func startSidecar(t *testing.T, args ...string) *sidecar {
+func startSidecar(t testing.TB, args ...string) *sidecar {
 	t.Helper()
 	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
 	c, err := parseFlags(args, noEnv, io.Discard)
