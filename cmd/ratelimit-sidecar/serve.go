@@ -276,7 +276,8 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader *config.Relo
 		}
 	})
 	g.Go(func() error {
-		if err := s.grpc.Serve(lis.grpc); err != nil {
+		// ErrServerStopped: shutdown began before Serve did.
+		if err := s.grpc.Serve(lis.grpc); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("grpc: %w", err)
 		}
 		return nil
