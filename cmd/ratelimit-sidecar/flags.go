@@ -41,6 +41,8 @@ type settings struct {
 	redisSentinels    string
 	redisCluster      string
 
+	bounds bounds
+
 	gc          gcSettings
 	memoryLimit string // --memory-limit's text, for finish to parse
 
@@ -103,6 +105,14 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.IntVar(&c.gc.percent, "gc-percent", defaultGCPercent, "the Go garbage collector's GOGC, unless the GOGC environment variable is set")
 	fs.StringVar(&c.memoryLimit, "memory-limit", defaultMemoryLimit, "the Go runtime's soft memory limit (64MiB, 1GiB, ...; 0: none), unless the GOMEMLIMIT environment variable is set")
 
+	// Bounds on what clients can make the servers hold: see bounds.go.
+	fs.UintVar(&c.bounds.grpcMaxStreams, "grpc-max-streams", 100, "most gRPC calls in flight on one connection; the server refuses more, and Envoy opens another connection for them")
+	fs.IntVar(&c.bounds.grpcMaxConns, "grpc-max-conns", 64, "most gRPC connections open at once (0: no cap); a connection beyond waits to be accepted. Keep it above Envoy's --concurrency")
+	fs.IntVar(&c.bounds.httpMaxConns, "http-max-conns", 128, "most connections open at once on --http-addr, and on --admin-addr (0: no cap); a connection beyond waits to be accepted")
+	fs.DurationVar(&c.bounds.requestTimeout, "grpc-request-timeout", 2*time.Second, "how long a gRPC call may take to send its request: a unary call without a sooner deadline of its own is cancelled after this, and so is a streaming call that has sent no message by then; also bounds a new connection's HTTP/2 handshake")
+	fs.DurationVar(&c.bounds.maxConnAge, "grpc-max-connection-age", 30*time.Minute, "close a gRPC connection after about this long (0: never), with a GOAWAY first and --shutdown-timeout for its calls in flight to finish")
+	fs.DurationVar(&c.bounds.idleTimeout, "idle-timeout", time.Minute, "close a gRPC connection with no call in flight, or an HTTP connection with no request, after this long")
+
 	failure := "local"
 	fs.StringVar(&failure, "failure-mode", failure, "what requests get while Redis cannot decide: open, closed, local or error; rule files may override it per domain")
 	fs.Uint64Var(&c.localDivisor, "local-fallback-divisor", 1, "with failure mode local, divide every limit by this (the number of sidecar replicas)")
@@ -161,6 +171,9 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	_, gogc := getenv("GOGC")
 	_, gomemlimit := getenv("GOMEMLIMIT")
 	c.gc.setPercent, c.gc.setLimit = !gogc, !gomemlimit
+	if err := c.bounds.check(); err != nil {
+		return err
+	}
 	if c.request.MaxDescriptors < 1 || c.request.MaxEntries < 1 || c.request.MaxValueBytes < 1 || c.request.MaxHits < 1 {
 		return fmt.Errorf("--max-descriptors, --max-entries, --max-value-bytes and --max-hits-addend must be at least 1")
 	}

@@ -31,9 +31,10 @@ type rawH2 struct {
 	closed chan struct{}
 
 	mu         sync.Mutex
-	changed    chan struct{} // closed and replaced on every change below
-	refused    int           // streams reset with REFUSED_STREAM
-	ended      map[uint32]string
+	changed    chan struct{}     // closed and replaced on every change below
+	refused    int               // streams reset with REFUSED_STREAM
+	ended      map[uint32]string // stream → its grpc-status, "refused" or "rst <code>"
+	settings   bool              // the server's SETTINGS arrived: it accepted the connection
 	goaway     bool
 	pingAcks   int
 	readErr    error
@@ -81,9 +82,12 @@ func (c *rawH2) read() {
 			if f.IsAck() {
 				continue
 			}
-			if v, ok := f.Value(http2.SettingMaxConcurrentStreams); ok {
-				c.update(func() { c.maxStreams = v })
-			}
+			c.update(func() {
+				c.settings = true
+				if v, ok := f.Value(http2.SettingMaxConcurrentStreams); ok {
+					c.maxStreams = v
+				}
+			})
 			c.wmu.Lock()
 			c.fr.WriteSettingsAck() //nolint:errcheck // a failed write shows as a read error
 			c.wmu.Unlock()
@@ -109,6 +113,7 @@ func (c *rawH2) read() {
 			c.update(func() {
 				if f.ErrCode == http2.ErrCodeRefusedStream {
 					c.refused++
+					c.ended[f.StreamID] = "refused"
 				} else if _, ok := c.ended[f.StreamID]; !ok {
 					c.ended[f.StreamID] = "rst " + f.ErrCode.String()
 				}
