@@ -36,6 +36,7 @@ type settings struct {
 	denyCacheEntries int
 
 	redis             redis.Options
+	redisURLInArgs    bool // --redis-url is on the command line, for ps to show
 	redisPasswordFile string
 	sentinelPassFile  string
 	redisSentinels    string
@@ -76,6 +77,7 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	c.redisURLInArgs = inArgs(args, "redis-url")
 	if err := c.finish(*failure, getenv); err != nil {
 		return nil, err
 	}
@@ -185,6 +187,18 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 		}
 	}
 	return nil
+}
+
+// inArgs reports whether args, which parse, set the flag name. The flag
+// set cannot tell: the environment's values are set on it too.
+func inArgs(args []string, name string) bool {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	(&settings{}).define(fs)
+	fs.Parse(args) //nolint:errcheck // parsed once already
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
 }
 
 func splitList(s string) []string {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime"
@@ -39,6 +40,7 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do if the log cannot flush
+	warnPasswordInArgs(log, c)
 	c.gc.apply()
 
 	rs, err := config.Load(c.configPath, config.Options{MergeDomains: c.mergeDomains})
@@ -157,6 +159,24 @@ func (l *listeners) adminAddr() string {
 		return l.admin.Addr().String()
 	}
 	return l.http.Addr().String()
+}
+
+// warnPasswordInArgs warns once if --redis-url on the command line holds
+// a password: ps shows it to every user of the host. The environment and
+// a password file do not.
+func warnPasswordInArgs(log *zap.Logger, c *settings) {
+	if !c.redisURLInArgs {
+		return
+	}
+	u, err := url.Parse(c.redis.URL)
+	if err != nil || u.User == nil {
+		return // an invalid URL has been reported already
+	}
+	if pw, ok := u.User.Password(); !ok || pw == "" {
+		return
+	}
+	log.Warn("--redis-url holds a password, which ps shows to every user of the host; set the URL in RLS_REDIS_URL, or the password in --redis-password-file, instead",
+		zap.String("redis_url", u.Redacted()))
 }
 
 func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, rs *limits.Ruleset) {
