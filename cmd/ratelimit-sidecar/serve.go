@@ -170,7 +170,7 @@ func warnPasswordInArgs(log *zap.Logger, c *settings) {
 	}
 	u, err := url.Parse(c.redis.URL)
 	if err != nil || u.User == nil {
-		return // an invalid URL has been reported already
+		return // an invalid URL fails when the store opens
 	}
 	if pw, ok := u.User.Password(); !ok || pw == "" {
 		return
