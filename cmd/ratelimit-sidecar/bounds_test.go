@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
 
@@ -249,6 +251,84 @@ func TestGRPCConnectionCapAndIdle(t *testing.T) {
 			t.Errorf("a gRPC client after the idle connections: %v", err)
 		}
 	})
+}
+
+// TestGRPCConnectionLifetime: a connection that never sends the HTTP/2
+// preface is closed after --grpc-request-timeout, and one that lives past
+// --grpc-max-connection-age gets a GOAWAY.
+func TestGRPCConnectionLifetime(t *testing.T) {
+	s := startSidecar(t, "--config", "../../config/", "--grpc-request-timeout", "200ms", "--grpc-max-connection-age", "200ms")
+	silent, err := net.DialTimeout("tcp", s.grpcAddr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	silent.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(silent); err != nil {
+		t.Errorf("a connection without the preface: %v; want it closed within 5s", err)
+	}
+
+	c := dialH2(t, s.grpcAddr)
+	if !c.wait(5*time.Second, func() bool { return c.goaway }) {
+		t.Errorf("no GOAWAY within 5s on a connection past its age")
+	}
+}
+
+// TestMessageAndHeaderSize: a gRPC request over 1 MiB is refused with
+// RESOURCE_EXHAUSTED, and HTTP headers over 16 KiB (and net/http's 4 KiB
+// of slack) with 431.
+func TestMessageAndHeaderSize(t *testing.T) {
+	s := startSidecar(t, "--config", "../../config/")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := s.rls.ShouldRateLimit(ctx, userRequest(strings.Repeat("x", maxMessageBytes), 0))
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a request over 1 MiB: %v, want RESOURCE_EXHAUSTED", err)
+	}
+
+	req, err := http.NewRequest(http.MethodGet, "http://"+s.httpAddr+"/healthz", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Big", strings.Repeat("x", 24<<10))
+	r, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("24 KiB of headers: %s, want 431", r.Status)
+	}
+}
+
+// TestShutdownEndsWatch: a health Watch lasts as long as its client
+// likes, so shutdown ends it when it stops gRPC, instead of waiting
+// --shutdown-timeout for it.
+func TestShutdownEndsWatch(t *testing.T) {
+	s := startSidecar(t, "--config", "../../config/")
+	w, err := s.health.Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := w.Recv(); err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first Watch update: %v, %v; want SERVING", h, err)
+	}
+	start := time.Now()
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("shutdown with a Watch open took %v, want under 5s (--shutdown-timeout is 10s)", d.Round(time.Millisecond))
+	}
+	// NOT_SERVING, then the end.
+	for i := 0; ; i++ {
+		if _, err := w.Recv(); err != nil {
+			break
+		}
+		if i == 2 {
+			t.Fatal("the Watch goes on after shutdown")
+		}
+	}
 }
 
 // TestBoundFlagsInvalid checks that every bound flag rejects a value out
