@@ -37,8 +37,10 @@ func TestHalfOpenStreams(t *testing.T) {
 	s := startSidecar(t, "--config", "../../config/")
 	g0, m0 := usage()
 	c := dialH2(t, s.grpcAddr)
+	start := time.Now()
 	ids := c.open(t, rlsMethod, n)
 	c.sync(t)
+	t.Logf("%d streams opened in %v", n, time.Since(start).Round(time.Millisecond))
 	if !c.wait(10*time.Second, func() bool { return c.refused >= n-maxStreams }) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -85,7 +87,7 @@ func TestHalfOpenStreams(t *testing.T) {
 	c.open(t, rlsMethod, maxStreams/2)
 	c.open(t, watchMethod, 10)
 	c.sync(t)
-	start := time.Now()
+	start = time.Now()
 	if err := s.stop(); err != nil {
 		t.Fatal(err)
 	}
