@@ -460,6 +460,16 @@ func TestBrokenReferencesFail(t *testing.T) {
 			want: "container port 10080 has no Envoy listener on a pod address",
 		},
 		{
+			name: "Envoy without --concurrency",
+			give: edit{"deployment.yaml", "            - --concurrency\n            - \"2\"\n", ""},
+			want: "set --concurrency: Envoy otherwise starts a worker per CPU of the node",
+		},
+		{
+			name: "Envoy with more workers than the sidecar takes connections",
+			give: edit{"deployment.yaml", "            - --failure-mode=local\n", "            - --failure-mode=local\n            - --grpc-max-conns=2\n"},
+			want: "--concurrency 2: each Envoy worker connects to the sidecar, which accepts 2 connections (--grpc-max-conns)",
+		},
+		{
 			name: "Service port to a missing target",
 			give: edit{"service.yaml", "targetPort: http", "targetPort: web"},
 			want: `Service "edge-proxy": port "http": no container port named "web" in the pods it selects`,
@@ -971,7 +981,44 @@ func checkEnvoy(cfg *envoyConfig, c *corev1.Container, sidecarArgs map[string]st
 			fail("Envoy's rate limit cluster %q sends to %s, but --grpc-addr is %s", cfg.rlsCluster, ep, grpc)
 		}
 	}
+	// Each Envoy worker keeps its own connections to the sidecar, and
+	// without --concurrency Envoy starts a worker per CPU of the node.
+	maxConns := 64 // the sidecar's default
+	if v, ok := sidecarArgs["grpc-max-conns"]; ok {
+		if maxConns, err = strconv.Atoi(v); err != nil {
+			fail("--grpc-max-conns=%s: %v", v, err)
+			return errs
+		}
+	}
+	workers, err := envoyConcurrency(c)
+	switch {
+	case err != nil:
+		fail("%v", err)
+	case workers == 0:
+		fail("set --concurrency: Envoy otherwise starts a worker per CPU of the node, each with its own connections to the sidecar, which accepts %d (--grpc-max-conns)", maxConns)
+	case maxConns > 0 && workers >= maxConns:
+		fail("--concurrency %d: each Envoy worker connects to the sidecar, which accepts %d connections (--grpc-max-conns)", workers, maxConns)
+	}
 	return errs
+}
+
+// envoyConcurrency returns the --concurrency Envoy is started with, or 0.
+func envoyConcurrency(c *corev1.Container) (int, error) {
+	all := append(slices.Clone(c.Command), c.Args...)
+	for i, a := range all {
+		v, ok := strings.CutPrefix(a, "--concurrency=")
+		if a == "--concurrency" && i+1 < len(all) {
+			v, ok = all[i+1], true
+		}
+		if ok {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return 0, fmt.Errorf("--concurrency %s: want a number of workers, 1 or more", v)
+			}
+			return n, nil
+		}
+	}
+	return 0, nil
 }
 
 // selected returns the pod specs of the Deployments whose pods sel selects.

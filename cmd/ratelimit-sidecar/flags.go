@@ -36,10 +36,13 @@ type settings struct {
 	denyCacheEntries int
 
 	redis             redis.Options
+	redisURLInArgs    bool // --redis-url is on the command line, for ps to show
 	redisPasswordFile string
 	sentinelPassFile  string
 	redisSentinels    string
 	redisCluster      string
+
+	bounds bounds
 
 	gc          gcSettings
 	memoryLimit string // --memory-limit's text, for finish to parse
@@ -74,6 +77,7 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	c.redisURLInArgs = inArgs(args, "redis-url")
 	if err := c.finish(*failure, getenv); err != nil {
 		return nil, err
 	}
@@ -102,6 +106,14 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.DurationVar(&c.reloadDebounce, "reload-debounce", 200*time.Millisecond, "how long file changes must settle before rules are reloaded")
 	fs.IntVar(&c.gc.percent, "gc-percent", defaultGCPercent, "the Go garbage collector's GOGC, unless the GOGC environment variable is set")
 	fs.StringVar(&c.memoryLimit, "memory-limit", defaultMemoryLimit, "the Go runtime's soft memory limit (64MiB, 1GiB, ...; 0: none), unless the GOMEMLIMIT environment variable is set")
+
+	// Bounds on what clients can make the servers hold: see bounds.go.
+	fs.UintVar(&c.bounds.grpcMaxStreams, "grpc-max-streams", 100, "most gRPC calls in flight on one connection; the server refuses more, and Envoy opens another connection for them")
+	fs.IntVar(&c.bounds.grpcMaxConns, "grpc-max-conns", 64, "most gRPC connections open at once (0: no cap); a connection beyond waits to be accepted. Keep it above Envoy's --concurrency")
+	fs.IntVar(&c.bounds.httpMaxConns, "http-max-conns", 128, "most connections open at once on --http-addr, and on --admin-addr (0: no cap); a connection beyond waits to be accepted")
+	fs.DurationVar(&c.bounds.requestTimeout, "grpc-request-timeout", 2*time.Second, "how long a gRPC call may take to send its request: a unary call without a sooner deadline of its own is cancelled after this, and so is a streaming call that has sent no message by then; also bounds a new connection's HTTP/2 handshake")
+	fs.DurationVar(&c.bounds.maxConnAge, "grpc-max-connection-age", 30*time.Minute, "close a gRPC connection after about this long (0: never), with a GOAWAY first and --shutdown-timeout for its calls in flight to finish")
+	fs.DurationVar(&c.bounds.idleTimeout, "idle-timeout", time.Minute, "close a gRPC connection with no call in flight, or an HTTP connection with no request, after this long")
 
 	failure := "local"
 	fs.StringVar(&failure, "failure-mode", failure, "what requests get while Redis cannot decide: open, closed, local or error; rule files may override it per domain")
@@ -161,6 +173,9 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	_, gogc := getenv("GOGC")
 	_, gomemlimit := getenv("GOMEMLIMIT")
 	c.gc.setPercent, c.gc.setLimit = !gogc, !gomemlimit
+	if err := c.bounds.check(); err != nil {
+		return err
+	}
 	if c.request.MaxDescriptors < 1 || c.request.MaxEntries < 1 || c.request.MaxValueBytes < 1 || c.request.MaxHits < 1 {
 		return fmt.Errorf("--max-descriptors, --max-entries, --max-value-bytes and --max-hits-addend must be at least 1")
 	}
@@ -172,6 +187,18 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 		}
 	}
 	return nil
+}
+
+// inArgs reports whether args, which parse, set the flag name. The flag
+// set cannot tell: the environment's values are set on it too.
+func inArgs(args []string, name string) bool {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	(&settings{}).define(fs)
+	fs.Parse(args) //nolint:errcheck // parsed once already
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
 }
 
 func splitList(s string) []string {

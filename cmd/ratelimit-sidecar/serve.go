@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime"
@@ -39,6 +40,7 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do if the log cannot flush
+	warnPasswordInArgs(log, c)
 	c.gc.apply()
 
 	rs, err := config.Load(c.configPath, config.Options{MergeDomains: c.mergeDomains})
@@ -126,7 +128,8 @@ type listeners struct {
 	grpc, http, admin net.Listener
 }
 
-// listen opens every listener, or none.
+// listen opens every listener, or none, each capped at its number of
+// connections.
 func listen(c *settings) (*listeners, error) {
 	var l listeners
 	var err error
@@ -143,7 +146,10 @@ func listen(c *settings) (*listeners, error) {
 			l.http.Close()
 			return nil, fmt.Errorf("listen --admin-addr: %w", err)
 		}
+		l.admin = limitListener(l.admin, c.bounds.httpMaxConns)
 	}
+	l.grpc = limitListener(l.grpc, c.bounds.grpcMaxConns)
+	l.http = limitListener(l.http, c.bounds.httpMaxConns)
 	return &l, nil
 }
 
@@ -153,6 +159,24 @@ func (l *listeners) adminAddr() string {
 		return l.admin.Addr().String()
 	}
 	return l.http.Addr().String()
+}
+
+// warnPasswordInArgs warns once if --redis-url on the command line holds
+// a password: ps shows it to every user of the host. The environment and
+// a password file do not.
+func warnPasswordInArgs(log *zap.Logger, c *settings) {
+	if !c.redisURLInArgs {
+		return
+	}
+	u, err := url.Parse(c.redis.URL)
+	if err != nil || u.User == nil {
+		return // an invalid URL fails when the store opens
+	}
+	if pw, ok := u.User.Password(); !ok || pw == "" {
+		return
+	}
+	log.Warn("--redis-url holds a password, which ps shows to every user of the host; set the URL in RLS_REDIS_URL, or the password in --redis-password-file, instead",
+		zap.String("redis_url", u.Redacted()))
 }
 
 func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, rs *limits.Ruleset) {
@@ -185,12 +209,20 @@ type servers struct {
 	health *health.Server
 	http   *http.Server // health probes and metrics
 	admin  *http.Server // nil: the admin endpoints are on http
+
+	// stopStreams ends the streaming RPCs (health Watch, reflection),
+	// which would otherwise hold GracefulStop for as long as their
+	// clients like.
+	stopStreams context.CancelFunc
 }
 
 // newServers builds the servers. ctx is serve's: once it ends, /readyz
 // says the sidecar is shutting down.
 func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader *config.Reloader, st *sidecarStore, m *metrics.Metrics) *servers {
 	s := &servers{c: c, log: log}
+	stopping, stopStreams := context.WithCancel(context.Background())
+	s.stopStreams = stopStreams
+	sb := &streamBound{timeout: c.bounds.requestTimeout, stopping: stopping}
 	// Stream workers serve RPCs on long-lived goroutines whose stacks have
 	// already grown: a new goroutine per RPC spent about a tenth of the
 	// CPU growing its stack. A worker stays busy while its RPC waits for
@@ -198,12 +230,14 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	// worker free, so there are workers for as many RPCs as a busy
 	// sidecar has in flight, not as many as it has CPUs. An idle worker
 	// costs a parked goroutine.
-	s.grpc = grpc.NewServer(append(envoy.ServerOptions(), grpc.NumStreamWorkers(uint32(max(4*runtime.GOMAXPROCS(0), streamWorkers))))...)
+	opts := append(envoy.ServerOptions(), grpc.NumStreamWorkers(uint32(max(4*runtime.GOMAXPROCS(0), streamWorkers))))
+	s.grpc = grpc.NewServer(append(opts, c.bounds.grpcOptions(sb, c.shutdownTimeout)...)...)
 	rls := envoy.NewServer(engine, log, envoy.Options{Headers: c.responseHeaders})
 	rls.Register(s.grpc)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
+	sb.streaming = streamingMethods(s.grpc)
 	for _, name := range []string{"", envoy.ServiceName} {
 		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
@@ -217,11 +251,11 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	admin := mux
 	if c.adminAddr != "" {
 		admin = http.NewServeMux()
-		s.admin = &http.Server{Handler: admin, ReadHeaderTimeout: 5 * time.Second}
+		s.admin = c.bounds.httpServer(admin)
 	}
 	admin.Handle("GET /debug/config", debugConfig(reloader, engine))
 	admin.Handle("/json", rls.JSONHandler()) // any method: the handler answers 405 itself
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s.http = c.bounds.httpServer(mux)
 	return s
 }
 
@@ -276,7 +310,8 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader *config.Relo
 		}
 	})
 	g.Go(func() error {
-		if err := s.grpc.Serve(lis.grpc); err != nil {
+		// ErrServerStopped: shutdown began before Serve did.
+		if err := s.grpc.Serve(lis.grpc); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("grpc: %w", err)
 		}
 		return nil
@@ -310,6 +345,9 @@ func (s *servers) shutdown(drain bool) error {
 		t := time.NewTimer(s.c.drainDelay)
 		<-t.C
 	}
+	// Unary calls still waiting for their request end within
+	// --grpc-request-timeout; streaming calls end now.
+	s.stopStreams()
 	stopped := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -32,7 +33,7 @@ type sidecar struct {
 	stop                          func() error // cancels and waits for serve to return
 }
 
-func startSidecar(t *testing.T, args ...string) *sidecar {
+func startSidecar(t testing.TB, args ...string) *sidecar {
 	t.Helper()
 	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
 	c, err := parseFlags(args, noEnv, io.Discard)
@@ -441,5 +442,64 @@ func TestLeasesGivenBackAtShutdown(t *testing.T) {
 	}
 	if got := resp.Statuses[0].LimitRemaining; got != 100-3-1 {
 		t.Errorf("remaining %d after 3 leased requests and one more, want %d: the stopped sidecar's lease given back", got, 100-3-1)
+	}
+}
+
+// TestRedisPasswordOnCommandLine: a password in --redis-url on the
+// command line, where ps shows it, earns one warning at start that points
+// at the environment variable and the password file; a password from
+// those earns none. No log line holds the password.
+func TestRedisPasswordOnCommandLine(t *testing.T) {
+	srv := redistest.StartServer(t)
+	srv.Kill() // the sidecar starts without Redis; only its log matters
+	pwFile := filepath.Join(t.TempDir(), "pw")
+	write(t, pwFile, "s3cret\n")
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want int // warnings
+	}{
+		{name: "password in args", args: []string{"--redis-url", "redis://:s3cret@" + srv.Addr}, want: 1},
+		{name: "user and password in args", args: []string{"--redis-url=redis://app:s3cret@" + srv.Addr + "/0"}, want: 1},
+		{name: "user only in args", args: []string{"--redis-url", "redis://app@" + srv.Addr}},
+		{name: "password in RLS_REDIS_URL", env: map[string]string{"RLS_REDIS_URL": "redis://:s3cret@" + srv.Addr}},
+		{name: "password in RLS_REDIS_PASSWORD", args: []string{"--redis-url", "redis://" + srv.Addr}, env: map[string]string{"RLS_REDIS_PASSWORD": "s3cret"}},
+		{name: "password file", args: []string{"--redis-url", "redis://" + srv.Addr, "--redis-password-file", pwFile}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			getenv := func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok }
+			args := append([]string{"--config", "../../config/", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, tt.args...)
+			c, err := parseFlags(args, getenv, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			c.onReady = func(string, string, string) { cancel() } // start, then stop
+			var log bytes.Buffer
+			if err := serve(ctx, c, &log); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(log.String(), "s3cret") {
+				t.Errorf("the log holds the password:\n%s", log.String())
+			}
+			var warnings []string
+			for _, line := range strings.Split(log.String(), "\n") {
+				if strings.Contains(line, `"level":"warn"`) && strings.Contains(line, "password") {
+					warnings = append(warnings, line)
+				}
+			}
+			if len(warnings) != tt.want {
+				t.Fatalf("%d warnings about the password, want %d:\n%s", len(warnings), tt.want, log.String())
+			}
+			for _, w := range warnings {
+				for _, want := range []string{"RLS_REDIS_URL", "--redis-password-file", "ps"} {
+					if !strings.Contains(w, want) {
+						t.Errorf("warning does not mention %s: %s", want, w)
+					}
+				}
+			}
+		})
 	}
 }

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"time"
+
+	"golang.org/x/net/netutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/tap"
+)
+
+// Bounds on what a client can make the servers hold. The ones a
+// deployment may need to tune are flags, in bounds; docs/server-bounds.md
+// explains each.
+const (
+	// maxMessageBytes bounds a gRPC request message as pkg/envoy bounds a
+	// POST /json body. A request is smaller in protobuf than in JSON, so
+	// gRPC takes every request /json takes.
+	maxMessageBytes = 1 << 20
+	// keepaliveMinTime is how often a client may ping: as often as a
+	// grpc-go client can be set to. More often earns a GOAWAY.
+	keepaliveMinTime = 10 * time.Second
+	// keepalivePing and keepaliveTimeout find dead peers of connections
+	// that carry long-lived streams (health Watch).
+	keepalivePing    = 2 * time.Minute
+	keepaliveTimeout = 20 * time.Second
+
+	httpReadHeaderTimeout = 5 * time.Second
+	// httpReadTimeout bounds reading a whole request; the largest is a
+	// POST /json body of at most 1 MiB.
+	httpReadTimeout = 10 * time.Second
+	// httpWriteTimeout bounds writing a response; no endpoint streams.
+	httpWriteTimeout   = 30 * time.Second
+	httpMaxHeaderBytes = 16 << 10
+)
+
+// bounds are the flags that bound the servers' resources.
+type bounds struct {
+	grpcMaxStreams uint          // concurrent streams per gRPC connection
+	grpcMaxConns   int           // open gRPC connections; 0: no cap
+	httpMaxConns   int           // open connections on each HTTP listener; 0: no cap
+	requestTimeout time.Duration // for a stream's request and a handshake
+	maxConnAge     time.Duration // of a gRPC connection; 0: no limit
+	idleTimeout    time.Duration // of a gRPC or HTTP connection
+}
+
+// check reports the first flag out of range.
+func (b *bounds) check() error {
+	switch {
+	case b.grpcMaxStreams < 1 || b.grpcMaxStreams > math.MaxUint32:
+		return fmt.Errorf("--grpc-max-streams: want 1 to %d, got %d", uint32(math.MaxUint32), b.grpcMaxStreams)
+	case b.grpcMaxConns < 0:
+		return fmt.Errorf("--grpc-max-conns: want 0 (no cap) or more, got %d", b.grpcMaxConns)
+	case b.httpMaxConns < 0:
+		return fmt.Errorf("--http-max-conns: want 0 (no cap) or more, got %d", b.httpMaxConns)
+	case b.requestTimeout <= 0:
+		return fmt.Errorf("--grpc-request-timeout: want more than 0, got %v", b.requestTimeout)
+	case b.maxConnAge < 0:
+		return fmt.Errorf("--grpc-max-connection-age: want 0 (no limit) or more, got %v", b.maxConnAge)
+	case b.idleTimeout <= 0:
+		return fmt.Errorf("--idle-timeout: want more than 0, got %v", b.idleTimeout)
+	}
+	return nil
+}
+
+// limitListener caps the connections l has open at once at n (0: no
+// cap). Beyond it, Accept waits for one to close, so a new client waits
+// in the kernel's accept queue instead of taking a file descriptor.
+func limitListener(l net.Listener, n int) net.Listener {
+	if n <= 0 {
+		return l
+	}
+	return netutil.LimitListener(l, n)
+}
+
+// grpcOptions returns the gRPC server's options that bound its
+// resources. grace is how long an RPC in flight on a connection past its
+// age may take to finish.
+func (b *bounds) grpcOptions(sb *streamBound, grace time.Duration) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(uint32(b.grpcMaxStreams)),
+		grpc.MaxRecvMsgSize(maxMessageBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle:     b.idleTimeout,
+			MaxConnectionAge:      b.maxConnAge, // 0: grpc-go's infinity
+			MaxConnectionAgeGrace: grace,
+			Time:                  keepalivePing,
+			Timeout:               keepaliveTimeout,
+		}),
+		// A client must finish the HTTP/2 handshake, as it must send a
+		// request, within the request timeout.
+		grpc.ConnectionTimeout(b.requestTimeout),
+		grpc.InTapHandle(sb.tap),
+		grpc.ChainStreamInterceptor(sb.intercept),
+	}
+}
+
+// httpServer returns an HTTP server for h with the bounds applied.
+func (b *bounds) httpServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: httpReadHeaderTimeout,
+		ReadTimeout:       httpReadTimeout,
+		WriteTimeout:      httpWriteTimeout,
+		IdleTimeout:       b.idleTimeout,
+		MaxHeaderBytes:    httpMaxHeaderBytes,
+	}
+}
+
+// streamBound cancels a gRPC stream whose request message does not
+// arrive within timeout, and ends streaming RPCs when the server stops.
+//
+// grpc-go reads a unary call's request before it calls the handler, so no
+// interceptor or handler sees a stream that sent only HEADERS; the
+// transport then waits for the message under the stream's context. An
+// InTapHandle sees every stream as it opens and returns that context, so
+// the bound lives there:
+//   - A unary call gets timeout as its deadline, unless the client's own
+//     deadline is sooner. Its request is all it waits for, and no real
+//     call takes seconds, so bounding the call bounds the wait. Envoy sends
+//     grpc-timeout (20 ms by default), so its calls pay nothing here.
+//   - A streaming call (health Watch, reflection) may rightly run for
+//     hours, so only its first message is timed: intercept stops the
+//     timer when it arrives.
+//
+// Its fields are set before the server serves and only read after.
+type streamBound struct {
+	timeout   time.Duration   // more than 0
+	streaming map[string]bool // full method names of streaming methods
+	stopping  context.Context // ends when the server starts to stop
+}
+
+// firstMessageKey keys a streaming call's first-message timer in its
+// context.
+type firstMessageKey struct{}
+
+// tap is the server's grpc.InTapHandle.
+func (b *streamBound) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if !b.streaming[info.FullMethodName] {
+		if d, ok := ctx.Deadline(); ok && time.Until(d) <= b.timeout {
+			return ctx, nil
+		}
+		// The transport cancels the stream's context, this one's parent,
+		// when the stream ends, which stops the timer.
+		ctx, cancel := context.WithTimeout(ctx, b.timeout)
+		_ = cancel
+		return ctx, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	first := time.AfterFunc(b.timeout, cancel)
+	stopping := context.AfterFunc(b.stopping, cancel)
+	context.AfterFunc(ctx, func() {
+		first.Stop()
+		stopping()
+	})
+	return context.WithValue(ctx, firstMessageKey{}, first), nil
+}
+
+// intercept is the server's stream interceptor: it stops a streaming
+// call's first-message timer once the message has arrived.
+func (b *streamBound) intercept(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if t, ok := ss.Context().Value(firstMessageKey{}).(*time.Timer); ok {
+		ss = &firstMessageStream{ServerStream: ss, timer: t}
+	}
+	return handler(srv, ss)
+}
+
+// firstMessageStream stops timer once a message has been received.
+type firstMessageStream struct {
+	grpc.ServerStream
+	timer *time.Timer // nil once stopped
+}
+
+func (s *firstMessageStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if err == nil && s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+	return err
+}
+
+// streamingMethods returns the full names of g's streaming methods.
+func streamingMethods(g *grpc.Server) map[string]bool {
+	out := map[string]bool{}
+	for svc, info := range g.GetServiceInfo() {
+		for _, m := range info.Methods {
+			if m.IsClientStream || m.IsServerStream {
+				out["/"+svc+"/"+m.Name] = true
+			}
+		}
+	}
+	return out
+}

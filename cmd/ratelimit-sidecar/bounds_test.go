@@ -1,0 +1,388 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+)
+
+// TestHalfOpenStreams is issue 15's probe, smaller: thousands of streams
+// on one connection that send HEADERS and nothing more. With the default
+// bounds the server refuses all but --grpc-max-streams of them, holds few
+// goroutines and little memory for those, answers other clients, ends
+// the ones it took after --grpc-request-timeout, and stops well within
+// --shutdown-timeout with such streams open.
+func TestHalfOpenStreams(t *testing.T) {
+	const (
+		n          = 5000
+		maxStreams = 100 // --grpc-max-streams's default
+		// What the streams the server takes may cost: a goroutine each
+		// at most, and well under 16 MiB. Without a bound, 5,000 streams
+		// held 5,000 goroutines and 32 MiB.
+		maxGoroutines = maxStreams + 30
+		maxBytes      = 16 << 20
+	)
+	s := startSidecar(t, "--config", "../../config/")
+	g0, m0 := usage()
+	c := dialH2(t, s.grpcAddr)
+	start := time.Now()
+	ids := c.open(t, rlsMethod, n)
+	c.sync(t)
+	t.Logf("%d streams opened in %v", n, time.Since(start).Round(time.Millisecond))
+	if !c.wait(10*time.Second, func() bool { return c.refused >= n-maxStreams }) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		t.Fatalf("%d of %d half-open streams refused, want %d (server's SETTINGS_MAX_CONCURRENT_STREAMS: %d)", c.refused, n, n-maxStreams, c.maxStreams)
+	}
+	g1, m1 := usage()
+	t.Logf("%d half-open streams: %d more goroutines, %.1f MiB more heap and stack", n, g1-g0, float64(m1-m0)/(1<<20))
+	if g1-g0 > maxGoroutines || m1-m0 > maxBytes {
+		t.Errorf("%d half-open streams hold %d goroutines and %d bytes, want at most %d and %d", n, g1-g0, m1-m0, maxGoroutines, maxBytes)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := s.rls.ShouldRateLimit(ctx, userRequest("alice", 0)); err != nil {
+		t.Errorf("a new client, beside the half-open streams: %v", err)
+	}
+
+	// The streams taken end with DEADLINE_EXCEEDED (4) after
+	// --grpc-request-timeout (2s); half-open Watch streams, opened once
+	// there is room, with CANCELLED (1).
+	if !c.wait(10*time.Second, func() bool { return c.endedAll(ids) }) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		t.Fatalf("after 10s: streams %v; want every one ended", c.statuses(ids))
+	}
+	watches := c.open(t, watchMethod, 10)
+	if !c.wait(10*time.Second, func() bool { return c.endedAll(watches) }) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		t.Fatalf("after 10s: Watch streams %v; want every one ended", c.statuses(watches))
+	}
+	c.mu.Lock()
+	unary, watch := c.statuses(ids), c.statuses(watches)
+	c.mu.Unlock()
+	if want := map[string]int{"refused": n - maxStreams, "4": maxStreams}; !maps.Equal(unary, want) {
+		t.Errorf("unary streams ended %v, want %v", unary, want)
+	}
+	if want := map[string]int{"1": len(watches)}; !maps.Equal(watch, want) {
+		t.Errorf("Watch streams ended %v, want %v", watch, want)
+	}
+
+	// SIGTERM with half-open streams open: the default --shutdown-timeout
+	// is 10s, which stopping once took in full.
+	c.open(t, rlsMethod, maxStreams/2)
+	c.open(t, watchMethod, 10)
+	c.sync(t)
+	start = time.Now()
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("shutdown with half-open streams took %v, want under 5s", d.Round(time.Millisecond))
+	}
+}
+
+// keepAlive opens a connection to addr and makes a keep-alive GET of path
+// on it. If the response comes within wait, it reads it and returns the
+// connection idle; otherwise, or if wait is 0, it returns the connection
+// with the request outstanding and the response nil.
+func keepAlive(t *testing.T, addr, path string, wait time.Duration) (net.Conn, *bufio.Reader, *http.Response) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: sidecar\r\n\r\n", path); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	if wait == 0 {
+		return conn, br, nil
+	}
+	return conn, br, readResponse(t, conn, br, wait)
+}
+
+// readResponse reads a response from conn within wait, or returns nil.
+func readResponse(t *testing.T, conn net.Conn, br *bufio.Reader, wait time.Duration) *http.Response {
+	t.Helper()
+	conn.SetReadDeadline(time.Now().Add(wait))
+	defer conn.SetReadDeadline(time.Time{})
+	r, err := http.ReadResponse(br, nil)
+	if err != nil {
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			return nil
+		}
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, r.Body)
+	r.Body.Close()
+	return r
+}
+
+// TestHTTPConnectionCap fills --http-max-conns with idle keep-alive
+// connections: a connection beyond waits unanswered, without costing the
+// sidecar a file descriptor, until one of them closes; gRPC is not
+// affected.
+func TestHTTPConnectionCap(t *testing.T) {
+	const max = 8
+	s := startSidecar(t, "--config", "../../config/", "--http-max-conns", fmt.Sprint(max))
+	idle := make([]net.Conn, max)
+	for i := range idle {
+		var r *http.Response
+		if idle[i], _, r = keepAlive(t, s.httpAddr, "/healthz", 5*time.Second); r == nil || r.StatusCode != http.StatusOK {
+			t.Fatalf("connection %d: %v", i, r)
+		}
+	}
+	over, br, r := keepAlive(t, s.httpAddr, "/healthz", 300*time.Millisecond)
+	if r != nil {
+		t.Fatalf("connection %d of a cap of %d answered at once: %s", max+1, max, r.Status)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := s.health.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Errorf("gRPC health check with the HTTP listener full: %v", err)
+	}
+	idle[0].Close()
+	if r := readResponse(t, over, br, 5*time.Second); r == nil || r.StatusCode != http.StatusOK {
+		t.Errorf("connection %d, once another closed: %v, want 200 within 5s", max+1, r)
+	}
+}
+
+// TestHTTPIdleTimeout opens more idle keep-alive connections than
+// --http-max-conns: the sidecar closes each after --idle-timeout, so those
+// waiting beyond the cap are served, and so is a new health probe.
+func TestHTTPIdleTimeout(t *testing.T) {
+	const max = 8
+	s := startSidecar(t, "--config", "../../config/", "--http-max-conns", fmt.Sprint(max), "--idle-timeout", "200ms")
+	type conn struct {
+		c  net.Conn
+		br *bufio.Reader
+		r  *http.Response
+	}
+	conns := make([]conn, max+4)
+	for i := range conns {
+		c := &conns[i]
+		c.c, c.br, c.r = keepAlive(t, s.httpAddr, "/healthz", 0)
+	}
+	for i := range conns {
+		c := &conns[i]
+		if c.r == nil {
+			c.r = readResponse(t, c.c, c.br, 10*time.Second)
+		}
+		if c.r == nil || c.r.StatusCode != http.StatusOK {
+			t.Fatalf("connection %d (cap %d): %v, want 200 within 10s", i, max, c.r)
+		}
+	}
+	// Every connection is now idle: the sidecar must close it.
+	for i, c := range conns {
+		c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := c.br.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("idle connection %d: read %d bytes, %v; want EOF within 5s", i, n, err)
+		}
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	r, err := client.Get("http://" + s.httpAddr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusOK {
+		t.Errorf("new health probe: %s", r.Status)
+	}
+}
+
+// TestGRPCConnectionCapAndIdle fills --grpc-max-conns with connections
+// that never start a call: one beyond waits to be accepted until one of
+// them closes; with a short --idle-timeout the sidecar closes them itself
+// (GOAWAY, then EOF), and a gRPC client still gets answers.
+func TestGRPCConnectionCapAndIdle(t *testing.T) {
+	const max = 4
+	accepted := func(c *rawH2) func() bool { return func() bool { return c.settings } }
+
+	t.Run("cap", func(t *testing.T) {
+		s := startSidecar(t, "--config", "../../config/", "--grpc-max-conns", fmt.Sprint(max))
+		var held []*rawH2
+		for i := range max {
+			c := dialH2(t, s.grpcAddr)
+			if !c.wait(5*time.Second, accepted(c)) {
+				t.Fatalf("connection %d: no SETTINGS within 5s", i)
+			}
+			held = append(held, c)
+		}
+		over := dialH2(t, s.grpcAddr)
+		if over.wait(300*time.Millisecond, accepted(over)) {
+			t.Fatalf("connection %d of a cap of %d was accepted at once", max+1, max)
+		}
+		held[0].close()
+		if !over.wait(5*time.Second, accepted(over)) {
+			t.Errorf("connection %d, once another closed: no SETTINGS within 5s", max+1)
+		}
+	})
+
+	t.Run("idle", func(t *testing.T) {
+		s := startSidecar(t, "--config", "../../config/", "--grpc-max-conns", fmt.Sprint(max), "--idle-timeout", "200ms")
+		var conns []*rawH2
+		for range max {
+			conns = append(conns, dialH2(t, s.grpcAddr))
+		}
+		for i, c := range conns {
+			if !c.wait(5*time.Second, func() bool { return c.goaway && c.readErr != nil }) {
+				c.mu.Lock()
+				t.Errorf("idle connection %d: GOAWAY %v, read error %v; want both within 5s", i, c.goaway, c.readErr)
+				c.mu.Unlock()
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := s.rls.ShouldRateLimit(ctx, userRequest("alice", 0)); err != nil {
+			t.Errorf("a gRPC client after the idle connections: %v", err)
+		}
+	})
+}
+
+// TestGRPCConnectionLifetime: a connection that never sends the HTTP/2
+// preface is closed after --grpc-request-timeout, and one that lives past
+// --grpc-max-connection-age gets a GOAWAY.
+func TestGRPCConnectionLifetime(t *testing.T) {
+	s := startSidecar(t, "--config", "../../config/", "--grpc-request-timeout", "200ms", "--grpc-max-connection-age", "200ms")
+	silent, err := net.DialTimeout("tcp", s.grpcAddr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	silent.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(silent); err != nil {
+		t.Errorf("a connection without the preface: %v; want it closed within 5s", err)
+	}
+
+	c := dialH2(t, s.grpcAddr)
+	if !c.wait(5*time.Second, func() bool { return c.goaway }) {
+		t.Errorf("no GOAWAY within 5s on a connection past its age")
+	}
+}
+
+// TestMessageAndHeaderSize: a gRPC request over 1 MiB is refused with
+// RESOURCE_EXHAUSTED, and HTTP headers over 16 KiB (and net/http's 4 KiB
+// of slack) with 431.
+func TestMessageAndHeaderSize(t *testing.T) {
+	s := startSidecar(t, "--config", "../../config/")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := s.rls.ShouldRateLimit(ctx, userRequest(strings.Repeat("x", maxMessageBytes), 0))
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a request over 1 MiB: %v, want RESOURCE_EXHAUSTED", err)
+	}
+
+	req, err := http.NewRequest(http.MethodGet, "http://"+s.httpAddr+"/healthz", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Big", strings.Repeat("x", 24<<10))
+	r, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("24 KiB of headers: %s, want 431", r.Status)
+	}
+}
+
+// TestShutdownEndsWatch: a health Watch lasts as long as its client
+// likes, so shutdown ends it when it stops gRPC, instead of waiting
+// --shutdown-timeout for it.
+func TestShutdownEndsWatch(t *testing.T) {
+	s := startSidecar(t, "--config", "../../config/")
+	w, err := s.health.Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := w.Recv(); err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first Watch update: %v, %v; want SERVING", h, err)
+	}
+	start := time.Now()
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("shutdown with a Watch open took %v, want under 5s (--shutdown-timeout is 10s)", d.Round(time.Millisecond))
+	}
+	// NOT_SERVING, then the end.
+	for i := 0; ; i++ {
+		if _, err := w.Recv(); err != nil {
+			break
+		}
+		if i == 2 {
+			t.Fatal("the Watch goes on after shutdown")
+		}
+	}
+}
+
+// TestBoundFlagsInvalid checks that every bound flag rejects a value out
+// of its range.
+func TestBoundFlagsInvalid(t *testing.T) {
+	tests := []struct {
+		give []string
+		want string
+	}{
+		{[]string{"--grpc-max-streams", "0"}, "--grpc-max-streams"},
+		{[]string{"--grpc-max-streams", "4294967296"}, "--grpc-max-streams"},
+		{[]string{"--grpc-max-conns", "-1"}, "--grpc-max-conns"},
+		{[]string{"--http-max-conns", "-1"}, "--http-max-conns"},
+		{[]string{"--grpc-request-timeout", "0s"}, "--grpc-request-timeout"},
+		{[]string{"--grpc-max-connection-age", "-1s"}, "--grpc-max-connection-age"},
+		{[]string{"--idle-timeout", "0s"}, "--idle-timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
+			if _, err := parseFlags(tt.give, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want one naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+// BenchmarkTap measures what the stream bound adds to a unary call as it
+// opens, against making the transport's context alone: only a check for
+// Envoy's calls, which carry a 20 ms grpc-timeout, and a timer for calls
+// without a deadline.
+func BenchmarkTap(b *testing.B) {
+	sb := &streamBound{timeout: 2 * time.Second, stopping: context.Background(), streaming: map[string]bool{watchMethod: true}}
+	info := &tap.Info{FullMethodName: rlsMethod}
+	for _, bb := range []struct {
+		name     string
+		deadline time.Duration
+	}{{"envoy_20ms", 20 * time.Millisecond}, {"no_deadline", 0}} {
+		for _, tapped := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/tap=%v", bb.name, tapped), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					// The transport's own context for the stream.
+					ctx, cancel := context.WithCancel(context.Background())
+					if bb.deadline > 0 {
+						ctx, cancel = context.WithTimeout(context.Background(), bb.deadline)
+					}
+					if tapped {
+						sb.tap(ctx, info) //nolint:errcheck // never fails
+					}
+					cancel()
+				}
+			})
+		}
+	}
+}
