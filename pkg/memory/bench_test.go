@@ -1,0 +1,77 @@
+package memory_test
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
+)
+
+// benchKeys decides one check per request on a store with the default
+// options, with keys made by key from a goroutine number and a count, and
+// reports the heap the store holds afterwards. The limit is far above the
+// load and the window long, so every request is admitted and its key stays
+// live for the whole run.
+func benchKeys(b *testing.B, key func(buf []byte, g, i int64) []byte) {
+	l, err := limits.NewLimit(limits.FixedWindow, 1<<40, limits.UnitHour, 1, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	before := heapInUse()
+	s := memory.New(memory.Options{})
+	var goroutines atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		g := goroutines.Add(1)
+		var buf []byte
+		batch := &limits.Batch{Checks: make([]limits.Check, 1)}
+		for i := int64(0); pb.Next(); i++ {
+			buf = key(buf[:0], g, i)
+			batch.Checks[0] = limits.Check{Key: string(buf), Limit: l, Hits: 1}
+			if err := s.Apply(context.Background(), batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(heapInUse()-before)/(1<<20), "heap-MiB")
+	runtime.KeepAlive(s)
+}
+
+func heapInUse() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+// userKey appends a store key like the engine's for a per-user limit.
+func userKey(buf, user []byte) []byte {
+	buf = append(buf, "{4:edge6:tenant2:t1}4:user"...)
+	buf = strconv.AppendInt(buf, int64(len(user)), 10)
+	buf = append(buf, ':')
+	buf = append(buf, user...)
+	return append(buf, "14:fixed_window/3600"...)
+}
+
+// BenchmarkFewKeys is the normal workload: 1000 users, each seen often.
+func BenchmarkFewKeys(b *testing.B) {
+	benchKeys(b, func(buf []byte, g, i int64) []byte {
+		var u [24]byte
+		return userKey(buf, strconv.AppendInt(append(u[:0], 'u'), (g*7919+i)%1000, 10))
+	})
+}
+
+// BenchmarkUniqueKeyFlood is an attack: every request is a new user, as a
+// client that sends a new header value each time makes it. Run it with
+// -benchtime=1000000x for the heap after a flood of a million keys.
+func BenchmarkUniqueKeyFlood(b *testing.B) {
+	benchKeys(b, func(buf []byte, g, i int64) []byte {
+		var u [48]byte
+		return userKey(buf, strconv.AppendInt(append(strconv.AppendInt(append(u[:0], 'g'), g, 10), '-'), i, 10))
+	})
+}
