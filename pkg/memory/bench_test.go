@@ -2,8 +2,10 @@ package memory_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -74,4 +76,44 @@ func BenchmarkUniqueKeyFlood(b *testing.B) {
 		var u [48]byte
 		return userKey(buf, strconv.AppendInt(append(strconv.AppendInt(append(u[:0], 'g'), g, 10), '-'), i, 10))
 	})
+}
+
+// BenchmarkHeapPerKey reports the heap a full store costs per key it
+// holds, the keys' bytes and the ghost table included: b.N is MaxKeys, and
+// twice as many keys are sent. It does so for keys like the engine's and
+// for keys of 256 bytes, the longest that count as one toward MaxKeys.
+// Run it with -benchtime=65536x.
+func BenchmarkHeapPerKey(b *testing.B) {
+	l, err := limits.NewLimit(limits.FixedWindow, 1<<40, limits.UnitHour, 1, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{0, 256} {
+		b.Run(fmt.Sprint("key_", n), func(b *testing.B) {
+			key := func(buf []byte, i int) []byte {
+				buf = userKey(buf[:0], fmt.Appendf(nil, "%07d", i))
+				if pad := n - len(buf); pad > 0 {
+					buf = userKey(buf[:0], fmt.Appendf(nil, "%s%07d", strings.Repeat("v", pad), i))
+					buf = userKey(buf[:0], fmt.Appendf(nil, "%s%07d", strings.Repeat("v", pad-(len(buf)-n)), i))
+				}
+				return buf
+			}
+			before := heapInUse()
+			s := memory.New(memory.Options{MaxKeys: b.N})
+			batch := &limits.Batch{Checks: make([]limits.Check, 1)}
+			var buf []byte
+			for i := range 2 * b.N {
+				buf = key(buf, i)
+				batch.Checks[0] = limits.Check{Key: string(buf), Limit: l, Hits: 1}
+				if err := s.Apply(context.Background(), batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(heapInUse()-before)/float64(s.Len()), "heap-B/key")
+			b.ReportMetric(float64(s.Len())/float64(b.N), "full")
+			b.ReportMetric(float64(len(buf)), "key-B")
+			runtime.KeepAlive(s)
+		})
+	}
 }

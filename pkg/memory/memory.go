@@ -19,10 +19,13 @@ const (
 	memoryShards = 256
 	// sweepEvery bounds how often one shard scans for expired state.
 	sweepEvery = time.Second
-	// DefaultMaxKeys is Options.MaxKeys's default: about 40 MiB of keys
-	// of up to keyUnit bytes, ghosts included, which leaves room in a pod
-	// limited to 128 MiB for the rest of the sidecar. See docs/memory-store.md.
-	DefaultMaxKeys = 1 << 17
+	// DefaultMaxKeys is Options.MaxKeys's default. A key of about 50
+	// bytes costs about 290 bytes of heap, ghost table included, and one
+	// of keyUnit bytes about 500: 18 to 32 MiB in all, which stays well
+	// under the sidecar's default 64 MiB soft memory limit and the 128 MiB
+	// of the pod in k8s/, leaving the garbage collector room. See
+	// docs/memory-store.md.
+	DefaultMaxKeys = 1 << 16
 	// keyUnit is how many bytes of a key count as one key toward MaxKeys:
 	// keys made of long descriptor values count as several, so that the
 	// cap bounds bytes too.
