@@ -13,8 +13,11 @@ const ghostWays = 4
 // that limit, so a key evicted and seen again starts from a state at
 // least as full as the one it left, and never admits more than if it had
 // stayed. Keys that share a set share their marks: a new key may start
-// fuller than fresh. That under-admission is the price of bounded memory,
-// and it is bounded by the hits the evicted keys held.
+// fuller than fresh, and if it is evicted in turn, brings that fullness
+// back with its own hits, so under a flood of new keys a set fills in
+// steps of the hits each took. That under-admission is the price of
+// bounded memory; it ends when the evicted keys' own state would have
+// expired (see docs/memory-store.md).
 type ghost struct {
 	sets []ghostSet
 }

@@ -72,7 +72,7 @@ type shard struct {
 	hand      int              // where the next eviction looks; guarded by mu
 	nextSweep int64            // µs; guarded by mu
 	ghost     *ghost           // nil until the first live key is evicted; guarded by mu
-	ghostSets int
+	ghostSets int              // the ghost's size; set by New
 
 	evictions, ghostStarts uint64 // guarded by mu
 }

@@ -169,6 +169,29 @@ func TestUnderAdmissionEndsWithTheWindow(t *testing.T) {
 	}
 }
 
+// Below what fills the ghost table, a flood costs a new key a few hits,
+// not its limit: 2048 one-hit keys into 1024 slots and 256 ghost sets
+// leave about 4 evicted keys per set, so a set holds about 4 hits.
+func TestSmallFloodCostsNewKeysLittle(t *testing.T) {
+	for _, alg := range limits.Algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			l := mustLimit(t, alg, 100, limits.UnitMinute, 100)
+			clk := storetest.NewClock(storetest.Epoch.Add(time.Second))
+			s := memory.New(memory.Options{Now: clk.Now, MaxKeys: 1024})
+			flood(t, s, "flood", 2048, l)
+			for i := range 10 {
+				n := 0
+				for hit(t, s, storetest.Key(t.Name(), fmt.Sprint("newcomer", i), l), l, 1) {
+					n++
+				}
+				if n < 80 {
+					t.Errorf("newcomer %d admitted %d hits after a flood of 2048 one-hit keys, want at least 80 of 100", i, n)
+				}
+			}
+		})
+	}
+}
+
 func TestStoreStaysWithinMaxKeys(t *testing.T) {
 	clk := storetest.NewClock(storetest.Epoch)
 	const maxKeys = 1000
