@@ -169,9 +169,10 @@ func TestUnderAdmissionEndsWithTheWindow(t *testing.T) {
 	}
 }
 
-// Below what fills the ghost table, a flood costs a new key a few hits,
-// not its limit: 2048 one-hit keys into 1024 slots and 256 ghost sets
-// leave about 4 evicted keys per set, so a set holds about 4 hits.
+// A flood raises what the ghost sets hold by a few hits per MaxKeys new
+// keys, as each generation of flood keys starts from what the one before
+// left: 2048 one-hit keys into 1024 slots cost a new key a few hits, not
+// its limit. (32 times as many leave a new key 10 to 20 of 100.)
 func TestSmallFloodCostsNewKeysLittle(t *testing.T) {
 	for _, alg := range limits.Algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
@@ -184,8 +185,8 @@ func TestSmallFloodCostsNewKeysLittle(t *testing.T) {
 				for hit(t, s, storetest.Key(t.Name(), fmt.Sprint("newcomer", i), l), l, 1) {
 					n++
 				}
-				if n < 80 {
-					t.Errorf("newcomer %d admitted %d hits after a flood of 2048 one-hit keys, want at least 80 of 100", i, n)
+				if n < 90 {
+					t.Errorf("newcomer %d admitted %d hits after a flood of 2048 one-hit keys, want at least 90 of 100", i, n)
 				}
 			}
 		})
