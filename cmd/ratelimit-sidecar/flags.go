@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
 )
@@ -34,6 +35,7 @@ type settings struct {
 	failureMode      limits.FailureMode
 	localDivisor     uint64
 	denyCacheEntries int
+	memoryMaxKeys    int
 
 	redis             redis.Options
 	redisURLInArgs    bool // --redis-url is on the command line, for ps to show
@@ -118,6 +120,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	failure := "local"
 	fs.StringVar(&failure, "failure-mode", failure, "what requests get while Redis cannot decide: open, closed, local or error; rule files may override it per domain")
 	fs.Uint64Var(&c.localDivisor, "local-fallback-divisor", 1, "with failure mode local, divide every limit by this (the number of sidecar replicas)")
+	fs.IntVar(&c.memoryMaxKeys, "memory-max-keys", memory.DefaultMaxKeys, "most keys a memory store (the store without Redis, and failure mode local's) holds; past it, least recently used keys are evicted, never so as to admit more than a limit (docs/memory-store.md). A key longer than 256 bytes counts once per 256")
 	fs.IntVar(&c.denyCacheEntries, "deny-cache-entries", store.DefaultDenyCacheEntries, "with Redis, how many over-limit keys to remember, so that requests that must be over their limit are rejected without a Redis call; 0 turns the cache off")
 
 	fs.StringVar(&c.redis.URL, "redis-url", "", "standalone Redis: redis://[user[:password]@]host:port[/db], or rediss:// for TLS; empty uses the embedded memory store")
@@ -160,6 +163,9 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	}
 	if c.redis.SentinelPassword, err = secret(getenv, "RLS_REDIS_SENTINEL_PASSWORD", "--redis-sentinel-password-file", c.sentinelPassFile); err != nil {
 		return err
+	}
+	if c.memoryMaxKeys < 1 {
+		return fmt.Errorf("--memory-max-keys: want 1 or more, got %d", c.memoryMaxKeys)
 	}
 	if c.denyCacheEntries < 0 {
 		return fmt.Errorf("--deny-cache-entries: want 0 (off) or more, got %d", c.denyCacheEntries)

@@ -113,10 +113,12 @@ func newLogger(c *settings, w io.Writer) (*zap.Logger, error) {
 // newEngine builds the engine: the rules, decided on st, with a memory
 // store for failure mode local.
 func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Metrics) *limits.Engine {
+	local := memory.New(memory.Options{MaxKeys: c.memoryMaxKeys})
+	m.MemoryStore("local", local)
 	return limits.NewEngine(rs, st, limits.EngineOptions{
 		Limits:       c.request,
 		FailureMode:  c.failureMode,
-		Local:        memory.New(memory.Options{}),
+		Local:        local,
 		LocalDivisor: c.localDivisor,
 		Observer:     m,
 	})

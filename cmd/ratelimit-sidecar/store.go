@@ -52,8 +52,8 @@ func chooseBackend(c *settings) backend {
 	panic("no backend configured: the memory store must accept every configuration")
 }
 
-func openMemory(context.Context, *settings, *zap.Logger) (opened, error) {
-	return opened{Store: memory.New(memory.Options{})}, nil
+func openMemory(_ context.Context, c *settings, _ *zap.Logger) (opened, error) {
+	return opened{Store: memory.New(memory.Options{MaxKeys: c.memoryMaxKeys})}, nil
 }
 
 func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error) {
@@ -123,6 +123,9 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 	o, err := b.open(ctx, c, log)
 	if err != nil {
 		return nil, err
+	}
+	if ms, ok := o.Store.(metrics.MemoryStoreStats); ok {
+		m.MemoryStore(b.name, ms)
 	}
 	s := &sidecarStore{
 		Store: store.Timed(o.Store, m.StoreCalls(b.name)),

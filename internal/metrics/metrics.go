@@ -285,6 +285,30 @@ func (m *Metrics) DenyCache(c DenyCacheStats) {
 	)
 }
 
+// MemoryStoreStats is what a memory store reports: memory.Store.
+type MemoryStoreStats interface {
+	Len() int
+	Evictions() uint64
+	GhostStarts() uint64
+}
+
+// MemoryStore registers a memory store's metrics, read from s at scrape
+// time, under the label store=name.
+func (m *Metrics) MemoryStore(name string, s MemoryStoreStats) {
+	l := prometheus.Labels{"store": name}
+	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "memory_store_keys", ConstLabels: l,
+			Help: "Keys a memory store holds, expired ones not yet swept included."},
+			func() float64 { return float64(s.Len()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "memory_store_evictions_total", ConstLabels: l,
+			Help: "Live keys a memory store evicted to stay within --memory-max-keys, each folded into its ghost table."},
+			func() float64 { return float64(s.Evictions()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "memory_store_ghost_starts_total", ConstLabels: l,
+			Help: "Checks of keys a memory store did not hold that started from its ghost table rather than fresh: each may have been stricter than if nothing had been evicted."},
+			func() float64 { return float64(s.GhostStarts()) }),
+	)
+}
+
 // StoreCalls returns the observer of one store's calls, for store.Timed:
 // it times them and counts their errors under the label name.
 func (m *Metrics) StoreCalls(name string) *StoreCalls {

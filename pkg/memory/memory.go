@@ -7,6 +7,7 @@ package memory
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -18,6 +19,22 @@ const (
 	memoryShards = 256
 	// sweepEvery bounds how often one shard scans for expired state.
 	sweepEvery = time.Second
+	// DefaultMaxKeys is Options.MaxKeys's default. A key of about 50
+	// bytes costs about 290 bytes of heap, ghost table included, and one
+	// of keyUnit bytes about 500: 18 to 32 MiB in all, which stays well
+	// under the sidecar's default 64 MiB soft memory limit and the 128 MiB
+	// of the pod in k8s/, leaving the garbage collector room. See
+	// docs/memory-store.md.
+	DefaultMaxKeys = 1 << 16
+	// keyUnit is how many bytes of a key count as one key toward MaxKeys:
+	// keys made of long descriptor values count as several, so that the
+	// cap bounds bytes too.
+	keyUnit = 256
+	// evictSample is how many keys an eviction looks at to choose one.
+	evictSample = 8
+	// ghostShare is how many capped keys share one ghost set: the more
+	// sets, the more evicted keys it takes to make a set strict.
+	ghostShare = 4
 )
 
 // Store is a limits.Store in this process's memory. It is safe for
@@ -26,24 +43,57 @@ const (
 // A batch locks the shards of its keys in shard order, so batches that
 // share keys serialize and batches that don't run in parallel. Expired
 // state is dropped by a sweep that each shard runs at most once per second
-// while it is in use, so memory is bounded by the keys live in their
-// windows.
+// while it is in use.
+//
+// The store holds at most Options.MaxKeys keys, whatever clients send.
+// A shard that is full evicts to make room: an expired key if its sweep
+// is due or one is among the candidates, else the least recently used of
+// evictSample candidates. What an evicted key held is folded into the
+// shard's ghost table, which the key starts from if it is seen again, so
+// eviction never lets a key admit more than its limit; keys that share a
+// ghost set may start fuller than fresh instead (see Evictions and
+// GhostStarts).
 type Store struct {
 	now    func() time.Time
 	seed   maphash.Seed
+	n      uint64 // shards in use
 	shards [memoryShards]shard
 }
 
 type shard struct {
-	mu        sync.Mutex
-	m         map[string]*limits.State // guarded by mu
-	nextSweep int64                    // µs; guarded by mu
+	mu sync.Mutex
+	// m indexes keys: every key is in keys at m[key]. A key keeps its
+	// slot until it is dropped; free lists the slots of dropped keys.
+	m         map[string]int32 // guarded by mu
+	keys      []entry          // guarded by mu
+	free      []int32          // guarded by mu
+	used      int              // keys' weight (see weight); guarded by mu
+	max       int              // most weight
+	hand      int              // where the next eviction looks; guarded by mu
+	nextSweep int64            // µs; guarded by mu
+	ghost     *ghost           // nil until the first live key is evicted; guarded by mu
+	ghostSets int              // the ghost's size; set by New
+
+	evictions, ghostStarts uint64 // guarded by mu
+}
+
+type entry struct {
+	key  string
+	hash uint64
+	st   limits.State
+	lim  *limits.Limit // the last limit that wrote st, to fold it into the ghost; nil: a free slot
+	used int64         // µs of the last check
 }
 
 // Options tunes a Store. The zero value is ready to use.
 type Options struct {
 	// Now is the clock the store decides by; nil means time.Now.
 	Now func() time.Time
+	// MaxKeys bounds the keys the store holds, expired ones not yet
+	// swept included; a key of more than 256 bytes counts as one key
+	// per 256 bytes or part of them. Zero or less means DefaultMaxKeys.
+	// Below 16384, fewer shards are used, each holding 64 keys or more.
+	MaxKeys int
 }
 
 // New returns an empty memory store.
@@ -52,8 +102,16 @@ func New(o Options) *Store {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	for i := range s.shards {
-		s.shards[i].m = make(map[string]*limits.State)
+	if o.MaxKeys <= 0 {
+		o.MaxKeys = DefaultMaxKeys
+	}
+	o.MaxKeys = min(o.MaxKeys, math.MaxInt32) // keys are indexed by int32
+	s.n = uint64(min(memoryShards, max(1, o.MaxKeys/64)))
+	for i := range s.shards[:s.n] {
+		sh := &s.shards[i]
+		sh.m = make(map[string]int32)
+		sh.max = o.MaxKeys / int(s.n)
+		sh.ghostSets = sh.max / ghostShare
 	}
 	return s
 }
@@ -68,8 +126,11 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 	}
 	now := s.now().UnixMicro()
 
-	var buf, obuf [16]uint16
-	idx, order := s.lock(b.Checks, buf[:0], obuf[:0])
+	var hbuf [16]uint64
+	var obuf [16]uint16
+	var ibuf [16]int32
+	hashes, order := s.lock(b.Checks, hbuf[:0], obuf[:0])
+	slots := ibuf[:0]
 	defer func() {
 		for _, i := range order {
 			s.shards[i].mu.Unlock()
@@ -82,7 +143,8 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 	next, start := nbuf[:0], sbuf[:0]
 	for i := range b.Checks {
 		c := &b.Checks[i]
-		st := s.lookup(idx[i], c.Key, b.Checks[:i], next)
+		st, slot := s.lookup(hashes[i], c, b.Checks[:i], next, slots, now)
+		slots = append(slots, slot)
 		out, nst := c.Limit.Grant(st, now, c.Hits, c.Extra)
 		if out.Over {
 			nst = st
@@ -104,7 +166,7 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 		}
 		return nil
 	}
-	s.commit(b, idx, next, now)
+	s.commit(b, hashes, slots, next, now)
 	for _, i := range order {
 		s.shards[i].sweep(now)
 	}
@@ -112,58 +174,81 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 }
 
 // lock locks every shard that checks touch, in ascending order so that
-// two batches can never wait on each other. It returns each check's shard
-// (appended to idx) and the shards locked, in order (appended to order).
-func (s *Store) lock(checks []limits.Check, idx, order []uint16) ([]uint16, []uint16) {
+// two batches can never wait on each other. It returns each check's key
+// hash (appended to hashes) and the shards locked, in order (appended to
+// order).
+func (s *Store) lock(checks []limits.Check, hashes []uint64, order []uint16) ([]uint64, []uint16) {
 	for i := range checks {
-		idx = append(idx, s.shardOf(checks[i].Key))
+		h := maphash.String(s.seed, checks[i].Key)
+		hashes = append(hashes, h)
+		order = append(order, s.shardOf(h))
 	}
-	order = append(order, idx...)
 	slices.Sort(order)
 	order = slices.Compact(order)
 	for _, i := range order {
 		s.shards[i].mu.Lock()
 	}
-	return idx, order
+	return hashes, order
 }
 
 // commit writes each key of an admitted batch once, from the working copy
-// of its last check, if any of its checks consumed hits.
+// of its last check, if any of its checks consumed hits. slots are where
+// lookup found each key (-1: not stored), unless an eviction since moved
+// it out.
 // requires the batch's shards locked
-func (s *Store) commit(b *limits.Batch, idx []uint16, next []limits.State, now int64) {
+func (s *Store) commit(b *limits.Batch, hashes []uint64, slots []int32, next []limits.State, now int64) {
 	for i := range b.Checks {
 		c := &b.Checks[i]
 		if laterSameKey(b.Checks, i) || !consumed(b, i) {
 			continue
 		}
-		sh := &s.shards[idx[i]]
-		if next[i].Expire <= now {
-			delete(sh.m, c.Key)
-			continue
+		sh := &s.shards[s.shardOf(hashes[i])]
+		j := slots[i]
+		if j >= 0 && sh.keys[j].key != c.Key {
+			// Evicted to make room for an earlier check of the batch.
+			j = -1
 		}
-		if p, ok := sh.m[c.Key]; ok {
-			*p = next[i]
-		} else {
-			p := new(limits.State)
-			*p = next[i]
-			sh.m[c.Key] = p
+		switch {
+		case next[i].Expire <= now:
+			if j >= 0 {
+				sh.remove(j)
+			}
+		case j >= 0:
+			e := &sh.keys[j]
+			e.st, e.lim, e.used = next[i], c.Limit, now
+		default:
+			sh.makeRoom(weight(c.Key), now)
+			sh.insert(entry{key: c.Key, hash: hashes[i], st: next[i], lim: c.Limit, used: now})
 		}
 	}
 }
 
-// lookup returns the state a check starts from: the working copy of the
-// last earlier check with the same key, else the stored state.
+// lookup returns the state check c starts from: the working copy of the
+// last earlier check with the same key, else the stored state, else what
+// the ghost table remembers of the key. It also returns the key's slot,
+// or -1 if the shard does not hold it; earlierSlots are the earlier
+// checks'.
 // requires the key's shard locked
-func (s *Store) lookup(shardIdx uint16, key string, earlier []limits.Check, next []limits.State) limits.State {
+func (s *Store) lookup(hash uint64, c *limits.Check, earlier []limits.Check, next []limits.State, earlierSlots []int32, now int64) (limits.State, int32) {
 	for j := len(earlier) - 1; j >= 0; j-- {
-		if earlier[j].Key == key {
-			return next[j]
+		if earlier[j].Key == c.Key {
+			return next[j], earlierSlots[j]
 		}
 	}
-	if p, ok := s.shards[shardIdx].m[key]; ok {
-		return *p
+	sh := &s.shards[s.shardOf(hash)]
+	if j, ok := sh.m[c.Key]; ok {
+		e := &sh.keys[j]
+		e.used = now
+		return e.st, j
 	}
-	return limits.State{}
+	if sh.ghost == nil {
+		return limits.State{}, -1
+	}
+	st, ok := sh.ghost.start(hash, c.Limit, now)
+	if ok {
+		sh.ghostStarts++
+	}
+	return st, -1
 }
 
 // consumed reports whether check i or an earlier check with its key
@@ -188,8 +273,80 @@ func laterSameKey(cs []limits.Check, i int) bool {
 	return false
 }
 
-func (s *Store) shardOf(key string) uint16 {
-	return uint16(maphash.String(s.seed, key) % memoryShards)
+func (s *Store) shardOf(hash uint64) uint16 {
+	return uint16(hash % s.n)
+}
+
+// weight is how many keys key counts as toward the cap.
+func weight(key string) int {
+	return 1 + (max(len(key), 1)-1)/keyUnit
+}
+
+// makeRoom evicts keys from sh until a key of weight w fits, or sh is
+// empty. Expired keys go first: the sweep runs if it is due, and an
+// expired candidate goes before any live one. Otherwise the least
+// recently used of evictSample candidates, taken in turn from where the
+// last eviction stopped, goes, and its state into the ghost table.
+// requires sh.mu held
+func (sh *shard) makeRoom(w int, now int64) {
+	if sh.used+w > sh.max {
+		sh.sweep(now)
+	}
+	for sh.used+w > sh.max && len(sh.m) > 0 {
+		victim := int32(-1)
+		for seen, tries := 0, 0; seen < evictSample && tries < len(sh.keys); tries++ {
+			if sh.hand >= len(sh.keys) {
+				sh.hand = 0
+			}
+			e := &sh.keys[sh.hand]
+			sh.hand++
+			if e.lim == nil {
+				continue // a free slot
+			}
+			seen++
+			if e.st.Expire <= now {
+				victim = int32(sh.hand - 1)
+				break
+			}
+			if victim < 0 || e.used < sh.keys[victim].used {
+				victim = int32(sh.hand - 1)
+			}
+		}
+		e := &sh.keys[victim]
+		if e.st.Expire > now {
+			if sh.ghost == nil {
+				sh.ghost = newGhost(sh.ghostSets)
+			}
+			sh.ghost.add(e.hash, e.lim, e.st, now)
+			sh.evictions++
+		}
+		sh.remove(victim)
+	}
+}
+
+// insert stores a key that the shard does not hold.
+// requires sh.mu held
+func (sh *shard) insert(e entry) {
+	var j int32
+	if n := len(sh.free); n > 0 {
+		j = sh.free[n-1]
+		sh.free = sh.free[:n-1]
+		sh.keys[j] = e
+	} else {
+		j = int32(len(sh.keys))
+		sh.keys = append(sh.keys, e)
+	}
+	sh.m[e.key] = j
+	sh.used += weight(e.key)
+}
+
+// remove drops the key in slot j.
+// requires sh.mu held
+func (sh *shard) remove(j int32) {
+	delete(sh.m, sh.keys[j].key)
+	sh.used -= weight(sh.keys[j].key)
+	sh.keys[j] = entry{}
+	sh.free = append(sh.free, j)
 }
 
 // sweep drops expired state at most once per sweepEvery.
@@ -199,20 +356,41 @@ func (sh *shard) sweep(now int64) {
 		return
 	}
 	sh.nextSweep = now + sweepEvery.Microseconds()
-	for k, st := range sh.m {
-		if st.Expire <= now {
-			delete(sh.m, k)
+	for j := range sh.keys {
+		if e := &sh.keys[j]; e.lim != nil && e.st.Expire <= now {
+			sh.remove(int32(j))
 		}
 	}
 }
 
 // Len returns how many keys the store holds, expired or not yet swept.
 func (s *Store) Len() int {
-	n := 0
-	for i := range s.shards {
-		s.shards[i].mu.Lock()
-		n += len(s.shards[i].m)
-		s.shards[i].mu.Unlock()
+	return int(s.sum(func(sh *shard) uint64 { return uint64(len(sh.m)) }))
+}
+
+// Evictions returns how many live keys the store has evicted to stay
+// within Options.MaxKeys, each into the ghost table. Expired keys dropped
+// to make room are not counted.
+func (s *Store) Evictions() uint64 {
+	return s.sum(func(sh *shard) uint64 { return sh.evictions })
+}
+
+// GhostStarts returns how many checks found their key evicted, or never
+// stored, and started from what the ghost table remembers rather than
+// from a fresh key's state. It bounds the checks that eviction made
+// stricter: those of keys that share a ghost set with another evicted
+// key, and those whose own evicted state it was.
+func (s *Store) GhostStarts() uint64 {
+	return s.sum(func(sh *shard) uint64 { return sh.ghostStarts })
+}
+
+func (s *Store) sum(f func(*shard) uint64) uint64 {
+	var n uint64
+	for i := range s.shards[:s.n] {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += f(sh)
+		sh.mu.Unlock()
 	}
 	return n
 }
