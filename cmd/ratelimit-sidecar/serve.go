@@ -117,6 +117,7 @@ func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Met
 		Local:        memory.New(memory.Options{}),
 		LocalDivisor: c.localDivisor,
 		Observer:     m,
+		OverrideKeys: c.overrideKeys,
 	})
 }
 
