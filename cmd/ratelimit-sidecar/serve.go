@@ -45,7 +45,7 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("invalid config:\n%w", err)
 	}
-	m := metrics.New(version, c.nearLimitRatio)
+	m := metrics.New(version, c.nearLimitRatio, c.metricMaxValues)
 	m.Loaded(rs.Checksum, time.Now())
 
 	st, err := openStore(ctx, c, log, m)
