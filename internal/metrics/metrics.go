@@ -81,12 +81,19 @@ type Metrics struct {
 // changes, so entries of old rulesets are dropped.
 type ruleCache struct {
 	rs *limits.Ruleset
-	m  sync.Map // ruleKey → *ruleCounters, or *valueCounters for a rule whose metric name depends on values
+	m  sync.Map // ruleKey → *ruleCounters, or *valueCounters for a rule whose metric name depends on values; overrideKey → *ruleCounters
 }
 
 type ruleKey struct {
 	rule  *limits.Rule
 	limit *limits.Limit
+}
+
+// overrideKey is the cache key of Envoy's per-request limits, which are new
+// for every request: one key per domain and window, not per limit.
+type overrideKey struct {
+	domain string
+	window time.Duration
 }
 
 type ruleCounters struct {
@@ -257,6 +264,14 @@ func (m *Metrics) Observe(req *limits.Request, d *limits.Decision, took time.Dur
 // and the name overflowed, counters returns the overflow series and the
 // rule's valueSet, to count the overflow.
 func (m *Metrics) counters(cache *ruleCache, domain string, r *limits.Rule, l *limits.Limit, entries []limits.Entry) (*ruleCounters, *valueSet) {
+	if r == nil {
+		key := overrideKey{domain, l.Window()}
+		c, ok := cache.m.Load(key)
+		if !ok {
+			c, _ = cache.m.LoadOrStore(key, m.newCounters(domain, r, l))
+		}
+		return c.(*ruleCounters), nil
+	}
 	key := ruleKey{r, l}
 	c, ok := cache.m.Load(key)
 	if !ok {

@@ -332,3 +332,27 @@ descriptors:
 		t.Errorf("overflowed = %v, want 2", got)
 	}
 }
+
+// TestOverrideNotCached: Envoy's per-request limits are new for every
+// request, so caching their counters by limit would keep one entry per
+// request until the next reload.
+func TestOverrideNotCached(t *testing.T) {
+	m := metrics.New("test", 0.8, metrics.DefaultMaxValues)
+	e := engine(t, m)
+	for i := range 1000 {
+		req := &limits.Request{Domain: "edge", Descriptors: []limits.Descriptor{{
+			Entries:  []limits.Entry{{Key: "user", Value: fmt.Sprint("u", i)}},
+			Override: &limits.Override{Requests: 5, Unit: limits.Unit(1 + i%2)}, // second or minute
+		}}}
+		var d limits.Decision
+		if err := e.Decide(context.Background(), req, &d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := metrics.CacheLen(m); n > 2 {
+		t.Errorf("%d cached entries after 1000 overrides, want at most 2", n)
+	}
+	if got := value(t, m, "ratelimit_sidecar_rule_hits_total", "_override"); got != 500 {
+		t.Errorf("hits of the first override series = %v, want 500", got)
+	}
+}
