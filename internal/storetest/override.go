@@ -39,6 +39,7 @@ func RunOverrideKeys(t *testing.T, newStore Factory) {
 				{Code: ok, Remaining: 8},                // the override's hit counts
 				{Requests: 1, Code: over, Remaining: 0}, // the rule's hit counts
 				{Requests: 5, Code: ok, Remaining: 2},   // so does every override's
+				{Code: ok, Remaining: 6},
 			},
 		},
 		{
