@@ -119,8 +119,11 @@ type valuesKey struct{ domain, rule string }
 
 // valueSet is the metric names of one rule that have series of their own.
 type valueSet struct {
-	mu         sync.RWMutex
-	names      map[string]struct{}
+	mu sync.RWMutex
+	// names maps each name to itself, so that the rule's limits, rulesets
+	// and series share one copy of a name, which can be as long as the
+	// request's values.
+	names      map[string]string
 	overflowed prometheus.Counter
 }
 
@@ -310,7 +313,7 @@ func (m *Metrics) newCounters(domain string, r *limits.Rule, l *limits.Limit) an
 	k := valuesKey{domain, r.Name}
 	vs := m.values[k]
 	if vs == nil {
-		vs = &valueSet{names: map[string]struct{}{}, overflowed: m.overflowed.WithLabelValues(domain, r.Name)}
+		vs = &valueSet{names: map[string]string{}, overflowed: m.overflowed.WithLabelValues(domain, r.Name)}
 		m.values[k] = vs
 	}
 	return &valueCounters{values: vs, labels: [3]string{domain, alg, window}, byName: map[string]*ruleCounters{}}
@@ -324,14 +327,15 @@ func (m *Metrics) newCounters(domain string, r *limits.Rule, l *limits.Limit) an
 func (m *Metrics) admit(vc *valueCounters, name []byte, r *limits.Rule) (*ruleCounters, *valueSet) {
 	vs := vc.values
 	vs.mu.RLock()
-	_, known := vs.names[string(name)]
+	s, known := vs.names[string(name)]
 	full := len(vs.names) >= m.maxValues
 	vs.mu.RUnlock()
 	if !known && !full {
 		vs.mu.Lock()
-		_, known = vs.names[string(name)]
+		s, known = vs.names[string(name)]
 		if !known && len(vs.names) < m.maxValues {
-			vs.names[string(name)] = struct{}{}
+			s = string(name)
+			vs.names[s] = s
 			known = true
 		}
 		vs.mu.Unlock()
@@ -348,10 +352,10 @@ func (m *Metrics) admit(vc *valueCounters, name []byte, r *limits.Rule) (*ruleCo
 	}
 	vc.mu.Lock()
 	defer vc.mu.Unlock()
-	rc := vc.byName[string(name)]
+	rc := vc.byName[s]
 	if rc == nil {
-		rc = m.ruleCounters(vc.labels[0], string(name), vc.labels[1], vc.labels[2])
-		vc.byName[string(name)] = rc
+		rc = m.ruleCounters(vc.labels[0], s, vc.labels[1], vc.labels[2])
+		vc.byName[s] = rc
 	}
 	return rc, nil
 }
