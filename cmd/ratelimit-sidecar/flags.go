@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
@@ -29,8 +30,10 @@ type settings struct {
 	request         limits.RequestLimits
 	version         bool
 	nearLimitRatio  float64
+	metricMaxValues int
 	responseHeaders envoy.HeaderMode
 	reloadDebounce  time.Duration
+	overrideKeys    limits.OverrideKeys
 
 	failureMode      limits.FailureMode
 	localDivisor     uint64
@@ -105,6 +108,8 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	fs.Var(&c.responseHeaders, "response-headers", "`mode` of rate-limit headers for Envoy to add to responses: none, draft03 (RateLimit-Limit, -Remaining, -Reset) or ietf (RateLimit-Policy and RateLimit); both add Retry-After when over limit")
 	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", 0.8, "share of a limit past which admitted hits count as near the limit in metrics")
+	fs.Var(&c.overrideKeys, "override-keys", "`mode` of the counters of Envoy's per-request limits (descriptor.limit): shared with the rules' fixed windows of the same window, as envoyproxy/ratelimit, or separate, one per override's requests and unit (default shared)")
+	fs.IntVar(&c.metricMaxValues, "metric-max-values", metrics.DefaultMaxValues, "how many distinct value names each detailed_metric or value_to_metric rule gets series for; later ones share the rule's rule=\"_other.<rule>\" series (0: all do)")
 	fs.DurationVar(&c.reloadDebounce, "reload-debounce", 200*time.Millisecond, "how long file changes must settle before rules are reloaded")
 	fs.IntVar(&c.gc.percent, "gc-percent", defaultGCPercent, "the Go garbage collector's GOGC, unless the GOGC environment variable is set")
 	fs.StringVar(&c.memoryLimit, "memory-limit", defaultMemoryLimit, "the Go runtime's soft memory limit (64MiB, 1GiB, ...; 0: none), unless the GOMEMLIMIT environment variable is set")
@@ -166,6 +171,9 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	}
 	if c.memoryMaxKeys < 1 {
 		return fmt.Errorf("--memory-max-keys: want 1 or more, got %d", c.memoryMaxKeys)
+	}
+	if c.metricMaxValues < 0 {
+		return fmt.Errorf("--metric-max-values: want 0 or more, got %d", c.metricMaxValues)
 	}
 	if c.denyCacheEntries < 0 {
 		return fmt.Errorf("--deny-cache-entries: want 0 (off) or more, got %d", c.denyCacheEntries)

@@ -47,7 +47,7 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("invalid config:\n%w", err)
 	}
-	m := metrics.New(version, c.nearLimitRatio)
+	m := metrics.New(version, c.nearLimitRatio, c.metricMaxValues)
 	m.Loaded(rs.Checksum, time.Now())
 
 	st, err := openStore(ctx, c, log, m)
@@ -121,6 +121,7 @@ func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Met
 		Local:        local,
 		LocalDivisor: c.localDivisor,
 		Observer:     m,
+		OverrideKeys: c.overrideKeys,
 	})
 }
 

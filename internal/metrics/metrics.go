@@ -4,8 +4,10 @@
 //
 // Per-rule series are labelled by domain, rule name, algorithm and window,
 // never by a request's values, unless the rule sets detailed_metric or
-// value_to_metric; so the number of series is bounded by the rules, not by
-// the traffic.
+// value_to_metric. Those rules name a series by the request's values, but
+// only for the first maxValues names of each rule (see New); the other
+// values share one overflow series. So the number of series is bounded by
+// the rules, not by the traffic.
 package metrics
 
 import (
@@ -24,6 +26,22 @@ import (
 )
 
 const ns = "ratelimit_sidecar"
+
+// DefaultMaxValues is the default of New's maxValues: how many names of
+// its values a detailed_metric or value_to_metric rule gets series for.
+// 100 names are 500 series per limit (about 60 KB of each scrape and
+// 0.5 MB of memory), enough for per-tenant or per-route detail, while a
+// per-user or per-IP rule, whose values any client can invent, stays
+// within a sidecar's 64 MiB memory limit.
+const DefaultMaxValues = 100
+
+// OverflowPrefix starts the rule label of a rule's overflow series,
+// followed by the rule's own name: _other.tenant_t*.user. Values never
+// produce it: a rule's metric name starts with its top-level descriptor
+// key, and values come only after a '_' that follows a key. Only a rule
+// file whose top-level key itself starts with "_other" could produce the
+// same label.
+const OverflowPrefix = "_other."
 
 // Metrics holds every metric. It is safe for concurrent use.
 type Metrics struct {
@@ -48,8 +66,14 @@ type Metrics struct {
 	reloadTimestamp  prometheus.Gauge
 	reloads          *prometheus.CounterVec
 	configInfo       *prometheus.GaugeVec
+	overflowed       *prometheus.CounterVec
 
 	cache atomic.Pointer[ruleCache]
+
+	// maxValues bounds the names of each valueSet.
+	maxValues int
+	mu        sync.Mutex
+	values    map[valuesKey]*valueSet // kept across rulesets
 }
 
 // ruleCache maps a ruleset's (rule, limit) pairs to their counters, so the
@@ -57,7 +81,7 @@ type Metrics struct {
 // changes, so entries of old rulesets are dropped.
 type ruleCache struct {
 	rs *limits.Ruleset
-	m  sync.Map // ruleKey → *ruleCounters
+	m  sync.Map // ruleKey → *ruleCounters, or *valueCounters for a rule whose metric name depends on values; overrideKey → *ruleCounters
 }
 
 type ruleKey struct {
@@ -65,13 +89,51 @@ type ruleKey struct {
 	limit *limits.Limit
 }
 
+// overrideKey is the cache key of Envoy's per-request limits, which are new
+// for every request: one key per domain and window, not per limit.
+type overrideKey struct {
+	domain string
+	window time.Duration
+}
+
 type ruleCounters struct {
 	hits, over, near, within, shadow prometheus.Counter
 }
 
+// valueCounters are the counters of one limit of a rule whose metric name
+// depends on the request's values, by name. It holds only the names its
+// valueSet admitted, so at most maxValues.
+type valueCounters struct {
+	values *valueSet
+	labels [3]string // domain, algorithm, window
+
+	mu     sync.RWMutex
+	byName map[string]*ruleCounters
+	other  atomic.Pointer[ruleCounters] // the overflow series; nil until used
+}
+
+// valuesKey names a rule across rulesets: a reload builds new rules, but
+// the series they made stay registered, so the bound must hold across
+// reloads too.
+type valuesKey struct{ domain, rule string }
+
+// valueSet is the metric names of one rule that have series of their own.
+type valueSet struct {
+	mu sync.RWMutex
+	// names maps each name to itself, so that the rule's limits, rulesets
+	// and series share one copy of a name, which can be as long as the
+	// request's values.
+	names      map[string]string
+	overflowed prometheus.Counter
+}
+
 // New creates and registers every metric. nearRatio is the share of a
 // limit (0 to 1) past which admitted hits count as near the limit.
-func New(version string, nearRatio float64) *Metrics {
+// maxValues is how many metric names, made of a request's values, each
+// detailed_metric or value_to_metric rule gets series for; later names
+// share the rule's overflow series (see OverflowPrefix). With 0, every
+// value does.
+func New(version string, nearRatio float64, maxValues int) *Metrics {
 	reg := prometheus.NewRegistry()
 	ruleLabels := []string{"domain", "rule", "algorithm", "window"}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
@@ -115,6 +177,9 @@ func New(version string, nearRatio float64) *Metrics {
 			reg.MustRegister(g)
 			return g
 		}(),
+		overflowed: counter("metric_values_overflowed_total", "Descriptors that a detailed_metric or value_to_metric rule counted under its rule=\"_other.<rule>\" series, because its other values already had --metric-max-values series.", "domain", "rule"),
+		maxValues:  max(maxValues, 0),
+		values:     map[valuesKey]*valueSet{},
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info", Help: "1, labelled with the build's version and Go version."}, []string{"version", "goversion"})
 	reg.MustRegister(build)
@@ -166,10 +231,17 @@ func (m *Metrics) Observe(req *limits.Request, d *limits.Decision, took time.Dur
 	// hits only.
 	decided := d.StoreErr == nil || d.Fallback == limits.FailLocal
 	checks, outs := d.Checks(), d.Outcomes()
+	counted := -1 // the last descriptor counted as overflowed
 	for j := range checks {
 		c := &checks[j]
-		st := &d.Statuses[d.Descriptor(j)]
-		rc := m.counters(cache, req.Domain, st.Rule, c.Limit, req.Descriptors[d.Descriptor(j)].Entries)
+		owner := d.Descriptor(j)
+		st := &d.Statuses[owner]
+		rc, vs := m.counters(cache, req.Domain, st.Rule, c.Limit, req.Descriptors[owner].Entries)
+		if vs != nil && counted != owner {
+			// A descriptor's checks are consecutive; count it once.
+			vs.overflowed.Inc()
+			counted = owner
+		}
 		hits := float64(c.Hits)
 		rc.hits.Add(hits)
 		if !decided || j >= len(outs) {
@@ -191,37 +263,113 @@ func (m *Metrics) Observe(req *limits.Request, d *limits.Decision, took time.Dur
 }
 
 // counters returns the counters of one rule's limit, from the cache unless
-// the rule's metric name depends on the request's values.
-func (m *Metrics) counters(cache *ruleCache, domain string, r *limits.Rule, l *limits.Limit, entries []limits.Entry) *ruleCounters {
-	dynamic := r != nil && (r.DetailedMetric || valueToMetric(r))
-	key := ruleKey{r, l}
-	if !dynamic {
-		if rc, ok := cache.m.Load(key); ok {
-			return rc.(*ruleCounters)
+// the rule's metric name depends on the request's values. When it does
+// and the name overflowed, counters returns the overflow series and the
+// rule's valueSet, to count the overflow.
+func (m *Metrics) counters(cache *ruleCache, domain string, r *limits.Rule, l *limits.Limit, entries []limits.Entry) (*ruleCounters, *valueSet) {
+	if r == nil {
+		key := overrideKey{domain, l.Window()}
+		c, ok := cache.m.Load(key)
+		if !ok {
+			c, _ = cache.m.LoadOrStore(key, m.newCounters(domain, r, l))
 		}
+		return c.(*ruleCounters), nil
 	}
-	name := "_override" // Envoy's per-request limit: no rule to name
+	key := ruleKey{r, l}
+	c, ok := cache.m.Load(key)
+	if !ok {
+		c, _ = cache.m.LoadOrStore(key, m.newCounters(domain, r, l))
+	}
+	if rc, ok := c.(*ruleCounters); ok {
+		return rc, nil
+	}
+	vc := c.(*valueCounters)
+	// Up to 256 bytes of name are built on the stack.
+	var buf [256]byte
+	name := r.AppendMetricName(buf[:0], entries)
+	vc.mu.RLock()
+	rc := vc.byName[string(name)]
+	vc.mu.RUnlock()
+	if rc != nil {
+		return rc, nil
+	}
+	return m.admit(vc, name, r)
+}
+
+// newCounters returns the cache entry of one rule's limit.
+func (m *Metrics) newCounters(domain string, r *limits.Rule, l *limits.Limit) any {
+	alg, window := l.Algorithm.String(), l.Window().String()
 	switch {
 	case r == nil:
+		// Envoy's per-request limit: no rule to name.
+		return m.ruleCounters(domain, "_override", alg, window)
 	case l.Name != "":
-		name = l.Name
-	case dynamic:
-		name = r.MetricName(entries)
-	default:
-		name = r.Name
+		return m.ruleCounters(domain, l.Name, alg, window)
+	case !r.DetailedMetric && !valueToMetric(r):
+		return m.ruleCounters(domain, r.Name, alg, window)
 	}
-	labels := []string{domain, name, l.Algorithm.String(), l.Window().String()}
-	rc := &ruleCounters{
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := valuesKey{domain, r.Name}
+	vs := m.values[k]
+	if vs == nil {
+		vs = &valueSet{names: map[string]string{}, overflowed: m.overflowed.WithLabelValues(domain, r.Name)}
+		m.values[k] = vs
+	}
+	return &valueCounters{values: vs, labels: [3]string{domain, alg, window}, byName: map[string]*ruleCounters{}}
+}
+
+// admit returns the counters of name, which vc does not hold yet: its own
+// series if the rule has room for another name or already has one for it
+// (under another of its limits, or in an earlier ruleset), else the
+// overflow series and the valueSet, to count the overflow. Overflowing
+// takes no exclusive lock and allocates nothing.
+func (m *Metrics) admit(vc *valueCounters, name []byte, r *limits.Rule) (*ruleCounters, *valueSet) {
+	vs := vc.values
+	vs.mu.RLock()
+	s, known := vs.names[string(name)]
+	full := len(vs.names) >= m.maxValues
+	vs.mu.RUnlock()
+	if !known && !full {
+		vs.mu.Lock()
+		s, known = vs.names[string(name)]
+		if !known && len(vs.names) < m.maxValues {
+			s = string(name)
+			vs.names[s] = s
+			known = true
+		}
+		vs.mu.Unlock()
+	}
+	if !known {
+		rc := vc.other.Load()
+		if rc == nil {
+			// Racing callers build the same children: the vectors
+			// hand out one child per label set.
+			rc = m.ruleCounters(vc.labels[0], OverflowPrefix+r.Name, vc.labels[1], vc.labels[2])
+			vc.other.Store(rc)
+		}
+		return rc, vs
+	}
+	vc.mu.Lock()
+	defer vc.mu.Unlock()
+	rc := vc.byName[s]
+	if rc == nil {
+		rc = m.ruleCounters(vc.labels[0], s, vc.labels[1], vc.labels[2])
+		vc.byName[s] = rc
+	}
+	return rc, nil
+}
+
+// ruleCounters returns the series of one rule name.
+func (m *Metrics) ruleCounters(domain, name, alg, window string) *ruleCounters {
+	labels := []string{domain, name, alg, window}
+	return &ruleCounters{
 		hits:   m.ruleHits.WithLabelValues(labels...),
 		over:   m.ruleOver.WithLabelValues(labels...),
 		near:   m.ruleNear.WithLabelValues(labels...),
 		within: m.ruleWithin.WithLabelValues(labels...),
 		shadow: m.ruleShadow.WithLabelValues(labels...),
 	}
-	if !dynamic {
-		cache.m.Store(key, rc)
-	}
-	return rc
 }
 
 func valueToMetric(r *limits.Rule) bool {

@@ -55,7 +55,7 @@ func decide(t *testing.T, e *limits.Engine, kv ...string) {
 }
 
 func TestRuleCountersExact(t *testing.T) {
-	m := metrics.New("test", 0.8)
+	m := metrics.New("test", 0.8, metrics.DefaultMaxValues)
 	e := engine(t, m)
 	for range 12 {
 		decide(t, e, "user", "alice")
@@ -110,7 +110,7 @@ ratelimit_sidecar_decisions_total{result="over_limit"} 2
 // number of series must not grow with them. Only detailed_metric rules
 // name series by value, as they ask to.
 func TestCardinalityBounded(t *testing.T) {
-	m := metrics.New("test", 0.8)
+	m := metrics.New("test", 0.8, metrics.DefaultMaxValues)
 	e := engine(t, m)
 	decide(t, e, "user", "u0")
 	before := testutil.CollectAndCount(m.Registry)
@@ -152,7 +152,7 @@ func value(t *testing.T, m *metrics.Metrics, name, rule string) float64 {
 }
 
 func TestReloadAndBreakerGauges(t *testing.T) {
-	m := metrics.New("test", 0.8)
+	m := metrics.New("test", 0.8, metrics.DefaultMaxValues)
 	m.Reloaded(config.ReloadStatus{Checksum: "abc", LoadedAt: time.Unix(100, 0)}, nil)
 	m.Reloaded(config.ReloadStatus{}, fmt.Errorf("bad"))
 	m.BreakerChanged(true, nil)
@@ -184,7 +184,7 @@ ratelimit_sidecar_redis_circuit_open 1
 // TestObserveFailureMode: with the store down and a failure mode other than
 // local, no outcome exists; only hits and the fallback are counted.
 func TestObserveFailureMode(t *testing.T) {
-	m := metrics.New("test", 0.8)
+	m := metrics.New("test", 0.8, metrics.DefaultMaxValues)
 	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(rules)}}, config.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -219,3 +219,140 @@ ratelimit_sidecar_rule_within_limit_total{algorithm="fixed_window",domain="edge"
 type downStore struct{}
 
 func (downStore) Apply(context.Context, *limits.Batch) error { return limits.ErrStoreUnavailable }
+
+// series returns how many series of family name have a rule label that
+// starts with prefix, and their sum.
+func series(t *testing.T, m *metrics.Metrics, name, prefix string) (n int, sum float64) {
+	t.Helper()
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "rule" && strings.HasPrefix(l.GetValue(), prefix) {
+					n++
+					sum += s.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n, sum
+}
+
+// TestDetailedMetricCapped sends 5000 distinct tenants through a
+// detailed_metric rule, as clients that invent header values would: only
+// the first 100 get series, the rest are counted in the rule's overflow
+// series and in metric_values_overflowed_total. A reload (new rules, same
+// rule) must not make room for another 100.
+func TestDetailedMetricCapped(t *testing.T) {
+	const maxValues = 100
+	m := metrics.New("test", 0.8, maxValues)
+	e := engine(t, m)
+	for i := range 5000 {
+		decide(t, e, "tenant", fmt.Sprint("t", i))
+	}
+	// A tenant with a series keeps it once the rule is full.
+	decide(t, e, "tenant", "t7")
+
+	const hits = "ratelimit_sidecar_rule_hits_total"
+	n, sum := series(t, m, hits, "tenant_")
+	if n != maxValues || sum != maxValues+1 {
+		t.Errorf("%d tenant series with %v hits, want %d with %d", n, sum, maxValues, maxValues+1)
+	}
+	if got := value(t, m, hits, "tenant_t7"); got != 2 {
+		t.Errorf("hits of tenant_t7 = %v, want 2", got)
+	}
+	if got := value(t, m, hits, "_other.tenant_t*"); got != 5000-maxValues {
+		t.Errorf("overflow series = %v, want %d", got, 5000-maxValues)
+	}
+	if got := value(t, m, "ratelimit_sidecar_metric_values_overflowed_total", "tenant_t*"); got != 5000-maxValues {
+		t.Errorf("overflowed = %v, want %d", got, 5000-maxValues)
+	}
+
+	before := testutil.CollectAndCount(m.Registry)
+	e.SetRules(engine(t, m).Rules())
+	for i := range 1000 {
+		decide(t, e, "tenant", fmt.Sprint("new", i))
+	}
+	if after := testutil.CollectAndCount(m.Registry); after != before {
+		t.Errorf("series grew from %d to %d after a reload", before, after)
+	}
+}
+
+// TestDetailedMetricNone: with no room at all, every value is counted in
+// the overflow series, and rules without detailed metrics are untouched.
+func TestDetailedMetricNone(t *testing.T) {
+	m := metrics.New("test", 0.8, 0)
+	e := engine(t, m)
+	decide(t, e, "tenant", "t1", "user", "u1")
+	decide(t, e, "tenant", "t2")
+	if n, _ := series(t, m, "ratelimit_sidecar_rule_hits_total", "tenant_"); n != 0 {
+		t.Errorf("%d tenant series, want 0", n)
+	}
+	if got := value(t, m, "ratelimit_sidecar_rule_hits_total", "_other.tenant_t*"); got != 2 {
+		t.Errorf("overflow series = %v, want 2", got)
+	}
+	if got := value(t, m, "ratelimit_sidecar_rule_hits_total", "user"); got != 1 {
+		t.Errorf("user series = %v, want 1", got)
+	}
+}
+
+// TestDetailedMetricTwoLimits: a descriptor that overflows a rule with two
+// limits is one overflowed descriptor, though both limits count its hits.
+func TestDetailedMetricTwoLimits(t *testing.T) {
+	m := metrics.New("test", 0.8, 1)
+	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(`
+domain: edge
+descriptors:
+  - key: path
+    detailed_metric: true
+    rate_limits:
+      - {unit: minute, requests_per_unit: 10}
+      - {unit: hour, requests_per_unit: 100}
+`)}}, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := limits.NewEngine(rs, memory.New(memory.Options{}), limits.EngineOptions{Observer: m})
+	decide(t, e, "path", "/a")
+	decide(t, e, "path", "/b")
+	decide(t, e, "path", "/c")
+	if n, sum := series(t, m, "ratelimit_sidecar_rule_hits_total", "path_"); n != 2 || sum != 2 {
+		t.Errorf("%d path series with %v hits, want 2 (one per limit) with 2", n, sum)
+	}
+	if n, sum := series(t, m, "ratelimit_sidecar_rule_hits_total", "_other.path"); n != 2 || sum != 4 {
+		t.Errorf("%d overflow series with %v hits, want 2 (one per limit) with 4", n, sum)
+	}
+	if got := value(t, m, "ratelimit_sidecar_metric_values_overflowed_total", "path"); got != 2 {
+		t.Errorf("overflowed = %v, want 2", got)
+	}
+}
+
+// TestOverrideNotCached: Envoy's per-request limits are new for every
+// request, so caching their counters by limit would keep one entry per
+// request until the next reload.
+func TestOverrideNotCached(t *testing.T) {
+	m := metrics.New("test", 0.8, metrics.DefaultMaxValues)
+	e := engine(t, m)
+	for i := range 1000 {
+		req := &limits.Request{Domain: "edge", Descriptors: []limits.Descriptor{{
+			Entries:  []limits.Entry{{Key: "user", Value: fmt.Sprint("u", i)}},
+			Override: &limits.Override{Requests: 5, Unit: limits.Unit(1 + i%2)}, // second or minute
+		}}}
+		var d limits.Decision
+		if err := e.Decide(context.Background(), req, &d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := metrics.CacheLen(m); n > 2 {
+		t.Errorf("%d cached entries after 1000 overrides, want at most 2", n)
+	}
+	if got := value(t, m, "ratelimit_sidecar_rule_hits_total", "_override"); got != 500 {
+		t.Errorf("hits of the first override series = %v, want 500", got)
+	}
+}

@@ -76,13 +76,16 @@ func Load(path string, opts Options) (*limits.Ruleset, error) {
 }
 
 // ReadFiles reads the rule files Load would read, without parsing them.
-func ReadFiles(path string) ([]File, error) {
+func ReadFiles(path string) ([]File, error) { return readFiles(path, os.ReadFile) }
+
+// readFiles is ReadFiles reading each file with readFile.
+func readFiles(path string, readFile func(string) ([]byte, error)) ([]File, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
 	if !info.IsDir() {
-		data, err := os.ReadFile(path)
+		data, err := readFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("read config: %w", err)
 		}
@@ -110,7 +113,7 @@ func ReadFiles(path string) ([]File, error) {
 		} else if !d.Type().IsRegular() {
 			return nil
 		}
-		data, err := os.ReadFile(p)
+		data, err := readFile(p)
 		if err != nil {
 			return err
 		}

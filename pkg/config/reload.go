@@ -42,6 +42,7 @@ type Reloader struct {
 	log      *zap.Logger
 	debounce time.Duration
 	notify   func(ReloadStatus, error)
+	readFile func(string) ([]byte, error) // os.ReadFile; tests replace it
 
 	mu     sync.Mutex // serializes reloads; guards status
 	status ReloadStatus
@@ -68,7 +69,8 @@ func NewReloader(path string, engine *limits.Engine, log *zap.Logger, ro Reloade
 	rs := engine.Rules()
 	return &Reloader{
 		path: path, opts: ro.Options, engine: engine, log: log, debounce: ro.Debounce, notify: ro.OnReload,
-		status: ReloadStatus{Checksum: rs.Checksum, Files: rs.Files, LoadedAt: time.Now()},
+		readFile: os.ReadFile,
+		status:   ReloadStatus{Checksum: rs.Checksum, Files: rs.Files, LoadedAt: time.Now()},
 	}
 }
 
@@ -83,11 +85,18 @@ func (r *Reloader) Status() ReloadStatus {
 // rules in use, parses them and swaps them in. A file set that fails to
 // parse is rejected whole, with every problem logged at Error, and the
 // rules in use stay. It reports whether new rules were swapped in.
+//
+// Files equal to the rules in use change nothing, except after a rejected
+// reload: reading them back is then a successful reload (the rules in use
+// are what the files say again), reported to OnReload without an error.
 func (r *Reloader) Reload() (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	files, err := ReadFiles(r.path)
+	files, err := readFiles(r.path, r.readFile)
 	if err == nil && checksum(files) == r.status.Checksum {
+		if r.status.LastError != nil {
+			r.restored()
+		}
 		return false, nil
 	}
 	r.status.LastAttempt = time.Now()
@@ -118,13 +127,34 @@ func (r *Reloader) Reload() (bool, error) {
 	return true, nil
 }
 
+// restored records that the files are the rules in use again after a
+// rejected reload. Requires r.mu held.
+func (r *Reloader) restored() {
+	r.status.LastAttempt = time.Now()
+	r.status.LastError = nil
+	r.status.Successes++
+	r.log.Info("config restored to the rules in use", zap.String("path", r.path), zap.String("checksum", r.status.Checksum))
+	if r.notify != nil {
+		r.notify(r.status, nil)
+	}
+}
+
+// failing reports whether the last reload was rejected.
+func (r *Reloader) failing() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status.LastError != nil
+}
+
 // Watch reloads whenever files under the config path change, until ctx
 // ends. For a directory it watches the directory and its subdirectories
 // (not dot-directories: a ConfigMap's ..data swap shows up as an event in
 // the directory itself); for a file it watches the file's directory, so
 // replacing the file or swapping a symbolic link is seen too. Events are
 // debounced, and the checksum makes a burst of events, or an event that
-// changed nothing, reload at most once.
+// changed nothing, reload at most once. A change of permissions alone is
+// ignored, unless the last reload was rejected: then the files may have
+// just become readable (chmod 644 after a chmod 000), so it retries.
 func (r *Reloader) Watch(ctx context.Context) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -145,7 +175,7 @@ func (r *Reloader) Watch(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			if ev.Op == fsnotify.Chmod {
+			if ev.Op == fsnotify.Chmod && !r.failing() {
 				continue
 			}
 			timer.Reset(r.debounce)

@@ -2,6 +2,8 @@ package config_test
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
@@ -53,10 +57,10 @@ func swapConfigMap(t *testing.T, dir, stamp string, files map[string]string) {
 	}
 }
 
-// watching starts a Reloader's Watch on path and returns it with a
-// function that waits, up to 5 s, for the reload counters to reach the
-// given values.
-func watching(t *testing.T, path string, e *limits.Engine) (*config.Reloader, func(successes, failures int)) {
+// watching starts a Reloader's Watch on path, after calling setup on it,
+// and returns it with a function that waits, up to 5 s, for the reload
+// counters to reach the given values.
+func watching(t *testing.T, path string, e *limits.Engine, setup ...func(*config.Reloader)) (*config.Reloader, func(successes, failures int)) {
 	t.Helper()
 	var mu sync.Mutex
 	changed := sync.NewCond(&mu)
@@ -64,6 +68,9 @@ func watching(t *testing.T, path string, e *limits.Engine) (*config.Reloader, fu
 		Debounce: 20 * time.Millisecond,
 		OnReload: func(config.ReloadStatus, error) { mu.Lock(); changed.Broadcast(); mu.Unlock() },
 	})
+	for _, f := range setup {
+		f(r)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -255,5 +262,118 @@ func TestReloadKeepsCounters(t *testing.T) {
 	}
 	if got := d.Statuses[0].Remaining; got != 4 {
 		t.Errorf("remaining after reload = %d, want 4 (10 - 3 before - 3 after)", got)
+	}
+}
+
+// readAsNonRoot reads a file as a process without CAP_DAC_OVERRIDE would:
+// a file without any read permission bit fails with a permission error.
+// The tests run as root in some places, and root reads a chmod 000 file.
+func readAsNonRoot(p string) ([]byte, error) {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if fi.Mode().Perm()&0o444 == 0 {
+		return nil, &fs.PathError{Op: "open", Path: p, Err: fs.ErrPermission}
+	}
+	return os.ReadFile(p)
+}
+
+// TestReloadAfterChmod: a rule file that cannot be read fails its reload;
+// making it readable, with no other change, must reload it. fsnotify
+// reports the fix as a CHMOD event only. As root the permission check is
+// emulated by readAsNonRoot; the events are real either way.
+func TestReloadAfterChmod(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(path, []byte(rulesV1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := load(t, dir)
+	var setup []func(*config.Reloader)
+	if _, err := os.ReadFile(path); err == nil && os.Geteuid() == 0 {
+		setup = append(setup, func(r *config.Reloader) { config.SetReadFile(r, readAsNonRoot) })
+	}
+	r, wait := watching(t, dir, e, setup...)
+
+	// New rules arrive unreadable, in one rename so that no reload can
+	// read them before the chmod.
+	tmp := filepath.Join(dir, ".rules.yaml.tmp")
+	if err := os.WriteFile(tmp, []byte(rulesV2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(tmp, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	wait(0, 1)
+	if err := r.Status().LastError; !errors.Is(err, fs.ErrPermission) {
+		t.Fatalf("last error %v, want a permission error", err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wait(1, 1)
+	if !hasRule(e, "tenant") {
+		t.Fatal("the rules made readable are not in use")
+	}
+}
+
+// TestReloadRestoresInUse: after a rejected reload, putting back exactly
+// the rules in use is a successful reload, so the reload gauge says 1
+// again, though nothing is swapped in.
+func TestReloadRestoresInUse(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	write := func(data string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(rulesV1)
+	e := load(t, dir)
+	before := e.Rules()
+	m := metrics.New("test", 0.8, metrics.DefaultMaxValues)
+	var errs []error
+	r := config.NewReloader(dir, e, zap.NewNop(), config.ReloaderOptions{OnReload: func(st config.ReloadStatus, err error) {
+		errs = append(errs, err)
+		m.Reloaded(st, err)
+	}})
+
+	write(rulesBad)
+	if changed, err := r.Reload(); changed || err == nil {
+		t.Fatalf("Reload of bad rules = %v, %v; want an error", changed, err)
+	}
+	gauge := func(want string) {
+		t.Helper()
+		const name = "ratelimit_sidecar_config_last_reload_successful"
+		exp := "# HELP " + name + " 1 if the last config reload succeeded (or none failed since start).\n# TYPE " + name + " gauge\n" + name + " " + want + "\n"
+		if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(exp), name); err != nil {
+			t.Error(err)
+		}
+	}
+	gauge("0")
+
+	write(rulesV1)
+	if changed, err := r.Reload(); changed || err != nil {
+		t.Fatalf("Reload of the rules in use = %v, %v; want no change and no error", changed, err)
+	}
+	gauge("1")
+	st := r.Status()
+	if st.LastError != nil || st.Successes != 1 || st.Failures != 1 || st.Checksum != before.Checksum {
+		t.Errorf("status %+v; want no error, 1 success, 1 failure, the old checksum", st)
+	}
+	if e.Rules() != before {
+		t.Error("the rules in use were replaced")
+	}
+	if len(errs) != 2 || errs[1] != nil {
+		t.Errorf("OnReload errors %v, want [<error> <nil>]", errs)
+	}
+	// Once recovered, the same files are no reload at all.
+	if changed, err := r.Reload(); changed || err != nil || len(errs) != 2 {
+		t.Errorf("third Reload = %v, %v with %d notifications; want nothing", changed, err, len(errs))
 	}
 }

@@ -28,7 +28,9 @@ type Descriptor struct {
 	HasHits bool
 }
 
-// Override is a per-request limit sent by Envoy.
+// Override is a per-request limit sent by Envoy. It counts as a fixed
+// window on the descriptor's entries, on the counter EngineOptions.
+// OverrideKeys chooses.
 type Override struct {
 	Requests uint64
 	Unit     Unit
@@ -150,6 +152,10 @@ type EngineOptions struct {
 	LocalDivisor uint64
 	// Observer, if set, is told about every decision.
 	Observer Observer
+	// OverrideKeys says whether a descriptor's own limit shares its
+	// counter with the rules' (the zero value, as envoyproxy/ratelimit)
+	// or has one of its own.
+	OverrideKeys OverrideKeys
 }
 
 // Engine decides requests against the current Ruleset through a Store. It
@@ -162,6 +168,7 @@ type Engine struct {
 	local    Store
 	divisor  uint64
 	observer Observer
+	override OverrideKeys
 	now      func() time.Time
 }
 
@@ -180,6 +187,7 @@ func NewEngine(rs *Ruleset, store Store, o EngineOptions) *Engine {
 		local:    o.Local,
 		divisor:  max(o.LocalDivisor, 1),
 		observer: o.Observer,
+		override: o.OverrideKeys,
 		now:      time.Now,
 	}
 	if e.failure == FailDefault {
@@ -296,7 +304,7 @@ func (e *Engine) decide(ctx context.Context, req *Request, d *Decision) error {
 	if !rs.HasDomain(req.Domain) {
 		return nil // unknown domain: OK, no limits (as the reference)
 	}
-	if err := d.match(rs, req); err != nil {
+	if err := d.match(rs, req, e.override); err != nil {
 		return err
 	}
 	d.dropped = Dropped(d.candidates, d.dropped[:0])
@@ -323,13 +331,13 @@ func (e *Engine) decide(ctx context.Context, req *Request, d *Decision) error {
 }
 
 // match lists, in d.candidates, the limits every descriptor of req
-// reaches: a descriptor's override limit, else the limits of the rule it
-// matches.
-func (d *Decision) match(rs *Ruleset, req *Request) error {
+// reaches: a descriptor's override limit, keyed as keys says, else the
+// limits of the rule it matches.
+func (d *Decision) match(rs *Ruleset, req *Request, keys OverrideKeys) error {
 	for i := range req.Descriptors {
 		desc := &req.Descriptors[i]
 		if o := desc.Override; o != nil {
-			l, err := NewLimit(FixedWindow, o.Requests, o.Unit, 1, 0)
+			l, err := overrideLimit(o, keys)
 			if err != nil {
 				return &RequestError{fmt.Sprintf("descriptors[%d].limit", i), err.Error()}
 			}

@@ -108,22 +108,26 @@ func (r *Rule) Lineage() []*Rule { return r.chain }
 // levels that set value_to_metric. An entry with an empty value keeps the
 // rule's. With nil entries it is Name.
 func (r *Rule) MetricName(entries []Entry) string {
-	var b strings.Builder
+	return string(r.AppendMetricName(nil, entries))
+}
+
+// AppendMetricName appends MetricName(entries) to dst and returns it.
+func (r *Rule) AppendMetricName(dst []byte, entries []Entry) []byte {
 	for i, a := range r.chain {
 		if i > 0 {
-			b.WriteByte('.')
+			dst = append(dst, '.')
 		}
-		b.WriteString(a.Key)
+		dst = append(dst, a.Key...)
 		v := a.Value
 		if (r.DetailedMetric || a.ValueToMetric) && i < len(entries) && entries[i].Value != "" {
 			v = entries[i].Value
 		}
 		if v != "" {
-			b.WriteByte('_')
-			b.WriteString(v)
+			dst = append(dst, '_')
+			dst = append(dst, v...)
 		}
 	}
-	return b.String()
+	return dst
 }
 
 // String is the rule's key and value for people: `tenant=acme`,

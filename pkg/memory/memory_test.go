@@ -20,6 +20,10 @@ func TestStoreCases(t *testing.T) {
 	storetest.Run(t, newMemory)
 }
 
+func TestOverrideKeys(t *testing.T) {
+	storetest.RunOverrideKeys(t, newMemory)
+}
+
 func TestStoreGrants(t *testing.T) {
 	storetest.RunGrants(t, newMemory)
 }
