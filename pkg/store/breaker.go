@@ -39,11 +39,25 @@ type BreakerOptions struct {
 }
 
 // Breaker is a limits.Store that stops calling a failing store. After
-// BreakerOptions.Failures consecutive errors that wrap
-// limits.ErrStoreUnavailable it
-// opens: every Apply fails at once with ErrBreakerOpen, so an outage does
-// not add the store's timeout to every request, and a goroutine probes the
+// BreakerOptions.Failures consecutive failures of the store it opens:
+// every Apply fails at once with ErrBreakerOpen, so an outage does not
+// add the store's timeout to every request, and a goroutine probes the
 // store every Cooldown until a probe succeeds, which closes it again.
+//
+// Only the store's own failures count, so that callers cannot open the
+// breaker on a healthy store:
+//   - an error counts only if it wraps limits.ErrStoreUnavailable (an
+//     unreachable or refusing store, or the store's own timeout);
+//   - a call whose caller gave up (its context cancelled, or its deadline
+//     passed) counts for nothing, whatever its error: a deadline shorter
+//     than the store's round trip is the caller's problem;
+//   - calls that were in flight together count once: a call counts only
+//     if no failure was counted since it started. A stall of the store (or
+//     of this process) that fails every call in flight is one failure,
+//     not one per call; the breaker opens when Failures waves of calls in
+//     a row, each started after the last counted failure, fail.
+//
+// Any success resets the count.
 //
 // Breaker is safe for concurrent use. Close stops the probe and waits for
 // it.
@@ -53,7 +67,10 @@ type Breaker struct {
 	opts  BreakerOptions
 
 	fails atomic.Int64
-	open  atomic.Bool
+	// counted is how many failures were ever counted: a call that sees
+	// it move while it is in flight was caught in the same stall.
+	counted atomic.Uint64
+	open    atomic.Bool
 
 	mu     sync.Mutex
 	closed bool          // guarded by mu: Close was called
@@ -84,16 +101,28 @@ func (b *Breaker) Apply(ctx context.Context, batch *limits.Batch) error {
 	if b.open.Load() {
 		return ErrBreakerOpen
 	}
+	seen := b.counted.Load()
 	err := b.store.Apply(ctx, batch)
 	switch {
 	case err == nil:
 		b.fails.Store(0)
-	case errors.Is(err, limits.ErrStoreUnavailable):
+	case errors.Is(err, limits.ErrStoreUnavailable) && !gaveUp(ctx) && b.counted.CompareAndSwap(seen, seen+1):
 		if b.fails.Add(1) >= int64(b.opts.Failures) {
 			b.trip(err)
 		}
 	}
 	return err
+}
+
+// gaveUp reports whether the caller of a call under ctx no longer waits
+// for it: ctx is cancelled or past its deadline, whose timer may not have
+// fired yet.
+func gaveUp(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // trip opens the breaker and starts the probe, once.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -82,5 +84,82 @@ func TestBreakerSuccessResetsCount(t *testing.T) {
 	}
 	if b.Open() {
 		t.Error("breaker opened on failures that were never 3 in a row")
+	}
+}
+
+// stalled is a store whose calls all wait for release, then fail as an
+// unreachable store's would: a stall longer than the store's timeout.
+type stalled struct {
+	release chan struct{}
+	calls   atomic.Int64
+}
+
+func (s *stalled) Apply(ctx context.Context, _ *limits.Batch) error {
+	s.calls.Add(1)
+	<-s.release
+	return fmt.Errorf("i/o timeout: %w", limits.ErrStoreUnavailable)
+}
+
+// TestBreakerCountsAStallOnce: the calls in flight during one stall are
+// one failure, not one each; stalls that follow one another still open
+// the breaker.
+func TestBreakerCountsAStallOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &stalled{}
+		b := store.NewBreaker(s, func(context.Context) error { return limits.ErrStoreUnavailable }, store.BreakerOptions{Failures: 3})
+		defer b.Close()
+		l, _ := limits.NewLimit(limits.FixedWindow, 100, limits.UnitSecond, 1, 0)
+		stall := func(calls int) {
+			s.release = make(chan struct{})
+			var wg sync.WaitGroup
+			for range calls {
+				wg.Go(func() {
+					b.Apply(context.Background(), &limits.Batch{Checks: []limits.Check{{Key: "{k}x", Limit: l, Hits: 1}}}) //nolint:errcheck // only the breaker's state matters
+				})
+			}
+			synctest.Wait() // every call is in the store
+			close(s.release)
+			wg.Wait()
+		}
+		stall(200)
+		if b.Open() {
+			t.Fatal("one stall of 200 calls in flight opened a breaker of 3 failures")
+		}
+		stall(200)
+		if b.Open() {
+			t.Fatal("two stalls opened a breaker of 3 failures")
+		}
+		stall(1)
+		if !b.Open() {
+			t.Fatal("three stalls in a row left a breaker of 3 failures closed")
+		}
+	})
+}
+
+// TestBreakerIgnoresCallersThatGaveUp: failures of calls whose context
+// was cancelled or past its deadline count for nothing.
+func TestBreakerIgnoresCallersThatGaveUp(t *testing.T) {
+	backend := &storetest.Down{Up: memory.New(memory.Options{})}
+	b := store.NewBreaker(backend, backend.Ping, store.BreakerOptions{Failures: 2})
+	defer b.Close()
+	l, _ := limits.NewLimit(limits.FixedWindow, 100, limits.UnitSecond, 1, 0)
+	backend.Down.Store(true)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+	defer cancel()
+	for range 50 {
+		for _, ctx := range []context.Context{cancelled, expired} {
+			b.Apply(ctx, &limits.Batch{Checks: []limits.Check{{Key: "{k}x", Limit: l, Hits: 1}}}) //nolint:errcheck // only the breaker's state matters
+		}
+	}
+	if b.Open() {
+		t.Fatal("failures of callers that gave up opened the breaker")
+	}
+	for range 2 {
+		b.Apply(context.Background(), &limits.Batch{Checks: []limits.Check{{Key: "{k}x", Limit: l, Hits: 1}}}) //nolint:errcheck // only the breaker's state matters
+	}
+	if !b.Open() {
+		t.Fatal("2 failures of callers that waited left a breaker of 2 closed")
 	}
 }
