@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -27,6 +28,12 @@ func (e *ReplyError) Error() string { return "redis " + e.Script + ": bad reply:
 // When ctx is done, the error wraps ctx's error too: a socket deadline
 // that go-redis took from ctx reports itself as an i/o timeout.
 func wrap(ctx context.Context, op string, err error) error {
+	if ownTimeout(ctx, err) {
+		// Not the caller's deadline: keep context.DeadlineExceeded out
+		// of the chain, so that the caller sees the store fail
+		// (Unavailable), not its own deadline pass.
+		return fmt.Errorf("redis %s: %w: no answer within the store's timeout: %v", op, limits.ErrStoreUnavailable, err)
+	}
 	cerr := ctx.Err()
 	if d, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(d) {
 		cerr = context.DeadlineExceeded // ctx's timer has yet to fire
@@ -38,6 +45,25 @@ func wrap(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("redis %s: %w: %w", op, limits.ErrStoreUnavailable, err)
 	}
 	return fmt.Errorf("redis %s: %w", op, err)
+}
+
+// ownTimeout reports whether err, from a call made under ctx, is the
+// store's own timeout: ctx is the deadlineCtx that Apply bounds a call
+// by, past its deadline, while the caller's context is not.
+func ownTimeout(ctx context.Context, err error) bool {
+	dc, ok := ctx.(*deadlineCtx)
+	if !ok || dc.Context.Err() != nil {
+		return false
+	}
+	now := time.Now()
+	if now.Before(dc.d) {
+		return false
+	}
+	if d, ok := dc.Context.Deadline(); ok && !now.Before(d) {
+		return false // the caller's deadline passed too
+	}
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // unavailable reports whether err means that Redis is unreachable, too
