@@ -9,7 +9,13 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 
 .PHONY: test build release bench redis-server
 
+# go mod download fetches every module go.mod lists, not only those the
+# build needs: the k8s tests rehearse the image build with GOPROXY=off, and
+# a build context that lacks a package makes Go look up modules (such as
+# github.com/kr/pretty) that no build of ours downloads.
 test: redis-server
+	$(GO) mod download
+	cd k8s && $(GO) mod download
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
 	cd k8s && $(GO) vet ./... && $(GO) test -count=1 -timeout 5m ./...
