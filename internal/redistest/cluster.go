@@ -23,13 +23,13 @@ type Cluster struct {
 // StartCluster starts three cluster-enabled redis-servers, joins them with
 // `redis-cli --cluster create` and waits until every node reports
 // cluster_state:ok with all 16384 slots assigned. The processes are stopped
-// at test cleanup.
-func StartCluster(t testing.TB) *Cluster {
+// at test cleanup. opts apply to every node.
+func StartCluster(t testing.TB, opts ...Option) *Cluster {
 	t.Helper()
 	cli := requireBinary(t, "redis-cli")
 	c := &Cluster{}
 	for range clusterSize {
-		s := StartServer(t, withCluster())
+		s := StartServer(t, append([]Option{withCluster()}, opts...)...)
 		c.Nodes = append(c.Nodes, s)
 		c.Addrs = append(c.Addrs, s.Addr)
 	}

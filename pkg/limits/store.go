@@ -58,3 +58,10 @@ type Store interface {
 // ErrStoreUnavailable is wrapped by stores when they cannot reach their
 // backend, so callers can apply a failure mode.
 var ErrStoreUnavailable = errors.New("store unavailable")
+
+// ErrPartUnavailable is wrapped, beside ErrStoreUnavailable, by a store
+// whose backend has parts that fail alone (a Redis Cluster's masters)
+// when only the part that holds a request's keys failed. Such a store
+// keeps track of its parts itself, so a circuit breaker in front of the
+// whole store ignores these errors: the other parts still answer.
+var ErrPartUnavailable = errors.New("part of the store unavailable")

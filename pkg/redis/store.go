@@ -93,6 +93,8 @@ type Store struct {
 	pipe     *pipe                  // nil on a Cluster
 	cc       *goredis.ClusterClient // nil but on a Cluster
 	nodes    sync.Map               // on a Cluster: master address → *pipe
+	healths  sync.Map               // on a Cluster: master address → *nodeHealth
+	probes   probes                 // of the masters cut off (see nodes.go)
 	addrs    sync.Map               // on a Cluster: node address → *goredis.Client
 	inflight int
 	prefix   string
@@ -134,6 +136,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 
 // Close closes the connections to Redis. Calls after Close fail.
 func (s *Store) Close() error {
+	s.probes.stop()
 	return s.rdb.Close()
 }
 
@@ -218,7 +221,7 @@ func (s *Store) run(c *call, slot uint16) ([]int64, error) {
 		putCall(c)
 		return nil, err
 	}
-	return s.nodePipe(node).do(c)
+	return s.runNode(node, c)
 }
 
 // nodePipe returns the pipe of a master's client. Pipes are kept by

@@ -47,7 +47,9 @@ type BreakerOptions struct {
 // Only the store's own failures count, so that callers cannot open the
 // breaker on a healthy store:
 //   - an error counts only if it wraps limits.ErrStoreUnavailable (an
-//     unreachable or refusing store, or the store's own timeout);
+//     unreachable or refusing store, or the store's own timeout), and not
+//     limits.ErrPartUnavailable (one part of the store failing, which
+//     the store cuts off itself);
 //   - a call whose caller gave up (its context cancelled, or its deadline
 //     passed) counts for nothing, whatever its error: a deadline shorter
 //     than the store's round trip is the caller's problem;
@@ -106,7 +108,8 @@ func (b *Breaker) Apply(ctx context.Context, batch *limits.Batch) error {
 	switch {
 	case err == nil:
 		b.fails.Store(0)
-	case errors.Is(err, limits.ErrStoreUnavailable) && !gaveUp(ctx) && b.counted.CompareAndSwap(seen, seen+1):
+	case errors.Is(err, limits.ErrStoreUnavailable) && !errors.Is(err, limits.ErrPartUnavailable) &&
+		!gaveUp(ctx) && b.counted.CompareAndSwap(seen, seen+1):
 		if b.fails.Add(1) >= int64(b.opts.Failures) {
 			b.trip(err)
 		}

@@ -1,0 +1,183 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+// On a Cluster, each master has a circuit breaker of its own, so that one
+// master failing costs only the requests whose keys it holds. The
+// store's errors from a master wrap limits.ErrPartUnavailable, which the
+// breaker in front of the whole store ignores. A master is cut off as
+// that breaker opens (see store.Breaker): after nodeFailures failures in
+// a row, where a failure counts only if its caller still waits and no
+// other failure of the master was counted since it started. While cut
+// off, a request with a key on it fails at once with ErrNodeDown (and
+// takes the failure mode), and a goroutine pings the master every
+// nodeCooldown until it answers.
+const (
+	nodeFailures     = 5
+	nodeCooldown     = 500 * time.Millisecond
+	nodeProbeTimeout = 100 * time.Millisecond
+)
+
+// ErrNodeDown is returned for a request with a key on a Cluster master
+// that is cut off.
+var ErrNodeDown = fmt.Errorf("redis cluster master cut off after failures: %w", limits.ErrPartUnavailable)
+
+// nodeHealth is a Cluster master's breaker.
+type nodeHealth struct {
+	fails   atomic.Int64
+	counted atomic.Uint64 // failures ever counted
+	down    atomic.Bool
+}
+
+// nodeError is an unavailable error from one Cluster master.
+type nodeError struct {
+	addr string
+	err  error
+}
+
+func (e *nodeError) Error() string   { return "master " + e.addr + ": " + e.err.Error() }
+func (e *nodeError) Unwrap() []error { return []error{e.err, limits.ErrPartUnavailable} }
+
+func (s *Store) health(addr string) *nodeHealth {
+	if v, ok := s.healths.Load(addr); ok {
+		return v.(*nodeHealth)
+	}
+	v, _ := s.healths.LoadOrStore(addr, new(nodeHealth))
+	return v.(*nodeHealth)
+}
+
+// runNode runs call c through master node's pipe, unless the master is
+// cut off, and recycles c.
+func (s *Store) runNode(node *goredis.Client, c *call) ([]int64, error) {
+	addr := node.Options().Addr
+	h := s.health(addr)
+	if h.down.Load() {
+		putCall(c)
+		return nil, fmt.Errorf("master %s: %w", addr, ErrNodeDown)
+	}
+	ctx := c.ctx // do recycles c
+	seen := h.counted.Load()
+	reply, err := s.nodePipe(node).do(c)
+	if err == nil {
+		h.fails.Store(0)
+		return reply, nil
+	}
+	if !unavailable(err) {
+		return nil, err
+	}
+	if !callerGaveUp(ctx) && h.counted.CompareAndSwap(seen, seen+1) && h.fails.Add(1) >= nodeFailures {
+		s.cutOff(addr, node, h)
+	}
+	return nil, &nodeError{addr: addr, err: err}
+}
+
+// callerGaveUp reports whether the caller of a call under ctx (Apply's
+// context, bounded by the store's timeout or not) no longer waits: its
+// own context is cancelled or past its deadline. The store's own timeout
+// is not the caller giving up.
+func callerGaveUp(ctx context.Context) bool {
+	if dc, ok := ctx.(*deadlineCtx); ok {
+		ctx = dc.Context
+	}
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
+// cutOff cuts master addr off and probes it until it answers.
+func (s *Store) cutOff(addr string, node *goredis.Client, h *nodeHealth) {
+	if !h.down.CompareAndSwap(false, true) {
+		return
+	}
+	if !s.probes.start(func(stop <-chan struct{}) { s.probeNode(stop, addr, node, h) }) {
+		h.down.Store(false) // closed: nothing to probe for
+	}
+}
+
+// probeNode pings master addr every nodeCooldown until it answers, then
+// lets requests reach it again.
+func (s *Store) probeNode(stop <-chan struct{}, addr string, node *goredis.Client, h *nodeHealth) {
+	t := time.NewTicker(nodeCooldown)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		if v, ok := s.addrs.Load(addr); ok {
+			node = v.(*goredis.Client) // go-redis may have replaced it
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), nodeProbeTimeout)
+		err := node.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			h.fails.Store(0)
+			h.down.Store(false)
+			return
+		}
+	}
+}
+
+// NodesDown returns the addresses of the Cluster masters that are cut
+// off now; nil elsewhere.
+func (s *Store) NodesDown() []string {
+	var down []string
+	s.healths.Range(func(k, v any) bool {
+		if v.(*nodeHealth).down.Load() {
+			down = append(down, k.(string))
+		}
+		return true
+	})
+	return down
+}
+
+// probes owns the probe goroutines of the masters cut off. The zero
+// value is ready to use.
+type probes struct {
+	mu     sync.Mutex
+	closed bool
+	done   chan struct{} // closed by stop; made by the first start
+	wg     sync.WaitGroup
+}
+
+// start runs probe on a goroutine of its own until it returns or stop is
+// called; it reports false, and runs nothing, after stop.
+func (p *probes) start(probe func(stop <-chan struct{})) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	if p.done == nil {
+		p.done = make(chan struct{})
+	}
+	done := p.done
+	p.wg.Go(func() { probe(done) })
+	return true
+}
+
+// stop ends every probe and waits for them.
+func (p *probes) stop() {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		if p.done != nil {
+			close(p.done)
+		}
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
