@@ -110,8 +110,8 @@ func TestMalformedRequestIsInvalidArgument(t *testing.T) {
 		{"field number 0", []byte{0x00, 0x01}, "request: invalid field number"},
 		{"bad UTF-8 in a value", request(good, descriptor(entry([]byte("tenant"), []byte{0xff}))), "descriptors[1].entries[0].value: invalid UTF-8"},
 		{"bad UTF-8 in a key", request(descriptor(entry([]byte("a"), []byte("b")), entry([]byte{0xc3}, nil))), "descriptors[0].entries[1].key: invalid UTF-8"},
-		{"groups nested too deep", nestedGroups(10002, 0), "request: groups nested more than"},
-		{"group without its end", nestedGroups(3, 2), "request: group has no end-group tag"},
+		{"groups nested too deep", envoy.NestedGroups(10002, 0), "request: groups nested more than"},
+		{"group without its end", envoy.NestedGroups(3, 2), "request: group has no end-group tag"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -136,17 +136,4 @@ func TestMalformedRequestIsInvalidArgument(t *testing.T) {
 	if err := conn.Invoke(context.Background(), "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", &give, &reply); err != nil {
 		t.Fatalf("well-formed request: %v", err)
 	}
-}
-
-// nestedGroups returns a RateLimitRequest of one unknown field 15: depth
-// start-group tags, then the end-group tags of all but unclosed of them.
-func nestedGroups(depth, unclosed int) []byte {
-	var b []byte
-	for range depth {
-		b = protowire.AppendTag(b, 15, protowire.StartGroupType)
-	}
-	for range depth - unclosed {
-		b = protowire.AppendTag(b, 15, protowire.EndGroupType)
-	}
-	return b
 }
