@@ -31,9 +31,11 @@ type Proxy struct {
 	Addr string
 
 	target string
-	half   time.Duration
-	ln     net.Listener
-	wg     sync.WaitGroup
+	// there and back are the delays towards the target and back, which
+	// add up to the round-trip time.
+	there, back time.Duration
+	ln          net.Listener
+	wg          sync.WaitGroup
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -41,7 +43,9 @@ type Proxy struct {
 }
 
 // Start listens on a free loopback port and forwards every connection to
-// target, delaying each direction by rtt/2.
+// target, delaying each direction by about rtt/2: the way there by rtt/2
+// in whole milliseconds, the way back by the rest, because Go's timers
+// on Linux wake on millisecond boundaries (a 2.5 ms sleep takes 3).
 func Start(target string, rtt time.Duration) (*Proxy, error) {
 	if rtt < 0 {
 		return nil, errors.New("latencyproxy: negative round-trip time")
@@ -50,7 +54,11 @@ func Start(target string, rtt time.Duration) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{Addr: ln.Addr().String(), target: target, half: rtt / 2, ln: ln, conns: map[net.Conn]struct{}{}}
+	there := rtt / 2
+	if there > time.Millisecond {
+		there = there.Truncate(time.Millisecond)
+	}
+	p := &Proxy{Addr: ln.Addr().String(), target: target, there: there, back: rtt - there, ln: ln, conns: map[net.Conn]struct{}{}}
 	p.wg.Go(p.accept)
 	return p, nil
 }
@@ -118,8 +126,8 @@ func (p *Proxy) serve(down net.Conn) {
 	}
 	defer p.untrack(up)
 	var wg sync.WaitGroup
-	wg.Go(func() { p.delay(up, down); _ = down.Close() })
-	p.delay(down, up)
+	wg.Go(func() { delay(up, down, p.back); _ = down.Close() })
+	delay(down, up, p.there)
 	_ = up.Close()
 	wg.Wait()
 }
@@ -130,9 +138,9 @@ type chunk struct {
 	due  time.Time
 }
 
-// delay copies from src to dst, each chunk p.half after it was read,
-// until src ends or dst fails. It closes neither.
-func (p *Proxy) delay(src, dst net.Conn) {
+// delay copies from src to dst, each chunk d after it was read, until
+// src ends or dst fails. It closes neither.
+func delay(src, dst net.Conn, d time.Duration) {
 	line := make(chan chunk, lineChunks) // the delay line: see lineChunks
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -156,7 +164,7 @@ func (p *Proxy) delay(src, dst net.Conn) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			line <- chunk{data: append([]byte(nil), buf[:n]...), due: time.Now().Add(p.half)}
+			line <- chunk{data: append([]byte(nil), buf[:n]...), due: time.Now().Add(d)}
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
