@@ -31,11 +31,9 @@ type Proxy struct {
 	Addr string
 
 	target string
-	// there and back are the delays towards the target and back, which
-	// add up to the round-trip time.
-	there, back time.Duration
-	ln          net.Listener
-	wg          sync.WaitGroup
+	half   time.Duration // each way's delay
+	ln     net.Listener
+	wg     sync.WaitGroup
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -43,9 +41,7 @@ type Proxy struct {
 }
 
 // Start listens on a free loopback port and forwards every connection to
-// target, delaying each direction by about rtt/2: the way there by rtt/2
-// in whole milliseconds, the way back by the rest, because Go's timers
-// on Linux wake on millisecond boundaries (a 2.5 ms sleep takes 3).
+// target, delaying each direction by rtt/2.
 func Start(target string, rtt time.Duration) (*Proxy, error) {
 	if rtt < 0 {
 		return nil, errors.New("latencyproxy: negative round-trip time")
@@ -54,11 +50,7 @@ func Start(target string, rtt time.Duration) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	there := rtt / 2
-	if there > time.Millisecond {
-		there = there.Truncate(time.Millisecond)
-	}
-	p := &Proxy{Addr: ln.Addr().String(), target: target, there: there, back: rtt - there, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{Addr: ln.Addr().String(), target: target, half: rtt / 2, ln: ln, conns: map[net.Conn]struct{}{}}
 	p.wg.Go(p.accept)
 	return p, nil
 }
@@ -126,8 +118,8 @@ func (p *Proxy) serve(down net.Conn) {
 	}
 	defer p.untrack(up)
 	var wg sync.WaitGroup
-	wg.Go(func() { delay(up, down, p.back); _ = down.Close() })
-	delay(down, up, p.there)
+	wg.Go(func() { delay(up, down, p.half); _ = down.Close() })
+	delay(down, up, p.half)
 	_ = up.Close()
 	wg.Wait()
 }
@@ -144,13 +136,15 @@ func delay(src, dst net.Conn, d time.Duration) {
 	line := make(chan chunk, lineChunks) // the delay line: see lineChunks
 	var wg sync.WaitGroup
 	wg.Go(func() {
+		sl := newSleeper()
+		defer sl.close()
 		failed := false
 		for c := range line {
 			if failed {
 				continue // drain, so the reader is never stuck
 			}
 			if d := time.Until(c.due); d > 0 {
-				time.Sleep(d)
+				sl.sleep(d)
 			}
 			if _, err := dst.Write(c.data); err != nil {
 				failed = true
