@@ -12,20 +12,21 @@ import (
 // max round trips out, a call waits for one of them to end and then for
 // its own: up to two round-trip times, and on a link of 10 ms more than
 // the store's timeout. So once the round-trip time (RTT) is at least
-// adaptFrom, a call that finds max round trips out starts one more at
-// once, taking the queued calls along, if the newest round trip under
-// way started at least a gap ago (gap: RTT/16 + gapMin); else it
-// joins the newest round trip's batch if that has not been sent yet, or
-// queues. A queue is taken by the next round trip to end or the next
-// call to find the gap passed, or else by its first call a gap after the
-// newest round trip started, on that call's own pooled timer, the only
-// one the pipe uses. A round trip's batch stays open to calls made
-// until its leader sends it, and the leader yields once before sending,
-// so that the callers of a batch just answered, who call again at once,
-// go together in the next instead of each waiting a gap: a call waits
-// about a gap at most, and seldom at all. Round trips start at most one
-// per gap, so there are at most about 16 out, and never more than
-// maxAdaptive, the connections warm keeps open for them.
+// adaptFrom, a call that finds max round trips out joins the batch of
+// the newest round trip if that has not been sent yet; else it starts
+// one more round trip at once, taking the queued calls along, if the
+// newest under way started at least a gap ago (gap: RTT/16 + gapMin);
+// else it queues. A queue is taken by the next round trip to end or the
+// next call to find the gap passed, or else by its first call a gap
+// after the newest round trip started, on that call's own pooled timer,
+// the only one the pipe uses. A round trip's batch stays open until its
+// leader sends it, and the leader yields once before sending, so that
+// the callers of a batch just answered, who call again at once, go
+// together in the next instead of the first going alone and the rest
+// waiting a gap: a call waits about a gap at most, and seldom at all.
+// Round trips start at most one per gap, so there are at most about 16
+// out, and never more than maxAdaptive, nor more than the connections
+// that warm has opened for them.
 //
 // Below adaptFrom nothing changes: the pipe batches as it always has,
 // which is what keeps Redis's CPU per decision low on a nearby Redis. The
@@ -48,9 +49,9 @@ const (
 	// rttWindow is the number of PINGs over which the shortest is the
 	// RTT: it follows a change within 0.2 to 0.4 s.
 	rttWindow = 4
-	// warmEvery bounds how often a pipe checks its connections (see
-	// warm), so that a Redis that fails every round trip does not get
-	// maxAdaptive PINGs for each.
+	// warmEvery bounds how often a pipe opens connections (see warm),
+	// so that a Redis that drops them does not get maxAdaptive PINGs at
+	// every probe.
 	warmEvery = 250 * time.Millisecond
 )
 
