@@ -262,15 +262,24 @@ func pings(ctx context.Context, rdb goredis.UniversalClient, n int) {
 	wg.Wait()
 }
 
+// seedPings is the number of PINGs by which seed measures the RTT: one
+// could be slow for a reason of the moment, such as a busy scheduler.
+const seedPings = 3
+
 // seed measures the RTT within ctx and, if Redis is far away, opens the
 // connections of the round trips the pipe may add, so that a store that
 // starts far from Redis adds them from its first requests on.
 func (p *pipe) seed(ctx context.Context) {
-	start := clock()
-	if p.rdb.Ping(ctx).Err() != nil {
-		return // the first requests will tell
+	var rtt time.Duration
+	for i := range seedPings {
+		start := clock()
+		if p.rdb.Ping(ctx).Err() != nil {
+			return // the first requests will tell
+		}
+		if d := clock() - start; i == 0 || d < rtt {
+			rtt = d
+		}
 	}
-	rtt := clock() - start
 	p.mu.Lock()
 	p.rtt.add(rtt)
 	far := p.rtt.get() >= adaptFrom
