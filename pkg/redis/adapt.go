@@ -234,17 +234,23 @@ func (w *warmer) close() {
 // request's deadline costs HELLO and go-redis's CLIENT SETINFO besides
 // the TCP handshake, three round trips that a far Redis cannot fit in a
 // request's, so the request would fail and its connection be dropped,
-// again and again. It sends as many PINGs at once as it wants
-// connections, each on a connection of its own, bounded by
-// backstopTimeout rather than a request's deadline. p.mu must be held.
+// again and again. It sends PINGs at once, bounded by backstopTimeout
+// rather than a request's deadline, as many as there are idle
+// connections and connections missing: each takes a connection of its
+// own, and together with the round trips under way they hold no more
+// than the pipe wants, so that they never keep a round trip waiting for
+// the pool. p.mu must be held.
 func (p *pipe) warm() {
 	now := clock()
 	if p.warming || p.warmer == nil || (p.warmedAt != 0 && now-p.warmedAt < warmEvery) {
 		return
 	}
-	n := p.wantConns()
+	want := p.wantConns()
 	p.warming = p.warmer.do(func(ctx context.Context) {
-		pings(ctx, p.rdb, n)
+		st := p.rdb.PoolStats()
+		if missing := want - int(st.TotalConns); missing > 0 {
+			pings(ctx, p.rdb, missing+int(st.IdleConns))
+		}
 		conns := p.countConns()
 		p.mu.Lock()
 		p.conns, p.warming = conns, false
