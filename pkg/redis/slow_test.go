@@ -76,12 +76,14 @@ func pinger(t testing.TB, addr string) (stop func() time.Duration) {
 // from a closed loop of 64 callers on a standalone Redis behind a proxy
 // that adds 0, 2, 5 and 10 ms of round-trip time, with the default
 // store timeout of 15 ms. It reports the round-trip time of a PING
-// through the proxy while the callers run (rtt-ms, the median; on a busy
-// machine, and with Go's timers, more than the proxy adds), the decisions' median and 99th percentile
-// latency (p50-ms, p99-ms) and the median's ratio to the round-trip time
-// (p50/rtt), the share of decisions that failed (errors/op, each one
-// that the failure mode would answer), and Redis's CPU per decision.
-// Use -benchtime with a count (e.g. 20000x) for runs of the same length.
+// through the proxy while the callers run (rtt-ms, the median: what the
+// proxy adds, plus loopback, Redis and a busy machine's scheduling), the
+// decisions' median and 99th percentile latency (p50-ms, p99-ms) and the
+// median's ratio to the round-trip time (p50/rtt), the share of
+// decisions that failed (errors/op, each one that the failure mode would
+// answer), and Redis's CPU per decision. Use -benchtime with a count
+// (e.g. 10000x) for runs of the same length; docs/slow-redis.md has
+// figures.
 func BenchmarkSlowRedis(b *testing.B) {
 	srv := redistest.StartServer(b)
 	rc := srv.Client(b)
