@@ -141,7 +141,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.redis.TLS.CertFile, "redis-tls-cert", "", "PEM client certificate for Redis")
 	fs.StringVar(&c.redis.TLS.KeyFile, "redis-tls-key", "", "PEM key of the client certificate")
 	fs.IntVar(&c.redis.PoolSize, "redis-pool-size", 0, "connections per Redis node (0: go-redis's default)")
-	fs.IntVar(&c.redis.MaxInflight, "redis-max-inflight", redis.DefaultMaxInflight, "request round trips to Redis (on Cluster: to each master) under way at once; requests beyond go together in the next round trip")
+	fs.IntVar(&c.redis.MaxInflight, "redis-max-inflight", redis.DefaultMaxInflight, "request round trips to Redis (on Cluster: to each master) under way at once before requests wait to go together in the next; when Redis is 1 ms or more away the sidecar adds up to 16 more (docs/slow-redis.md)")
 	fs.DurationVar(&c.redis.Timeout, "redis-timeout", redis.DefaultTimeout, "bound on each Redis operation; the RPC's own deadline bounds it too")
 	fs.StringVar(&c.redis.KeyPrefix, "redis-key-prefix", redis.DefaultKeyPrefix, "prefix of every Redis key")
 	return &failure

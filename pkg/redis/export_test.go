@@ -45,7 +45,9 @@ func FullKey(s *Store, c limits.Check) string { return s.prefix + c.Key }
 // through it, following redirections as the store does, and sending
 // calls of several slots together as a master's pipe does.
 func NewNodePipe(s *Store, node *goredis.Client, max int) *pipe {
-	return &pipe{rdb: node, max: max, redirect: s.redirectApply, cross: true}
+	p := newPipe(node, max, s.warmer)
+	p.redirect, p.cross = s.redirectApply, true
+	return p
 }
 
 // ApplyVia decides b as Apply does on one slot, but through p.

@@ -44,6 +44,12 @@ const dialAttempts = 1
 // pool already drops connections that died while idle.
 const noRetries = -1
 
+// onePool turns off go-redis's separate pool for pipelines (a Cluster
+// client has none unless asked), so that a batch and a call sent alone
+// take connections from one pool, which the store opens ahead of need
+// when Redis is far away (see warm).
+const onePool = -1
+
 // Options says how to reach Redis. Exactly one of URL, SentinelMaster and
 // ClusterAddrs must be set. The zero values of the other fields mean the
 // defaults documented on each.
@@ -79,14 +85,17 @@ type Options struct {
 	// go-redis's default of 10 per GOMAXPROCS.
 	PoolSize int
 
-	// MaxInflight is the most request round trips the store has under
-	// way at once (on a Cluster, to each master). Requests made while
-	// that many are out wait for the next round trip to end and go
-	// together in it, so a busy sidecar makes fewer, larger writes and
-	// Redis runs fewer scripts. More in flight lets a request that comes
-	// while one is out go at once instead of waiting for it: less
-	// latency where the round trip is long, for more Redis CPU. 0 means
-	// DefaultMaxInflight.
+	// MaxInflight is the number of request round trips the store has
+	// under way at once (on a Cluster, to each master) before requests
+	// wait to go together. Requests made while that many are out wait
+	// for the next round trip to end and go together in it, so a busy
+	// sidecar makes fewer, larger writes and Redis runs fewer scripts.
+	// When the round-trip time is a millisecond or more, the store adds
+	// round trips beyond it, up to 16 (or the pool size), so that a
+	// request waits a sixteenth of a round-trip time at most instead of
+	// a whole one (see docs/slow-redis.md). More in flight lets a
+	// request that comes while one is out go at once on a nearby Redis
+	// too, for more Redis CPU. 0 means DefaultMaxInflight.
 	MaxInflight int
 
 	// Timeout bounds each Redis operation; a request's own deadline bounds
@@ -260,6 +269,7 @@ func (o *Options) client() (goredis.UniversalClient, error) {
 		ro.ContextTimeoutEnabled = true
 		ro.DialerRetries = dialAttempts
 		ro.MaxRetries = noRetries
+		ro.PipelinePoolSize = onePool
 		ro.MaintNotificationsConfig = maint
 		return goredis.NewClient(ro), nil
 	case len(o.ClusterAddrs) > 0:
@@ -304,6 +314,7 @@ func (o *Options) client() (goredis.UniversalClient, error) {
 			ContextTimeoutEnabled: true,
 			DialerRetries:         dialAttempts,
 			MaxRetries:            noRetries,
+			PipelinePoolSize:      onePool,
 		}), nil
 	}
 }

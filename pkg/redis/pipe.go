@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,17 +13,20 @@ import (
 )
 
 // pipe sends apply.lua calls that are made at the same time to Redis
-// together. At most max round trips are out at once. A call made while
-// fewer are out goes straight to Redis, so a quiet sidecar pays nothing
-// for this. A call made while all are out waits, and the next round trip
-// to end takes the waiting calls along, up to maxBatch, as one round
-// trip. The calls of that round trip that share a mode and a clock (and,
-// but on a Cluster master's pipe, a hash slot) are one apply.lua call,
+// together. At most max round trips are out at once, unless Redis is far
+// away (see adapt.go). A call made while fewer are out goes straight to
+// Redis, so a quiet sidecar pays nothing for this. A call made while all
+// are out waits, and the next round trip to end takes the waiting calls
+// along, up to maxBatch, as one round trip. The calls of that round trip
+// that share a mode and a clock (and, but on a Cluster master's pipe, a
+// hash slot) are one apply.lua call,
 // which decides them one after the other (see evalshaAll and the
 // script): one write and one read for the lot instead of one each on
 // the sidecar, and on Redis one script run, one TIME and one write per
 // key instead of one each per request. No call waits for a timer, only
-// for round trips already under way.
+// for round trips already under way, except when Redis is far away, where
+// a call waits at most a fraction of a round-trip time for others to go
+// with (see adapt.go).
 //
 // The pipeline runs on the goroutine of one of its own calls, the one
 // with the latest deadline, which the round trip that ended wakes to
@@ -47,9 +51,36 @@ type pipe struct {
 	// Cluster master's pipe; see evalshaAll).
 	cross bool
 
-	mu    sync.Mutex
-	out   int     // round trips under way
-	queue []*call // calls waiting for the next one
+	// pool is the size of rdb's connection pool, and warmer opens its
+	// connections ahead of the round trips that the pipe adds (see
+	// adapt.go); nil: the pipe adds none.
+	pool   int
+	warmer *warmer
+
+	mu     sync.Mutex
+	out    int             // round trips under way
+	starts []time.Duration // their starts, on clock
+	queue  []*call         // calls waiting for the next one
+	// open is the leader of the round trip started last, while the
+	// calls made meanwhile may still join its batch (see do), which
+	// happens only while far is set: when Redis is far away.
+	open *call
+	far  atomic.Bool
+	rtt  rttMin // the round-trip time of late
+	// conns is the number of connections open when last counted (see
+	// probe); warming is set while warm opens more, which it last began
+	// at warmedAt; probing is set while probe measures the RTT, which it
+	// last did at probedAt.
+	conns              int
+	warming, probing   bool
+	warmedAt, probedAt time.Duration
+}
+
+// newPipe returns a pipe that sends through rdb, with at most max round
+// trips out but those that it adds when Redis is far away (see
+// adapt.go), whose connections w opens (nil: it adds none).
+func newPipe(rdb goredis.UniversalClient, max int, w *warmer) *pipe {
+	return &pipe{rdb: rdb, max: max, pool: poolSize(rdb), warmer: w}
 }
 
 // maxBatch bounds the calls in one round trip, so that one round trip
@@ -97,9 +128,14 @@ type call struct {
 	slot uint16
 
 	state atomic.Uint32
-	// lead, when the call is woken, is the batch it is to send (itself
-	// included), or nil when its reply is set.
-	lead []*call
+	// leads, when the call is woken, says that it is to send lead, a
+	// batch (itself included), as a round trip that started at start
+	// (on clock); else its reply is set. If gathers is set, lead is
+	// the pipe's open batch, which others may join until the call
+	// closes it, and p.mu guards it.
+	leads, gathers bool
+	lead           []*call
+	start          time.Duration
 	// wake carries one wake-up per claim; buffered so that the round
 	// trip that claims the call never blocks on it.
 	wake  chan struct{}
@@ -132,6 +168,7 @@ func putCall(c *call) {
 	clear(c.keys)
 	clear(c.args)
 	c.ctx, c.reply, c.err, c.lead, c.cmd = nil, nil, nil, nil, nil
+	c.start, c.leads, c.gathers = 0, false, false
 	c.now, c.mode, c.spec = "", "", ""
 	c.checks, c.grants, c.slot = 0, false, 0
 	c.argv, c.keys, c.args = c.argv[:0], c.keys[:0], c.args[:0]
@@ -227,21 +264,40 @@ func (c *call) joins(o *call, keys int, cross bool) bool {
 // call even when its Done channel does not close at it (see deadlineCtx).
 func (p *pipe) do(c *call) ([]int64, error) {
 	p.mu.Lock()
+	now := clock()
 	if p.out < p.max {
-		p.out++
+		p.started(now)
 		p.mu.Unlock()
-		defer p.pass()
-		return p.alone(c)
+		return p.alone(c, now)
+	}
+	if o := p.open; o != nil && len(o.lead) < maxBatch {
+		o.lead = append(o.lead, c)
+		p.mu.Unlock()
+		return p.wait(c, 0)
 	}
 	p.queue = append(p.queue, c)
+	ok, flush := p.due(now)
+	if !ok {
+		if len(p.queue) > 1 {
+			flush = 0 // the queue's first call flushes it
+		}
+		p.mu.Unlock()
+		return p.wait(c, flush)
+	}
+	q := p.take()
+	p.started(now)
 	p.mu.Unlock()
-	return p.wait(c)
+	p.handOff(q, now)
+	return p.wait(c, 0)
 }
 
-// alone sends c by itself and recycles it.
-func (p *pipe) alone(c *call) ([]int64, error) {
-	defer putCall(c)
-	return p.one(c)
+// alone sends c by itself, in a round trip that started at start, ends
+// the round trip and recycles c.
+func (p *pipe) alone(c *call, start time.Duration) ([]int64, error) {
+	reply, err := p.one(c)
+	putCall(c)
+	p.pass(start)
+	return reply, err
 }
 
 // one sends c by itself, within c.ctx: EVAL if Redis lost the script,
@@ -261,31 +317,67 @@ func (p *pipe) one(c *call) ([]int64, error) {
 }
 
 // wait waits for queued call c's reply, or its turn to lead a batch, and
-// recycles c.
-func (p *pipe) wait(c *call) ([]int64, error) {
+// recycles c. If flush is not 0, c heads the queue and, should the
+// queue still wait then, tries at flush (on clock) to start a round trip
+// for it (see adapt.go).
+func (p *pipe) wait(c *call, flush time.Duration) ([]int64, error) {
 	ctx := c.ctx
+	deadline, bounded := ctx.Deadline()
 	var expired <-chan time.Time
-	if d, ok := ctx.Deadline(); ok {
-		c.timer.Reset(time.Until(d))
-		expired = c.timer.C
-	}
-	select {
-	case <-c.wake:
-	case <-ctx.Done():
-		if c.state.CompareAndSwap(waiting, abandoned) {
-			return nil, ctx.Err() // c is the round trip's to recycle now
+	arm := func() {
+		if flush != 0 && (!bounded || epoch.Add(flush).Before(deadline)) {
+			c.timer.Reset(flush - clock())
+			expired = c.timer.C
+			return
 		}
-		<-c.wake // claimed meanwhile: the answer, not a lost request
-	case <-expired:
-		if c.state.CompareAndSwap(waiting, abandoned) {
-			return nil, context.DeadlineExceeded
+		flush = 0
+		if bounded {
+			c.timer.Reset(time.Until(deadline))
+			expired = c.timer.C
+		} else {
+			expired = nil
 		}
-		<-c.wake
 	}
-	if q := c.lead; q != nil {
+	arm()
+	for woken := false; !woken; {
+		select {
+		case <-c.wake:
+		case <-ctx.Done():
+			if c.state.CompareAndSwap(waiting, abandoned) {
+				return nil, ctx.Err() // c is the round trip's to recycle now
+			}
+			<-c.wake // claimed meanwhile: the answer, not a lost request
+		case <-expired:
+			if flush != 0 {
+				flush = p.flush(c)
+				arm()
+				continue
+			}
+			if c.state.CompareAndSwap(waiting, abandoned) {
+				return nil, context.DeadlineExceeded
+			}
+			<-c.wake
+		}
+		woken = true
+	}
+	if c.leads {
+		c.leads = false
+		if c.gathers {
+			// Let the calls made at the same moment, such as those
+			// of a batch just answered, join (see do) before the
+			// batch closes.
+			c.gathers = false
+			runtime.Gosched()
+			p.mu.Lock()
+			if p.open == c {
+				p.open = nil
+			}
+			p.mu.Unlock()
+		}
+		q := c.lead
 		c.lead = nil
 		p.send(c, q)
-		p.pass()
+		p.pass(c.start)
 		<-c.wake // its own reply, delivered as the others'
 	}
 	reply, err := c.reply, c.err
@@ -293,26 +385,77 @@ func (p *pipe) wait(c *call) ([]int64, error) {
 	return reply, err
 }
 
-// pass ends a round trip. If calls are waiting, the round trip's place
-// goes to a pipeline of them, which one of them is woken to send.
-func (p *pipe) pass() {
-	for {
-		p.mu.Lock()
-		q := p.take()
-		if len(q) == 0 {
-			p.out--
-			p.mu.Unlock()
-			return
-		}
+// flush starts a round trip for the queue if c still heads it and one is
+// due (see due), and returns when to try again (0: not again).
+func (p *pipe) flush(c *call) time.Duration {
+	p.mu.Lock()
+	if len(p.queue) == 0 || p.queue[0] != c {
 		p.mu.Unlock()
+		return 0 // taken
+	}
+	now := clock()
+	ok, again := p.due(now)
+	if !ok {
+		p.mu.Unlock()
+		return again
+	}
+	q := p.take()
+	p.started(now)
+	p.mu.Unlock()
+	p.handOff(q, now)
+	return 0
+}
+
+// pass ends the round trip that started at start. If calls are waiting,
+// the round trip's place goes to a pipeline of them, which one of them is
+// woken to send.
+func (p *pipe) pass(start time.Duration) {
+	p.mu.Lock()
+	now := clock()
+	p.ended(start, now)
+	q := p.take()
+	if len(q) == 0 {
+		p.out--
+		p.mu.Unlock()
+		return
+	}
+	p.starts = append(p.starts, now)
+	p.mu.Unlock()
+	p.handOff(q, now)
+}
+
+// handOff wakes a call of q, taken from the queue for a round trip that
+// p.out counts and that starts at start, to lead q as that round trip. If
+// every caller of q gave up, the round trip goes to the calls queued
+// since, or ends if there are none.
+func (p *pipe) handOff(q []*call, start time.Duration) {
+	for {
 		if lead := claimLeader(q); lead != nil {
-			lead.lead = q
+			lead.leads, lead.start = true, start
+			if p.far.Load() {
+				p.mu.Lock()
+				lead.lead, lead.gathers, p.open = q, true, lead
+				p.mu.Unlock()
+			} else {
+				lead.lead = q
+			}
 			lead.wake <- struct{}{}
 			return
 		}
 		for _, c := range q { // every call gave up
 			putCall(c)
 		}
+		p.mu.Lock()
+		p.ended(start, clock())
+		q = p.take()
+		if len(q) == 0 {
+			p.out--
+			p.mu.Unlock()
+			return
+		}
+		start = clock()
+		p.starts = append(p.starts, start)
+		p.mu.Unlock()
 	}
 }
 

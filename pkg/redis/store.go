@@ -19,7 +19,9 @@
 // pipe): those that go to one node as one apply.lua call (on a Cluster,
 // whatever their slots), which decides them one after the other, so a
 // busy sidecar makes one write and one read per batch instead of per
-// request, and Redis one script run.
+// request, and Redis one script run. When Redis is a millisecond or more
+// away, the store adds round trips beyond MaxInflight, so that a request
+// does not wait for another's round trip (see adapt.go).
 //
 // Keys are Options.KeyPrefix followed by the key of limits.AppendKey; a
 // sliding log keeps a second key, the same followed by ":h". Every key
@@ -97,6 +99,7 @@ type Store struct {
 	probes   probes                 // of the masters cut off (see nodes.go)
 	addrs    sync.Map               // on a Cluster: node address → *goredis.Client
 	inflight int
+	warmer   *warmer
 	prefix   string
 	timeout  time.Duration
 	now      func() time.Time // nil: Redis's clock
@@ -117,13 +120,13 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis options: %w", err)
 	}
-	s := &Store{rdb: rdb, prefix: o.prefix(), timeout: o.timeout(), inflight: o.maxInflight(), now: o.Now}
+	s := &Store{rdb: rdb, prefix: o.prefix(), timeout: o.timeout(), inflight: o.maxInflight(), warmer: newWarmer(), now: o.Now}
 	if cc, ok := rdb.(*goredis.ClusterClient); ok {
 		// Before the first command, so that every node is seen.
 		s.cc = cc
 		cc.OnNewNode(func(n *goredis.Client) { s.addrs.Store(n.Options().Addr, n) })
 	} else {
-		s.pipe = &pipe{rdb: rdb, max: s.inflight}
+		s.pipe = newPipe(rdb, s.inflight, s.warmer)
 	}
 	for _, sc := range []*goredis.Script{applyScript, refundScript} {
 		if err := sc.Load(ctx, rdb).Err(); err != nil {
@@ -131,12 +134,16 @@ func New(ctx context.Context, o Options) (*Store, error) {
 			return nil, wrap(ctx, "load scripts", err)
 		}
 	}
+	if s.pipe != nil {
+		s.pipe.seed(ctx)
+	}
 	return s, nil
 }
 
 // Close closes the connections to Redis. Calls after Close fail.
 func (s *Store) Close() error {
 	s.probes.stop()
+	s.warmer.close()
 	return s.rdb.Close()
 }
 
@@ -234,7 +241,8 @@ func (s *Store) nodePipe(node *goredis.Client) *pipe {
 		if ok && v.(*pipe).rdb == node {
 			return v.(*pipe)
 		}
-		p := &pipe{rdb: node, max: s.inflight, redirect: s.redirectApply, cross: true}
+		p := newPipe(node, s.inflight, s.warmer)
+		p.redirect, p.cross = s.redirectApply, true
 		if ok {
 			if s.nodes.CompareAndSwap(addr, v, p) {
 				return p
