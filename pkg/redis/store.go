@@ -123,7 +123,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	} else {
 		s.pipe = &pipe{rdb: rdb, max: s.inflight}
 	}
-	for _, sc := range []*goredis.Script{applyScript, refundScript} {
+	for _, sc := range []*goredis.Script{applyScript, refundScript, probeScript} {
 		if err := sc.Load(ctx, rdb).Err(); err != nil {
 			_ = rdb.Close()
 			return nil, wrap(ctx, "load scripts", err)
@@ -138,8 +138,8 @@ func (s *Store) Close() error {
 }
 
 // Ping checks that Redis answers within the store's timeout: the master on
-// standalone and Sentinel, every master on a Cluster. It is for readiness
-// and circuit-breaker probes.
+// standalone and Sentinel, every master on a Cluster. A Redis that
+// answers may still refuse every write: Probe checks that too.
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
