@@ -279,3 +279,18 @@ func TestMissingRedis(t *testing.T) {
 		t.Errorf("with %s=1: fatal %q, skipped %q; want a skip", SkipEnv, f.fatal, f.skipped)
 	}
 }
+
+// TestSentinelGracefulFailover: a graceful failover promotes the replica,
+// which then takes writes.
+func TestSentinelGracefulFailover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := StartSentinel(t)
+	s.Failover(t)
+	if addr := sentinelMaster(ctx, t, s); addr != s.Replica.Addr {
+		t.Fatalf("sentinel master after failover = %s, want replica %s", addr, s.Replica.Addr)
+	}
+	if err := s.Replica.Client(t).Set(ctx, "k", "new", 0).Err(); err != nil {
+		t.Fatalf("SET on the promoted replica: %v", err)
+	}
+}

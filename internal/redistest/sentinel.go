@@ -127,3 +127,32 @@ func (s *Sentinel) FailoverClient(t testing.TB) *redis.Client {
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// Failover asks the first sentinel for a graceful failover (SENTINEL
+// FAILOVER) and waits until it names Replica as the master. Master keeps
+// running: it is still a master for a while afterwards, until the
+// sentinel makes it a replica of the new one (some 10 s later).
+func (s *Sentinel) Failover(t testing.TB) {
+	t.Helper()
+	addr := s.SentinelAddrs[0]
+	if _, err := do(addr, cmdTimeout, "SENTINEL", "FAILOVER", s.MasterName); err != nil {
+		t.Fatalf("redistest: SENTINEL FAILOVER %s: %v", s.MasterName, err)
+	}
+	err := poll(formTimeout, func() error {
+		reply, err := do(addr, cmdTimeout, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.MasterName)
+		if err != nil {
+			return err
+		}
+		ipPort, _ := reply.([]any)
+		if len(ipPort) != 2 {
+			return fmt.Errorf("master address %v", reply)
+		}
+		if got := fmt.Sprintf("%v:%v", ipPort[0], ipPort[1]); got != s.Replica.Addr {
+			return fmt.Errorf("master is %s, want %s", got, s.Replica.Addr)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("redistest: wait for sentinel %s to switch to %s: %v", addr, s.Replica.Addr, err)
+	}
+}
