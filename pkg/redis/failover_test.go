@@ -1,0 +1,130 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
+)
+
+// failoverLoad is what a paced load saw across a failover.
+type failoverLoad struct {
+	admitted, rejected, failed int
+	// afterSwitch counts the requests decided once the sentinel named the
+	// new master.
+	afterSwitch int
+	other       error // an error that is not an outage
+}
+
+// TestSentinelGracefulFailoverAdmitsWithinLimit runs a paced load against
+// one limit across a SENTINEL FAILOVER, until the limit is used up on the
+// new master, and requires the store to have admitted no more than the
+// limit. For about a second after the replica's promotion the old master
+// still takes writes; writes that go there are lost, and each one lost
+// is a request admitted twice over.
+func TestSentinelGracefulFailoverAdmitsWithinLimit(t *testing.T) {
+	sn := redistest.StartSentinel(t)
+	s := newStore(t, redis.Options{
+		SentinelMaster: sn.MasterName,
+		SentinelAddrs:  sn.SentinelAddrs,
+		Timeout:        200 * time.Millisecond,
+	})
+	const (
+		limit = 600
+		pre   = limit / 4
+		// pace keeps the load well below what uses the rest of the limit
+		// up before the failover ends (some 1.3 s): 450 requests take
+		// 2.25 s.
+		pace = 5 * time.Millisecond
+		// maxRequests bounds the load: 25 s at pace.
+		maxRequests = 5000
+		// rejections in a row after the switch end the load: the limit
+		// is used up on the new master.
+		rejections = 20
+	)
+	l := mustLimit(t, limits.FixedWindow, limit, limits.UnitYear, 1, 0)
+	c := check("k", l, 1)
+	for range pre {
+		if !apply(t, s, c).Admitted {
+			t.Fatal("rejected before the failover")
+		}
+	}
+	ctx := context.Background()
+	if err := sn.Master.Client(t).Do(ctx, "WAIT", 1, 1000).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	var (
+		mu       sync.Mutex
+		switched bool
+		load     failoverLoad
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(pace)
+		defer tick.Stop()
+		inRow := 0
+		for range maxRequests {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			b := &limits.Batch{Checks: []limits.Check{c}}
+			err := s.Apply(ctx, b)
+			mu.Lock()
+			if switched {
+				load.afterSwitch++
+			}
+			switch {
+			case err != nil:
+				load.failed++
+				if !errors.Is(err, limits.ErrStoreUnavailable) && load.other == nil {
+					load.other = err
+				}
+				inRow = 0
+			case b.Admitted:
+				load.admitted++
+				inRow = 0
+			default:
+				load.rejected++
+				inRow++
+			}
+			done := switched && inRow >= rejections
+			mu.Unlock()
+			if done {
+				return
+			}
+		}
+	})
+	// Should the failover fail the test, the load stops with it.
+	halt := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer halt()
+	start := time.Now()
+	sn.Failover(t)
+	took := time.Since(start)
+	mu.Lock()
+	switched = true
+	mu.Unlock()
+	wg.Wait()
+	halt()
+
+	total := pre + load.admitted
+	t.Logf("failover named the new master %v after SENTINEL FAILOVER; the load then: %d admitted, %d rejected, %d failed (%d after the switch); %d admitted in all, limit %d",
+		took.Round(time.Millisecond), load.admitted, load.rejected, load.failed, load.afterSwitch, total, limit)
+	if load.other != nil {
+		t.Errorf("during failover: %v, want errors that wrap ErrStoreUnavailable", load.other)
+	}
+	if load.afterSwitch == 0 || load.rejected < rejections {
+		t.Fatalf("the load ended before using the limit up on the new master: nothing was tested")
+	}
+	if total > limit {
+		t.Errorf("admitted %d requests in all, %d over the limit of %d: writes to the old master after the promotion were lost", total, total-limit, limit)
+	}
+}
