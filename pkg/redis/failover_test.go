@@ -2,10 +2,14 @@ package redis_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"math"
 	"sync"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
@@ -118,6 +122,8 @@ func TestSentinelGracefulFailoverAdmitsWithinLimit(t *testing.T) {
 	total := pre + load.admitted
 	t.Logf("failover named the new master %v after SENTINEL FAILOVER; the load then: %d admitted, %d rejected, %d failed (%d after the switch); %d admitted in all, limit %d",
 		took.Round(time.Millisecond), load.admitted, load.rejected, load.failed, load.afterSwitch, total, limit)
+	key := redis.FullKey(s, c)
+	t.Logf("the old master counts %d hits, the new one %d", windowCount(t, sn.Master, key), windowCount(t, sn.Replica, key))
 	if load.other != nil {
 		t.Errorf("during failover: %v, want errors that wrap ErrStoreUnavailable", load.other)
 	}
@@ -127,4 +133,19 @@ func TestSentinelGracefulFailoverAdmitsWithinLimit(t *testing.T) {
 	if total > limit {
 		t.Errorf("admitted %d requests in all, %d over the limit of %d: writes to the old master after the promotion were lost", total, total-limit, limit)
 	}
+}
+
+// windowCount returns the count of a fixed window's key on srv: the
+// second of the two little-endian doubles apply.lua keeps; -1 if the key
+// is not there.
+func windowCount(t *testing.T, srv *redistest.Server, key string) int {
+	t.Helper()
+	v, err := srv.Client(t).Get(context.Background(), key).Bytes()
+	if errors.Is(err, goredis.Nil) {
+		return -1
+	}
+	if err != nil || len(v) != 16 {
+		t.Fatalf("GET %s on %s: %q, %v", key, srv.Addr, v, err)
+	}
+	return int(math.Float64frombits(binary.LittleEndian.Uint64(v[8:])))
 }
