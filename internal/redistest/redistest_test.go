@@ -294,3 +294,29 @@ func TestSentinelGracefulFailover(t *testing.T) {
 		t.Fatalf("SET on the promoted replica: %v", err)
 	}
 }
+
+// TestSentinels: several sentinels know each other, and all of them learn
+// of a failover that one of them led.
+func TestSentinels(t *testing.T) {
+	t.Parallel()
+	s := StartSentinels(t, 3)
+	if len(s.SentinelAddrs) != 3 || len(s.Sentinels) != 3 {
+		t.Fatalf("%d sentinel addresses and %d sentinels, want 3", len(s.SentinelAddrs), len(s.Sentinels))
+	}
+	s.Failover(t)
+	err := poll(formTimeout, func() error {
+		for _, addr := range s.SentinelAddrs {
+			reply, err := do(addr, cmdTimeout, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.MasterName)
+			if err != nil {
+				return err
+			}
+			if got := fmt.Sprintf("%v", reply); got != fmt.Sprintf("[127.0.0.1 %d]", s.Replica.port) {
+				return fmt.Errorf("sentinel %s names %s", addr, got)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("not every sentinel names the new master %s: %v", s.Replica.Addr, err)
+	}
+}
