@@ -359,9 +359,12 @@ func (m *sentinelMaster) resolve(ctx context.Context, gen uint64) error {
 
 // dial is the Dialer of the store's client: it connects to the master,
 // and the connection refuses to write once the master changes or a
-// failover fences it.
+// failover fences it. While fenced it returns a fencedConn.
 func (m *sentinelMaster) dial(ctx context.Context, network, _ string) (net.Conn, error) {
 	addr, gen, err := m.master(ctx)
+	if errors.Is(err, errFailingOver) {
+		return fencedConn{}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -428,6 +431,29 @@ type masterTCPConn struct {
 }
 
 func (c masterTCPConn) SyscallConn() (syscall.RawConn, error) { return c.sc.SyscallConn() }
+
+// fencedConn is the connection dial makes while a failover is fenced: it
+// refuses to write, so the request fails at once, as one on an old
+// connection does, and go-redis drops it. dial does not fail instead,
+// because go-redis counts failed dials: once a pool's PoolSize have
+// failed in a row, it fails every dial for the next second, which would
+// outlast the fence by that second.
+type fencedConn struct{}
+
+func (fencedConn) Read([]byte) (int, error)         { return 0, errFailingOver }
+func (fencedConn) Write([]byte) (int, error)        { return 0, errFailingOver }
+func (fencedConn) Close() error                     { return nil }
+func (fencedConn) LocalAddr() net.Addr              { return fencedAddr{} }
+func (fencedConn) RemoteAddr() net.Addr             { return fencedAddr{} }
+func (fencedConn) SetDeadline(time.Time) error      { return nil }
+func (fencedConn) SetReadDeadline(time.Time) error  { return nil }
+func (fencedConn) SetWriteDeadline(time.Time) error { return nil }
+
+// fencedAddr is both addresses of a fencedConn.
+type fencedAddr struct{}
+
+func (fencedAddr) Network() string { return "tcp" }
+func (fencedAddr) String() string  { return "sentinel-fence:0" }
 
 // readOnlyHook forgets the master when it refuses a command as a
 // read-only replica: it was made one without the store hearing of it.
