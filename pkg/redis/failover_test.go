@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ type failoverLoad struct {
 	// new master.
 	afterSwitch int
 	other       error // an error that is not an outage
+	errs        map[string]int
 }
 
 // TestSentinelGracefulFailoverAdmitsWithinLimit runs a paced load against
@@ -33,9 +35,28 @@ type failoverLoad struct {
 // is a request admitted twice over.
 func TestSentinelGracefulFailoverAdmitsWithinLimit(t *testing.T) {
 	sn := redistest.StartSentinel(t)
+	failoverWithin(t, sn, sn.SentinelAddrs)
+}
+
+// TestSentinelGracefulFailoverLeaderLast is
+// TestSentinelGracefulFailoverAdmitsWithinLimit with three sentinels, the
+// store being given the one that leads the failover last: the others
+// learn of the promotion only from its hello messages, up to 2 s after
+// the switch.
+func TestSentinelGracefulFailoverLeaderLast(t *testing.T) {
+	sn := redistest.StartSentinels(t, 3)
+	addrs := append(slices.Clone(sn.SentinelAddrs[1:]), sn.SentinelAddrs[0])
+	failoverWithin(t, sn, addrs)
+}
+
+// failoverWithin runs the load of
+// TestSentinelGracefulFailoverAdmitsWithinLimit against a store given
+// the sentinels at addrs, across a failover that sn's first sentinel
+// leads.
+func failoverWithin(t *testing.T, sn *redistest.Sentinel, addrs []string) {
 	s := newStore(t, redis.Options{
 		SentinelMaster: sn.MasterName,
-		SentinelAddrs:  sn.SentinelAddrs,
+		SentinelAddrs:  addrs,
 		Timeout:        200 * time.Millisecond,
 	})
 	const (
@@ -89,6 +110,10 @@ func TestSentinelGracefulFailoverAdmitsWithinLimit(t *testing.T) {
 			switch {
 			case err != nil:
 				load.failed++
+				if load.errs == nil {
+					load.errs = map[string]int{}
+				}
+				load.errs[err.Error()]++
 				if !errors.Is(err, limits.ErrStoreUnavailable) && load.other == nil {
 					load.other = err
 				}
@@ -122,6 +147,9 @@ func TestSentinelGracefulFailoverAdmitsWithinLimit(t *testing.T) {
 	total := pre + load.admitted
 	t.Logf("failover named the new master %v after SENTINEL FAILOVER; the load then: %d admitted, %d rejected, %d failed (%d after the switch); %d admitted in all, limit %d",
 		took.Round(time.Millisecond), load.admitted, load.rejected, load.failed, load.afterSwitch, total, limit)
+	for msg, n := range load.errs {
+		t.Logf("%d× %s", n, msg)
+	}
 	key := redis.FullKey(s, c)
 	t.Logf("the old master counts %d hits, the new one %d", windowCount(t, sn.Master, key), windowCount(t, sn.Replica, key))
 	if load.other != nil {
