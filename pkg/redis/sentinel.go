@@ -33,11 +33,11 @@ import (
 // converted, and then replaces its data with the new master's. A
 // FailoverClient keeps writing to it until +switch-master, so for about
 // a second every hit it counts is lost, and every request it admitted
-// then is admitted a second time by the new master. (Its pubsub is also
-// on one sentinel only, which, if it is not the one leading the
-// failover, learns of the switch up to 2 s later still.)
+// then is admitted a second time by the new master.
 //
-// sentinelMaster instead listens to every configured sentinel, and at
+// sentinelMaster instead listens to every configured sentinel (only the
+// one leading a failover publishes its steps; the others publish just
+// +switch-master, a few ms after it), and at
 // +failover-state-send-slaveof-noone for its master fences the store: no
 // connection made before writes again, and none is made, so requests fail
 // (by the failure mode) instead of writing to a master about to be
