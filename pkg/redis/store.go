@@ -186,10 +186,41 @@ func (s *Store) Apply(ctx context.Context, b *limits.Batch) error {
 		return s.applyAll(rctx, b, now, 0)
 	}
 	groups := s.groups(b.Checks)
-	if len(groups) == 1 {
-		return s.applyAll(rctx, b, now, groups[0].slot)
+	if len(groups) > 1 {
+		return s.applyGroups(ctx, rctx, b, now, groups)
 	}
-	return s.applyGroups(ctx, rctx, b, now, groups)
+	err := s.applyAll(rctx, b, now, groups[0].slot)
+	if !goredis.IsTryAgainError(err) {
+		return err
+	}
+	// The slot is migrating, and the request's keys are not all on one
+	// side of it: some moved and some not, or some on neither yet. Redis
+	// refuses a call of several keys on both sides until the migration
+	// ends, before running it, but serves one key at a time where it is
+	// (ASK). So the request goes again as one group per key, reserving
+	// and refunding as a request across slots does.
+	if split := s.byKey(b.Checks, groups[0]); len(split) > 1 {
+		return s.applyGroups(ctx, rctx, b, now, split)
+	}
+	return err
+}
+
+// byKey splits g, the checks of one slot, into one group per key: the
+// checks of one key together, in order of first appearance.
+func (s *Store) byKey(checks []limits.Check, g *group) []*group {
+	var gs []*group
+	keys := map[string]*group{}
+	for _, i := range g.idx {
+		k := checks[i].Key
+		if kg, ok := keys[k]; ok {
+			kg.idx = append(kg.idx, i)
+			continue
+		}
+		kg := &group{slot: g.slot, idx: []int{i}}
+		keys[k] = kg
+		gs = append(gs, kg)
+	}
+	return gs
 }
 
 // applyAll decides b in one script call; all its keys share a slot (on
