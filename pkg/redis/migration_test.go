@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -34,6 +35,16 @@ func testMigrationSplit(t *testing.T, opts redis.Options, cc *goredis.ClusterCli
 	slot, err := cc.ClusterKeySlot(ctx, aKey).Result()
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A limit in another slot, for a request across slots.
+	var elsewhere limits.Check
+	for i := 0; elsewhere.Key == ""; i++ {
+		c := check(fmt.Sprint("elsewhere", i), fixed, 1)
+		if other, err := cc.ClusterKeySlot(ctx, redis.FullKey(s, c)).Result(); err != nil {
+			t.Fatal(err)
+		} else if other != slot {
+			elsewhere = c
+		}
 	}
 	src, err := cc.MasterForKey(ctx, aKey)
 	if err != nil {
@@ -70,7 +81,7 @@ func testMigrationSplit(t *testing.T, opts redis.Options, cc *goredis.ClusterCli
 			t.Fatalf("%v on %s: %v", args, n.Options().Addr, err)
 		}
 	}
-	want := map[string]uint64{}
+	want := map[string]uint64{} // hits by key
 	decide := func(phase string, checks ...limits.Check) {
 		t.Helper()
 		bt := &limits.Batch{Checks: checks}
@@ -83,7 +94,7 @@ func testMigrationSplit(t *testing.T, opts redis.Options, cc *goredis.ClusterCli
 			return
 		}
 		for _, c := range checks {
-			want[c.Limit.Algorithm.String()]++
+			want[c.Key]++
 		}
 	}
 
@@ -104,6 +115,7 @@ func testMigrationSplit(t *testing.T, opts redis.Options, cc *goredis.ClusterCli
 	// a on the target, b on the source: refused by both as a whole.
 	decide("migrating, keys on both sides", a, b)
 	decide("migrating, keys on both sides, one on neither", a, b, fresh)
+	decide("migrating, keys on both sides, and another slot", a, b, elsewhere)
 	var rest []any
 	for _, c := range []limits.Check{b, fresh, log} {
 		k := redis.FullKey(s, c)
@@ -127,15 +139,14 @@ func testMigrationSplit(t *testing.T, opts redis.Options, cc *goredis.ClusterCli
 	}
 	decide("moved (MOVED)", a, b, fresh, log)
 
-	checks := []limits.Check{a, b, fresh, log}
+	checks := []limits.Check{a, b, fresh, log, elsewhere}
 	for i := range checks {
 		checks[i].Hits = 0
 	}
 	got := apply(t, s, checks...)
 	for i, c := range checks {
-		alg := c.Limit.Algorithm.String()
-		if used := 1000 - got.Outcomes[i].Remaining; used != want[alg] {
-			t.Errorf("%s counted %d, want %d", alg, used, want[alg])
+		if used := 1000 - got.Outcomes[i].Remaining; used != want[c.Key] {
+			t.Errorf("%s counted %d, want %d", c.Key, used, want[c.Key])
 		}
 	}
 }

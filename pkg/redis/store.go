@@ -186,39 +186,59 @@ func (s *Store) Apply(ctx context.Context, b *limits.Batch) error {
 		return s.applyAll(rctx, b, now, 0)
 	}
 	groups := s.groups(b.Checks)
-	if len(groups) > 1 {
-		return s.applyGroups(ctx, rctx, b, now, groups)
+	var err error
+	if len(groups) == 1 {
+		err = s.applyAll(rctx, b, now, groups[0].slot)
+		groups[0].err = err
+	} else {
+		err = s.applyGroups(ctx, rctx, b, now, groups)
 	}
-	err := s.applyAll(rctx, b, now, groups[0].slot)
-	if !goredis.IsTryAgainError(err) {
+	if err == nil || !refusedWhole(groups) {
 		return err
 	}
-	// The slot is migrating, and the request's keys are not all on one
-	// side of it: some moved and some not, or some on neither yet. Redis
-	// refuses a call of several keys on both sides until the migration
-	// ends, before running it, but serves one key at a time where it is
-	// (ASK). So the request goes again as one group per key, reserving
-	// and refunding as a request across slots does.
-	if split := s.byKey(b.Checks, groups[0]); len(split) > 1 {
+	// A slot is migrating, and a group's keys are not all on one side of
+	// it: some moved and some not, or some on neither yet. Redis refuses
+	// a call of several keys on both sides until the migration ends,
+	// before running it, but serves one key at a time where it is (ASK).
+	// So the request goes again as one group per key, reserving and
+	// refunding as a request across slots does. (The groups that had
+	// reserved were refunded.)
+	if split := s.byKey(b.Checks); len(split) > len(groups) {
 		return s.applyGroups(ctx, rctx, b, now, split)
 	}
 	return err
 }
 
-// byKey splits g, the checks of one slot, into one group per key: the
-// checks of one key together, in order of first appearance.
-func (s *Store) byKey(checks []limits.Check, g *group) []*group {
+// refusedWhole reports whether a group of gs was refused by TRYAGAIN,
+// and no group failed otherwise: the request may go again key by key.
+func refusedWhole(gs []*group) bool {
+	refused := false
+	for _, g := range gs {
+		switch {
+		case g.err == nil:
+		case goredis.IsTryAgainError(g.err):
+			refused = true
+		default:
+			return false
+		}
+	}
+	return refused
+}
+
+// byKey groups checks by key, each group in its key's slot: the checks of
+// one key together, in order of first appearance.
+func (s *Store) byKey(checks []limits.Check) []*group {
 	var gs []*group
 	keys := map[string]*group{}
-	for _, i := range g.idx {
+	for i := range checks {
 		k := checks[i].Key
-		if kg, ok := keys[k]; ok {
-			kg.idx = append(kg.idx, i)
+		if g, ok := keys[k]; ok {
+			g.idx = append(g.idx, i)
 			continue
 		}
-		kg := &group{slot: g.slot, idx: []int{i}}
-		keys[k] = kg
-		gs = append(gs, kg)
+		g := &group{slot: slot(s.prefix, k), idx: []int{i}}
+		keys[k] = g
+		gs = append(gs, g)
 	}
 	return gs
 }
