@@ -13,6 +13,8 @@
 // are refunded by scripts/refund.lua, so the request stays all-or-nothing.
 // While a refund is under way the reserved hits count against other
 // requests, which can under-admit for that moment but never over-admit.
+// A call that a migrating slot refuses whole (TRYAGAIN: its keys on both
+// sides, or some on neither) goes again the same way, one group per key.
 //
 // Requests made while Options.MaxInflight calls are already out (to the
 // node, on a Cluster) wait for the next to end and go together (see
