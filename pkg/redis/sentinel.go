@@ -41,7 +41,7 @@ import (
 // +failover-state-send-slaveof-noone for its master fences the store: no
 // connection made before writes again, and none is made, so requests fail
 // (by the failure mode) instead of writing to a master about to be
-// replaced. It then asks the chosen replica for its ROLE every
+// replaced. It then asks the chosen replica for its role (HELLO) every
 // promotionPoll and switches to it the moment it says master, without
 // waiting for +switch-master (which it also follows, as it does
 // +promoted-slave; an abort lifts the fence). Writes the old master took
@@ -75,12 +75,12 @@ const promotionPoll = 2 * time.Millisecond
 // fence within one sentinel tick (at most 100 ms).
 const fenceLimit = 2 * time.Second
 
-// Errors of a Sentinel store's connections; both wrap
-// ErrStoreUnavailable through wrap, as every client-side error does.
+// Errors of a Sentinel store's connections. Like every error that is not
+// a reply from Redis, wrap makes them wrap ErrStoreUnavailable.
 var (
 	errFailingOver   = errors.New("sentinel failover under way: not writing to the old master")
 	errMasterChanged = errors.New("sentinel master changed: connection to the old one closed")
-	errNotMaster     = errors.New("the address the sentinels gave is not a master")
+	errNotMaster     = errors.New("the node the sentinels named is not a master")
 )
 
 // sentinelMaster follows the master that a set of sentinels monitor, for
@@ -100,10 +100,11 @@ type sentinelMaster struct {
 	fenced    string // the replica being promoted, while fenced
 	stopFence context.CancelFunc
 
+	closed bool // close was called; no fence starts
+
 	resolveMu sync.Mutex // one resolution at a time
 
-	ctx  context.Context // ends with close
-	stop context.CancelFunc
+	stop context.CancelFunc // stops the listeners
 	wg   sync.WaitGroup
 }
 
@@ -113,19 +114,23 @@ type sentinelMaster struct {
 // sentinel, which listens to its events.
 func newSentinelMaster(name string, addrs []string, sopts, node goredis.Options) *sentinelMaster {
 	ctx, stop := context.WithCancel(context.Background())
-	m := &sentinelMaster{name: name, node: node, tls: node.TLSConfig, ctx: ctx, stop: stop}
+	m := &sentinelMaster{name: name, node: node, tls: node.TLSConfig, stop: stop}
 	for _, a := range addrs {
 		o := sopts
 		o.Addr = a
 		sc := goredis.NewSentinelClient(&o)
 		m.sentinels = append(m.sentinels, sc)
-		m.wg.Go(func() { m.listen(sc) })
+		m.wg.Go(func() { m.listen(ctx, sc) })
 	}
 	return m
 }
 
 // close stops listening, and any fence, and closes the sentinel clients.
 func (m *sentinelMaster) close() {
+	m.mu.Lock()
+	m.closed = true
+	m.endFence()
+	m.mu.Unlock()
 	m.stop()
 	m.wg.Wait()
 	for _, sc := range m.sentinels {
@@ -133,17 +138,17 @@ func (m *sentinelMaster) close() {
 	}
 }
 
-// listen follows the events of sentinel sc until m closes. go-redis
+// listen follows the events of sentinel sc until ctx ends. go-redis
 // subscribes again after a broken connection; events sent meanwhile are
 // lost (see fenceLimit and forget for what covers them).
-func (m *sentinelMaster) listen(sc *goredis.SentinelClient) {
+func (m *sentinelMaster) listen(ctx context.Context, sc *goredis.SentinelClient) {
 	chans := append([]string{evFencing, evPromoted, evSwitch}, evAborts...)
-	ps := sc.Subscribe(m.ctx, chans...)
+	ps := sc.Subscribe(ctx, chans...)
 	defer ps.Close()
 	ch := ps.Channel()
 	for {
 		select {
-		case <-m.ctx.Done():
+		case <-ctx.Done():
 			return
 		case msg, ok := <-ch:
 			if !ok {
@@ -185,13 +190,13 @@ func (m *sentinelMaster) event(channel string, f []string) {
 func (m *sentinelMaster) fence(replica string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.fenced == replica || m.addr == replica || m.ctx.Err() != nil {
-		return // fenced already, or switched already
+	if m.fenced == replica || m.addr == replica || m.closed {
+		return // fenced already, switched already, or closing
 	}
 	m.endFence()
 	m.fenced = replica
 	m.gen.Add(1)
-	ctx, cancel := context.WithTimeout(m.ctx, fenceLimit)
+	ctx, cancel := context.WithTimeout(context.Background(), fenceLimit)
 	m.stopFence = cancel
 	m.wg.Go(func() { m.awaitPromotion(ctx, replica) })
 }
@@ -243,7 +248,7 @@ func (m *sentinelMaster) forget(gen uint64) {
 	m.addr = ""
 }
 
-// awaitPromotion asks replica for its ROLE every promotionPoll until it
+// awaitPromotion asks replica for its role every promotionPoll until it
 // says master, then switches to it; or, if ctx ends first at
 // fenceLimit, lifts the fence.
 func (m *sentinelMaster) awaitPromotion(ctx context.Context, replica string) {
@@ -255,8 +260,7 @@ func (m *sentinelMaster) awaitPromotion(ctx context.Context, replica string) {
 	t := time.NewTicker(promotionPoll)
 	defer t.Stop()
 	for {
-		role, err := c.Do(ctx, "ROLE").Slice()
-		if err == nil && len(role) > 0 && role[0] == "master" {
+		if role, err := role(ctx, c); err == nil && role == "master" {
 			m.promoted(replica)
 			return
 		}
@@ -387,13 +391,14 @@ func (m *sentinelMaster) dial(ctx context.Context, network, _ string) (net.Conn,
 }
 
 // onConnect checks that a new connection is to a master: a sentinel may
-// still name a master that has been made a replica.
+// still name a master that has been made a replica. A Redis that does
+// not say passes.
 func (m *sentinelMaster) onConnect(ctx context.Context, cn *goredis.Conn) error {
-	role, err := cn.Do(ctx, "ROLE").Slice()
+	r, err := role(ctx, cn)
 	if err != nil {
 		return err
 	}
-	if len(role) == 0 || role[0] != "master" {
+	if r != "master" && r != "" {
 		m.mu.Lock()
 		if m.fenced == "" {
 			m.addr = ""
@@ -403,6 +408,36 @@ func (m *sentinelMaster) onConnect(ctx context.Context, cn *goredis.Conn) error 
 		return errNotMaster
 	}
 	return nil
+}
+
+// role returns the replication role ("master" or "replica") that the
+// node c is connected to reports in HELLO, which, unlike ROLE and INFO,
+// every ACL user may call; "" if it reports none, or has no HELLO
+// (before Redis 6).
+func role(ctx context.Context, c interface {
+	Do(ctx context.Context, args ...any) *goredis.Cmd
+}) (string, error) {
+	reply, err := c.Do(ctx, "HELLO").Result()
+	var rerr goredis.Error
+	if errors.As(err, &rerr) {
+		return "", nil // refused: the node cannot say
+	}
+	if err != nil {
+		return "", err
+	}
+	switch r := reply.(type) {
+	case map[any]any: // RESP3
+		v, _ := r["role"].(string)
+		return v, nil
+	case []any: // RESP2: field, value, ...
+		for i := 0; i+1 < len(r); i += 2 {
+			if r[i] == "role" {
+				v, _ := r[i+1].(string)
+				return v, nil
+			}
+		}
+	}
+	return "", nil
 }
 
 // masterConn is a connection to the master of generation gen. It refuses
