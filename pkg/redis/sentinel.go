@@ -215,6 +215,11 @@ func (m *sentinelMaster) endFence() {
 func (m *sentinelMaster) unfence() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.unfenceLocked()
+}
+
+// unfenceLocked is unfence with m.mu held.
+func (m *sentinelMaster) unfenceLocked() {
 	if m.fenced == "" {
 		return
 	}
@@ -228,6 +233,11 @@ func (m *sentinelMaster) unfence() {
 func (m *sentinelMaster) switchTo(addr string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.switchLocked(addr)
+}
+
+// switchLocked is switchTo with m.mu held.
+func (m *sentinelMaster) switchLocked(addr string) {
 	if m.addr == addr && m.fenced == "" {
 		return // a later sentinel's news of the same switch
 	}
@@ -278,20 +288,18 @@ func (m *sentinelMaster) awaitPromotion(ctx context.Context, replica string) {
 // promoted switches to replica if it is still the one being promoted.
 func (m *sentinelMaster) promoted(replica string) {
 	m.mu.Lock()
-	fenced := m.fenced
-	m.mu.Unlock()
-	if fenced == replica {
-		m.switchTo(replica)
+	defer m.mu.Unlock()
+	if m.fenced == replica {
+		m.switchLocked(replica)
 	}
 }
 
 // unfenceFor lifts the fence if it is still the one for replica.
 func (m *sentinelMaster) unfenceFor(replica string) {
 	m.mu.Lock()
-	fenced := m.fenced
-	m.mu.Unlock()
-	if fenced == replica {
-		m.unfence()
+	defer m.mu.Unlock()
+	if m.fenced == replica {
+		m.unfenceLocked()
 	}
 }
 
@@ -321,7 +329,10 @@ func (m *sentinelMaster) master(ctx context.Context) (string, uint64, error) {
 func (m *sentinelMaster) resolve(ctx context.Context, gen uint64) error {
 	m.resolveMu.Lock()
 	defer m.resolveMu.Unlock()
-	if m.gen.Load() != gen {
+	m.mu.Lock()
+	known := m.addr != "" || m.fenced != "" || m.gen.Load() != gen
+	m.mu.Unlock()
+	if known {
 		return nil // resolved, fenced or switched meanwhile
 	}
 	ctx, cancel := context.WithCancel(ctx)
