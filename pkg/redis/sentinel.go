@@ -510,8 +510,9 @@ func (h readOnlyHook) DialHook(next goredis.DialHook) goredis.DialHook { return 
 func (h readOnlyHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		gen := h.m.gen.Load()
+		// The command's own error is set only once the hooks return.
 		err := next(ctx, cmd)
-		if goredis.IsReadOnlyError(cmd.Err()) {
+		if goredis.IsReadOnlyError(err) {
 			h.m.forget(gen)
 		}
 		return err
@@ -523,7 +524,7 @@ func (h readOnlyHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) gore
 		gen := h.m.gen.Load()
 		err := next(ctx, cmds)
 		for _, cmd := range cmds {
-			if goredis.IsReadOnlyError(cmd.Err()) {
+			if goredis.IsReadOnlyError(cmd.Err()) || goredis.IsReadOnlyError(err) {
 				h.m.forget(gen)
 				break
 			}
