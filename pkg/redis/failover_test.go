@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -176,4 +177,72 @@ func windowCount(t *testing.T, srv *redistest.Server, key string) int {
 		t.Fatalf("GET %s on %s: %q, %v", key, srv.Addr, v, err)
 	}
 	return int(math.Float64frombits(binary.LittleEndian.Uint64(v[8:])))
+}
+
+// TestSentinelUnannouncedSwitch moves the master without any failover
+// event the store could hear: the nodes swap roles by REPLICAOF, and the
+// sentinel is made to monitor the new master afresh. The old master then
+// refuses writes (READONLY), and the store must ask the sentinels again
+// and decide on the new master, counting on from what it replicated.
+func TestSentinelUnannouncedSwitch(t *testing.T) {
+	sn := redistest.StartSentinel(t)
+	s := newStore(t, redis.Options{
+		SentinelMaster: sn.MasterName,
+		SentinelAddrs:  sn.SentinelAddrs,
+		Timeout:        200 * time.Millisecond,
+	})
+	const limit = 100
+	l := mustLimit(t, limits.FixedWindow, limit, limits.UnitYear, 1, 0)
+	c := check("k", l, 1)
+	for range 10 {
+		apply(t, s, c)
+	}
+	ctx := context.Background()
+	old, next := sn.Master.Client(t), sn.Replica.Client(t)
+	if err := old.Do(ctx, "WAIT", 1, 1000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := strings.Cut(sn.Replica.Addr, ":")
+	for _, cmd := range [][]any{
+		{next, "REPLICAOF", "NO", "ONE"},
+		{old, "REPLICAOF", host, port},
+	} {
+		if err := cmd[0].(*goredis.Client).Do(ctx, cmd[1:]...).Err(); err != nil {
+			t.Fatalf("%v: %v", cmd[1:], err)
+		}
+	}
+	sc := goredis.NewClient(&goredis.Options{Addr: sn.SentinelAddrs[0]})
+	defer sc.Close()
+	for _, cmd := range [][]any{
+		{"SENTINEL", "REMOVE", sn.MasterName},
+		{"SENTINEL", "MONITOR", sn.MasterName, host, port, 1},
+	} {
+		if err := sc.Do(ctx, cmd...).Err(); err != nil {
+			t.Fatalf("%v: %v", cmd, err)
+		}
+	}
+
+	failed := 0
+	var b *limits.Batch
+	for {
+		b = &limits.Batch{Checks: []limits.Check{c}}
+		err := s.Apply(ctx, b)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, limits.ErrStoreUnavailable) {
+			t.Fatalf("after the switch: %v, want ErrStoreUnavailable", err)
+		}
+		if failed++; failed == 100 {
+			t.Fatalf("still failing after %d requests: %v", failed, err)
+		}
+		time.Sleep(10 * time.Millisecond) // a bounded retry, not a timed assertion
+	}
+	t.Logf("decided on the new master after %d failed requests", failed)
+	if got, want := b.Outcomes[0].Remaining, uint64(limit-11); !b.Admitted || got != want {
+		t.Errorf("first decision after the switch: admitted %v, remaining %d, want %d", b.Admitted, got, want)
+	}
+	if n := windowCount(t, sn.Replica, redis.FullKey(s, c)); n != 11 {
+		t.Errorf("the new master counts %d hits, want 11", n)
+	}
 }
