@@ -337,6 +337,8 @@ func (m *sentinelMaster) resolve(ctx context.Context, gen uint64) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A slot per sentinel, so that no query blocks once the first
+	// answer is taken.
 	answers := make(chan []string, len(m.sentinels))
 	errs := make(chan error, len(m.sentinels))
 	var wg sync.WaitGroup
