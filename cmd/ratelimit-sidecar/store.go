@@ -29,7 +29,8 @@ type backend struct {
 // opened is a backend's store and what the sidecar needs to run it.
 type opened struct {
 	limits.Store
-	// ping checks that a remote store answers; nil for a local one.
+	// ping checks that a remote store answers, and for Redis that it
+	// takes writes; nil for a local one.
 	ping func(context.Context) error
 	// close releases it; nil if there is nothing to release.
 	close func() error
@@ -67,7 +68,7 @@ func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error
 	if !lazy.Connected() {
 		log.Error("redis unreachable at startup; serving by the failure mode while retrying")
 	}
-	return opened{Store: lazy, ping: lazy.Ping, close: lazy.Close}, nil
+	return opened{Store: lazy, ping: lazy.Probe, close: lazy.Close}, nil
 }
 
 // sidecarStore is the store the engine decides on, with what readiness

@@ -279,3 +279,44 @@ func TestMissingRedis(t *testing.T) {
 		t.Errorf("with %s=1: fatal %q, skipped %q; want a skip", SkipEnv, f.fatal, f.skipped)
 	}
 }
+
+// TestSentinelGracefulFailover: a graceful failover promotes the replica,
+// which then takes writes.
+func TestSentinelGracefulFailover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := StartSentinel(t)
+	s.Failover(t)
+	if addr := sentinelMaster(ctx, t, s); addr != s.Replica.Addr {
+		t.Fatalf("sentinel master after failover = %s, want replica %s", addr, s.Replica.Addr)
+	}
+	if err := s.Replica.Client(t).Set(ctx, "k", "new", 0).Err(); err != nil {
+		t.Fatalf("SET on the promoted replica: %v", err)
+	}
+}
+
+// TestSentinels: several sentinels know each other, and all of them learn
+// of a failover that one of them led.
+func TestSentinels(t *testing.T) {
+	t.Parallel()
+	s := StartSentinels(t, 3)
+	if len(s.SentinelAddrs) != 3 || len(s.Sentinels) != 3 {
+		t.Fatalf("%d sentinel addresses and %d sentinels, want 3", len(s.SentinelAddrs), len(s.Sentinels))
+	}
+	s.Failover(t)
+	err := poll(formTimeout, func() error {
+		for _, addr := range s.SentinelAddrs {
+			reply, err := do(addr, cmdTimeout, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.MasterName)
+			if err != nil {
+				return err
+			}
+			if got := fmt.Sprintf("%v", reply); got != fmt.Sprintf("[127.0.0.1 %d]", s.Replica.port) {
+				return fmt.Errorf("sentinel %s names %s", addr, got)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("not every sentinel names the new master %s: %v", s.Replica.Addr, err)
+	}
+}

@@ -18,8 +18,9 @@ const (
 )
 
 // Sentinel is a private Redis Sentinel setup: one master, one replica and
-// one sentinel with quorum 1, tuned so that a failover completes within a
-// few seconds after the master dies.
+// one sentinel with quorum 1 (or several, with a majority as quorum),
+// tuned so that a failover completes within a few seconds after the
+// master dies.
 type Sentinel struct {
 	// MasterName is the name the sentinel monitors the master under.
 	MasterName string
@@ -39,6 +40,14 @@ type Sentinel struct {
 // the master and the replica, so that killing Master triggers a failover
 // to Replica. The processes are stopped at test cleanup.
 func StartSentinel(t testing.TB) *Sentinel {
+	t.Helper()
+	return StartSentinels(t, 1)
+}
+
+// StartSentinels is StartSentinel with n sentinels, a majority of which
+// must agree that the master is down. It waits, too, until every
+// sentinel knows the others, so that they hear of each other's failovers.
+func StartSentinels(t testing.TB, n int) *Sentinel {
 	t.Helper()
 	// Without a delay the master starts the diskless sync at once instead
 	// of waiting 5 s for more replicas.
@@ -60,33 +69,41 @@ func StartSentinel(t testing.TB) *Sentinel {
 		t.Fatalf("redistest: wait for replica %s to sync with %s: %v", replica.Addr, master.Addr, err)
 	}
 
+	quorum := max(sentinelQuorum, n/2+1)
 	conf := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d %[3]d\n"+
 		"sentinel down-after-milliseconds %[1]s %[4]d\n"+
 		"sentinel failover-timeout %[1]s %[5]d\n"+
 		"sentinel parallel-syncs %[1]s 1\n",
-		sentinelMasterName, master.port, sentinelQuorum, downAfterMillis, failoverTimeoutMsec)
-	sentinel := StartServer(t, withSentinel(conf))
-
+		sentinelMasterName, master.port, quorum, downAfterMillis, failoverTimeoutMsec)
 	s := &Sentinel{
-		MasterName:    sentinelMasterName,
-		SentinelAddrs: []string{sentinel.Addr},
-		Master:        master,
-		Replica:       replica,
-		Sentinels:     []*Server{sentinel},
+		MasterName: sentinelMasterName,
+		Master:     master,
+		Replica:    replica,
+	}
+	for range n {
+		sentinel := StartServer(t, withSentinel(conf))
+		s.SentinelAddrs = append(s.SentinelAddrs, sentinel.Addr)
+		s.Sentinels = append(s.Sentinels, sentinel)
 	}
 	err = poll(formTimeout, func() error {
-		return checkSentinel(sentinel.Addr, s.MasterName, master.Addr, replica.Addr)
+		for _, addr := range s.SentinelAddrs {
+			if err := checkSentinel(addr, s.MasterName, master.Addr, replica.Addr, n-1); err != nil {
+				return fmt.Errorf("sentinel %s: %w", addr, err)
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		t.Fatalf("redistest: wait for sentinel %s to discover master %s and replica %s: %v",
-			sentinel.Addr, master.Addr, replica.Addr, err)
+		t.Fatalf("redistest: wait for the sentinels to discover master %s, replica %s and each other: %v",
+			master.Addr, replica.Addr, err)
 	}
 	return s
 }
 
 // checkSentinel reports whether the sentinel at addr sees master as a
-// healthy master and replica as a healthy replica of it.
-func checkSentinel(addr, name, master, replica string) error {
+// healthy master, replica as a healthy replica of it, and others other
+// sentinels.
+func checkSentinel(addr, name, master, replica string, others int) error {
 	reply, err := do(addr, cmdTimeout, "SENTINEL", "MASTER", name)
 	if err != nil {
 		return err
@@ -97,6 +114,9 @@ func checkSentinel(addr, name, master, replica string) error {
 	}
 	if m["flags"] != "master" {
 		return fmt.Errorf("master flags are %q, want \"master\"", m["flags"])
+	}
+	if got := m["num-other-sentinels"]; got != strconv.Itoa(others) {
+		return fmt.Errorf("knows %s other sentinels, want %d", got, others)
 	}
 	reply, err = do(addr, cmdTimeout, "SENTINEL", "REPLICAS", name)
 	if err != nil {
@@ -126,4 +146,33 @@ func (s *Sentinel) FailoverClient(t testing.TB) *redis.Client {
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// Failover asks the first sentinel for a graceful failover (SENTINEL
+// FAILOVER) and waits until it names Replica as the master. Master keeps
+// running: it is still a master for a while afterwards, until the
+// sentinel makes it a replica of the new one (some 10 s later).
+func (s *Sentinel) Failover(t testing.TB) {
+	t.Helper()
+	addr := s.SentinelAddrs[0]
+	if _, err := do(addr, cmdTimeout, "SENTINEL", "FAILOVER", s.MasterName); err != nil {
+		t.Fatalf("redistest: SENTINEL FAILOVER %s: %v", s.MasterName, err)
+	}
+	err := poll(formTimeout, func() error {
+		reply, err := do(addr, cmdTimeout, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.MasterName)
+		if err != nil {
+			return err
+		}
+		ipPort, _ := reply.([]any)
+		if len(ipPort) != 2 {
+			return fmt.Errorf("master address %v", reply)
+		}
+		if got := fmt.Sprintf("%v:%v", ipPort[0], ipPort[1]); got != s.Replica.Addr {
+			return fmt.Errorf("master is %s, want %s", got, s.Replica.Addr)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("redistest: wait for sentinel %s to switch to %s: %v", addr, s.Replica.Addr, err)
+	}
 }

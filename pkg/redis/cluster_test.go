@@ -57,6 +57,7 @@ func TestCluster(t *testing.T) {
 	t.Run("pipeline", func(t *testing.T) { testClusterPipeline(t, opts) })
 	t.Run("redirect", func(t *testing.T) { testRedirect(t, opts, c.Client(t)) })
 	t.Run("migration", func(t *testing.T) { testMigration(t, opts, c.Client(t)) })
+	t.Run("migration_split", func(t *testing.T) { testMigrationSplit(t, opts, c.Client(t)) })
 	t.Run("script_flush", func(t *testing.T) {
 		cc := c.Client(t)
 		testScriptFlush(t, opts, func() {

@@ -101,6 +101,15 @@ func (l *Lazy) Ping(ctx context.Context) error {
 	return s.Ping(ctx)
 }
 
+// Probe is Store.Probe once connected.
+func (l *Lazy) Probe(ctx context.Context) error {
+	s := l.store.Load()
+	if s == nil {
+		return ErrNotConnected
+	}
+	return s.Probe(ctx)
+}
+
 // Close stops connecting, if that is still under way, and closes the
 // connections to Redis.
 func (l *Lazy) Close() error {

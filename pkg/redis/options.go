@@ -299,24 +299,54 @@ func (o *Options) client() (goredis.UniversalClient, error) {
 		if err != nil {
 			return nil, err
 		}
-		return goredis.NewFailoverClient(&goredis.FailoverOptions{
-			MasterName:            o.SentinelMaster,
-			SentinelAddrs:         o.SentinelAddrs,
-			SentinelUsername:      o.SentinelUsername,
-			SentinelPassword:      o.SentinelPassword,
-			Username:              o.Username,
-			Password:              o.Password,
-			TLSConfig:             cfg,
-			PoolSize:              o.PoolSize,
-			ReadTimeout:           timeout,
-			WriteTimeout:          timeout,
-			PoolTimeout:           o.timeout(),
-			ContextTimeoutEnabled: true,
-			DialerRetries:         dialAttempts,
-			MaxRetries:            noRetries,
-			PipelinePoolSize:      onePool,
-		}), nil
+		// Not go-redis's FailoverClient, which keeps writing to the old
+		// master for a second after a promotion: see sentinel.go.
+		node := goredis.Options{
+			Username:                 o.Username,
+			Password:                 o.Password,
+			TLSConfig:                cfg,
+			PoolSize:                 o.PoolSize,
+			ReadTimeout:              timeout,
+			WriteTimeout:             timeout,
+			PoolTimeout:              o.timeout(),
+			ContextTimeoutEnabled:    true,
+			DialerRetries:            dialAttempts,
+			MaxRetries:               noRetries,
+			PipelinePoolSize:         onePool,
+			MaintNotificationsConfig: maint,
+		}
+		sentinel := goredis.Options{
+			Username:                 o.SentinelUsername,
+			Password:                 o.SentinelPassword,
+			TLSConfig:                cfg,
+			ReadTimeout:              timeout,
+			WriteTimeout:             timeout,
+			ContextTimeoutEnabled:    true,
+			DialerRetries:            dialAttempts,
+			MaxRetries:               noRetries,
+			MaintNotificationsConfig: maint,
+		}
+		m := newSentinelMaster(o.SentinelMaster, o.SentinelAddrs, sentinel, node)
+		node.Addr = "sentinel:" + o.SentinelMaster // shown only: m dials
+		node.Dialer = m.dial
+		node.OnConnect = m.onConnect
+		rdb := goredis.NewClient(&node)
+		rdb.AddHook(readOnlyHook{m})
+		return &sentinelClient{Client: rdb, m: m}, nil
 	}
+}
+
+// sentinelClient is the store's client for a Sentinel master: a plain
+// client whose connections go where m says, closed with m.
+type sentinelClient struct {
+	*goredis.Client
+	m *sentinelMaster
+}
+
+// Close stops following the master and closes the connections.
+func (c *sentinelClient) Close() error {
+	c.m.close()
+	return c.Client.Close()
 }
 
 // redactURLError returns the message of a URL parse error without the URL,

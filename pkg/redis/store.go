@@ -13,6 +13,8 @@
 // are refunded by scripts/refund.lua, so the request stays all-or-nothing.
 // While a refund is under way the reserved hits count against other
 // requests, which can under-admit for that moment but never over-admit.
+// A call that a migrating slot refuses whole (TRYAGAIN: its keys on both
+// sides, or some on neither) goes again the same way, one group per key.
 //
 // Requests made while Options.MaxInflight calls are already out (to the
 // node, on a Cluster) wait for the next to end and go together (see
@@ -128,7 +130,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	} else {
 		s.pipe = newPipe(rdb, s.inflight, s.warmer)
 	}
-	for _, sc := range []*goredis.Script{applyScript, refundScript} {
+	for _, sc := range []*goredis.Script{applyScript, refundScript, probeScript} {
 		if err := sc.Load(ctx, rdb).Err(); err != nil {
 			_ = rdb.Close()
 			return nil, wrap(ctx, "load scripts", err)
@@ -148,8 +150,8 @@ func (s *Store) Close() error {
 }
 
 // Ping checks that Redis answers within the store's timeout: the master on
-// standalone and Sentinel, every master on a Cluster. It is for readiness
-// and circuit-breaker probes.
+// standalone and Sentinel, every master on a Cluster. A Redis that
+// answers may still refuse every write: Probe checks that too.
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -196,10 +198,61 @@ func (s *Store) Apply(ctx context.Context, b *limits.Batch) error {
 		return s.applyAll(rctx, b, now, 0)
 	}
 	groups := s.groups(b.Checks)
+	var err error
 	if len(groups) == 1 {
-		return s.applyAll(rctx, b, now, groups[0].slot)
+		err = s.applyAll(rctx, b, now, groups[0].slot)
+		groups[0].err = err
+	} else {
+		err = s.applyGroups(ctx, rctx, b, now, groups)
 	}
-	return s.applyGroups(ctx, rctx, b, now, groups)
+	if err == nil || !refusedWhole(groups) {
+		return err
+	}
+	// A slot is migrating, and a group's keys are not all on one side of
+	// it: some moved and some not, or some on neither yet. Redis refuses
+	// a call of several keys on both sides until the migration ends,
+	// before running it, but serves one key at a time where it is (ASK).
+	// So the request goes again as one group per key, reserving and
+	// refunding as a request across slots does. (The groups that had
+	// reserved were refunded.)
+	if split := s.byKey(b.Checks); len(split) > len(groups) {
+		return s.applyGroups(ctx, rctx, b, now, split)
+	}
+	return err
+}
+
+// refusedWhole reports whether a group of gs was refused by TRYAGAIN,
+// and no group failed otherwise: the request may go again key by key.
+func refusedWhole(gs []*group) bool {
+	refused := false
+	for _, g := range gs {
+		switch {
+		case g.err == nil:
+		case goredis.IsTryAgainError(g.err):
+			refused = true
+		default:
+			return false
+		}
+	}
+	return refused
+}
+
+// byKey groups checks by key, each group in its key's slot: the checks of
+// one key together, in order of first appearance.
+func (s *Store) byKey(checks []limits.Check) []*group {
+	var gs []*group
+	keys := map[string]*group{}
+	for i := range checks {
+		k := checks[i].Key
+		if g, ok := keys[k]; ok {
+			g.idx = append(g.idx, i)
+			continue
+		}
+		g := &group{slot: slot(s.prefix, k), idx: []int{i}}
+		keys[k] = g
+		gs = append(gs, g)
+	}
+	return gs
 }
 
 // applyAll decides b in one script call; all its keys share a slot (on

@@ -1,0 +1,101 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"strconv"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed scripts/probe.lua
+	probeSrc    string
+	probeScript = goredis.NewScript(probeSrc)
+)
+
+// probeName is the probe key's name after the prefix. Keys of
+// limits.AppendKey end in a digit, so none is a probe key.
+const probeName = "probe"
+
+// maxTagSearch bounds the hash tags Probe tries to find one in a slot of
+// every Cluster master: a master serving a single slot has one tag in
+// 16384 on average, and no master goes without one in 2^20 tries but
+// with a chance of about e^-64.
+const maxTagSearch = 1 << 20
+
+// Probe checks that Redis takes a write within the store's timeout: the
+// master on standalone and Sentinel, every master that serves a slot on
+// a Cluster, each with one call of a script that sets a key of the
+// store's prefix for a second. Unlike a PING, it fails whenever a
+// decision would: on a Redis out of memory (OOM), a read-only replica
+// (READONLY), or a master short of replicas (NOREPLICAS). It is for
+// readiness and circuit-breaker probes. On a Cluster it costs a CLUSTER
+// SLOTS too.
+func (s *Store) Probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var err error
+	if s.cc != nil {
+		err = s.probeCluster(ctx)
+	} else {
+		err = probeScript.Run(ctx, s.rdb, []string{s.prefix + probeName}).Err()
+	}
+	if err != nil {
+		return wrap(ctx, "probe", err)
+	}
+	return nil
+}
+
+// probeCluster runs the probe script on every master that the cluster
+// says serves a slot, with a key in one of its slots, in parallel.
+func (s *Store) probeCluster(ctx context.Context) error {
+	ranges, err := s.cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return err
+	}
+	tags := probeTags(ranges)
+	return s.cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {
+		tag, ok := tags[c.Options().Addr]
+		switch {
+		case !ok:
+			return nil // serves no slot, so decides nothing
+		case tag == "":
+			return errNoProbeTag
+		}
+		key := s.prefix + probeName + "{" + tag + "}"
+		return probeScript.Run(ctx, c, []string{key}).Err()
+	})
+}
+
+// errNoProbeTag is probeTags's failure, which maxTagSearch makes all
+// but impossible.
+var errNoProbeTag = errors.New("no hash tag found for a master's slots")
+
+// probeTags returns, for each master address in ranges (CLUSTER SLOTS),
+// a hash tag whose slot that master serves: the first of "0", "1", ...
+// A master none is found for within maxTagSearch tries maps to "".
+func probeTags(ranges []goredis.ClusterSlot) map[string]string {
+	tags := map[string]string{}
+	for _, r := range ranges {
+		if len(r.Nodes) > 0 {
+			tags[r.Nodes[0].Addr] = ""
+		}
+	}
+	for i, left := 0, len(tags); i < maxTagSearch && left > 0; i++ {
+		tag := strconv.Itoa(i)
+		sl := int(crc16(0, tag) % slotCount)
+		for _, r := range ranges {
+			if sl < r.Start || sl > r.End || len(r.Nodes) == 0 {
+				continue
+			}
+			if tags[r.Nodes[0].Addr] == "" {
+				tags[r.Nodes[0].Addr] = tag
+				left--
+			}
+			break
+		}
+	}
+	return tags
+}
