@@ -20,8 +20,8 @@ import (
 // a row, where a failure counts only if its caller still waits and no
 // other failure of the master was counted since it started. While cut
 // off, a request with a key on it fails at once with ErrNodeDown (and
-// takes the failure mode), and a goroutine pings the master every
-// nodeCooldown until it answers.
+// takes the failure mode), and a goroutine probes the master every
+// nodeCooldown until it takes a write again.
 const (
 	nodeFailures     = 5
 	nodeCooldown     = 500 * time.Millisecond
@@ -106,8 +106,10 @@ func (s *Store) cutOff(addr string, node *goredis.Client, h *nodeHealth) {
 	}
 }
 
-// probeNode pings master addr every nodeCooldown until it answers, then
-// lets requests reach it again.
+// probeNode probes master addr every nodeCooldown with the store's write
+// probe (see Probe) until it answers, or until the cluster says it serves
+// no slot any more (it failed over, or was resharded away), then lets
+// requests reach it again.
 func (s *Store) probeNode(stop <-chan struct{}, addr string, node *goredis.Client, h *nodeHealth) {
 	t := time.NewTicker(nodeCooldown)
 	defer t.Stop()
@@ -121,14 +123,22 @@ func (s *Store) probeNode(stop <-chan struct{}, addr string, node *goredis.Clien
 			node = v.(*goredis.Client) // go-redis may have replaced it
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), nodeProbeTimeout)
-		err := node.Ping(ctx).Err()
+		served, err := s.probeNodeOnce(ctx, node)
 		cancel()
-		if err == nil {
+		if err == nil || !served {
 			h.fails.Store(0)
 			h.down.Store(false)
 			return
 		}
 	}
+}
+
+func (s *Store) probeNodeOnce(ctx context.Context, node *goredis.Client) (served bool, _ error) {
+	ranges, err := s.cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return true, err
+	}
+	return s.probeMaster(ctx, node, probeTags(ranges))
 }
 
 // NodesDown returns the addresses of the Cluster masters that are cut

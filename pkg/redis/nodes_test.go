@@ -97,6 +97,23 @@ func TestClusterMasterDownCutOffAlone(t *testing.T) {
 		t.Errorf("the whole store's breaker opened %d times", n)
 	}
 	if down := s.NodesDown(); len(down) != 1 || down[0] != victim {
-		t.Errorf("masters cut off: %v, want [%s]", down, victim)
+		t.Fatalf("masters cut off: %v, want [%s]", down, victim)
+	}
+
+	// Back: the probe lets its keys through again.
+	c.Nodes[0].Restart(t)
+	deadline := time.Now().Add(15 * time.Second)
+	for len(s.NodesDown()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if down := s.NodesDown(); len(down) > 0 {
+		t.Fatalf("masters still cut off 15 s after the restart: %v", down)
+	}
+	for k, on := range onVictim {
+		if on {
+			if err := apply(k); err != nil {
+				t.Errorf("key %s after the master came back: %v", k, err)
+			}
+		}
 	}
 }

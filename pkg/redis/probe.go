@@ -57,16 +57,24 @@ func (s *Store) probeCluster(ctx context.Context) error {
 	}
 	tags := probeTags(ranges)
 	return s.cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {
-		tag, ok := tags[c.Options().Addr]
-		switch {
-		case !ok:
-			return nil // serves no slot, so decides nothing
-		case tag == "":
-			return errNoProbeTag
-		}
-		key := s.prefix + probeName + "{" + tag + "}"
-		return probeScript.Run(ctx, c, []string{key}).Err()
+		_, err := s.probeMaster(ctx, c, tags)
+		return err
 	})
+}
+
+// probeMaster runs the probe script on master c, with a key of a slot
+// that tags (probeTags) says it serves. served is false, and nothing is
+// run, if it serves none: it decides nothing.
+func (s *Store) probeMaster(ctx context.Context, c *goredis.Client, tags map[string]string) (served bool, _ error) {
+	tag, ok := tags[c.Options().Addr]
+	switch {
+	case !ok:
+		return false, nil
+	case tag == "":
+		return true, errNoProbeTag
+	}
+	key := s.prefix + probeName + "{" + tag + "}"
+	return true, probeScript.Run(ctx, c, []string{key}).Err()
 }
 
 // errNoProbeTag is probeTags's failure, which maxTagSearch makes all

@@ -81,7 +81,7 @@ type Breaker struct {
 }
 
 // NewBreaker wraps store; probe checks whether the store is back (for
-// Redis, a PING).
+// Redis, a small write that fails where Redis refuses writes: see redis.Store.Probe).
 func NewBreaker(store limits.Store, probe func(context.Context) error, opts BreakerOptions) *Breaker {
 	if opts.Failures <= 0 {
 		opts.Failures = 5
