@@ -32,6 +32,10 @@ type opened struct {
 	// ping checks that a remote store answers, and for Redis that it
 	// takes writes; nil for a local one.
 	ping func(context.Context) error
+	// probe is the circuit breaker's probe: ping, unless parts of the
+	// store have breakers of their own (Cluster masters), when any part
+	// answering closes it. Nil means ping.
+	probe func(context.Context) error
 	// close releases it; nil if there is nothing to release.
 	close func() error
 }
@@ -68,7 +72,7 @@ func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error
 	if !lazy.Connected() {
 		log.Error("redis unreachable at startup; serving by the failure mode while retrying")
 	}
-	return opened{Store: lazy, ping: lazy.Probe, close: lazy.Close}, nil
+	return opened{Store: lazy, ping: lazy.Probe, probe: lazy.ProbeAny, close: lazy.Close}, nil
 }
 
 // sidecarStore is the store the engine decides on, with what readiness
@@ -137,7 +141,11 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 	if o.ping == nil {
 		return s, nil
 	}
-	breaker := store.NewBreaker(s.Store, o.ping, store.BreakerOptions{
+	probe := o.probe
+	if probe == nil {
+		probe = o.ping
+	}
+	breaker := store.NewBreaker(s.Store, probe, store.BreakerOptions{
 		OnChange: func(open bool, cause error) {
 			m.BreakerChanged(open, cause)
 			if open {

@@ -101,6 +101,15 @@ func (l *Lazy) Ping(ctx context.Context) error {
 	return s.Ping(ctx)
 }
 
+// ProbeAny is Store.ProbeAny once connected.
+func (l *Lazy) ProbeAny(ctx context.Context) error {
+	s := l.store.Load()
+	if s == nil {
+		return ErrNotConnected
+	}
+	return s.ProbeAny(ctx)
+}
+
 // Probe is Store.Probe once connected.
 func (l *Lazy) Probe(ctx context.Context) error {
 	s := l.store.Load()

@@ -99,6 +99,14 @@ func TestClusterMasterDownCutOffAlone(t *testing.T) {
 	if down := s.NodesDown(); len(down) != 1 || down[0] != victim {
 		t.Fatalf("masters cut off: %v, want [%s]", down, victim)
 	}
+	// The whole store's breaker, were it to open, closes on the live
+	// masters: readiness still wants them all.
+	if err := s.ProbeAny(context.Background()); err != nil {
+		t.Errorf("ProbeAny with two of three masters alive: %v", err)
+	}
+	if err := s.Probe(context.Background()); err == nil {
+		t.Error("Probe passed with a master dead")
+	}
 
 	// Back: the probe lets its keys through again.
 	c.Nodes[0].Restart(t)

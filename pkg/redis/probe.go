@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"strconv"
+	"sync"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -46,6 +47,48 @@ func (s *Store) Probe(ctx context.Context) error {
 		return wrap(ctx, "probe", err)
 	}
 	return nil
+}
+
+// ProbeAny is Probe, except that on a Cluster it succeeds once any
+// master that serves a slot takes the write: the probe of a breaker in
+// front of the whole store, whose masters each have a breaker of their
+// own (see nodes.go), so that one dead master does not keep every other
+// one behind it.
+func (s *Store) ProbeAny(ctx context.Context) error {
+	if s.cc == nil {
+		return s.Probe(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		errs []error
+		ok   bool
+	)
+	// Each master is asked for the layout itself: a dead one must not
+	// fail the lot.
+	_ = s.cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {
+		served := false
+		ranges, err := c.ClusterSlots(ctx).Result()
+		if err == nil {
+			served, err = s.probeMaster(ctx, c, probeTags(ranges))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			errs = append(errs, err)
+		} else if served {
+			ok = true
+		}
+		return nil
+	})
+	if ok {
+		return nil
+	}
+	if len(errs) == 0 {
+		errs = append(errs, errors.New("no master serves a slot"))
+	}
+	return wrap(ctx, "probe", errors.Join(errs...))
 }
 
 // probeCluster runs the probe script on every master that the cluster
