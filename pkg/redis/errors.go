@@ -32,6 +32,9 @@ func wrap(ctx context.Context, op string, err error) error {
 		// Not the caller's deadline: keep context.DeadlineExceeded out
 		// of the chain, so that the caller sees the store fail
 		// (Unavailable), not its own deadline pass.
+		if errors.Is(err, limits.ErrPartUnavailable) {
+			return fmt.Errorf("redis %s: %w: %w: no answer within the store's timeout: %v", op, limits.ErrStoreUnavailable, limits.ErrPartUnavailable, err)
+		}
 		return fmt.Errorf("redis %s: %w: no answer within the store's timeout: %v", op, limits.ErrStoreUnavailable, err)
 	}
 	cerr := ctx.Err()

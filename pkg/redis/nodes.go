@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -25,7 +26,9 @@ import (
 const (
 	nodeFailures     = 5
 	nodeCooldown     = 500 * time.Millisecond
-	nodeProbeTimeout = 100 * time.Millisecond
+	nodeProbeTimeout = 250 * time.Millisecond
+	// nodeMinWait is store.BreakerOptions.MinWait's default.
+	nodeMinWait = 5 * time.Millisecond
 )
 
 // ErrNodeDown is returned for a request with a key on a Cluster master
@@ -67,6 +70,10 @@ func (s *Store) runNode(node *goredis.Client, c *call) ([]int64, error) {
 	}
 	ctx := c.ctx // do recycles c
 	seen := h.counted.Load()
+	short := false
+	if d, ok := callerCtx(ctx).Deadline(); ok {
+		short = time.Until(d) < nodeMinWait
+	}
 	reply, err := s.nodePipe(node).do(c)
 	if err == nil {
 		h.fails.Store(0)
@@ -75,25 +82,34 @@ func (s *Store) runNode(node *goredis.Client, c *call) ([]int64, error) {
 	if !unavailable(err) {
 		return nil, err
 	}
-	if !callerGaveUp(ctx) && h.counted.CompareAndSwap(seen, seen+1) && h.fails.Add(1) >= nodeFailures {
+	if !callerGaveUp(ctx, short) && h.counted.CompareAndSwap(seen, seen+1) && h.fails.Add(1) >= nodeFailures {
 		s.cutOff(addr, node, h)
 	}
 	return nil, &nodeError{addr: addr, err: err}
 }
 
-// callerGaveUp reports whether the caller of a call under ctx (Apply's
-// context, bounded by the store's timeout or not) no longer waits: its
-// own context is cancelled or past its deadline. The store's own timeout
-// is not the caller giving up.
-func callerGaveUp(ctx context.Context) bool {
+// callerCtx is the caller's context of a call made under ctx, Apply's
+// context bounded by the store's timeout or not.
+func callerCtx(ctx context.Context) context.Context {
 	if dc, ok := ctx.(*deadlineCtx); ok {
-		ctx = dc.Context
+		return dc.Context
 	}
-	if ctx.Err() != nil {
+	return ctx
+}
+
+// callerGaveUp reports whether a failed call under ctx failed for its
+// caller rather than for the master, as store.Breaker judges it: the
+// caller cancelled it, or its deadline (not the store's timeout) passed
+// and was short, leaving the master less than nodeMinWait.
+func callerGaveUp(ctx context.Context, short bool) bool {
+	ctx = callerCtx(ctx)
+	if err := ctx.Err(); errors.Is(err, context.Canceled) {
 		return true
+	} else if err != nil {
+		return short
 	}
 	d, ok := ctx.Deadline()
-	return ok && !time.Now().Before(d)
+	return ok && short && !time.Now().Before(d)
 }
 
 // cutOff cuts master addr off and probes it until it answers.

@@ -3,8 +3,10 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,7 +29,9 @@ func TestClusterMasterDownCutOffAlone(t *testing.T) {
 	c := redistest.StartCluster(t, redistest.WithArgs("--cluster-require-full-coverage", "no"))
 	s := newStore(t, redis.Options{ClusterAddrs: c.Addrs, Timeout: 200 * time.Millisecond})
 	var opened atomic.Int64
-	b := store.NewBreaker(s, s.Ping, store.BreakerOptions{
+	// One failure blamed on the whole store opens it.
+	b := store.NewBreaker(s, s.ProbeAny, store.BreakerOptions{
+		Failures: 1,
 		OnChange: func(open bool, _ error) {
 			if open {
 				opened.Add(1)
@@ -59,30 +63,72 @@ func TestClusterMasterDownCutOffAlone(t *testing.T) {
 		}
 	}
 
-	c.Nodes[0].Kill()
+	// rounds applies every key n times, and counts what happened.
 	var liveErrs, deadOK, cutOff, dead int
-	for range 10 {
-		for _, k := range keys {
-			err := apply(k)
-			switch {
-			case !onVictim[k] && err != nil:
-				liveErrs++
-				if liveErrs == 1 {
-					t.Errorf("key %s on a live master: %v", k, err)
-				}
-			case onVictim[k] && err == nil:
-				deadOK++
-			case onVictim[k]:
-				dead++
-				if errors.Is(err, redis.ErrNodeDown) {
-					cutOff++
-				}
-				if !errors.Is(err, limits.ErrStoreUnavailable) {
-					t.Errorf("key %s on the dead master: %v, want ErrStoreUnavailable", k, err)
+	rounds := func(n int) {
+		liveErrs, deadOK, cutOff, dead = 0, 0, 0, 0
+		for range n {
+			for _, k := range keys {
+				err := apply(k)
+				switch {
+				case !onVictim[k] && err != nil:
+					liveErrs++
+					if liveErrs == 1 {
+						t.Errorf("key %s on a live master: %v", k, err)
+					}
+				case onVictim[k] && err == nil:
+					deadOK++
+				case onVictim[k]:
+					dead++
+					if errors.Is(err, redis.ErrNodeDown) {
+						cutOff++
+					}
+					if !errors.Is(err, limits.ErrStoreUnavailable) {
+						t.Errorf("key %s on the failed master: %v, want ErrStoreUnavailable", k, err)
+					}
 				}
 			}
 		}
 	}
+	waitUp := func() {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for len(s.NodesDown()) > 0 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if down := s.NodesDown(); len(down) > 0 {
+			t.Fatalf("masters still cut off 15 s after they came back: %v", down)
+		}
+	}
+
+	// A stalled master: its calls run into the store's own timeout.
+	proc, err := os.FindProcess(c.Nodes[0].PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	rounds(3)
+	stalledDown := s.NodesDown()
+	if err := proc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stalled master: %d requests failed, %d of them cut off at once; live masters: %d errors", dead, cutOff, liveErrs)
+	if liveErrs > 0 || deadOK > 0 || cutOff == 0 {
+		t.Errorf("stalled master: %d errors on live masters (want 0), %d requests on it succeeded (want 0), %d cut off (want some)", liveErrs, deadOK, cutOff)
+	}
+	if len(stalledDown) != 1 || stalledDown[0] != victim {
+		t.Errorf("masters cut off while one stalled: %v, want [%s]", stalledDown, victim)
+	}
+	if n := opened.Load(); n != 0 {
+		t.Fatalf("a stalled master opened the whole store's breaker %d times", n)
+	}
+	waitUp()
+
+	// A dead master: its calls are refused at once.
+	c.Nodes[0].Kill()
+	rounds(10)
 	t.Logf("dead master: %d requests failed, %d of them cut off at once; live masters: %d errors", dead, cutOff, liveErrs)
 	if liveErrs > 0 {
 		t.Errorf("%d requests on live masters failed", liveErrs)
@@ -110,13 +156,7 @@ func TestClusterMasterDownCutOffAlone(t *testing.T) {
 
 	// Back: the probe lets its keys through again.
 	c.Nodes[0].Restart(t)
-	deadline := time.Now().Add(15 * time.Second)
-	for len(s.NodesDown()) > 0 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if down := s.NodesDown(); len(down) > 0 {
-		t.Fatalf("masters still cut off 15 s after the restart: %v", down)
-	}
+	waitUp()
 	for k, on := range onVictim {
 		if on {
 			if err := apply(k); err != nil {

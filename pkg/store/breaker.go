@@ -31,8 +31,14 @@ type BreakerOptions struct {
 	// Cooldown is how long the breaker waits between background probes
 	// while open. Default 500ms.
 	Cooldown time.Duration
-	// ProbeTimeout bounds one probe. Default 100ms.
+	// ProbeTimeout bounds one probe. Default 250ms: after an outage a
+	// probe opens a connection first, a few round trips to a Redis that
+	// may be milliseconds away.
 	ProbeTimeout time.Duration
+	// MinWait is the least time a caller must have left the store for
+	// its call's failure to count when the caller's own deadline ended
+	// it. Default 5ms.
+	MinWait time.Duration
 	// OnChange, if set, is called with true when the breaker opens and
 	// false when it closes, from the goroutine that changed it.
 	OnChange func(open bool, cause error)
@@ -50,9 +56,13 @@ type BreakerOptions struct {
 //     unreachable or refusing store, or the store's own timeout), and not
 //     limits.ErrPartUnavailable (one part of the store failing, which
 //     the store cuts off itself);
-//   - a call whose caller gave up (its context cancelled, or its deadline
-//     passed) counts for nothing, whatever its error: a deadline shorter
-//     than the store's round trip is the caller's problem;
+//   - a call whose caller cancelled it counts for nothing, and so does
+//     one whose deadline passed if that deadline left the store less than
+//     BreakerOptions.MinWait when the call started: a deadline shorter
+//     than a store's answer is the caller's problem. A caller that gave
+//     the store MinWait or more and got nothing saw the store fail, even
+//     if its deadline came before the store's own timeout (an Envoy
+//     timeout below --redis-timeout);
 //   - calls that were in flight together count once: a call counts only
 //     if no failure was counted since it started. A stall of the store (or
 //     of this process) that fails every call in flight is one failure,
@@ -90,7 +100,10 @@ func NewBreaker(store limits.Store, probe func(context.Context) error, opts Brea
 		opts.Cooldown = 500 * time.Millisecond
 	}
 	if opts.ProbeTimeout <= 0 {
-		opts.ProbeTimeout = 100 * time.Millisecond
+		opts.ProbeTimeout = 250 * time.Millisecond
+	}
+	if opts.MinWait <= 0 {
+		opts.MinWait = 5 * time.Millisecond
 	}
 	return &Breaker{store: store, probe: probe, opts: opts, stop: make(chan struct{})}
 }
@@ -104,12 +117,16 @@ func (b *Breaker) Apply(ctx context.Context, batch *limits.Batch) error {
 		return ErrBreakerOpen
 	}
 	seen := b.counted.Load()
+	short := false
+	if d, ok := ctx.Deadline(); ok {
+		short = time.Until(d) < b.opts.MinWait
+	}
 	err := b.store.Apply(ctx, batch)
 	switch {
 	case err == nil:
 		b.fails.Store(0)
 	case errors.Is(err, limits.ErrStoreUnavailable) && !errors.Is(err, limits.ErrPartUnavailable) &&
-		!gaveUp(ctx) && b.counted.CompareAndSwap(seen, seen+1):
+		!callerGaveUp(ctx, short) && b.counted.CompareAndSwap(seen, seen+1):
 		if b.fails.Add(1) >= int64(b.opts.Failures) {
 			b.trip(err)
 		}
@@ -117,15 +134,18 @@ func (b *Breaker) Apply(ctx context.Context, batch *limits.Batch) error {
 	return err
 }
 
-// gaveUp reports whether the caller of a call under ctx no longer waits
-// for it: ctx is cancelled or past its deadline, whose timer may not have
-// fired yet.
-func gaveUp(ctx context.Context) bool {
-	if ctx.Err() != nil {
+// callerGaveUp reports whether a failed call under ctx failed for its
+// caller rather than for its store: ctx was cancelled, or its deadline
+// passed (its timer may not have fired yet) and it was short: it left
+// the store less than a breaker's MinWait when the call started.
+func callerGaveUp(ctx context.Context, short bool) bool {
+	if err := ctx.Err(); errors.Is(err, context.Canceled) {
 		return true
+	} else if err != nil {
+		return short
 	}
 	d, ok := ctx.Deadline()
-	return ok && !time.Now().Before(d)
+	return ok && short && !time.Now().Before(d)
 }
 
 // trip opens the breaker and starts the probe, once.

@@ -73,7 +73,7 @@ func TestBreaker(t *testing.T) {
 
 func TestBreakerSuccessResetsCount(t *testing.T) {
 	backend := &storetest.Down{Up: memory.New(memory.Options{})}
-	b := store.NewBreaker(backend, backend.Ping, store.BreakerOptions{Failures: 3})
+	b := store.NewBreaker(backend, backend.Ping, store.BreakerOptions{Failures: 3, MinWait: 5 * time.Millisecond})
 	defer b.Close()
 	l, _ := limits.NewLimit(limits.FixedWindow, 100, limits.UnitSecond, 1, 0)
 	for range 5 {
@@ -106,7 +106,7 @@ func (s *stalled) Apply(ctx context.Context, _ *limits.Batch) error {
 func TestBreakerCountsAStallOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := &stalled{}
-		b := store.NewBreaker(s, func(context.Context) error { return limits.ErrStoreUnavailable }, store.BreakerOptions{Failures: 3})
+		b := store.NewBreaker(s, func(context.Context) error { return limits.ErrStoreUnavailable }, store.BreakerOptions{Failures: 3, MinWait: 5 * time.Millisecond})
 		defer b.Close()
 		l, _ := limits.NewLimit(limits.FixedWindow, 100, limits.UnitSecond, 1, 0)
 		stall := func(calls int) {
@@ -162,4 +162,42 @@ func TestBreakerIgnoresCallersThatGaveUp(t *testing.T) {
 	if !b.Open() {
 		t.Fatal("2 failures of callers that waited left a breaker of 2 closed")
 	}
+}
+
+// blackhole is a store that never answers: each call fails when its
+// context ends, as a call to an unreachable Redis does.
+type blackhole struct{}
+
+func (blackhole) Apply(ctx context.Context, _ *limits.Batch) error {
+	<-ctx.Done()
+	return fmt.Errorf("i/o timeout: %w: %w", limits.ErrStoreUnavailable, ctx.Err())
+}
+
+// TestBreakerOpensOnCallersThatWaited: when callers' deadlines come
+// before the store's own timeout, a store that never answers still opens
+// the breaker, as long as the callers left it MinWait or more; callers
+// that left it less do not.
+func TestBreakerOpensOnCallersThatWaited(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := store.NewBreaker(blackhole{}, func(context.Context) error { return limits.ErrStoreUnavailable }, store.BreakerOptions{Failures: 3, MinWait: 5 * time.Millisecond})
+		defer b.Close()
+		l, _ := limits.NewLimit(limits.FixedWindow, 100, limits.UnitSecond, 1, 0)
+		call := func(deadline time.Duration) {
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			b.Apply(ctx, &limits.Batch{Checks: []limits.Check{{Key: "{k}x", Limit: l, Hits: 1}}}) //nolint:errcheck // only the breaker's state matters
+		}
+		for range 50 {
+			call(time.Millisecond)
+		}
+		if b.Open() {
+			t.Fatal("callers with 1 ms deadlines opened the breaker")
+		}
+		for range 3 {
+			call(10 * time.Millisecond)
+		}
+		if !b.Open() {
+			t.Fatal("3 callers that each waited 10 ms for a store that never answers left a breaker of 3 closed")
+		}
+	})
 }
