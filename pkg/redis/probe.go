@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -34,8 +35,14 @@ const maxTagSearch = 1 << 20
 // (READONLY), or a master short of replicas (NOREPLICAS). It is for
 // readiness and circuit-breaker probes. On a Cluster it costs a CLUSTER
 // SLOTS too.
+//
+// It is bounded by ctx's deadline, not by the store's timeout: after an
+// outage a probe opens a connection first (connect, HELLO, CLIENT
+// SETINFO), several round trips that a Redis milliseconds away cannot
+// fit in a request's timeout. Without a deadline it is bounded by the
+// larger of the store's timeout and probeTimeout.
 func (s *Store) Probe(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := s.probeContext(ctx)
 	defer cancel()
 	var err error
 	if s.cc != nil {
@@ -49,6 +56,17 @@ func (s *Store) Probe(ctx context.Context) error {
 	return nil
 }
 
+// probeTimeout bounds a probe whose context has no deadline.
+const probeTimeout = time.Second
+
+// probeContext returns ctx bounded as Probe says.
+func (s *Store) probeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, max(s.timeout, probeTimeout))
+}
+
 // ProbeAny is Probe, except that on a Cluster it succeeds once any
 // master that serves a slot takes the write: the probe of a breaker in
 // front of the whole store, whose masters each have a breaker of their
@@ -58,7 +76,7 @@ func (s *Store) ProbeAny(ctx context.Context) error {
 	if s.cc == nil {
 		return s.Probe(ctx)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := s.probeContext(ctx)
 	defer cancel()
 	var (
 		mu   sync.Mutex

@@ -146,3 +146,36 @@ func waitLinkUp(t *testing.T, rc *goredis.Client) {
 	}
 	t.Fatal("replica not in sync")
 }
+
+// TestProbeReconnectsToAFarRedis: after an outage drops every pooled
+// connection, a breaker's probe (250 ms, store.BreakerOptions's default)
+// can open a new one to a Redis 10 ms away, though that takes longer than
+// the store's 15 ms timeout. Bounded by that timeout, as it was, it never
+// could, and the breaker stayed open.
+func TestProbeReconnectsToAFarRedis(t *testing.T) {
+	srv := redistest.StartServer(t)
+	p := startSlow(t, srv, 10*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := redis.New(ctx, redis.Options{URL: urlOf(p.Addr), Timeout: 15 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// The outage: every connection to the server, the store's included,
+	// is closed.
+	if err := srv.Client(t).Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var errs []error
+	for range 20 { // the first ones may meet connections the kill closed
+		pctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		err := s.Probe(pctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		errs = append(errs, err)
+	}
+	t.Fatalf("20 probes of 250 ms failed after the connections were dropped; the last: %v", errs[len(errs)-1])
+}
