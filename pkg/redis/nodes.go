@@ -82,7 +82,12 @@ func (s *Store) runNode(node *goredis.Client, c *call) ([]int64, error) {
 	if !unavailable(err) {
 		return nil, err
 	}
-	if !callerGaveUp(ctx, short) && h.counted.CompareAndSwap(seen, seen+1) && h.fails.Add(1) >= nodeFailures {
+	// A slot on the move (TRYAGAIN, or redirections past the one the
+	// store follows) is the cluster resharding, not the master failing.
+	_, moved := goredis.IsMovedError(err)
+	_, ask := goredis.IsAskError(err)
+	resharding := moved || ask || goredis.IsTryAgainError(err)
+	if !resharding && !callerGaveUp(ctx, short) && h.counted.CompareAndSwap(seen, seen+1) && h.fails.Add(1) >= nodeFailures {
 		s.cutOff(addr, node, h)
 	}
 	return nil, &nodeError{addr: addr, err: err}

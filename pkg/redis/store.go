@@ -205,8 +205,8 @@ func (s *Store) Apply(ctx context.Context, b *limits.Batch) error {
 	} else {
 		err = s.applyGroups(ctx, rctx, b, now, groups)
 	}
-	if err == nil || !refusedWhole(groups) {
-		return err
+	if err == nil || errors.Is(err, errNotRefunded) || !refusedWhole(groups) {
+		return err // going again would count the hits not refunded twice
 	}
 	// A slot is migrating, and a group's keys are not all on one side of
 	// it: some moved and some not, or some on neither yet. Redis refuses
@@ -220,6 +220,10 @@ func (s *Store) Apply(ctx context.Context, b *limits.Batch) error {
 	}
 	return err
 }
+
+// errNotRefunded marks the error of a request across slots whose
+// reservations could not all be refunded.
+var errNotRefunded = errors.New("reserved hits not refunded")
 
 // refusedWhole reports whether a group of gs was refused by TRYAGAIN,
 // and no group failed otherwise: the request may go again key by key.
@@ -436,7 +440,7 @@ func (s *Store) applyGroups(ctx, rctx context.Context, b *limits.Batch, now stri
 	}
 	if len(errs) > 0 || !admitted {
 		if err := s.refund(ctx, b.Checks, now, gs); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("%w: %w", errNotRefunded, err))
 		}
 	}
 	if len(errs) > 0 {

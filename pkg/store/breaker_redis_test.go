@@ -28,7 +28,7 @@ func TestBreakerFloodOfShortDeadlines(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	clk := storetest.NewClock(storetest.Epoch)
-	rs, err := redis.New(ctx, redis.Options{URL: "redis://" + srv.Addr, KeyPrefix: "flood:", Timeout: 15 * time.Millisecond, Now: clk.Now})
+	rs, err := redis.New(ctx, redis.Options{URL: "redis://" + srv.Addr, KeyPrefix: "flood:", Timeout: 100 * time.Millisecond, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
