@@ -186,7 +186,10 @@ func TestSlowRedis(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if len(failed) == 0 {
+		// A stall of the test machine longer than the 5 ms the timeout
+		// leaves fails every request in flight; allow 2% for it. Before
+		// the pipe adapted, every request failed.
+		if len(failed) <= callers*each/50 {
 			errs = nil
 			break
 		}
@@ -194,7 +197,7 @@ func TestSlowRedis(t *testing.T) {
 		errs = failed
 	}
 	if len(errs) > 0 {
-		t.Errorf("%d of %d requests failed in each of three attempts: %v", len(errs), callers*each, errs[0])
+		t.Errorf("more than 2%% of requests failed in each of three attempts, %d of %d in the last: %v", len(errs), callers*each, errs[0])
 	}
 	if _, requests, most := calls.calls(); most < 2 {
 		t.Errorf("%d requests, at most %d in one apply.lua call: want some batched", requests, most)
