@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Check is one limit to apply to one request.
@@ -65,3 +66,19 @@ var ErrStoreUnavailable = errors.New("store unavailable")
 // keeps track of its parts itself, so a circuit breaker in front of the
 // whole store ignores these errors: the other parts still answer.
 var ErrPartUnavailable = errors.New("part of the store unavailable")
+
+// CallerGaveUp reports whether a store call under ctx that failed failed
+// for its caller rather than for the store, as a circuit breaker must
+// tell: ctx was cancelled, or its deadline passed (its timer may not have
+// fired yet) and was short, leaving the store less time than a breaker
+// waits for before it blames the store. short is to be decided as the
+// call starts.
+func CallerGaveUp(ctx context.Context, short bool) bool {
+	if err := ctx.Err(); errors.Is(err, context.Canceled) {
+		return true
+	} else if err != nil {
+		return short
+	}
+	d, ok := ctx.Deadline()
+	return ok && short && !time.Now().Before(d)
+}

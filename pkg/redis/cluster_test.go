@@ -480,35 +480,8 @@ func testMigration(t *testing.T, opts redis.Options, cc *goredis.ClusterClient) 
 	if got, err := cc.ClusterKeySlot(ctx, redis.FullKey(s, fresh)).Result(); err != nil || got != slot {
 		t.Fatalf("the two keys are in slots %d and %d (%v)", slot, got, err)
 	}
-	src, err := cc.MasterForKey(ctx, oldKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu      sync.Mutex // ForEachMaster calls in parallel
-		masters []*goredis.Client
-		dst     *goredis.Client
-	)
-	err = cc.ForEachMaster(ctx, func(_ context.Context, n *goredis.Client) error {
-		mu.Lock()
-		defer mu.Unlock()
-		masters = append(masters, n)
-		if n.Options().Addr != src.Options().Addr {
-			dst = n
-		}
-		return nil
-	})
-	if err != nil || dst == nil {
-		t.Fatalf("no second master: %v", err)
-	}
-	id := func(n *goredis.Client) string {
-		v, err := n.Do(ctx, "CLUSTER", "MYID").Text()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	srcID, dstID := id(src), id(dst)
+	nodes := newMigrationNodes(t, ctx, cc, oldKey)
+	src, dst, masters, srcID, dstID := nodes.src, nodes.dst, nodes.masters, nodes.srcID, nodes.dstID
 	do := func(n *goredis.Client, args ...any) {
 		t.Helper()
 		if err := n.Do(ctx, args...).Err(); err != nil {
@@ -578,4 +551,45 @@ func testMigration(t *testing.T, opts redis.Options, cc *goredis.ClusterClient) 
 	if n, err := dst.Exists(ctx, oldKey).Result(); err != nil || n != 1 {
 		t.Errorf("the key is not on the new master: %d, %v", n, err)
 	}
+}
+
+// migrationNodes is what a test that migrates key's slot by hand needs:
+// the master that serves it (src), another master (dst), every master,
+// and src's and dst's cluster ids.
+type migrationNodes struct {
+	src, dst     *goredis.Client
+	masters      []*goredis.Client
+	srcID, dstID string
+}
+
+func newMigrationNodes(t *testing.T, ctx context.Context, cc *goredis.ClusterClient, key string) migrationNodes {
+	t.Helper()
+	var m migrationNodes
+	src, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.src = src
+	var mu sync.Mutex // ForEachMaster calls in parallel
+	err = cc.ForEachMaster(ctx, func(_ context.Context, n *goredis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		m.masters = append(m.masters, n)
+		if n.Options().Addr != src.Options().Addr {
+			m.dst = n
+		}
+		return nil
+	})
+	if err != nil || m.dst == nil {
+		t.Fatalf("no second master: %v", err)
+	}
+	id := func(n *goredis.Client) string {
+		v, err := n.Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	m.srcID, m.dstID = id(m.src), id(m.dst)
+	return m
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -46,35 +45,8 @@ func testMigrationSplit(t *testing.T, opts redis.Options, cc *goredis.ClusterCli
 			elsewhere = c
 		}
 	}
-	src, err := cc.MasterForKey(ctx, aKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu      sync.Mutex // ForEachMaster calls in parallel
-		masters []*goredis.Client
-		dst     *goredis.Client
-	)
-	err = cc.ForEachMaster(ctx, func(_ context.Context, n *goredis.Client) error {
-		mu.Lock()
-		defer mu.Unlock()
-		masters = append(masters, n)
-		if n.Options().Addr != src.Options().Addr {
-			dst = n
-		}
-		return nil
-	})
-	if err != nil || dst == nil {
-		t.Fatalf("no second master: %v", err)
-	}
-	id := func(n *goredis.Client) string {
-		v, err := n.Do(ctx, "CLUSTER", "MYID").Text()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	srcID, dstID := id(src), id(dst)
+	nodes := newMigrationNodes(t, ctx, cc, aKey)
+	src, dst, masters, srcID, dstID := nodes.src, nodes.dst, nodes.masters, nodes.srcID, nodes.dstID
 	do := func(n *goredis.Client, args ...any) {
 		t.Helper()
 		if err := n.Do(ctx, args...).Err(); err != nil {

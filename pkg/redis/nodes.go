@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -87,7 +86,7 @@ func (s *Store) runNode(node *goredis.Client, c *call) ([]int64, error) {
 	_, moved := goredis.IsMovedError(err)
 	_, ask := goredis.IsAskError(err)
 	resharding := moved || ask || goredis.IsTryAgainError(err)
-	if !resharding && !callerGaveUp(ctx, short) && h.counted.CompareAndSwap(seen, seen+1) && h.fails.Add(1) >= nodeFailures {
+	if !resharding && !limits.CallerGaveUp(callerCtx(ctx), short) && h.counted.CompareAndSwap(seen, seen+1) && h.fails.Add(1) >= nodeFailures {
 		s.cutOff(addr, node, h)
 	}
 	return nil, &nodeError{addr: addr, err: err}
@@ -100,21 +99,6 @@ func callerCtx(ctx context.Context) context.Context {
 		return dc.Context
 	}
 	return ctx
-}
-
-// callerGaveUp reports whether a failed call under ctx failed for its
-// caller rather than for the master, as store.Breaker judges it: the
-// caller cancelled it, or its deadline (not the store's timeout) passed
-// and was short, leaving the master less than nodeMinWait.
-func callerGaveUp(ctx context.Context, short bool) bool {
-	ctx = callerCtx(ctx)
-	if err := ctx.Err(); errors.Is(err, context.Canceled) {
-		return true
-	} else if err != nil {
-		return short
-	}
-	d, ok := ctx.Deadline()
-	return ok && short && !time.Now().Before(d)
 }
 
 // cutOff cuts master addr off and probes it until it answers.

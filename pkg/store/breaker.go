@@ -126,26 +126,12 @@ func (b *Breaker) Apply(ctx context.Context, batch *limits.Batch) error {
 	case err == nil:
 		b.fails.Store(0)
 	case errors.Is(err, limits.ErrStoreUnavailable) && !errors.Is(err, limits.ErrPartUnavailable) &&
-		!callerGaveUp(ctx, short) && b.counted.CompareAndSwap(seen, seen+1):
+		!limits.CallerGaveUp(ctx, short) && b.counted.CompareAndSwap(seen, seen+1):
 		if b.fails.Add(1) >= int64(b.opts.Failures) {
 			b.trip(err)
 		}
 	}
 	return err
-}
-
-// callerGaveUp reports whether a failed call under ctx failed for its
-// caller rather than for its store: ctx was cancelled, or its deadline
-// passed (its timer may not have fired yet) and it was short: it left
-// the store less than a breaker's MinWait when the call started.
-func callerGaveUp(ctx context.Context, short bool) bool {
-	if err := ctx.Err(); errors.Is(err, context.Canceled) {
-		return true
-	} else if err != nil {
-		return short
-	}
-	d, ok := ctx.Deadline()
-	return ok && short && !time.Now().Before(d)
 }
 
 // trip opens the breaker and starts the probe, once.
