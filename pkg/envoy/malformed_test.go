@@ -3,21 +3,17 @@ package envoy_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
@@ -53,27 +49,8 @@ func (o *invalids) Observe(_ *limits.Request, _ *limits.Decision, _ time.Duratio
 // and are counted as invalid requests, on the gRPC path that decodes the
 // wire itself.
 func TestMalformedRequestIsInvalidArgument(t *testing.T) {
-	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(rules)}}, config.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	obs := new(invalids)
-	engine := limits.NewEngine(rs, memory.New(memory.Options{}), limits.EngineOptions{Observer: obs})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(envoy.ServerOptions()...)
-	envoy.NewServer(engine, zap.NewNop(), envoy.Options{}).Register(gs)
-	go gs.Serve(lis) //nolint:errcheck // Serve returns when Stop is called
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := serve(t, memory.Options{}, limits.EngineOptions{Observer: obs}, grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
 
 	entry := func(k, v []byte) []byte {
 		var e []byte

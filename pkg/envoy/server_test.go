@@ -52,12 +52,19 @@ descriptors:
 // storetest.Epoch + 100 ms, and returns a client.
 func start(t *testing.T, lim limits.RequestLimits) rlsv3.RateLimitServiceClient {
 	t.Helper()
+	clk := storetest.NewClock(storetest.Epoch.Add(100 * time.Millisecond))
+	return rlsv3.NewRateLimitServiceClient(serve(t, memory.Options{Now: clk.Now}, limits.EngineOptions{Limits: lim}))
+}
+
+// serve serves rules, decided on a memory store of mo by an engine of eo,
+// on a loopback port and returns a connection to it made with dial.
+func serve(t *testing.T, mo memory.Options, eo limits.EngineOptions, dial ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
 	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(rules)}}, config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := storetest.NewClock(storetest.Epoch.Add(100 * time.Millisecond))
-	engine := limits.NewEngine(rs, memory.New(memory.Options{Now: clk.Now}), limits.EngineOptions{Limits: lim})
+	engine := limits.NewEngine(rs, memory.New(mo), eo)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -66,12 +73,12 @@ func start(t *testing.T, lim limits.RequestLimits) rlsv3.RateLimitServiceClient 
 	envoy.NewServer(engine, zap.NewNop(), envoy.Options{}).Register(gs)
 	go gs.Serve(lis) //nolint:errcheck // Serve returns when Stop is called
 	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(lis.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dial...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn)
+	return conn
 }
 
 func desc(kv ...string) *rlscommon.RateLimitDescriptor {
