@@ -35,6 +35,13 @@ const ns = "ratelimit_sidecar"
 // within a sidecar's 64 MiB memory limit.
 const DefaultMaxValues = 100
 
+// MaxValueNameBytes is the longest metric name made of a request's values
+// that gets series of its own; longer ones count in the rule's overflow
+// series. Values may be kilobytes long (--max-value-bytes), and a name
+// holds one per level: without this bound, the names a rule keeps, and
+// every scrape, would grow with the values' length, not only their number.
+const MaxValueNameBytes = 256
+
 // OverflowPrefix starts the rule label of a rule's overflow series,
 // followed by the rule's own name: _other.tenant_t*.user. Values never
 // produce it: a rule's metric name starts with its top-level descriptor
@@ -330,7 +337,7 @@ func (m *Metrics) admit(vc *valueCounters, name []byte, r *limits.Rule) (*ruleCo
 	s, known := vs.names[string(name)]
 	full := len(vs.names) >= m.maxValues
 	vs.mu.RUnlock()
-	if !known && !full {
+	if !known && !full && len(name) <= MaxValueNameBytes {
 		vs.mu.Lock()
 		s, known = vs.names[string(name)]
 		if !known && len(vs.names) < m.maxValues {

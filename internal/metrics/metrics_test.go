@@ -284,6 +284,23 @@ func TestDetailedMetricCapped(t *testing.T) {
 	}
 }
 
+// TestDetailedMetricLongNames: a value name longer than
+// MaxValueNameBytes goes to the overflow series even while the rule has
+// room, so that long header values cannot grow the series' size.
+func TestDetailedMetricLongNames(t *testing.T) {
+	m := metrics.New("test", 0.8, metrics.DefaultMaxValues)
+	e := engine(t, m)
+	long := "t" + strings.Repeat("x", metrics.MaxValueNameBytes)
+	decide(t, e, "tenant", long)
+	decide(t, e, "tenant", "t1")
+	if n, _ := series(t, m, "ratelimit_sidecar_rule_hits_total", "tenant_"); n != 1 {
+		t.Errorf("%d tenant series, want 1 (t1's)", n)
+	}
+	if got := value(t, m, "ratelimit_sidecar_rule_hits_total", "_other.tenant_t*"); got != 1 {
+		t.Errorf("overflow series = %v, want 1", got)
+	}
+}
+
 // TestDetailedMetricNone: with no room at all, every value is counted in
 // the overflow series, and rules without detailed metrics are untouched.
 func TestDetailedMetricNone(t *testing.T) {
