@@ -1,0 +1,4 @@
+package xds
+
+// Render is render, for the table tests of what a push means.
+var Render = render
