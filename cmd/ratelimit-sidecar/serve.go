@@ -43,7 +43,7 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	warnPasswordInArgs(log, c)
 	c.gc.apply()
 
-	rs, err := loadRules(c)
+	rs, err := startRules(c)
 	if err != nil {
 		return fmt.Errorf("invalid config:\n%w", err)
 	}

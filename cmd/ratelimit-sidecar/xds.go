@@ -135,9 +135,10 @@ func isHeaderNameRune(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.'
 }
 
-// loadRules returns the rules to start with: the rule files', or none
-// for --config-type xds, whose rules arrive with its first push.
-func loadRules(c *settings) (*limits.Ruleset, error) {
+// startRules returns the rules to start with: the rule files', or none
+// for --config-type xds, whose rules arrive with its first push: that is
+// starting without rules on purpose.
+func startRules(c *settings) (*limits.Ruleset, error) {
 	if c.xds.enabled {
 		return limits.NewRuleset(nil, nil, config.Checksum(nil)), nil
 	}

@@ -117,6 +117,7 @@ type Client struct {
 	dial      []grpc.DialOption
 	ready     chan struct{}
 	readyOnce sync.Once
+	quiet     time.Duration // quietAfter; tests shorten it
 
 	// rejected identifies the last push refused (its checksum, or its
 	// error if it did not render), and rejectedErr is why; only Watch's
@@ -176,6 +177,7 @@ func New(engine *limits.Engine, log *zap.Logger, o Options) (*Client, error) {
 		o: o, engine: engine, log: log, dial: dial,
 		node:   &core.Node{Id: o.NodeID, Metadata: o.NodeMetadata, UserAgentName: "ratelimit-sidecar"},
 		ready:  make(chan struct{}),
+		quiet:  quietAfter,
 		status: config.ReloadStatus{Checksum: rs.Checksum, Files: rs.Files, LoadedAt: time.Now()},
 	}
 	if o.StartWithoutRules {
@@ -242,9 +244,9 @@ func (c *Client) stream(ctx context.Context, ads sotw.ADSClient, repeat *backoff
 		return false, fmt.Errorf("open stream: %w", err)
 	}
 	c.log.Info("xds stream open", zap.String("server", c.o.Server), zap.String("node_id", c.o.NodeID))
-	quiet := time.AfterFunc(quietAfter, func() {
+	quiet := time.AfterFunc(c.quiet, func() {
 		c.log.Warn("xds server has pushed nothing on this stream yet; check that it has a snapshot for the node ID",
-			zap.String("server", c.o.Server), zap.String("node_id", c.o.NodeID), zap.Duration("waited", quietAfter))
+			zap.String("server", c.o.Server), zap.String("node_id", c.o.NodeID), zap.Duration("waited", c.quiet))
 	})
 	defer quiet.Stop()
 	pushed := false

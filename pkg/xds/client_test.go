@@ -47,8 +47,9 @@ func fast(o xds.Options) xds.Options {
 	return o
 }
 
-// startClient runs a Client for o against server until the test ends.
-func startClient(t *testing.T, o xds.Options) *client {
+// startClient runs a Client for o until the test ends; before calls
+// each of before on it before it starts.
+func startClient(t *testing.T, o xds.Options, before ...func(*xds.Client)) *client {
 	t.Helper()
 	if o.NodeID == "" {
 		o.NodeID = node
@@ -71,6 +72,9 @@ func startClient(t *testing.T, o xds.Options) *client {
 	var err error
 	if c.Client, err = xds.New(c.engine, log, o); err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range before {
+		f(c.Client)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -342,6 +346,28 @@ func TestNode(t *testing.T) {
 	}
 	if got := r.GetTypeUrl(); got != "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig" {
 		t.Errorf("type URL %q", got)
+	}
+}
+
+// TestQuiet: a server with no snapshot for the node sends nothing; the
+// client says so, naming the node ID.
+func TestQuiet(t *testing.T) {
+	srv := xdstest.Start(t)
+	srv.Set(t, "someone-else", "1", xdstest.RateLimitConfig("edge", "user", 5, rlsconf.RateLimitUnit_SECOND))
+	c := startClient(t, fast(xds.Options{Server: srv.Addr}), func(c *xds.Client) { xds.SetQuietAfter(c, 50*time.Millisecond) })
+	msg := "xds server has pushed nothing on this stream yet; check that it has a snapshot for the node ID"
+	for {
+		select {
+		case <-c.logged:
+		case <-time.After(xdstest.Wait):
+			t.Fatalf("no warning within %v; logs: %v", xdstest.Wait, c.logs.All())
+		}
+		if e := c.logs.FilterMessage(msg).All(); len(e) > 0 {
+			if id := e[0].ContextMap()["node_id"]; id != node {
+				t.Errorf("warning names node %v, want %s", id, node)
+			}
+			return
+		}
 	}
 }
 
