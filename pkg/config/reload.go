@@ -83,8 +83,10 @@ func (r *Reloader) Status() ReloadStatus {
 
 // Reload reads the rule files and, if their checksum differs from the
 // rules in use, parses them and swaps them in. A file set that fails to
-// parse is rejected whole, with every problem logged at Error, and the
-// rules in use stay. It reports whether new rules were swapped in.
+// parse, or that holds no rule (ErrNoRules, unless Options.AllowEmpty), is
+// rejected whole, with every problem logged at Error, and the rules in use
+// stay. It reports whether new rules were swapped in. A swap that drops a
+// domain of the rules in use, or leaves none, is logged at Warn.
 //
 // Files equal to the rules in use change nothing, except after a rejected
 // reload: reading them back is then a successful reload (the rules in use
@@ -104,6 +106,9 @@ func (r *Reloader) Reload() (bool, error) {
 	if err == nil {
 		rs, err = Parse(files, r.opts)
 	}
+	if err == nil {
+		err = requireRules(r.path, rs, r.opts)
+	}
 	if err != nil {
 		r.status.Failures++
 		r.status.LastError = err
@@ -114,17 +119,38 @@ func (r *Reloader) Reload() (bool, error) {
 		}
 		return false, err
 	}
+	old := r.engine.Rules()
 	r.engine.SetRules(rs)
 	r.status = ReloadStatus{
 		Checksum: rs.Checksum, LoadedAt: time.Now(), Files: rs.Files, LastAttempt: r.status.LastAttempt,
 		Successes: r.status.Successes + 1, Failures: r.status.Failures,
 	}
-	r.log.Info("config reloaded", zap.String("path", r.path), zap.String("checksum", rs.Checksum),
-		zap.Int("files", len(rs.Files)), zap.Strings("domains", rs.Domains()))
+	r.logReloaded(old, rs)
 	if r.notify != nil {
 		r.notify(r.status, nil)
 	}
 	return true, nil
+}
+
+// logReloaded logs one line for a swap from old to rs: at Warn if it
+// leaves no rule or drops domains of old, so the log says what went.
+func (r *Reloader) logReloaded(old, rs *limits.Ruleset) {
+	fields := []zap.Field{zap.String("path", r.path), zap.String("checksum", rs.Checksum),
+		zap.Int("files", len(rs.Files)), zap.Strings("domains", rs.Domains())}
+	var dropped []string
+	for _, d := range old.Domains() {
+		if !rs.HasDomain(d) {
+			dropped = append(dropped, d)
+		}
+	}
+	switch {
+	case len(rs.Domains()) == 0:
+		r.log.Warn("config reloaded without rules; every request gets OK", append(fields, zap.Strings("dropped_domains", dropped))...)
+	case len(dropped) > 0:
+		r.log.Warn("config reloaded; domains dropped", append(fields, zap.Strings("dropped_domains", dropped))...)
+	default:
+		r.log.Info("config reloaded", fields...)
+	}
 }
 
 // restored records that the files are the rules in use again after a
