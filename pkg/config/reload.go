@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -175,8 +176,10 @@ func (r *Reloader) failing() bool {
 // Watch reloads whenever files under the config path change, until ctx
 // ends. For a directory it watches the directory and its subdirectories
 // (not dot-directories: a ConfigMap's ..data swap shows up as an event in
-// the directory itself); for a file it watches the file's directory, so
-// replacing the file or swapping a symbolic link is seen too. Events are
+// the directory itself), and the directory's own name in its parent, so
+// a directory removed and created again, or a swapped link to one, is
+// seen; for a file it watches the file's directory, so replacing the file
+// or swapping a symbolic link is seen too. Events are
 // debounced, and the checksum makes a burst of events, or an event that
 // changed nothing, reload at most once. A change of permissions alone is
 // ignored, unless the last reload was rejected: then the files may have
@@ -189,6 +192,15 @@ func (r *Reloader) Watch(ctx context.Context) error {
 	defer w.Close()
 	if err := r.addWatches(w); err != nil {
 		return err
+	}
+	parent := r.parentDir()
+	if parent != "" {
+		if err := w.Add(parent); err != nil {
+			// Edits still reload; only a re-created directory is missed.
+			r.log.Warn("config watch: cannot watch the parent directory; if the config directory is re-created, reload with SIGHUP",
+				zap.String("dir", parent), zap.Error(err))
+			parent = ""
+		}
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -204,6 +216,9 @@ func (r *Reloader) Watch(ctx context.Context) error {
 			if ev.Op == fsnotify.Chmod && !r.failing() {
 				continue
 			}
+			if parent != "" && r.besideConfig(ev.Name, parent) {
+				continue
+			}
 			timer.Reset(r.debounce)
 		case err, ok := <-w.Errors:
 			if !ok {
@@ -211,13 +226,36 @@ func (r *Reloader) Watch(ctx context.Context) error {
 			}
 			r.log.Warn("config watch error", zap.Error(err))
 		case <-timer.C:
-			r.Reload() //nolint:errcheck // Reload logs its own errors
-			// New subdirectories may have appeared.
-			if err := r.addWatches(w); err != nil {
+			// Watch new subdirectories, or a re-created directory, before
+			// reading: a change made after this is an event of its own.
+			if err := r.addWatches(w); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				r.log.Warn("config watch error", zap.Error(err))
 			}
+			r.Reload() //nolint:errcheck // Reload logs its own errors, a missing path too
 		}
 	}
+}
+
+// parentDir is the directory that holds the config directory, or "" when
+// the config is a file (whose directory addWatches watches already) or
+// has no parent to watch.
+func (r *Reloader) parentDir() string {
+	info, err := os.Stat(r.path)
+	if err != nil || !info.IsDir() {
+		return ""
+	}
+	clean := filepath.Clean(r.path)
+	if parent := filepath.Dir(clean); parent != clean {
+		return parent
+	}
+	return ""
+}
+
+// besideConfig reports whether an event named name is about another entry
+// of the config directory's parent, not the config directory itself.
+func (r *Reloader) besideConfig(name, parent string) bool {
+	name = filepath.Clean(name)
+	return filepath.Dir(name) == parent && name != filepath.Clean(r.path)
 }
 
 func (r *Reloader) addWatches(w *fsnotify.Watcher) error {

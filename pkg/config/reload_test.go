@@ -488,6 +488,74 @@ func TestReloadWarnsOfDroppedDomains(t *testing.T) {
 	}
 }
 
+// TestReloadDirectoryRecreated: a config directory removed and put back
+// (rm -rf and a new one renamed into place) is still watched: the new
+// rules load without a SIGHUP.
+func TestReloadDirectoryRecreated(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "rules")
+	mustWriteFile(t, filepath.Join(dir, "rules.yaml"), rulesV1)
+	e := load(t, dir)
+	_, wait := watching(t, dir, e)
+
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	wait(0, 1)
+	mustWriteFile(t, filepath.Join(parent, ".rules.new", "rules.yaml"), rulesV2)
+	mustRename(t, filepath.Join(parent, ".rules.new"), dir)
+	wait(1, 1)
+	if !hasRule(e, "tenant") {
+		t.Fatal("the re-created directory's rules are not in use")
+	}
+	// And the new directory is watched in turn.
+	mustWriteFile(t, filepath.Join(dir, "rules.yaml"), rulesV3)
+	wait(2, 1)
+	if !hasRule(e, "path") {
+		t.Fatal("an edit in the re-created directory was not loaded")
+	}
+}
+
+// TestReloadDirectoryLinkSwap: --config is a link to a directory, swapped
+// to another directory on deploy (envoyproxy/ratelimit's RUNTIME_ROOT
+// convention); the swap reloads.
+func TestReloadDirectoryLinkSwap(t *testing.T) {
+	parent := t.TempDir()
+	mustWriteFile(t, filepath.Join(parent, "v1", "rules.yaml"), rulesV1)
+	mustWriteFile(t, filepath.Join(parent, "v2", "rules.yaml"), rulesV2)
+	link := filepath.Join(parent, "current")
+	mustSymlink(t, "v1", link)
+	e := load(t, link)
+	_, wait := watching(t, link, e)
+
+	mustSymlink(t, "v2", filepath.Join(parent, ".current.tmp"))
+	mustRename(t, filepath.Join(parent, ".current.tmp"), link)
+	wait(1, 0)
+	if !hasRule(e, "tenant") {
+		t.Fatal("the rules behind the swapped link are not in use")
+	}
+}
+
+// TestReloadIgnoresTheParentsOtherEntries: the parent directory is watched
+// for the config directory's own name only. Were its other entries to
+// reload, a failing config would be refused, and logged, again on every
+// change next to it.
+func TestReloadIgnoresTheParentsOtherEntries(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "rules")
+	mustWriteFile(t, filepath.Join(dir, "rules.yaml"), rulesV1)
+	e := load(t, dir)
+	_, wait := watching(t, dir, e)
+	mustWriteFile(t, filepath.Join(dir, "rules.yaml"), rulesBad)
+	wait(0, 1)
+	for i := range 3 {
+		mustWriteFile(t, filepath.Join(parent, fmt.Sprintf("other-%d.yaml", i)), rulesV1)
+		mustWriteFile(t, filepath.Join(parent, "rules.yaml.orig"), rulesV1)
+	}
+	time.Sleep(100 * time.Millisecond) // 5 debounce periods
+	wait(0, 1)
+}
+
 func mustRemove(t *testing.T, path string) {
 	t.Helper()
 	if err := os.Remove(path); err != nil {
