@@ -166,13 +166,6 @@ func (r *Reloader) restored() {
 	}
 }
 
-// failing reports whether the last reload was rejected.
-func (r *Reloader) failing() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.status.LastError != nil
-}
-
 // Watch reloads whenever files under the config path change, until ctx
 // ends. For a directory it watches the directory and its subdirectories
 // (not dot-directories: a ConfigMap's ..data swap shows up as an event in
@@ -181,9 +174,10 @@ func (r *Reloader) failing() bool {
 // seen; for a file it watches the file's directory, so replacing the file
 // or swapping a symbolic link is seen too. Events are
 // debounced, and the checksum makes a burst of events, or an event that
-// changed nothing, reload at most once. A change of permissions alone is
-// ignored, unless the last reload was rejected: then the files may have
-// just become readable (chmod 644 after a chmod 000), so it retries.
+// changed nothing, reload at most once. A change of permissions alone
+// reloads too: a file or directory that became unreadable fails the reload
+// (the rules in use stay, and the failure shows, before a restart would
+// fail), and one made readable again after a failure loads.
 func (r *Reloader) Watch(ctx context.Context) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -212,9 +206,6 @@ func (r *Reloader) Watch(ctx context.Context) error {
 		case ev, ok := <-w.Events:
 			if !ok {
 				return nil
-			}
-			if ev.Op == fsnotify.Chmod && !r.failing() {
-				continue
 			}
 			if parent != "" && r.besideConfig(ev.Name, parent) {
 				continue

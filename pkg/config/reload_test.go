@@ -602,3 +602,68 @@ func TestReloadNoRulesAllowed(t *testing.T) {
 		t.Errorf("log %v; want 2 Warns of no rules, naming the dropped domain edge", logs.All())
 	}
 }
+
+// TestReloadUnreadableDirectory: a config directory that cannot be read
+// fails its reload with a permission error naming it, the rules in use
+// stay, and making it readable again reloads. Root reads any directory,
+// so the test needs another user.
+func TestReloadUnreadableDirectory(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root reads a chmod 000 directory")
+	}
+	dir := filepath.Join(t.TempDir(), "rules")
+	mustWriteFile(t, filepath.Join(dir, "rules.yaml"), rulesV1)
+	e := load(t, dir)
+	before := e.Rules()
+	r, wait := watching(t, dir, e)
+	t.Cleanup(func() { os.Chmod(dir, 0o755) }) //nolint:errcheck // so TempDir can remove it
+
+	if err := os.Chmod(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	wait(0, 1)
+	if err := r.Status().LastError; !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), dir) {
+		t.Errorf("last error %v, want a permission error naming %s", err, dir)
+	}
+	if e.Rules() != before {
+		t.Error("the rules in use were replaced")
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wait(1, 1)
+	if r.Status().LastError != nil {
+		t.Errorf("last error %v after the directory became readable", r.Status().LastError)
+	}
+}
+
+// TestReloadFileMadeUnreadable: chmod 000 on a rule file in use fails a
+// reload at once (gauge 0, while the rules in use stay), rather than only
+// at the next edit, or at a restart that could not start. As root the
+// permission check is emulated by readAsNonRoot; the events are real.
+func TestReloadFileMadeUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	mustWriteFile(t, path, rulesV1)
+	e := load(t, dir)
+	before := e.Rules()
+	var setup []func(*config.Reloader)
+	if os.Geteuid() == 0 {
+		setup = append(setup, func(r *config.Reloader) { config.SetReadFile(r, readAsNonRoot) })
+	}
+	r, wait := watching(t, dir, e, setup...)
+	if err := os.Chmod(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	wait(0, 1)
+	if err := r.Status().LastError; !errors.Is(err, fs.ErrPermission) {
+		t.Errorf("last error %v, want a permission error", err)
+	}
+	if e.Rules() != before {
+		t.Error("the rules in use were replaced")
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wait(1, 1)
+}
