@@ -26,6 +26,7 @@ type settings struct {
 	logLevel        string
 	logFormat       string
 	mergeDomains    bool
+	allowEmptyRules bool
 	drainDelay      time.Duration
 	shutdownTimeout time.Duration
 	request         limits.RequestLimits
@@ -102,6 +103,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "json or console")
 	fs.BoolVar(&c.mergeDomains, "merge-domains", false, "let several rule files add to one domain")
+	fs.BoolVar(&c.allowEmptyRules, "allow-empty-rules", false, "start, and accept reloads, with no rule files, answering OK to every request (logged at Warn); without it no rules is a config error")
 	fs.DurationVar(&c.drainDelay, "drain-delay", 0, "on SIGTERM, how long to report NOT_SERVING before stopping, so Envoy and Kubernetes stop sending")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish at shutdown")
 	fs.IntVar(&c.request.MaxDescriptors, "max-descriptors", c.request.MaxDescriptors, "most descriptors in one request")

@@ -43,9 +43,16 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	warnPasswordInArgs(log, c)
 	c.gc.apply()
 
-	rs, err := startRules(c)
+	opts := config.Options{MergeDomains: c.mergeDomains, AllowEmpty: c.allowEmptyRules}
+	rs, err := startRules(c, opts)
+	if errors.Is(err, config.ErrNoRules) {
+		return fmt.Errorf("invalid config:\n%w; set --allow-empty-rules to start without rules", err)
+	}
 	if err != nil {
 		return fmt.Errorf("invalid config:\n%w", err)
+	}
+	if len(rs.Domains()) == 0 && !c.xds.enabled {
+		log.Warn("starting without rules (--allow-empty-rules); every request gets OK", zap.String("config", c.configPath))
 	}
 	m := metrics.New(version, c.nearLimitRatio, c.metricMaxValues)
 	m.Loaded(rs.Checksum, time.Now())
@@ -64,7 +71,7 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	}()
 	engine := newEngine(rs, st, c, m)
 	reloader := config.NewReloader(c.configPath, engine, log, config.ReloaderOptions{
-		Options:  config.Options{MergeDomains: c.mergeDomains},
+		Options:  opts,
 		Debounce: c.reloadDebounce,
 		OnReload: func(rs config.ReloadStatus, err error) {
 			if err == nil {

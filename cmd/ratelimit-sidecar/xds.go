@@ -135,14 +135,14 @@ func isHeaderNameRune(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.'
 }
 
-// startRules returns the rules to start with: the rule files', or none
-// for --config-type xds, whose rules arrive with its first push: that is
-// starting without rules on purpose.
-func startRules(c *settings) (*limits.Ruleset, error) {
+// startRules returns the rules to start with: the rule files' (read
+// with opts), or none for --config-type xds, whose rules arrive with its
+// first push: that is starting without rules on purpose.
+func startRules(c *settings, opts config.Options) (*limits.Ruleset, error) {
 	if c.xds.enabled {
 		return limits.NewRuleset(nil, nil, config.Checksum(nil)), nil
 	}
-	return config.Load(c.configPath, config.Options{MergeDomains: c.mergeDomains})
+	return config.Load(c.configPath, opts)
 }
 
 // rulesFrom returns the rule source of c: files' reloader as it is, or
@@ -152,17 +152,16 @@ func rulesFrom(c *settings, files *config.Reloader, engine *limits.Engine, log *
 		return files, nil
 	}
 	o := xds.Options{
-		Server:          c.xds.server,
-		NodeID:          c.xds.nodeID,
-		NodeMetadata:    c.xds.metadata,
-		Headers:         c.xds.header,
-		BackoffInitial:  c.xds.backoff.initial,
-		BackoffMax:      c.xds.backoff.max,
-		BackoffJitter:   c.xds.backoff.jitter,
-		MaxMessageBytes: c.xds.maxMessageBytes,
-		Rules:           config.Options{MergeDomains: c.mergeDomains},
-		// Once --allow-empty-rules exists (branch rules), it goes here.
-		AllowEmpty:        false,
+		Server:            c.xds.server,
+		NodeID:            c.xds.nodeID,
+		NodeMetadata:      c.xds.metadata,
+		Headers:           c.xds.header,
+		BackoffInitial:    c.xds.backoff.initial,
+		BackoffMax:        c.xds.backoff.max,
+		BackoffJitter:     c.xds.backoff.jitter,
+		MaxMessageBytes:   c.xds.maxMessageBytes,
+		Rules:             config.Options{MergeDomains: c.mergeDomains},
+		AllowEmpty:        c.allowEmptyRules,
 		StartWithoutRules: c.xds.forceStart,
 		OnApply: func(rs config.ReloadStatus, err error) {
 			if err == nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -192,6 +193,39 @@ func TestXDSServerDownAtStart(t *testing.T) {
 			}
 			if got := s.code(t, "bob"); got != rlsv3.RateLimitResponse_OVER_LIMIT {
 				t.Errorf("bob's second hit under a limit of 1: %v", got)
+			}
+		})
+	}
+}
+
+// TestXDSEmptyPush: a push of no resources is refused, as a config with
+// no rule files is, unless --allow-empty-rules.
+func TestXDSEmptyPush(t *testing.T) {
+	for _, allow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("allow %v", allow), func(t *testing.T) {
+			srv := xdstest.Start(t)
+			srv.Set(t, "envoy-ratelimit", "1", xdstest.RateLimitConfig("edge", "user", 1, rlsconf.RateLimitUnit_MINUTE))
+			args := xdsArgs(srv)
+			if allow {
+				args = append(args, "--allow-empty-rules")
+			}
+			s := startSidecar(t, args...)
+			_, n := srv.Await(t, 0, "ACKing version 1", isACK("1"))
+			s.code(t, "alice")
+
+			srv.Set(t, "envoy-ratelimit", "2")
+			r, _ := srv.Await(t, n, "answering version 2", func(r xdstest.Request) bool { return r.NACK() || r.GetVersionInfo() == "2" })
+			want := rlsv3.RateLimitResponse_OVER_LIMIT // the rules in use
+			if allow {
+				want = rlsv3.RateLimitResponse_OK // no rules
+				if r.NACK() {
+					t.Errorf("NACKed with --allow-empty-rules: %s", r.GetErrorDetail().GetMessage())
+				}
+			} else if msg := r.GetErrorDetail().GetMessage(); !strings.Contains(msg, "the push holds no RateLimitConfig resource") {
+				t.Errorf("answer to an empty push: version %q, error_detail %q; want a NACK", r.GetVersionInfo(), msg)
+			}
+			if got := s.code(t, "alice"); got != want {
+				t.Errorf("alice's second hit: %v, want %v", got, want)
 			}
 		})
 	}
