@@ -332,15 +332,35 @@ func (c *Client) apply(resources []*anypb.Any) (repeated bool, err error) {
 		}
 		return false, nil
 	}
+	old := c.engine.Rules()
 	c.engine.SetRules(rs)
 	c.status = config.ReloadStatus{
 		Checksum: rs.Checksum, LoadedAt: now, Files: rs.Files, LastAttempt: now,
 		Successes: c.status.Successes + 1, Failures: c.status.Failures,
 	}
-	c.log.Info("xds push applied", zap.String("checksum", rs.Checksum),
-		zap.Strings("resources", names), zap.Strings("domains", rs.Domains()))
+	c.logApplied(old, rs, names)
 	c.notify(nil)
 	return false, nil
+}
+
+// logApplied logs one line for a swap from old to rs: at Warn if it
+// leaves no rule or drops domains of old, as a file reload does.
+func (c *Client) logApplied(old, rs *limits.Ruleset, resources []string) {
+	fields := []zap.Field{zap.String("checksum", rs.Checksum), zap.Strings("resources", resources), zap.Strings("domains", rs.Domains())}
+	var dropped []string
+	for _, d := range old.Domains() {
+		if !rs.HasDomain(d) {
+			dropped = append(dropped, d)
+		}
+	}
+	switch {
+	case len(rs.Domains()) == 0:
+		c.log.Warn("xds push applied without rules; every request gets OK", append(fields, zap.Strings("dropped_domains", dropped))...)
+	case len(dropped) > 0:
+		c.log.Warn("xds push applied; domains dropped", append(fields, zap.Strings("dropped_domains", dropped))...)
+	default:
+		c.log.Info("xds push applied", fields...)
+	}
 }
 
 // notify reports the status to OnApply. Requires c.mu held.

@@ -2,6 +2,7 @@ package xds_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -302,6 +303,18 @@ func TestEmptyPush(t *testing.T) {
 	c.awaitReady(t)
 	if d := c.engine.Rules().Domains(); len(d) != 0 {
 		t.Errorf("domains %q, want none", d)
+	}
+
+	// Rules, then none again: applied, and logged at Warn.
+	srv.Set(t, node, "2", xdstest.RateLimitConfig("edge", "user", 1, rlsconf.RateLimitUnit_SECOND))
+	c.awaitApplied(t)
+	srv.Set(t, node, "3")
+	if a := c.awaitApplied(t); a.err != nil {
+		t.Fatalf("empty push with AllowEmpty: %v", a.err)
+	}
+	e := c.logs.FilterMessage("xds push applied without rules; every request gets OK").All()
+	if len(e) != 1 || e[0].Level != zapcore.WarnLevel || fmt.Sprint(e[0].ContextMap()["dropped_domains"]) != "[edge]" {
+		t.Errorf("logs of the empty push: %+v", e)
 	}
 }
 
