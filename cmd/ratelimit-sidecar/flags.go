@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/xds"
 )
 
 // settings is every flag's value.
@@ -52,6 +53,8 @@ type settings struct {
 
 	gc          gcSettings
 	memoryLimit string // --memory-limit's text, for finish to parse
+
+	xds xdsSettings // --config-type xds: see xds.go
 
 	// onReady, if set, is called with the listeners' addresses once the
 	// servers are about to serve. Tests use it to find ports chosen by :0.
@@ -146,6 +149,23 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.IntVar(&c.redis.MaxInflight, "redis-max-inflight", redis.DefaultMaxInflight, "request round trips to Redis (on Cluster: to each master) under way at once before requests wait to go together in the next; when Redis is 1 ms or more away the sidecar adds up to 16 more (docs/slow-redis.md)")
 	fs.DurationVar(&c.redis.Timeout, "redis-timeout", redis.DefaultTimeout, "bound on each Redis operation; the RPC's own deadline bounds it too")
 	fs.StringVar(&c.redis.KeyPrefix, "redis-key-prefix", redis.DefaultKeyPrefix, "prefix of every Redis key")
+
+	// Rules over xDS: see xds.go.
+	fs.StringVar(&c.xds.configType, "config-type", "file", "where the rules come from: file (--config) or xds (a management server's RateLimitConfig pushes, as envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW; see docs/xds.md)")
+	fs.StringVar(&c.xds.server, "xds-server", "localhost:18000", "xDS management server, host:port (Envoy Gateway: envoy-gateway:18001)")
+	fs.StringVar(&c.xds.nodeID, "xds-node-id", "default", "node ID sent to the xDS server, which picks the node's snapshot by it (Envoy Gateway: envoy-ratelimit)")
+	fs.StringVar(&c.xds.nodeMetadata, "xds-node-metadata", "", "node metadata sent to the xDS server: key=value,key=value, or a JSON object")
+	fs.StringVar(&c.xds.headers, "xds-headers", "", "gRPC headers sent to the xDS server when the stream opens: name:value,name:value")
+	fs.BoolVar(&c.xds.tls, "xds-tls", false, "use TLS to the xDS server (implied by the other --xds-tls-* flags)")
+	fs.StringVar(&c.xds.tlsCA, "xds-tls-ca", "", "PEM file of CAs for the xDS server's certificate (default: system roots)")
+	fs.StringVar(&c.xds.tlsCert, "xds-tls-cert", "", "PEM client certificate for the xDS server (mutual TLS); read again at every reconnect")
+	fs.StringVar(&c.xds.tlsKey, "xds-tls-key", "", "PEM key of --xds-tls-cert")
+	fs.StringVar(&c.xds.tlsServerName, "xds-tls-server-name", "", "name the xDS server's certificate must hold (default: the host of --xds-server)")
+	fs.DurationVar(&c.xds.backoff.initial, "xds-backoff-initial", xds.DefaultBackoffInitial, "first wait before reconnecting to the xDS server, doubled at each failure")
+	fs.DurationVar(&c.xds.backoff.max, "xds-backoff-max", xds.DefaultBackoffMax, "longest wait before reconnecting to the xDS server")
+	fs.Float64Var(&c.xds.backoff.jitter, "xds-backoff-jitter", xds.DefaultBackoffJitter, "spread of each reconnect wait, as a share of it (0 to 1)")
+	fs.IntVar(&c.xds.maxMessageBytes, "xds-max-message-bytes", 0, "largest push accepted from the xDS server, in bytes (0: gRPC's default, 4 MiB)")
+	fs.BoolVar(&c.xds.forceStart, "force-start-without-rules", false, "with --config-type xds, be ready before the first push, with no rules until it arrives (envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, health and /readyz report not serving until the first good push")
 	return &failure
 }
 
@@ -190,6 +210,9 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	_, gomemlimit := getenv("GOMEMLIMIT")
 	c.gc.setPercent, c.gc.setLimit = !gogc, !gomemlimit
 	if err := c.bounds.check(); err != nil {
+		return err
+	}
+	if err := c.xds.finish(); err != nil {
 		return err
 	}
 	if c.request.MaxDescriptors < 1 || c.request.MaxEntries < 1 || c.request.MaxValueBytes < 1 || c.request.MaxHits < 1 {

@@ -44,14 +44,14 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	c.gc.apply()
 
 	opts := config.Options{MergeDomains: c.mergeDomains, AllowEmpty: c.allowEmptyRules}
-	rs, err := config.Load(c.configPath, opts)
+	rs, err := startRules(c, opts)
 	if errors.Is(err, config.ErrNoRules) {
 		return fmt.Errorf("invalid config:\n%w; set --allow-empty-rules to start without rules", err)
 	}
 	if err != nil {
 		return fmt.Errorf("invalid config:\n%w", err)
 	}
-	if len(rs.Domains()) == 0 {
+	if len(rs.Domains()) == 0 && !c.xds.enabled {
 		log.Warn("starting without rules (--allow-empty-rules); every request gets OK", zap.String("config", c.configPath))
 	}
 	m := metrics.New(version, c.nearLimitRatio, c.metricMaxValues)
@@ -80,17 +80,21 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 			m.Reloaded(rs, err)
 		},
 	})
+	rules, err := rulesFrom(c, reloader, engine, log, st, m)
+	if err != nil {
+		return err
+	}
 
 	lis, err := listen(c)
 	if err != nil {
 		return err
 	}
-	srv := newServers(ctx, c, log, engine, reloader, st, m)
+	srv := newServers(ctx, c, log, engine, rules, st, m)
 	logStarted(log, c, lis, st, rs)
 	if c.onReady != nil {
 		c.onReady(lis.grpc.Addr().String(), lis.http.Addr().String(), lis.adminAddr())
 	}
-	err = srv.run(ctx, lis, reloader)
+	err = srv.run(ctx, lis, rules)
 	// No request is being decided any more: give what leases hold back,
 	// within a second.
 	st.releaseLeases(ctx, time.Second, log)
@@ -199,6 +203,7 @@ func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, 
 		zap.String("store", st.name),
 		zap.String("failure_mode", c.failureMode.String()),
 		zap.String("config", c.configPath),
+		zap.String("config_type", c.xds.configType),
 		zap.Strings("domains", rs.Domains()),
 		zap.Int("rules", countRules(rs)),
 		zap.String("checksum", rs.Checksum),
@@ -228,7 +233,7 @@ type servers struct {
 
 // newServers builds the servers. ctx is serve's: once it ends, /readyz
 // says the sidecar is shutting down.
-func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader *config.Reloader, st *sidecarStore, m *metrics.Metrics) *servers {
+func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics) *servers {
 	s := &servers{c: c, log: log}
 	stopping, stopStreams := context.WithCancel(context.Background())
 	s.stopStreams = stopStreams
@@ -251,12 +256,13 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	for _, name := range []string{"", envoy.ServiceName} {
 		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
+	holdHealth(s.health, reloader)
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
-	mux.Handle("GET /readyz", readyz(ctx, engine, st.ready))
+	mux.Handle("GET /readyz", readyWithRules(reloader, readyz(ctx, engine, st.ready)))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	admin := mux
 	if c.adminAddr != "" {
@@ -294,13 +300,17 @@ func readyz(ctx context.Context, engine *limits.Engine, ready func(context.Conte
 
 // run serves until ctx ends or a server fails, reloading the rules on
 // file changes and SIGHUP, then shuts down.
-func (s *servers) run(ctx context.Context, lis *listeners, reloader *config.Reloader) error {
+func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) error {
 	// SIGHUP reloads; catch it before anyone may send it.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		serveWhenReady(gctx, s.health, reloader)
+		return nil
+	})
 	g.Go(func() error {
 		// Without a watch, SIGHUP still reloads: not worth stopping for.
 		if err := reloader.Watch(gctx); err != nil {
