@@ -42,7 +42,7 @@ func prelude() string {
 func luaName(a limits.Algorithm) string { return strings.ToUpper(a.String()) }
 
 // checkSize is the size of a check's record in apply.lua's ARGV (CHECK in
-// lib.lua): two bytes and five float64s.
+// lib.lua): two bytes and six float64s.
 const checkSize = 2 + 6*8
 
 // logSuffix names a sliding log's second key. Keys of limits.AppendKey end

@@ -1,8 +1,8 @@
 -- apply.lua decides the rate-limit checks of one or more requests, each
 -- request as one atomic unit, in order, as if each were a call of its
 -- own made at the same microsecond. It mirrors limits.Limit.Evaluate line
--- by line, for all five algorithms, and limits.MemoryStore.Apply's
--- all-or-nothing rule.
+-- by line, for all five algorithms, and the memory store's
+-- all-or-nothing rule (memory.Store.Apply).
 --
 -- KEYS: the state keys of the checks, request after request, in check
 --   order: one per check, and two for sliding_log (the log, then its
@@ -32,7 +32,7 @@
 -- window start, or the bucket's tick, after the grant; 0 with no grant).
 -- What the checks of a reserving call that admitted report if another
 -- group rejects the request is not computed when reserving but after the
--- refund, by a call with ARGV[2] "2" (store.go), so that the common case
+-- refund, by a call with ARGV[2] "2" (cluster.go), so that the common case
 -- costs nothing for it.
 --
 -- Why a script: every check must be read, decided and written with no

@@ -1,9 +1,9 @@
 -- lib.lua is prepended to apply.lua and refund.lua when they are loaded
--- (see store.go), so both use one copy of the arithmetic their exactness
+-- (see scripts.go), so both use one copy of the arithmetic their exactness
 -- depends on. It defines no KEYS or ARGV of its own except that clock()
 -- reads ARGV[1].
 --
--- store.go puts before it one constant per limits.Algorithm, named after
+-- scripts.go puts before it one constant per limits.Algorithm, named after
 -- the algorithm in capitals (FIXED_WINDOW = 0, ...), generated from the Go
 -- table so the codes cannot drift; the scripts use only those names.
 --
@@ -11,7 +11,7 @@
 -- limits.Limit keeps every quantity under.
 --
 -- Each check comes in ARGV as one record of CHECK bytes, packed by
--- store.go's appendCheck in struct's format SPEC: algorithm, shadow (0 or
+-- scripts.go's appendCheck in struct's format SPEC: algorithm, shadow (0 or
 -- 1), requests, window µs, tick µs, burst, hits, extra (hits asked for a
 -- lease). Binary numbers cost the script no decimal parsing.
 
