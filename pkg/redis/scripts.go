@@ -20,30 +20,40 @@ var (
 	//go:embed scripts/refund.lua
 	refundSrc string
 
-	// Both scripts share the algorithm codes and lib.lua's arithmetic,
-	// prepended at load time.
+	// Both scripts share the prelude's constants and lib.lua's
+	// arithmetic, prepended at load time.
 	applyScript  = goredis.NewScript(prelude() + libSrc + applySrc)
 	refundScript = goredis.NewScript(prelude() + libSrc + refundSrc)
 )
 
-// prelude returns the scripts' algorithm codes: one Lua constant per
-// limits.Algorithm, named after the algorithm in capitals and set to its
-// Go value (local FIXED_WINDOW = 0, ...), so that the scripts cannot
-// disagree with Go about which number means which algorithm.
+// prelude returns the constants that the scripts share with Go, so that
+// the two cannot disagree about them: one per limits.Algorithm, named
+// after the algorithm in capitals and set to its Go value (local
+// FIXED_WINDOW = 0, ...); apply.lua's modes, MODE_APPLY, MODE_RESERVE and
+// MODE_REPORT; and a check's record, its struct format SPEC and its size
+// CHECK in bytes.
 func prelude() string {
 	var b strings.Builder
 	for _, a := range limits.Algorithms {
 		fmt.Fprintf(&b, "local %s = %d\n", luaName(a), int(a))
 	}
+	fmt.Fprintf(&b, "local MODE_APPLY, MODE_RESERVE, MODE_REPORT = '%s', '%s', '%s'\n", modeApply, modeReserve, modeReport)
+	fmt.Fprintf(&b, "local SPEC, CHECK = '%s', %d\n", checkSpec, checkSize)
 	return b.String()
 }
 
 // luaName returns the name of a's constant in the scripts.
 func luaName(a limits.Algorithm) string { return strings.ToUpper(a.String()) }
 
-// checkSize is the size of a check's record in apply.lua's ARGV (CHECK in
-// lib.lua): two bytes and six float64s.
-const checkSize = 2 + 6*8
+// A check's record in the scripts' ARGV (see appendCheck) is two bytes
+// and checkFloats float64s: checkSize bytes in all, in struct's format
+// checkSpec. The prelude gives the scripts the last two as CHECK and SPEC.
+const (
+	checkFloats = 6
+	checkSize   = 2 + checkFloats*8
+)
+
+var checkSpec = "<BB" + strings.Repeat("d", checkFloats)
 
 // logSuffix names a sliding log's second key. Keys of limits.AppendKey end
 // in a limit ID, which ends in a digit, so no key ends in it.
@@ -68,7 +78,8 @@ func anyExtra(checks []limits.Check, idx []int) bool {
 	return false
 }
 
-// apply.lua's modes, its ARGV[2].
+// apply.lua's modes, its ARGV[2]; the prelude gives them to the scripts
+// as MODE_APPLY, MODE_RESERVE and MODE_REPORT.
 const (
 	modeApply   = "0" // decide, and write if admitted
 	modeReserve = "1" // the same, and return refund receipts (a slot group)
@@ -134,7 +145,7 @@ func (s *Store) cutKeys(keys []string, all string, c *limits.Check) ([]string, s
 }
 
 // appendCheck appends the record of c that both scripts read (SPEC in
-// lib.lua): algorithm and shadow (0 or 1) as bytes, then requests, window
+// the prelude): algorithm and shadow (0 or 1) as bytes, then requests, window
 // µs, tick µs, burst, hits and extra as little-endian float64s. Binary numbers
 // spare Redis parsing decimals; a float64 is exact for every integer that
 // limits.Limit allows (below 2^53), and rounds larger hits as Lua would.
