@@ -2,6 +2,7 @@ package redis
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
@@ -83,7 +84,7 @@ func readGrant(out *limits.Outcome, v []int64) error {
 	if g < 0 || us < 0 || receipt < 0 {
 		return &ReplyError{Script: "apply", Msg: fmt.Sprintf("grant %d for %d under %d, want integers >= 0", g, us, receipt)}
 	}
-	out.Granted, out.GrantFor = uint64(g), time.Duration(us)*time.Microsecond
+	out.Granted, out.GrantFor = uint64(g), micros(us)
 	out.GrantReceipt = receipt
 	return nil
 }
@@ -138,5 +139,16 @@ func outcome(over, rem, reset int64) (limits.Outcome, error) {
 	if rem < 0 || reset < 0 {
 		return limits.Outcome{}, &ReplyError{Script: "apply", Msg: fmt.Sprintf("remaining %d and reset %d, want integers >= 0", rem, reset)}
 	}
-	return limits.Outcome{Over: o, Remaining: uint64(rem), Reset: time.Duration(reset) * time.Microsecond}, nil
+	return limits.Outcome{Over: o, Remaining: uint64(rem), Reset: micros(reset)}, nil
+}
+
+// micros converts µs >= 0 to a time.Duration, saturating as
+// limits.Limit.Evaluate does: a reset can be longer than a time.Duration
+// holds (two windows of a limit per 280 years), and multiplying would wrap
+// it to a negative one.
+func micros(us int64) time.Duration {
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(us) * time.Microsecond
 }
