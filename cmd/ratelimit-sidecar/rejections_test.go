@@ -382,7 +382,7 @@ func TestRejectionFlagsInvalid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (rejectionSettings{level: "debug", rate: 10, values: "hash"}); c.rejections != want {
-		t.Errorf("defaults: %+v, want %+v", c.rejections, want)
+	if want := (rejectionSettings{level: "debug", rate: 10, values: "hash"}); c.rejections != want || c.counterReset {
+		t.Errorf("defaults: %+v, reset %v; want %+v, reset off", c.rejections, c.counterReset, want)
 	}
 }

@@ -264,6 +264,9 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 		s.admin = c.bounds.httpServer(admin)
 	}
 	admin.Handle("GET /debug/config", debugConfig(reloader, engine))
+	cs := newCounters(engine, st, c, log, m)
+	admin.HandleFunc("GET /debug/counters", cs.read)
+	admin.HandleFunc("POST /debug/counters/reset", cs.reset)
 	admin.Handle("/json", rls.JSONHandler()) // any method: the handler answers 405 itself
 	s.http = c.bounds.httpServer(mux)
 	return s

@@ -10,3 +10,12 @@ func (m *Metrics) RejectionLog(suppressed func() uint64) {
 		Help: "Requests answered OVER_LIMIT that --log-rejections would have logged but --log-rejections-rate left out."},
 		func() float64 { return float64(suppressed()) }))
 }
+
+// CounterResets registers the count of counters reset through the admin
+// endpoint and returns what adds n to it.
+func (m *Metrics) CounterResets() func(n int) {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "counter_resets_total",
+		Help: "Counters reset through POST /debug/counters/reset (--admin-counter-reset)."})
+	m.Registry.MustRegister(c)
+	return func(n int) { c.Add(float64(n)) }
+}
