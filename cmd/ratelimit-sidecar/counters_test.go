@@ -307,3 +307,31 @@ func TestCountersCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestCountersStoreDown: with Redis down, a counter shows the error, and
+// a reset fails with 503 and keeps what the deny cache knows.
+func TestCountersStoreDown(t *testing.T) {
+	srv := redistest.StartServer(t)
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "rules.yaml"), counterRules)
+	s := startSidecar(t, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--admin-counter-reset")
+	for range 5 {
+		s.send(t, 1, "user", "alice")
+	}
+	srv.Kill()
+	c := s.counters(t, "user=alice").Descriptors[0].Counters[0]
+	if c.Error == "" || c.State != nil || c.DenyCache == nil {
+		t.Errorf("with Redis down: %+v; want an error, no state, and the deny cache entry", c)
+	}
+	code, body := s.admin(t, http.MethodPost, "/debug/counters/reset", "user=alice")
+	var rv resetView
+	if err := json.Unmarshal([]byte(body), &rv); err != nil {
+		t.Fatalf("%d %s: %v", code, body, err)
+	}
+	if r := rv.Descriptors[0].Counters[0]; code != http.StatusServiceUnavailable || r.Error == "" || r.Deleted || r.DenyCacheDropped {
+		t.Errorf("reset with Redis down = %d %s; want 503 with the error", code, body)
+	}
+	if c := s.counters(t, "user=alice").Descriptors[0].Counters[0]; c.DenyCache == nil {
+		t.Error("a failed reset dropped the deny cache entry")
+	}
+}
