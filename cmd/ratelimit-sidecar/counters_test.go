@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -306,6 +308,120 @@ func TestCountersCluster(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestREADMECounterCommands runs the curl commands of README.md and
+// docs/debugging.md that call /debug/counters against a sidecar on the
+// default rules, so that they stay true: each must answer 200 with JSON
+// about the descriptor it names.
+func TestREADMECounterCommands(t *testing.T) {
+	var cmds []string
+	for _, doc := range []string{"../../README.md", "../../docs/debugging.md"} {
+		found := curlCommands(t, doc, "/debug/counters")
+		if len(found) < 2 {
+			t.Fatalf("%s: %d curl commands for /debug/counters, want a read and a reset", doc, len(found))
+		}
+		cmds = append(cmds, found...)
+	}
+	s := startSidecar(t, "--config", "../../config/", "--admin-counter-reset")
+	s.send(t, 1, "tenant", "acme", "user", "42")
+	for _, cmd := range cmds {
+		req, err := curlRequest(cmd, s.adminAddr)
+		if err != nil {
+			t.Fatalf("%q: %v", cmd, err)
+		}
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		var v struct {
+			Domain      string
+			Descriptors []struct{ Descriptor string }
+		}
+		if r.StatusCode != http.StatusOK || json.Unmarshal(b, &v) != nil || v.Domain != "edge" || len(v.Descriptors) == 0 || v.Descriptors[0].Descriptor != "tenant=acme,user=42" {
+			t.Errorf("%q: %d %s", cmd, r.StatusCode, b)
+		}
+	}
+}
+
+// curlCommands returns the curl commands in doc's sh blocks whose URL
+// holds path, each joined onto one line.
+func curlCommands(t *testing.T, doc, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	inSh := false
+	cmd := ""
+	for line := range strings.SplitSeq(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(line, "```"):
+			inSh = line == "```sh"
+		case !inSh:
+		case cmd != "" || strings.HasPrefix(line, "curl "):
+			cmd += strings.TrimSuffix(strings.TrimSpace(line), "\\")
+			if strings.HasSuffix(line, "\\") {
+				continue
+			}
+			if strings.Contains(cmd, path) {
+				out = append(out, cmd)
+			}
+			cmd = ""
+		}
+	}
+	return out
+}
+
+// curlRequest turns the curl command cmd, of the options the docs use
+// (-s, -G, -d, --data-urlencode, single quotes), into a request to addr.
+func curlRequest(cmd, addr string) (*http.Request, error) {
+	var args []string
+	for _, f := range strings.Fields(cmd) {
+		args = append(args, strings.Trim(f, "'"))
+	}
+	var target string
+	get := false
+	var data []string
+	for i := 1; i < len(args); i++ {
+		switch a := args[i]; a {
+		case "-s":
+		case "-G":
+			get = true
+		case "-d", "--data-urlencode":
+			if i+1 == len(args) {
+				return nil, fmt.Errorf("%s without a value", a)
+			}
+			i++
+			v := args[i]
+			if a == "--data-urlencode" {
+				name, value, _ := strings.Cut(v, "=")
+				v = name + "=" + url.QueryEscape(value)
+			}
+			data = append(data, v)
+		default:
+			if strings.HasPrefix(a, "-") || target != "" {
+				return nil, fmt.Errorf("unexpected argument %q", a)
+			}
+			host, p, ok := strings.Cut(a, "/")
+			if !ok || !strings.Contains(host, ":") {
+				return nil, fmt.Errorf("URL %q is not host:port/path", a)
+			}
+			target = "http://" + addr + "/" + p
+		}
+	}
+	body := strings.Join(data, "&")
+	if get {
+		return http.NewRequest(http.MethodGet, target+"?"+body, nil)
+	}
+	req, err := http.NewRequest(http.MethodPost, target, strings.NewReader(body))
+	if err == nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	return req, err
 }
 
 // TestCountersStoreDown: with Redis down, a counter shows the error, and
