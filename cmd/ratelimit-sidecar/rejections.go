@@ -118,8 +118,8 @@ func hashText(s string) string {
 // rejectionLog writes one line per request answered OVER_LIMIT: the
 // domain, the descriptors, and for each descriptor over its limit the
 // rule, the limit, the counter's key, what remains and when it resets,
-// and what decided: the backend, the deny cache, a lease, or a failure
-// mode. It implements envoy.Rejections.
+// and what decided: the backend, the deny cache, or a failure mode (a
+// lease only admits). It implements envoy.Rejections.
 //
 // Lines are bounded by a token bucket shared by every request: rate a
 // second, in bursts of up to burst. A rejection the bucket leaves out is
