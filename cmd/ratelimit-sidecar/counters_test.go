@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -18,21 +19,22 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 )
 
-// counterRules has a limit of each algorithm, and a leased one.
+// counterRules has a limit of each algorithm, and a leased one. The
+// windows are hours, so that a test hardly ever straddles two.
 const counterRules = `
 domain: edge
 descriptors:
   - key: user
-    rate_limit: {unit: minute, requests_per_unit: 3}
+    rate_limit: {unit: hour, requests_per_unit: 3}
   - key: tenant
     rate_limits:
-      - {algorithm: sliding_window, unit: minute, requests_per_unit: 10}
+      - {algorithm: sliding_window, unit: hour, requests_per_unit: 10}
       - {algorithm: token_bucket, unit: second, requests_per_unit: 5, burst: 10}
       - {algorithm: leaky_bucket, unit: second, requests_per_unit: 5, burst: 10}
   - key: path
-    rate_limit: {algorithm: sliding_log, unit: minute, requests_per_unit: 5}
+    rate_limit: {algorithm: sliding_log, unit: hour, requests_per_unit: 5}
   - key: global
-    rate_limit: {unit: minute, requests_per_unit: 1000, lease: 10}
+    rate_limit: {unit: hour, requests_per_unit: 1000, lease: 10}
   - key: free
     rate_limit: {unlimited: true}
 `
@@ -104,7 +106,7 @@ func TestCountersMemory(t *testing.T) {
 		t.Fatalf("user=alice: %+v", user)
 	}
 	c := user.Counters[0]
-	if c.Limit != "fixed_window 3 per 1m0s" || c.Error != "" || c.Now == nil || *c.Remaining != 1 || *c.Over || c.State == nil || *c.State.Hits != 2 || c.State.WindowStart == nil {
+	if c.Limit != "fixed_window 3 per 1h0m0s" || c.Error != "" || c.Now == nil || *c.Remaining != 1 || *c.Over || c.State == nil || *c.State.Hits != 2 || c.State.WindowStart == nil {
 		t.Errorf("user=alice's counter: %+v, state %+v", c, c.State)
 	}
 	if !strings.HasPrefix(c.Key, "{4:edge4:user5:alice}") || c.KeyHash != hashText(c.Key) {
@@ -259,13 +261,15 @@ func TestRejectionLogInSidecar(t *testing.T) {
 	for range 3 {
 		s.send(t, 1, "user", "alice")
 	}
+	start := time.Now()
 	for range 50 {
 		s.send(t, 1, "user", "alice")
 	}
+	// A burst of 2, and one more per half second the requests took.
+	most := 2 + int(time.Since(start)/(500*time.Millisecond)) + 1
 	lines := logs.lines(t, rejectionMessage)
-	// A burst of 2, and perhaps one more if a half second passed.
-	if len(lines) < 2 || len(lines) > 3 {
-		t.Fatalf("%d rejection lines for 50 rejections, want 2 or 3:\n%s", len(lines), logs)
+	if len(lines) < 2 || len(lines) > most {
+		t.Fatalf("%d rejection lines for 50 rejections, want 2 to %d:\n%s", len(lines), most, logs)
 	}
 	if lines[0]["decided_by"] != "redis" || lines[1]["decided_by"] != "deny_cache" {
 		t.Errorf("decided_by: %v then %v, want redis then deny_cache", lines[0]["decided_by"], lines[1]["decided_by"])
@@ -274,7 +278,7 @@ func TestRejectionLogInSidecar(t *testing.T) {
 		t.Errorf("descriptors: %v", d)
 	}
 	metrics := s.getBody(t, "/metrics")
-	want := "ratelimit_sidecar_rejection_logs_suppressed_total " + map[int]string{2: "48", 3: "47"}[len(lines)]
+	want := fmt.Sprintf("ratelimit_sidecar_rejection_logs_suppressed_total %d\n", 50-len(lines))
 	if !strings.Contains(metrics, want) {
 		t.Errorf("/metrics lacks %q", want)
 	}

@@ -247,14 +247,24 @@ func TestRejectionLogRate(t *testing.T) {
 	if len(lines) != 15 {
 		t.Fatalf("after 500 ms more: %d lines, want 15", len(lines))
 	}
-	if got := lines[10]["not_logged"]; got != 990.0 {
-		t.Errorf("the first line after the flood: not_logged = %v, want 990", got)
+	// Under concurrency a rejection left out while another takes the
+	// last line may count toward that line rather than the next; the
+	// lines and what is pending still account for every one.
+	if got := lines[10]["not_logged"].(float64); got < 980 {
+		t.Errorf("the first line after the flood: not_logged = %v, want the 990 left out, or nearly", got)
 	}
 	if got := lines[11]["not_logged"]; got != 0.0 {
 		t.Errorf("the next line: not_logged = %v, want 0", got)
 	}
 	if got := r.rej.Suppressed(); got != 990+995 {
 		t.Errorf("Suppressed = %d, want %d", got, 990+995)
+	}
+	sum := r.rej.notLogged.Load()
+	for _, l := range lines {
+		sum += uint64(l["not_logged"].(float64))
+	}
+	if sum != r.rej.Suppressed() {
+		t.Errorf("not_logged of every line, and pending, sum to %d; want Suppressed, %d", sum, r.rej.Suppressed())
 	}
 }
 
