@@ -51,6 +51,9 @@ type settings struct {
 
 	bounds bounds
 
+	rejections   rejectionSettings // --log-rejections*
+	counterReset bool              // --admin-counter-reset
+
 	gc          gcSettings
 	memoryLimit string // --memory-limit's text, for finish to parse
 
@@ -102,6 +105,10 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.adminAddr, "admin-addr", "", "address for POST /json and /debug/config; empty serves them on --http-addr. Set it to a loopback address when --http-addr must listen on the pod address, since /json spends quota")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "json or console")
+	fs.StringVar(&c.rejections.level, "log-rejections", "debug", "`level` of one log line per request answered OVER_LIMIT, saying why (domain, descriptors, rule, limit, key, remaining, reset) and what decided (redis, memory, deny_cache or a failure mode): off, debug (shown only with --log-level debug) or info")
+	fs.Float64Var(&c.rejections.rate, "log-rejections-rate", 10, "most rejection lines per second, in bursts of as many; the rest are counted in ratelimit_sidecar_rejection_logs_suppressed_total and in the next line's not_logged")
+	fs.StringVar(&c.rejections.values, "log-rejections-values", "hash", "how rejection lines and the counter reset's log line show descriptor values and counter keys, which may be secret: hash (sha256: and 12 hex digits) or plain")
+	fs.BoolVar(&c.counterReset, "admin-counter-reset", false, "allow POST /debug/counters/reset on the admin address, which deletes counters from the store")
 	fs.BoolVar(&c.mergeDomains, "merge-domains", false, "let several rule files add to one domain")
 	fs.BoolVar(&c.allowEmptyRules, "allow-empty-rules", false, "start, and accept reloads, with no rule files, answering OK to every request (logged at Warn); without it no rules is a config error")
 	fs.DurationVar(&c.drainDelay, "drain-delay", 0, "on SIGTERM, how long to report NOT_SERVING before stopping, so Envoy and Kubernetes stop sending")
@@ -179,6 +186,9 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	}
 	if c.failureMode, err = limits.ParseFailureMode(failure); err != nil {
 		return fmt.Errorf("--failure-mode: %w", err)
+	}
+	if err := c.rejections.check(); err != nil {
+		return err
 	}
 	if c.nearLimitRatio <= 0 || c.nearLimitRatio > 1 {
 		return fmt.Errorf("--near-limit-ratio: want a number above 0 and at most 1, got %v", c.nearLimitRatio)

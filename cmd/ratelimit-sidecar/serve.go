@@ -116,9 +116,10 @@ func newLogger(c *settings, w io.Writer) (*zap.Logger, error) {
 		encoder = zapcore.NewJSONEncoder(enc)
 	}
 	core := zapcore.NewCore(encoder, zapcore.Lock(zapcore.AddSync(w)), level)
-	// Sample repeated messages so a hot-path error cannot flood the log.
-	core = zapcore.NewSamplerWithOptions(core, time.Second, 10, 100)
-	return zap.New(core), nil
+	// Sample repeated messages so a hot-path error cannot flood the log;
+	// the rejection log bounds and counts its lines itself.
+	sampled := zapcore.NewSamplerWithOptions(core, time.Second, 10, 100)
+	return zap.New(sampledExcept{sampled: sampled, all: core, name: rejectionLogger}), nil
 }
 
 // newEngine builds the engine: the rules, decided on st, with a memory
@@ -247,7 +248,13 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	// costs a parked goroutine.
 	opts := append(envoy.ServerOptions(), grpc.NumStreamWorkers(uint32(max(4*runtime.GOMAXPROCS(0), streamWorkers))))
 	s.grpc = grpc.NewServer(append(opts, c.bounds.grpcOptions(sb, c.shutdownTimeout)...)...)
-	rls := envoy.NewServer(engine, log, envoy.Options{Headers: c.responseHeaders})
+	rlsOpts := envoy.Options{Headers: c.responseHeaders}
+	rej := newRejectionLog(log, c.rejections, st.name, time.Now)
+	if rej != nil {
+		rlsOpts.Rejections = rej
+	}
+	m.RejectionLog(rej.Suppressed)
+	rls := envoy.NewServer(engine, log, rlsOpts)
 	rls.Register(s.grpc)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -270,6 +277,9 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 		s.admin = c.bounds.httpServer(admin)
 	}
 	admin.Handle("GET /debug/config", debugConfig(reloader, engine))
+	cs := newCounters(engine, st, c, log, m)
+	admin.HandleFunc("GET /debug/counters", cs.read)
+	admin.HandleFunc("POST /debug/counters/reset", cs.reset)
 	admin.Handle("/json", rls.JSONHandler()) // any method: the handler answers 405 itself
 	s.http = c.bounds.httpServer(mux)
 	return s

@@ -169,11 +169,17 @@ func (l *Leases) Apply(ctx context.Context, b *limits.Batch) error {
 		s.subIdx = append(s.subIdx, i)
 	}
 	b.Admitted = true
+	if !needStore {
+		b.DecidedBy = DecidedByLease
+	}
 	if len(s.sub.Checks) == 0 {
 		return nil
 	}
 	err := l.next.Apply(ctx, &s.sub)
 	ok := err == nil && s.sub.Admitted
+	if needStore {
+		b.DecidedBy = s.sub.DecidedBy
+	}
 	if !needStore {
 		// Only refills went to the store: the leases answered the
 		// request, whatever the store said.
