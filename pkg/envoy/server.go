@@ -57,6 +57,16 @@ type Options struct {
 	// Headers is the mode of the rate-limit headers the server adds to
 	// every response (see AddHeaders). Zero is HeadersNone.
 	Headers HeaderMode
+	// Shadow answers every request OK overall, whatever its limits say;
+	// the descriptors' statuses, headers and metrics still tell the
+	// truth. It is envoyproxy/ratelimit's SHADOW_MODE.
+	Shadow bool
+	// HeaderNames renames the headers of HeadersDraft03.
+	HeaderNames HeaderNames
+	// DynamicMetadata describes each request in its response's
+	// dynamic_metadata (see metadata), as envoyproxy/ratelimit's
+	// RESPONSE_DYNAMIC_METADATA.
+	DynamicMetadata bool
 }
 
 // NewServer returns a server deciding through e.
@@ -91,6 +101,7 @@ func (s *Server) decide(ctx context.Context, w *work) error {
 	if err := s.engine.Decide(ctx, &w.req, &w.dec); err != nil {
 		return s.statusError(err)
 	}
+	s.opts.shadow(&w.dec)
 	return nil
 }
 
@@ -98,6 +109,12 @@ func (s *Server) decide(ctx context.Context, w *work) error {
 func (s *Server) response(w *work) *rlsv3.RateLimitResponse {
 	resp := Response(&w.dec)
 	AddHeaders(s.opts.Headers, &w.dec, resp)
+	if s.opts.message() {
+		s.opts.HeaderNames.rename(resp)
+		if s.opts.DynamicMetadata {
+			resp.DynamicMetadata = metadata(&w.req)
+		}
+	}
 	return resp
 }
 
