@@ -52,6 +52,9 @@ type settings struct {
 	gc          gcSettings
 	memoryLimit string // --memory-limit's text, for finish to parse
 
+	ref refSettings // what envoyproxy/ratelimit's deployments rely on: reference.go
+	env envReport   // where the settings came from: refenv.go
+
 	// onReady, if set, is called with the listeners' addresses once the
 	// servers are about to serve. Tests use it to find ports chosen by :0.
 	onReady func(grpcAddr, httpAddr, adminAddr string)
@@ -60,10 +63,22 @@ type settings struct {
 // parseFlags parses args, taking a flag's default from the environment
 // variable RLS_<FLAG> (upper case, '-' as '_') when it is set.
 func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Writer) (*settings, error) {
+	return parseFlagsAs("ratelimit-sidecar", args, getenv, nil, stderr)
+}
+
+// parseFlagsAs is parseFlags for the program run as argv0 (os.Args[0]),
+// in an environment of which getenv reads one variable and environ lists
+// all (nil: unknown). Below the RLS_ variables come envoyproxy/ratelimit's
+// (refenv.go), and run as "ratelimit" its defaults.
+func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool), environ []string, stderr io.Writer) (*settings, error) {
 	c := &settings{request: limits.DefaultRequestLimits}
 	fs := flag.NewFlagSet("ratelimit-sidecar", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	failure := c.define(fs)
+	ref, err := applyRefEnv(fs, isRefMode(argv0), getenv, explicitFlags(fs, args, getenv))
+	if err != nil {
+		return nil, err
+	}
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		name := "RLS_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -84,8 +99,12 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	}
 	c.redisURLInArgs = inArgs(args, "redis-url")
 	if err := c.finish(*failure, getenv); err != nil {
-		return nil, err
+		return nil, ref.explain(err)
 	}
+	if err := c.ref.check(); err != nil {
+		return nil, ref.explain(err)
+	}
+	ref.finish(c, fs, args, getenv, environ)
 	return c, nil
 }
 
@@ -144,6 +163,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.IntVar(&c.redis.MaxInflight, "redis-max-inflight", redis.DefaultMaxInflight, "request round trips to Redis (on Cluster: to each master) under way at once before requests wait to go together in the next; when Redis is 1 ms or more away the sidecar adds up to 16 more (docs/slow-redis.md)")
 	fs.DurationVar(&c.redis.Timeout, "redis-timeout", redis.DefaultTimeout, "bound on each Redis operation; the RPC's own deadline bounds it too")
 	fs.StringVar(&c.redis.KeyPrefix, "redis-key-prefix", redis.DefaultKeyPrefix, "prefix of every Redis key")
+	c.defineRef(fs)
 	return &failure
 }
 

@@ -41,6 +41,7 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do if the log cannot flush
 	warnPasswordInArgs(log, c)
+	logEnv(log, c)
 	c.gc.apply()
 
 	rs, err := config.Load(c.configPath, config.Options{MergeDomains: c.mergeDomains})
@@ -63,12 +64,14 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 		}
 	}()
 	engine := newEngine(rs, st, c, m)
+	var srv *servers // set before anything reloads
 	reloader := config.NewReloader(c.configPath, engine, log, config.ReloaderOptions{
 		Options:  config.Options{MergeDomains: c.mergeDomains},
 		Debounce: c.reloadDebounce,
 		OnReload: func(rs config.ReloadStatus, err error) {
 			if err == nil {
 				st.rulesChanged()
+				setHealth(srv.health, c, engine.Rules())
 			}
 			m.Reloaded(rs, err)
 		},
@@ -78,10 +81,13 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := newServers(ctx, c, log, engine, reloader, st, m)
+	srv = newServers(ctx, c, log, engine, reloader, st, m)
 	logStarted(log, c, lis, st, rs)
 	if c.onReady != nil {
 		c.onReady(lis.grpc.Addr().String(), lis.http.Addr().String(), lis.adminAddr())
+	}
+	if c.ref.onListen != nil {
+		c.ref.onListen(addrOf(lis.debug), addrOf(lis.metrics))
 	}
 	err = srv.run(ctx, lis, reloader)
 	// No request is being decided any more: give what leases hold back,
@@ -126,9 +132,11 @@ func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Met
 }
 
 // listeners are the sidecar's sockets. admin is nil unless --admin-addr
-// is set.
+// is set, debug unless --debug-addr is, and metrics unless --metrics-addr
+// is set to an address other than --http-addr.
 type listeners struct {
 	grpc, http, admin net.Listener
+	debug, metrics    net.Listener
 }
 
 // listen opens every listener, or none, each capped at its number of
@@ -136,8 +144,8 @@ type listeners struct {
 func listen(c *settings) (*listeners, error) {
 	var l listeners
 	var err error
-	if l.grpc, err = net.Listen("tcp", c.grpcAddr); err != nil {
-		return nil, fmt.Errorf("listen --grpc-addr: %w", err)
+	if l.grpc, err = listenGRPC(c); err != nil {
+		return nil, err
 	}
 	if l.http, err = net.Listen("tcp", c.httpAddr); err != nil {
 		l.grpc.Close()
@@ -150,6 +158,9 @@ func listen(c *settings) (*listeners, error) {
 			return nil, fmt.Errorf("listen --admin-addr: %w", err)
 		}
 		l.admin = limitListener(l.admin, c.bounds.httpMaxConns)
+	}
+	if err := l.listenRef(c); err != nil {
+		return nil, err
 	}
 	l.grpc = limitListener(l.grpc, c.bounds.grpcMaxConns)
 	l.http = limitListener(l.http, c.bounds.httpMaxConns)
@@ -217,6 +228,9 @@ type servers struct {
 	// which would otherwise hold GracefulStop for as long as their
 	// clients like.
 	stopStreams context.CancelFunc
+
+	debug   *http.Server // nil without --debug-addr
+	metrics *http.Server // nil: the metrics are on http
 }
 
 // newServers builds the servers. ctx is serve's: once it ends, /readyz
@@ -234,29 +248,43 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	// sidecar has in flight, not as many as it has CPUs. An idle worker
 	// costs a parked goroutine.
 	opts := append(envoy.ServerOptions(), grpc.NumStreamWorkers(uint32(max(4*runtime.GOMAXPROCS(0), streamWorkers))))
-	s.grpc = grpc.NewServer(append(opts, c.bounds.grpcOptions(sb, c.shutdownTimeout)...)...)
-	rls := envoy.NewServer(engine, log, envoy.Options{Headers: c.responseHeaders})
+	grace := c.shutdownTimeout
+	if c.ref.connGrace > 0 {
+		grace = c.ref.connGrace
+	}
+	s.grpc = grpc.NewServer(append(opts, c.bounds.grpcOptions(sb, grace)...)...)
+	rls := envoy.NewServer(engine, log, envoy.Options{Headers: c.responseHeaders,
+		Shadow: c.ref.shadowMode, HeaderNames: c.ref.names, DynamicMetadata: c.ref.dynamicMetadata})
 	rls.Register(s.grpc)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	sb.streaming = streamingMethods(s.grpc)
-	for _, name := range []string{"", envoy.ServiceName} {
-		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
-	}
+	setHealth(s.health, c, engine.Rules())
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("GET /readyz", readyz(ctx, engine, st.ready))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET /healthcheck", healthcheck(ctx, c, engine))
+	prom := promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
+	if c.separateMetrics() {
+		mm := http.NewServeMux()
+		mm.Handle("GET "+c.ref.metricsPath, prom)
+		s.metrics = c.bounds.httpServer(mm)
+	} else {
+		mux.Handle("GET "+c.ref.metricsPath, prom)
+	}
 	admin := mux
 	if c.adminAddr != "" {
 		admin = http.NewServeMux()
 		s.admin = c.bounds.httpServer(admin)
 	}
 	admin.Handle("GET /debug/config", debugConfig(reloader, engine))
+	if c.ref.debugAddr != "" {
+		s.debug = c.bounds.httpServer(debugMux(debugConfig(reloader, engine), engine))
+	}
 	admin.Handle("/json", rls.JSONHandler()) // any method: the handler answers 405 itself
 	s.http = c.bounds.httpServer(mux)
 	return s
@@ -323,6 +351,21 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader *config.Relo
 	if s.admin != nil {
 		serveHTTP(g, s.admin, lis.admin)
 	}
+	if s.debug != nil {
+		serveHTTP(g, s.debug, lis.debug)
+	}
+	if s.metrics != nil {
+		serveHTTP(g, s.metrics, lis.metrics)
+	}
+	if s.c.ref.watchLink != "" {
+		g.Go(func() error {
+			reload := func() { reloader.Reload() } //nolint:errcheck // Reload logs its own errors
+			if err := watchLink(gctx, s.c.ref.watchLink, reload, s.log); err != nil {
+				s.log.Error("--watch-link watch failed; reload with SIGHUP", zap.Error(err))
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		return s.shutdown(ctx.Err() != nil)
@@ -368,7 +411,7 @@ func (s *servers) shutdown(drain bool) error {
 	sctx, cancel := context.WithTimeout(context.Background(), s.c.shutdownTimeout)
 	defer cancel()
 	var errs []error
-	for _, srv := range []*http.Server{s.http, s.admin} {
+	for _, srv := range []*http.Server{s.http, s.admin, s.debug, s.metrics} {
 		if srv == nil {
 			continue
 		}
