@@ -289,13 +289,15 @@ var refMappings = []refMapping{
 		apply: func(v *refValues, out *refOut) {
 			out.set("health-requires-rules", v.boolText("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"))
 		}},
-	{vars: []string{"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH"}, flags: []string{"metrics-addr", "metrics-path"},
+	{vars: []string{"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH"}, flags: []string{"metrics-addr", "metrics-path", "reference-metrics"},
 		apply: func(v *refValues, out *refOut) {
 			// Without USE_PROMETHEUS the reference serves no Prometheus
-			// metrics; ours stay on --http-addr.
+			// metrics; ours stay on --http-addr. With it, its names are
+			// served too, for the dashboards built on them.
 			if v.boolean("USE_PROMETHEUS") {
 				out.set("metrics-addr", v.str("PROMETHEUS_ADDR"))
 				out.set("metrics-path", v.str("PROMETHEUS_PATH"))
+				out.set("reference-metrics", "true")
 			}
 		}},
 	// Values checked, nothing to set: FILE is what we do; the others are

@@ -107,9 +107,9 @@ func TestRefEnvMapping(t *testing.T) {
 		{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", map[string]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"},
 			func(c *settings) any { return c.ref.healthRequiresRules }, true},
 		{"USE_PROMETHEUS", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_PATH": "/stats/prometheus"},
-			func(c *settings) any { return []string{c.ref.metricsAddr, c.ref.metricsPath} }, []string{":19001", "/stats/prometheus"}},
+			func(c *settings) any { return []any{c.ref.metricsAddr, c.ref.metricsPath, c.ref.referenceMetrics} }, []any{":19001", "/stats/prometheus", true}},
 		{"PROMETHEUS_* without USE_PROMETHEUS", map[string]string{"PROMETHEUS_ADDR": ":19001"},
-			func(c *settings) any { return []string{c.ref.metricsAddr, c.ref.metricsPath} }, []string{"", "/metrics"}},
+			func(c *settings) any { return []any{c.ref.metricsAddr, c.ref.metricsPath, c.ref.referenceMetrics} }, []any{"", "/metrics", false}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -42,6 +42,7 @@ type refSettings struct {
 	connGrace           time.Duration
 	metricsAddr         string
 	metricsPath         string
+	referenceMetrics    bool
 	watchLink           string
 	healthRequiresRules bool
 	shadowMode          bool
@@ -65,6 +66,7 @@ func (c *settings) defineRef(fs *flag.FlagSet) {
 	fs.DurationVar(&r.connGrace, "grpc-max-connection-age-grace", 0, "how long calls in flight on a connection past --grpc-max-connection-age may take before it is closed (0: --shutdown-timeout)")
 	fs.StringVar(&r.metricsAddr, "metrics-addr", "", "address for the Prometheus metrics on a listener of their own; empty serves them on --http-addr")
 	fs.StringVar(&r.metricsPath, "metrics-path", "/metrics", "path of the Prometheus metrics")
+	fs.BoolVar(&r.referenceMetrics, "reference-metrics", false, "serve envoyproxy/ratelimit's metric names too (ratelimit_service_*, as its default Prometheus mapping names them), derived from ours at each scrape")
 	fs.StringVar(&r.watchLink, "watch-link", "", "a symbolic link at or above --config whose replacement reloads the rules, as envoyproxy/ratelimit's RUNTIME_ROOT with RUNTIME_WATCH_ROOT")
 	fs.BoolVar(&r.healthRequiresRules, "health-requires-rules", false, "report gRPC health and /healthcheck as not serving while no rule is loaded")
 	fs.BoolVar(&r.shadowMode, "shadow-mode", false, "answer OK to every request whatever its limits say (descriptor statuses and metrics still say OVER_LIMIT), as envoyproxy/ratelimit's SHADOW_MODE")

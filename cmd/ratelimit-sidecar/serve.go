@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
@@ -268,7 +267,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	})
 	mux.Handle("GET /readyz", readyz(ctx, engine, st.ready))
 	mux.Handle("GET /healthcheck", healthcheck(ctx, c, engine))
-	prom := promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
+	prom := metricsHandler(c, m.Registry, engine.Rules)
 	if c.separateMetrics() {
 		mm := http.NewServeMux()
 		mm.Handle("GET "+c.ref.metricsPath, prom)
