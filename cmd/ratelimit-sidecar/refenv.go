@@ -300,6 +300,11 @@ var refMappings = []refMapping{
 				out.set("reference-metrics", "true")
 			}
 		}},
+	// No variable: the reference fails a request it cannot decide (a
+	// Redis error is a gRPC error, and Envoy's failure_mode_deny decides),
+	// which is our failure mode error.
+	{flags: []string{"failure-mode"}, defaults: true,
+		apply: func(_ *refValues, out *refOut) { out.set("failure-mode", "error") }},
 	// Values checked, nothing to set: FILE is what we do; the others are
 	// refused below.
 	{vars: []string{"CONFIG_TYPE"}, apply: func(v *refValues, _ *refOut) {
@@ -717,7 +722,10 @@ func applyRefEnv(fs *flag.FlagSet, refMode bool, getenv func(string) (string, bo
 			continue
 		}
 		from := strings.Join(set, ", ")
-		if len(set) == 0 {
+		switch {
+		case len(m.vars) == 0:
+			from = "envoyproxy/ratelimit's behaviour (run as " + refName + ")"
+		case len(set) == 0:
 			from = "the defaults of " + strings.Join(m.vars, ", ") + " (run as " + refName + ")"
 		}
 		for _, f := range out.flags {
