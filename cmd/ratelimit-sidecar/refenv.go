@@ -198,9 +198,10 @@ type refMapping struct {
 	apply    func(v *refValues, out *refOut)
 }
 
-// refMappings are the variables that map onto our flags. A variable in
-// none of them and in no refRefusal is honoured as it is (see
-// refHonoured).
+// refMappings are the variables that map onto our flags. The variables of
+// refRefusals that no mapping reads are honoured for their values that do
+// not make the refusal active (RUNTIME_IGNOREDOTFILES=true, USE_STATSD=false,
+// ...), since those ask for what the sidecar does.
 var refMappings = []refMapping{
 	{vars: []string{"HOST", "PORT"}, flags: []string{"http-addr"}, defaults: true,
 		apply: func(v *refValues, out *refOut) { out.set("http-addr", v.hostPort("HOST", "PORT")) }},
@@ -241,13 +242,17 @@ var refMappings = []refMapping{
 	{vars: []string{"REDIS_AUTH"}, flags: []string{"redis-username"},
 		apply: func(v *refValues, out *refOut) {
 			user, pw := splitAuth(v.str("REDIS_AUTH"))
-			out.set("redis-username", user)
+			if user != "" {
+				out.set("redis-username", user)
+			}
 			out.password = &pw
 		}},
 	{vars: []string{"REDIS_SENTINEL_AUTH"}, flags: []string{"redis-sentinel-username"},
 		apply: func(v *refValues, out *refOut) {
 			user, pw := splitAuth(v.str("REDIS_SENTINEL_AUTH"))
-			out.set("redis-sentinel-username", user)
+			if user != "" {
+				out.set("redis-sentinel-username", user)
+			}
 			out.sentinelPassword = &pw
 		}},
 	{vars: []string{"REDIS_TLS", "REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"},
@@ -385,15 +390,6 @@ var refRefusals = []refRefusal{
 		active: func(v *refValues) bool { return !strings.EqualFold(v.str("REDIS_POOL_ON_EMPTY_BEHAVIOR"), "WAIT") }},
 	{vars: []string{"REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME"},
 		reason: "startup does not wait for Redis: requests are answered by the failure mode while it connects, with its own backoff"},
-}
-
-// refHonoured are the variables honoured as they are, without a flag:
-// their meaning is what the sidecar does (their other values, if any, are
-// refused above).
-var refHonoured = map[string]string{
-	"RUNTIME_IGNOREDOTFILES":                  "true: dot files and directories are never read",
-	"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true: a rejected request consumes nothing",
-	"REDIS_POOL_ON_EMPTY_BEHAVIOR":            "WAIT",
 }
 
 // refOut collects what a mapping sets.
@@ -694,6 +690,7 @@ type refApplied struct {
 	password         *string
 	sentinelPassword *string
 	byFlag           map[string]string // flag → the variables that set it
+	byDefault        map[string]bool   // flags set by the reference's defaults alone
 }
 
 // applyRefEnv sets fs's flags from the reference's variables, except those
@@ -701,7 +698,10 @@ type refApplied struct {
 // values are reported all at once, each naming its variable.
 func applyRefEnv(fs *flag.FlagSet, refMode bool, getenv func(string) (string, bool), explicit map[string]bool) (*refApplied, error) {
 	v := &refValues{getenv: getenv, refMode: refMode}
-	a := &refApplied{report: envReport{refMode: refMode, from: map[string]string{}, value: map[string]string{}}, byFlag: map[string]string{}}
+	a := &refApplied{
+		report: envReport{refMode: refMode, from: map[string]string{}, value: map[string]string{}},
+		byFlag: map[string]string{}, byDefault: map[string]bool{},
+	}
 	for _, m := range refMappings {
 		var set []string
 		for _, name := range m.vars {
@@ -737,6 +737,7 @@ func applyRefEnv(fs *flag.FlagSet, refMode bool, getenv func(string) (string, bo
 				continue
 			}
 			a.byFlag[f.name] = from
+			a.byDefault[f.name] = len(set) == 0
 		}
 		if out.password != nil {
 			a.password, a.report.passwordFrom = out.password, from
@@ -823,8 +824,8 @@ type nopWriter struct{}
 
 func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
 
-// refMode reports whether the program runs as the reference's image runs
-// it, argv0 being its os.Args[0].
+// isRefMode reports whether the program runs as the reference's image
+// runs it, argv0 being its os.Args[0].
 func isRefMode(argv0 string) bool { return filepath.Base(argv0) == refName }
 
 // finish completes c once its flags are parsed and checked: the
@@ -845,8 +846,10 @@ func (a *refApplied) finish(c *settings, fs *flag.FlagSet, args []string, getenv
 	for _, name := range argsFlags(args) {
 		inArgs[name] = true
 	}
+	// Every setting an RLS_ or reference variable set is logged, and those
+	// the reference's defaults set when they differ from ours.
 	fs.VisitAll(func(f *flag.Flag) {
-		if inArgs[f.Name] || f.Value.String() == f.DefValue {
+		if inArgs[f.Name] || (a.byDefault[f.Name] && f.Value.String() == f.DefValue) {
 			return
 		}
 		if _, ok := getenv(rlsEnvName(f.Name)); ok {

@@ -399,6 +399,12 @@ func TestLogEnvSources(t *testing.T) {
 			t.Errorf("log lacks %s:\n%s", want, out.String())
 		}
 	}
+	// A variable that sets what is our default anyway is named too; a
+	// reference's default that is ours is not.
+	c = mustParseEnv(t, "ratelimit", map[string]string{"HOST": "127.0.0.1"})
+	if c.env.from["http-addr"] != "HOST" || c.env.from["merge-domains"] != "" {
+		t.Errorf("http-addr from %q, merge-domains from %q; want HOST, and merge-domains not logged", c.env.from["http-addr"], c.env.from["merge-domains"])
+	}
 	for _, secret := range []string{"urlpw", "authpw"} {
 		if strings.Contains(out.String(), secret) {
 			t.Errorf("log shows a password:\n%s", out.String())

@@ -36,7 +36,9 @@ func (n HeaderNames) rename(resp *rlsv3.RateLimitResponse) {
 // message reports whether responses must be built as messages rather
 // than encoded straight from the decision (see encode.go): for the
 // options that only the message path implements.
-func (o *Options) message() bool { return !o.HeaderNames.zero() || o.DynamicMetadata }
+func (o *Options) message() bool {
+	return o.DynamicMetadata || (o.Headers == HeadersDraft03 && !o.HeaderNames.zero())
+}
 
 // shadow applies Options.Shadow to a decision: a request over its limit
 // is OK overall, and its statuses stay as they are.
