@@ -465,3 +465,42 @@ func TestSameAddr(t *testing.T) {
 		t.Error("PROMETHEUS_ADDR=:8080 with PORT 8080: a listener of its own")
 	}
 }
+
+// TestRefRedisTopologies: REDIS_TYPE with the reference's REDIS_URL forms
+// for Sentinel (master-name,host:port,...) and Cluster (host:port,...)
+// reaches the Redis they name: two replicas share its counters.
+func TestRefRedisTopologies(t *testing.T) {
+	tests := []struct {
+		name  string
+		start func(t *testing.T) (typ, url string)
+	}{
+		{"sentinel", func(t *testing.T) (string, string) {
+			s := redistest.StartSentinel(t)
+			return "SENTINEL", s.MasterName + "," + strings.Join(s.SentinelAddrs, ",")
+		}},
+		{"cluster", func(t *testing.T) (string, string) {
+			return "cluster", strings.Join(redistest.StartCluster(t).Addrs, ",")
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			typ, url := tt.start(t)
+			dir := t.TempDir()
+			writeAll(t, filepath.Join(dir, "config", "rules.yaml"), istioRules(1))
+			env := map[string]string{
+				"REDIS_TYPE": typ, "REDIS_URL": url, "RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "USE_STATSD": "false",
+				"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
+			}
+			a := startAs(t, "/bin/ratelimit", env)
+			b := startAs(t, "/bin/ratelimit", env)
+			// Failure mode error (the reference's behaviour): a request
+			// Redis did not decide fails, so these are Redis's answers.
+			if got := code(t, a.rls, userRequest("carol", 0)); got != rlsOK {
+				t.Errorf("first request: %v", got)
+			}
+			if got := code(t, b.rls, userRequest("carol", 0)); got != rlsOver {
+				t.Errorf("second request, on the other replica: %v, want OVER_LIMIT", got)
+			}
+		})
+	}
+}
