@@ -53,7 +53,7 @@ type settings struct {
 	memoryLimit string // --memory-limit's text, for finish to parse
 
 	ref refSettings // what envoyproxy/ratelimit's deployments rely on: reference.go
-	env envReport   // where the settings came from: refenv.go
+	env envReport   // where the settings came from: environ.go
 
 	// onReady, if set, is called with the listeners' addresses once the
 	// servers are about to serve. Tests use it to find ports chosen by :0.

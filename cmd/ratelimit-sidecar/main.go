@@ -6,7 +6,7 @@
 // underscores, e.g. RLS_GRPC_ADDR; a flag on the command line wins. Below
 // those come envoyproxy/ratelimit's variables (GRPC_PORT, REDIS_URL, ...),
 // and run as "ratelimit", as that project's image runs it, its defaults:
-// see refenv.go and docs/migration.md.
+// see refenv.go, environ.go and docs/migration.md.
 package main
 
 import (
