@@ -58,6 +58,8 @@ type settings struct {
 	memoryLimit string // --memory-limit's text, for finish to parse
 
 	xds xdsSettings // --config-type xds: see xds.go
+	ref refSettings // what envoyproxy/ratelimit's deployments rely on: reference.go
+	env envReport   // where the settings came from: environ.go
 
 	// onReady, if set, is called with the listeners' addresses once the
 	// servers are about to serve. Tests use it to find ports chosen by :0.
@@ -67,10 +69,22 @@ type settings struct {
 // parseFlags parses args, taking a flag's default from the environment
 // variable RLS_<FLAG> (upper case, '-' as '_') when it is set.
 func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Writer) (*settings, error) {
+	return parseFlagsAs("ratelimit-sidecar", args, getenv, nil, stderr)
+}
+
+// parseFlagsAs is parseFlags for the program run as argv0 (os.Args[0]),
+// in an environment of which getenv reads one variable and environ lists
+// all (nil: unknown). Below the RLS_ variables come envoyproxy/ratelimit's
+// (refenv.go), and run as "ratelimit" its defaults.
+func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool), environ []string, stderr io.Writer) (*settings, error) {
 	c := &settings{request: limits.DefaultRequestLimits}
 	fs := flag.NewFlagSet("ratelimit-sidecar", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	failure := c.define(fs)
+	ref, err := applyRefEnv(fs, isRefMode(argv0), getenv, explicitFlags(fs, args, getenv))
+	if err != nil {
+		return nil, err
+	}
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		name := "RLS_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -91,8 +105,12 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	}
 	c.redisURLInArgs = inArgs(args, "redis-url")
 	if err := c.finish(*failure, getenv); err != nil {
-		return nil, err
+		return nil, ref.explain(err)
 	}
+	if err := c.ref.check(); err != nil {
+		return nil, ref.explain(err)
+	}
+	ref.finish(c, fs, args, getenv, environ)
 	return c, nil
 }
 
@@ -173,6 +191,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.Float64Var(&c.xds.backoff.jitter, "xds-backoff-jitter", xds.DefaultBackoffJitter, "spread of each reconnect wait, as a share of it (0 to 1)")
 	fs.IntVar(&c.xds.maxMessageBytes, "xds-max-message-bytes", 0, "largest push accepted from the xDS server, in bytes (0: gRPC's default, 4 MiB)")
 	fs.BoolVar(&c.xds.forceStart, "force-start-without-rules", false, "with --config-type xds, be ready before the first push, with no rules until it arrives (envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, health and /readyz report not serving until the first good push")
+	c.defineRef(fs)
 	return &failure
 }
 

@@ -57,6 +57,16 @@ type Options struct {
 	// Headers is the mode of the rate-limit headers the server adds to
 	// every response (see AddHeaders). Zero is HeadersNone.
 	Headers HeaderMode
+	// Shadow answers every request OK overall, whatever its limits say;
+	// the descriptors' statuses, headers and metrics still tell the
+	// truth. It is envoyproxy/ratelimit's SHADOW_MODE.
+	Shadow bool
+	// HeaderNames renames the headers of HeadersDraft03.
+	HeaderNames HeaderNames
+	// DynamicMetadata describes each request in its response's
+	// dynamic_metadata (see metadata), as envoyproxy/ratelimit's
+	// RESPONSE_DYNAMIC_METADATA.
+	DynamicMetadata bool
 	// Rejections, if set, is told of every request answered OVER_LIMIT.
 	Rejections Rejections
 }
@@ -100,6 +110,7 @@ func (s *Server) decide(ctx context.Context, w *work) error {
 	if err := s.engine.Decide(ctx, &w.req, &w.dec); err != nil {
 		return s.statusError(err)
 	}
+	s.opts.shadow(&w.dec)
 	if w.dec.Code == limits.OverLimit && s.opts.Rejections != nil {
 		s.opts.Rejections.Rejected(&w.req, &w.dec)
 	}
@@ -110,6 +121,12 @@ func (s *Server) decide(ctx context.Context, w *work) error {
 func (s *Server) response(w *work) *rlsv3.RateLimitResponse {
 	resp := Response(&w.dec)
 	AddHeaders(s.opts.Headers, &w.dec, resp)
+	if s.opts.message() {
+		s.opts.HeaderNames.rename(resp)
+		if s.opts.DynamicMetadata {
+			resp.DynamicMetadata = metadata(&w.req)
+		}
+	}
 	return resp
 }
 
