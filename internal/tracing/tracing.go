@@ -161,7 +161,24 @@ func (p *Provider) Shutdown(ctx context.Context) error { return p.tp.Shutdown(ct
 // context, W3C first: a caller sends one or the other, and most callers
 // none, which then costs both lookups.
 func Propagator() propagation.TextMapPropagator {
-	return firstOf{propagation.TraceContext{}, b3.New()}
+	return firstOf{propagation.TraceContext{}, ifAny{keys: []string{"b3", "x-b3-traceid"}, TextMapPropagator: b3.New()}}
+}
+
+// ifAny is its propagator, whose Extract runs only when one of keys is
+// in the carrier: B3's Extract stores a context value (its deferred
+// sampling flag) even when it finds no header at all, on every call.
+type ifAny struct {
+	propagation.TextMapPropagator
+	keys []string
+}
+
+func (p ifAny) Extract(ctx context.Context, c propagation.TextMapCarrier) context.Context {
+	for _, k := range p.keys {
+		if c.Get(k) != "" {
+			return p.TextMapPropagator.Extract(ctx, c)
+		}
+	}
+	return ctx
 }
 
 // firstOf is a composite propagator whose Extract stops at the first

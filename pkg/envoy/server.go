@@ -50,6 +50,8 @@ type work struct {
 	// bad is why the request's wire bytes could not be decoded (a
 	// *limits.RequestError), or nil.
 	bad error
+	// md is scratch for Tracing.start.
+	md incoming
 }
 
 // Options tunes a Server. The zero value is ready to use.
@@ -111,7 +113,7 @@ func (s *Server) answer(ctx context.Context, w *work) (*rlsv3.RateLimitResponse,
 // decide decides w's request into w.dec; its error is a gRPC status.
 func (s *Server) decide(ctx context.Context, w *work) error {
 	if t := s.opts.Tracing; t != nil {
-		ctx, span := t.start(ctx)
+		ctx, span := t.start(ctx, w)
 		err := s.decideIn(ctx, w)
 		t.end(span, w, err)
 		return err

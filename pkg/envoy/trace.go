@@ -51,10 +51,13 @@ const spanName = ServiceName + "/ShouldRateLimit"
 
 var serverSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 
-// start starts the span of a call under ctx, and returns ctx carrying it.
-func (t *Tracing) start(ctx context.Context) (context.Context, trace.Span) {
+// start starts the span of w's call under ctx, and returns ctx carrying
+// it.
+func (t *Tracing) start(ctx context.Context, w *work) (context.Context, trace.Span) {
 	if t.Propagator != nil {
-		ctx = t.Propagator.Extract(ctx, &incoming{ctx: ctx})
+		w.md = incoming{ctx: ctx}
+		ctx = t.Propagator.Extract(ctx, &w.md)
+		w.md = incoming{} // keep no context in the pool
 	}
 	return t.Tracer.Start(ctx, spanName, serverSpan...)
 }
@@ -112,22 +115,37 @@ func (t *Tracing) decidedBy(d *limits.Decision) string {
 // absent costs a pass over the metadata, so once x-b3-traceid is known to
 // be absent, the other X-B3-* headers are not looked up: without a trace
 // ID they make no span context.
+//
+// Each key's value is remembered, since a propagator may look a key up
+// more than once (see tracing.Propagator).
 type incoming struct {
 	ctx     context.Context
 	noB3IDs bool // x-b3-traceid was looked up and is absent
+	seen    [2]struct{ key, value string }
+	n       int // entries of seen in use
 }
 
 func (c *incoming) Get(key string) string {
 	if c.noB3IDs && strings.HasPrefix(key, "x-b3-") {
 		return ""
 	}
-	if v := grpcmd.ValueFromIncomingContext(c.ctx, key); len(v) > 0 {
-		return v[0]
+	for _, s := range c.seen[:c.n] {
+		if s.key == key {
+			return s.value
+		}
 	}
-	if key == "x-b3-traceid" {
+	var value string
+	if v := grpcmd.ValueFromIncomingContext(c.ctx, key); len(v) > 0 {
+		value = v[0]
+	}
+	if c.n < len(c.seen) {
+		c.seen[c.n].key, c.seen[c.n].value = key, value
+		c.n++
+	}
+	if key == "x-b3-traceid" && value == "" {
 		c.noB3IDs = true
 	}
-	return ""
+	return value
 }
 
 func (c *incoming) Set(string, string) {}
