@@ -16,6 +16,11 @@ var clientSpan = []trace.SpanStartOption{
 	trace.WithAttributes(attribute.String("db.system.name", "redis"), attribute.String("db.operation.name", "EVALSHA")),
 }
 
+// modeNames name apply.lua's modes in spans: apply decides a request,
+// and on a Cluster, where a request's keys span slots, reserve decides
+// one slot group and report reads a rejected request's state again.
+var modeNames = map[string]string{modeApply: "apply", modeReserve: "reserve", modeReport: "report"}
+
 // spanFacts is what a traced call's span tells of the round trip the
 // call went in. exec sets a call's facts; the call's own caller copies
 // them out once woken (see wait), so that a call whose caller gave up is
@@ -43,9 +48,10 @@ func (p *pipe) traced(c *call, parent trace.Span) ([]int64, error) {
 	_, span := parent.TracerProvider().Tracer(tracerName).Start(c.ctx, "redis EVALSHA", clientSpan...)
 	f := spanFacts{batch: 1, scripts: 1}
 	c.span = &f
-	keys := len(c.keys)
+	keys, mode := len(c.keys), modeNames[c.mode]
 	reply, err := p.do(c) // recycles c
 	span.SetAttributes(
+		attribute.String("ratelimit.redis.mode", mode),
 		attribute.Int("ratelimit.redis.keys", keys),
 		attribute.Bool("ratelimit.redis.queued", f.queued),
 		attribute.Int("ratelimit.redis.batch_calls", f.batch),

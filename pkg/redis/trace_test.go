@@ -73,7 +73,7 @@ func TestTracingRoundTrip(t *testing.T) {
 			t.Errorf("span %q of kind %v", sp.Name(), sp.SpanKind())
 		}
 		want := map[string]any{
-			"db.system.name": "redis", "db.operation.name": "EVALSHA", "ratelimit.redis.keys": int64(2),
+			"db.system.name": "redis", "db.operation.name": "EVALSHA", "ratelimit.redis.mode": "apply", "ratelimit.redis.keys": int64(2),
 			"ratelimit.redis.queued": false, "ratelimit.redis.batch_calls": int64(1), "ratelimit.redis.batch_scripts": int64(1),
 		}
 		if diff := cmp.Diff(want, spanAttrs(sp)); diff != "" {
