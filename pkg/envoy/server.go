@@ -145,9 +145,10 @@ func growEntries(s []limits.Entry, n int) []limits.Entry {
 
 // Response converts a decision to the RLS response. Per descriptor, in
 // request order: the code, the reported limit, what remains and the time
-// until reset. An unlimited descriptor reports no limit and the maximum
-// remaining, and a descriptor without a limit reports OK alone, as
-// envoyproxy/ratelimit does.
+// until reset, in whole seconds rounded up (see resetSeconds). An
+// unlimited descriptor reports no limit and the maximum remaining, and a
+// descriptor without a limit reports OK alone, as envoyproxy/ratelimit
+// does.
 func Response(d *limits.Decision) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: code(d.Code),
@@ -163,7 +164,7 @@ func Response(d *limits.Decision) *rlsv3.RateLimitResponse {
 				RequestsPerUnit: r.requests,
 				Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(r.limit.Unit),
 			}
-			ds.DurationUntilReset = durationpb.New(st.Reset)
+			ds.DurationUntilReset = &durationpb.Duration{Seconds: r.reset}
 		}
 		resp.Statuses[i] = ds
 	}
@@ -179,6 +180,7 @@ type reported struct {
 	limit     *limits.Limit
 	requests  uint32 // limit.Requests, clamped
 	remaining uint32
+	reset     int64 // duration_until_reset: resetSeconds(Status.Reset)
 }
 
 func report(st *limits.Status) reported {
@@ -190,6 +192,7 @@ func report(st *limits.Status) reported {
 		r.limit = st.Limit
 		r.requests = uint32(min(st.Limit.Requests, math.MaxUint32))
 		r.remaining = uint32(min(st.Remaining, math.MaxUint32))
+		r.reset = resetSeconds(st.Reset)
 	}
 	return r
 }
