@@ -124,7 +124,7 @@ func statusSize(st *limits.Status) int {
 	n := varintSize(fieldCode, uint64(r.code)) + varintSize(fieldRemaining, uint64(r.remaining))
 	if r.limit != nil {
 		n += messageSize(fieldCurrentLimit, limitSize(&r))
-		n += messageSize(fieldReset, varintSize(fieldSeconds, uint64(r.reset)))
+		n += messageSize(fieldReset, varintSize(fieldSeconds, uint64(resetSeconds(st.Reset))))
 	}
 	return n
 }
@@ -140,8 +140,9 @@ func appendStatus(b []byte, st *limits.Status) []byte {
 	}
 	b = appendVarint(b, fieldRemaining, uint64(r.remaining))
 	if r.limit != nil {
-		b = appendMessage(b, fieldReset, varintSize(fieldSeconds, uint64(r.reset)))
-		b = appendVarint(b, fieldSeconds, uint64(r.reset))
+		reset := uint64(resetSeconds(st.Reset))
+		b = appendMessage(b, fieldReset, varintSize(fieldSeconds, reset))
+		b = appendVarint(b, fieldSeconds, reset)
 	}
 	return b
 }

@@ -164,7 +164,7 @@ func Response(d *limits.Decision) *rlsv3.RateLimitResponse {
 				RequestsPerUnit: r.requests,
 				Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(r.limit.Unit),
 			}
-			ds.DurationUntilReset = &durationpb.Duration{Seconds: r.reset}
+			ds.DurationUntilReset = &durationpb.Duration{Seconds: resetSeconds(st.Reset)}
 		}
 		resp.Statuses[i] = ds
 	}
@@ -180,7 +180,6 @@ type reported struct {
 	limit     *limits.Limit
 	requests  uint32 // limit.Requests, clamped
 	remaining uint32
-	reset     int64 // duration_until_reset: resetSeconds(Status.Reset)
 }
 
 func report(st *limits.Status) reported {
@@ -192,7 +191,6 @@ func report(st *limits.Status) reported {
 		r.limit = st.Limit
 		r.requests = uint32(min(st.Limit.Requests, math.MaxUint32))
 		r.remaining = uint32(min(st.Remaining, math.MaxUint32))
-		r.reset = resetSeconds(st.Reset)
 	}
 	return r
 }
