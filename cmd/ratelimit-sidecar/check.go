@@ -13,26 +13,31 @@ import (
 )
 
 // runCheck implements `ratelimit-sidecar check --config DIR
-// [--merge-domains]`: it loads the rules as the server would, then prints
-// either every problem to stderr and fails, or a tree of the rules of each
-// domain to stdout.
+// [--merge-domains] [--allow-empty-rules]`: it loads the rules as the
+// server would, then prints either every problem to stderr and fails, or
+// a tree of the rules of each domain to stdout. A path without rule files
+// fails too, unless --allow-empty-rules is given, as it does at startup.
 func runCheck(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ratelimit-sidecar check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: ratelimit-sidecar check [--config PATH] [--merge-domains]")
+		fmt.Fprintln(fs.Output(), "Usage: ratelimit-sidecar check [--config PATH] [--merge-domains] [--allow-empty-rules]")
 		fmt.Fprintln(fs.Output(), "Validates the rule files and prints their rules, or every problem found.")
 		fs.PrintDefaults()
 	}
 	path := fs.String("config", "config/", "rule file or directory of *.yaml/*.yml rule files")
 	merge := fs.Bool("merge-domains", false, "let several rule files add to one domain")
+	allowEmpty := fs.Bool("allow-empty-rules", false, "accept a path with no rule files, as the server does with this flag")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("check: unexpected argument %q", fs.Arg(0))
 	}
-	rs, err := checkLoad(*path, *merge, stderr)
+	rs, err := loadRules(*path, config.Options{MergeDomains: *merge, AllowEmpty: *allowEmpty}, stderr)
+	if errors.Is(err, config.ErrNoRules) {
+		return fmt.Errorf("%w; pass --allow-empty-rules if the server is meant to run without rules", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -44,7 +49,12 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 // problem to stderr, one a line (file:line: path: reason), and returns an
 // error that counts them.
 func checkLoad(path string, merge bool, stderr io.Writer) (*limits.Ruleset, error) {
-	rs, err := config.Load(path, config.Options{MergeDomains: merge})
+	return loadRules(path, config.Options{MergeDomains: merge}, stderr)
+}
+
+// loadRules is checkLoad with every option.
+func loadRules(path string, opts config.Options, stderr io.Writer) (*limits.Ruleset, error) {
+	rs, err := config.Load(path, opts)
 	if err == nil {
 		return rs, nil
 	}
@@ -69,6 +79,9 @@ func checkLoad(path string, merge bool, stderr io.Writer) (*limits.Ruleset, erro
 //	    └── user (any value): token_bucket 5 per 1s, burst 10  # rules.yaml:29
 func checkPrint(w io.Writer, rs *limits.Ruleset, root string) {
 	nrules, nlimits := 0, 0
+	if len(rs.Domains()) == 0 {
+		fmt.Fprintln(w, "no rules: every request gets OK")
+	}
 	for i, domain := range rs.Domains() {
 		if i > 0 {
 			fmt.Fprintln(w)

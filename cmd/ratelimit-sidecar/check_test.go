@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -196,5 +197,29 @@ func TestSubcommandAfterEntrypointFlags(t *testing.T) {
 	// A flag value that happens to read "check" is not a subcommand.
 	if _, err := parseFlags([]string{"--config", "check"}, noEnv, io.Discard); err != nil {
 		t.Errorf("--config check: %v", err)
+	}
+}
+
+// TestCheckNoRules: check on a directory without rule files fails, naming
+// the path and what it did not find, unless --allow-empty-rules is given.
+func TestCheckNoRules(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "rules.yaml.orig"), userRules)
+	var stdout, stderr bytes.Buffer
+	err := runCheck([]string{"--config", dir}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "no rule files found") {
+		t.Errorf("check of a directory without rule files = %v; want an error naming %s and saying no rule files were found", err, dir)
+	}
+	if stdout.Len() > 0 {
+		t.Errorf("stdout: %s", stdout.String())
+	}
+
+	stdout.Reset()
+	if err := runCheck([]string{"--config", dir, "--allow-empty-rules"}, &stdout, &stderr); err != nil {
+		t.Fatalf("check --allow-empty-rules: %v", err)
+	}
+	want := "no rules: every request gets OK\n\nok: 0 domains, 0 rules, 0 limits in 0 files\n"
+	if got := stdout.String(); got != want {
+		t.Errorf("stdout:\n%s\nwant:\n%s", got, want)
 	}
 }

@@ -56,7 +56,7 @@ func viewRules(rs []*limits.Rule) []ruleView {
 	out := make([]ruleView, 0, len(rs))
 	for _, r := range rs {
 		v := ruleView{
-			Key: r.Key, Value: r.Value, Name: r.Name, Source: r.File + ":" + strconv.Itoa(r.Line) + ": " + r.Path,
+			Key: r.Key, Value: r.Value, Name: r.Name, Source: source(r),
 			ShadowMode: r.ShadowMode, ShareThreshold: r.ShareThreshold, DetailedMetric: r.DetailedMetric, ValueToMetric: r.ValueToMetric,
 			Descriptors: viewRules(r.Children),
 		}
@@ -75,7 +75,16 @@ func viewRules(rs []*limits.Rule) []ruleView {
 	return out
 }
 
-func debugConfig(rl *config.Reloader, e *limits.Engine) http.HandlerFunc {
+// source is where a rule was defined: file:line: path, or name: path
+// for rules without a line (an xDS resource's).
+func source(r *limits.Rule) string {
+	if r.Line == 0 {
+		return r.File + ": " + r.Path
+	}
+	return r.File + ":" + strconv.Itoa(r.Line) + ": " + r.Path
+}
+
+func debugConfig(rl interface{ Status() config.ReloadStatus }, e *limits.Engine) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		st := rl.Status()
 		rs := e.Rules()

@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/xds"
 )
 
 // settings is every flag's value.
@@ -25,6 +26,7 @@ type settings struct {
 	logLevel        string
 	logFormat       string
 	mergeDomains    bool
+	allowEmptyRules bool
 	drainDelay      time.Duration
 	shutdownTimeout time.Duration
 	request         limits.RequestLimits
@@ -49,8 +51,13 @@ type settings struct {
 
 	bounds bounds
 
+	rejections   rejectionSettings // --log-rejections*
+	counterReset bool              // --admin-counter-reset
+
 	gc          gcSettings
 	memoryLimit string // --memory-limit's text, for finish to parse
+
+	xds xdsSettings // --config-type xds: see xds.go
 
 	// onReady, if set, is called with the listeners' addresses once the
 	// servers are about to serve. Tests use it to find ports chosen by :0.
@@ -98,7 +105,12 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.adminAddr, "admin-addr", "", "address for POST /json and /debug/config; empty serves them on --http-addr. Set it to a loopback address when --http-addr must listen on the pod address, since /json spends quota")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "json or console")
+	fs.StringVar(&c.rejections.level, "log-rejections", "debug", "`level` of one log line per request answered OVER_LIMIT, saying why (domain, descriptors, rule, limit, key, remaining, reset) and what decided (redis, memory, deny_cache or a failure mode): off, debug (shown only with --log-level debug) or info")
+	fs.Float64Var(&c.rejections.rate, "log-rejections-rate", 10, "most rejection lines per second, in bursts of as many; the rest are counted in ratelimit_sidecar_rejection_logs_suppressed_total and in the next line's not_logged")
+	fs.StringVar(&c.rejections.values, "log-rejections-values", "hash", "how rejection lines and the counter reset's log line show descriptor values and counter keys, which may be secret: hash (sha256: and 12 hex digits) or plain")
+	fs.BoolVar(&c.counterReset, "admin-counter-reset", false, "allow POST /debug/counters/reset on the admin address, which deletes counters from the store")
 	fs.BoolVar(&c.mergeDomains, "merge-domains", false, "let several rule files add to one domain")
+	fs.BoolVar(&c.allowEmptyRules, "allow-empty-rules", false, "start, and accept reloads, with no rule files, answering OK to every request (logged at Warn); without it no rules is a config error")
 	fs.DurationVar(&c.drainDelay, "drain-delay", 0, "on SIGTERM, how long to report NOT_SERVING before stopping, so Envoy and Kubernetes stop sending")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish at shutdown")
 	fs.IntVar(&c.request.MaxDescriptors, "max-descriptors", c.request.MaxDescriptors, "most descriptors in one request")
@@ -144,6 +156,23 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.IntVar(&c.redis.MaxInflight, "redis-max-inflight", redis.DefaultMaxInflight, "request round trips to Redis (on Cluster: to each master) under way at once before requests wait to go together in the next; when Redis is 1 ms or more away the sidecar adds up to 16 more (docs/slow-redis.md)")
 	fs.DurationVar(&c.redis.Timeout, "redis-timeout", redis.DefaultTimeout, "bound on each Redis operation; the RPC's own deadline bounds it too")
 	fs.StringVar(&c.redis.KeyPrefix, "redis-key-prefix", redis.DefaultKeyPrefix, "prefix of every Redis key")
+
+	// Rules over xDS: see xds.go.
+	fs.StringVar(&c.xds.configType, "config-type", "file", "where the rules come from: file (--config) or xds (a management server's RateLimitConfig pushes, as envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW; see docs/xds.md)")
+	fs.StringVar(&c.xds.server, "xds-server", "localhost:18000", "xDS management server, host:port (Envoy Gateway: envoy-gateway:18001)")
+	fs.StringVar(&c.xds.nodeID, "xds-node-id", "default", "node ID sent to the xDS server, which picks the node's snapshot by it (Envoy Gateway: envoy-ratelimit)")
+	fs.StringVar(&c.xds.nodeMetadata, "xds-node-metadata", "", "node metadata sent to the xDS server: key=value,key=value, or a JSON object")
+	fs.StringVar(&c.xds.headers, "xds-headers", "", "gRPC headers sent to the xDS server when the stream opens: name:value,name:value")
+	fs.BoolVar(&c.xds.tls, "xds-tls", false, "use TLS to the xDS server (implied by the other --xds-tls-* flags)")
+	fs.StringVar(&c.xds.tlsCA, "xds-tls-ca", "", "PEM file of CAs for the xDS server's certificate (default: system roots)")
+	fs.StringVar(&c.xds.tlsCert, "xds-tls-cert", "", "PEM client certificate for the xDS server (mutual TLS); read again at every reconnect")
+	fs.StringVar(&c.xds.tlsKey, "xds-tls-key", "", "PEM key of --xds-tls-cert")
+	fs.StringVar(&c.xds.tlsServerName, "xds-tls-server-name", "", "name the xDS server's certificate must hold (default: the host of --xds-server)")
+	fs.DurationVar(&c.xds.backoff.initial, "xds-backoff-initial", xds.DefaultBackoffInitial, "first wait before reconnecting to the xDS server, doubled at each failure")
+	fs.DurationVar(&c.xds.backoff.max, "xds-backoff-max", xds.DefaultBackoffMax, "longest wait before reconnecting to the xDS server")
+	fs.Float64Var(&c.xds.backoff.jitter, "xds-backoff-jitter", xds.DefaultBackoffJitter, "spread of each reconnect wait, as a share of it (0 to 1)")
+	fs.IntVar(&c.xds.maxMessageBytes, "xds-max-message-bytes", 0, "largest push accepted from the xDS server, in bytes (0: gRPC's default, 4 MiB)")
+	fs.BoolVar(&c.xds.forceStart, "force-start-without-rules", false, "with --config-type xds, be ready before the first push, with no rules until it arrives (envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, health and /readyz report not serving until the first good push")
 	return &failure
 }
 
@@ -157,6 +186,9 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	}
 	if c.failureMode, err = limits.ParseFailureMode(failure); err != nil {
 		return fmt.Errorf("--failure-mode: %w", err)
+	}
+	if err := c.rejections.check(); err != nil {
+		return err
 	}
 	if c.nearLimitRatio <= 0 || c.nearLimitRatio > 1 {
 		return fmt.Errorf("--near-limit-ratio: want a number above 0 and at most 1, got %v", c.nearLimitRatio)
@@ -188,6 +220,9 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	_, gomemlimit := getenv("GOMEMLIMIT")
 	c.gc.setPercent, c.gc.setLimit = !gogc, !gomemlimit
 	if err := c.bounds.check(); err != nil {
+		return err
+	}
+	if err := c.xds.finish(); err != nil {
 		return err
 	}
 	if c.request.MaxDescriptors < 1 || c.request.MaxEntries < 1 || c.request.MaxValueBytes < 1 || c.request.MaxHits < 1 {

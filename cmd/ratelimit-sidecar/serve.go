@@ -43,9 +43,16 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	warnPasswordInArgs(log, c)
 	c.gc.apply()
 
-	rs, err := config.Load(c.configPath, config.Options{MergeDomains: c.mergeDomains})
+	opts := config.Options{MergeDomains: c.mergeDomains, AllowEmpty: c.allowEmptyRules}
+	rs, err := startRules(c, opts)
+	if errors.Is(err, config.ErrNoRules) {
+		return fmt.Errorf("invalid config:\n%w; set --allow-empty-rules to start without rules", err)
+	}
 	if err != nil {
 		return fmt.Errorf("invalid config:\n%w", err)
+	}
+	if len(rs.Domains()) == 0 && !c.xds.enabled {
+		log.Warn("starting without rules (--allow-empty-rules); every request gets OK", zap.String("config", c.configPath))
 	}
 	m := metrics.New(version, c.nearLimitRatio, c.metricMaxValues)
 	m.Loaded(rs.Checksum, time.Now())
@@ -64,7 +71,7 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	}()
 	engine := newEngine(rs, st, c, m)
 	reloader := config.NewReloader(c.configPath, engine, log, config.ReloaderOptions{
-		Options:  config.Options{MergeDomains: c.mergeDomains},
+		Options:  opts,
 		Debounce: c.reloadDebounce,
 		OnReload: func(rs config.ReloadStatus, err error) {
 			if err == nil {
@@ -73,17 +80,21 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 			m.Reloaded(rs, err)
 		},
 	})
+	rules, err := rulesFrom(c, reloader, engine, log, st, m)
+	if err != nil {
+		return err
+	}
 
 	lis, err := listen(c)
 	if err != nil {
 		return err
 	}
-	srv := newServers(ctx, c, log, engine, reloader, st, m)
+	srv := newServers(ctx, c, log, engine, rules, st, m)
 	logStarted(log, c, lis, st, rs)
 	if c.onReady != nil {
 		c.onReady(lis.grpc.Addr().String(), lis.http.Addr().String(), lis.adminAddr())
 	}
-	err = srv.run(ctx, lis, reloader)
+	err = srv.run(ctx, lis, rules)
 	// No request is being decided any more: give what leases hold back,
 	// within a second.
 	st.releaseLeases(ctx, time.Second, log)
@@ -105,9 +116,10 @@ func newLogger(c *settings, w io.Writer) (*zap.Logger, error) {
 		encoder = zapcore.NewJSONEncoder(enc)
 	}
 	core := zapcore.NewCore(encoder, zapcore.Lock(zapcore.AddSync(w)), level)
-	// Sample repeated messages so a hot-path error cannot flood the log.
-	core = zapcore.NewSamplerWithOptions(core, time.Second, 10, 100)
-	return zap.New(core), nil
+	// Sample repeated messages so a hot-path error cannot flood the log;
+	// the rejection log bounds and counts its lines itself.
+	sampled := zapcore.NewSamplerWithOptions(core, time.Second, 10, 100)
+	return zap.New(sampledExcept{sampled: sampled, all: core, name: rejectionLogger}), nil
 }
 
 // newEngine builds the engine: the rules, decided on st, with a memory
@@ -192,6 +204,7 @@ func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, 
 		zap.String("store", st.name),
 		zap.String("failure_mode", c.failureMode.String()),
 		zap.String("config", c.configPath),
+		zap.String("config_type", c.xds.configType),
 		zap.Strings("domains", rs.Domains()),
 		zap.Int("rules", countRules(rs)),
 		zap.String("checksum", rs.Checksum),
@@ -221,7 +234,7 @@ type servers struct {
 
 // newServers builds the servers. ctx is serve's: once it ends, /readyz
 // says the sidecar is shutting down.
-func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader *config.Reloader, st *sidecarStore, m *metrics.Metrics) *servers {
+func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics) *servers {
 	s := &servers{c: c, log: log}
 	stopping, stopStreams := context.WithCancel(context.Background())
 	s.stopStreams = stopStreams
@@ -235,7 +248,13 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	// costs a parked goroutine.
 	opts := append(envoy.ServerOptions(), grpc.NumStreamWorkers(uint32(max(4*runtime.GOMAXPROCS(0), streamWorkers))))
 	s.grpc = grpc.NewServer(append(opts, c.bounds.grpcOptions(sb, c.shutdownTimeout)...)...)
-	rls := envoy.NewServer(engine, log, envoy.Options{Headers: c.responseHeaders})
+	rlsOpts := envoy.Options{Headers: c.responseHeaders}
+	rej := newRejectionLog(log, c.rejections, st.name, time.Now)
+	if rej != nil {
+		rlsOpts.Rejections = rej
+	}
+	m.RejectionLog(rej.Suppressed)
+	rls := envoy.NewServer(engine, log, rlsOpts)
 	rls.Register(s.grpc)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -244,12 +263,13 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	for _, name := range []string{"", envoy.ServiceName} {
 		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
+	holdHealth(s.health, reloader)
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
-	mux.Handle("GET /readyz", readyz(ctx, engine, st.ready))
+	mux.Handle("GET /readyz", readyWithRules(reloader, readyz(ctx, engine, st.ready)))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	admin := mux
 	if c.adminAddr != "" {
@@ -257,6 +277,9 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 		s.admin = c.bounds.httpServer(admin)
 	}
 	admin.Handle("GET /debug/config", debugConfig(reloader, engine))
+	cs := newCounters(engine, st, c, log, m)
+	admin.HandleFunc("GET /debug/counters", cs.read)
+	admin.HandleFunc("POST /debug/counters/reset", cs.reset)
 	admin.Handle("/json", rls.JSONHandler()) // any method: the handler answers 405 itself
 	s.http = c.bounds.httpServer(mux)
 	return s
@@ -287,13 +310,17 @@ func readyz(ctx context.Context, engine *limits.Engine, ready func(context.Conte
 
 // run serves until ctx ends or a server fails, reloading the rules on
 // file changes and SIGHUP, then shuts down.
-func (s *servers) run(ctx context.Context, lis *listeners, reloader *config.Reloader) error {
+func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) error {
 	// SIGHUP reloads; catch it before anyone may send it.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		serveWhenReady(gctx, s.health, reloader)
+		return nil
+	})
 	g.Go(func() error {
 		// Without a watch, SIGHUP still reloads: not worth stopping for.
 		if err := reloader.Watch(gctx); err != nil {

@@ -88,6 +88,8 @@ type sidecarStore struct {
 	deny *store.DenyCache
 	// leases admit leased limits locally; nil for a local backend.
 	leases *store.Leases
+	// counters is the backend, for the admin counter endpoints.
+	counters counterStore
 }
 
 // releaseLeases gives the hits that leases hold unused back to the
@@ -138,6 +140,7 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 		ready: func(context.Context) error { return nil },
 		close: o.close,
 	}
+	s.counters, _ = o.Store.(counterStore)
 	if o.ping == nil {
 		return s, nil
 	}

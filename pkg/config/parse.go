@@ -57,7 +57,18 @@ type Options struct {
 	// envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does. Without it a domain
 	// may appear in one file only.
 	MergeDomains bool
+	// AllowEmpty lets Load and a Reloader accept a config that defines no
+	// domain, so that every request gets OK. Without it such a config is
+	// ErrNoRules: a deleted ConfigMap key or a wrong mount must not switch
+	// every limit off.
+	AllowEmpty bool
 }
+
+// ErrNoRules is the error of Load, and of a Reloader's reload, when the
+// config path holds no rule: no *.yaml or *.yml file outside dot-files
+// and dot-directories. (Every rule file that parses defines a domain, so
+// that is the same as no domain.) Options.AllowEmpty accepts it.
+var ErrNoRules = errors.New("no rule files found")
 
 // Load reads rules from path: a YAML file, or a directory whose *.yaml and
 // *.yml files (in subdirectories too) are read in lexical order. Names that
@@ -66,13 +77,30 @@ type Options struct {
 // through its top-level links. Symbolic links to files are followed.
 //
 // The error lists every problem found; each is an *Error (or an I/O
-// error): Problems lists them.
+// error): Problems lists them. A path that holds no rule is ErrNoRules,
+// unless opts.AllowEmpty is set.
 func Load(path string, opts Options) (*limits.Ruleset, error) {
 	files, err := ReadFiles(path)
 	if err != nil {
 		return nil, err
 	}
-	return Parse(files, opts)
+	rs, err := Parse(files, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := requireRules(path, rs, opts); err != nil {
+		return nil, err
+	}
+	return rs, nil
+}
+
+// requireRules returns ErrNoRules, naming path, if rs defines no domain
+// and opts does not allow that.
+func requireRules(path string, rs *limits.Ruleset, opts Options) error {
+	if opts.AllowEmpty || len(rs.Domains()) > 0 {
+		return nil
+	}
+	return fmt.Errorf("config %s: %w (want *.yaml or *.yml files; names that start with a dot are skipped)", path, ErrNoRules)
 }
 
 // ReadFiles reads the rule files Load would read, without parsing them.
@@ -127,7 +155,8 @@ func readFiles(path string, readFile func(string) ([]byte, error)) ([]File, erro
 }
 
 // Parse compiles rule files into a Ruleset. Like Load, it reports every
-// problem it finds, not only the first.
+// problem it finds, not only the first. It accepts an empty file set: only
+// Load and a Reloader, which know the path, refuse one (ErrNoRules).
 func Parse(files []File, opts Options) (*limits.Ruleset, error) {
 	var (
 		domains []*limits.Domain

@@ -470,3 +470,94 @@ func TestChecksum(t *testing.T) {
 		t.Errorf("Checksum ignores the file name: a.yaml and b.yaml with one content both give %s", a.Checksum)
 	}
 }
+
+// TestLoadNoRules: a config path that holds no rule at all is an error
+// naming the path, not an empty ruleset that answers OK to everything.
+func TestLoadNoRules(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, dir string)
+		want  string
+	}{
+		{name: "empty directory", setup: func(*testing.T, string) {}, want: "no rule files found"},
+		{name: "only dot-files", setup: func(t *testing.T, dir string) {
+			mustWriteFile(t, filepath.Join(dir, ".rules.yaml"), oneRule("edge", "user"))
+			mustWriteFile(t, filepath.Join(dir, ".git", "rules.yaml"), oneRule("edge", "user"))
+		}, want: "no rule files found"},
+		{name: "only other extensions", setup: func(t *testing.T, dir string) {
+			mustWriteFile(t, filepath.Join(dir, "rules.yaml.bak"), oneRule("edge", "user"))
+			mustWriteFile(t, filepath.Join(dir, "rules.json"), "{}")
+		}, want: "no rule files found"},
+		{name: "ConfigMap with its key removed", setup: func(t *testing.T, dir string) {
+			// The kubelet's layout after the last key went: ..data and
+			// its directory, and no top-level link.
+			mustWriteFile(t, filepath.Join(dir, "..2026_11_22_00_00_00.1", ".keep"), "")
+			mustSymlink(t, "..2026_11_22_00_00_00.1", filepath.Join(dir, "..data"))
+		}, want: "no rule files found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tt.setup(t, dir)
+			rs, err := config.Load(dir, config.Options{})
+			if err == nil {
+				t.Fatalf("Load succeeded with domains %q, want an error", rs.Domains())
+			}
+			if !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want one naming %s and saying %q", err, dir, tt.want)
+			}
+		})
+	}
+}
+
+// TestLoadNothingButBrokenFiles: files that define no domain at all (empty,
+// comments only) are each a problem naming the file, and a dangling
+// ConfigMap ..data link is an error naming the link.
+func TestLoadNothingButBrokenFiles(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, dir string)
+		want  string
+	}{
+		{name: "empty file", setup: func(t *testing.T, dir string) {
+			mustWriteFile(t, filepath.Join(dir, "rules.yaml"), "")
+		}, want: "rules.yaml: domain: required, and the file is empty"},
+		{name: "comments only", setup: func(t *testing.T, dir string) {
+			mustWriteFile(t, filepath.Join(dir, "rules.yaml"), "# moved to another ConfigMap\n")
+		}, want: "rules.yaml: domain: required, and the file is empty"},
+		{name: "..data points nowhere", setup: func(t *testing.T, dir string) {
+			mustSymlink(t, "..2026_11_22_00_00_00.1", filepath.Join(dir, "..data"))
+			mustSymlink(t, filepath.Join("..data", "rules.yaml"), filepath.Join(dir, "rules.yaml"))
+		}, want: "rules.yaml: no such file or directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tt.setup(t, dir)
+			if _, err := config.Load(dir, config.Options{}); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want one with %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestLoadDomainWithoutDescriptors: a domain with no descriptors is a
+// rule: Envoy's per-request limits (descriptor.limit) apply to a domain
+// that a rule file defines, so an override-only config is deliberate.
+func TestLoadDomainWithoutDescriptors(t *testing.T) {
+	dir := t.TempDir()
+	mustWriteFile(t, filepath.Join(dir, "rules.yaml"), "domain: edge\ndescriptors: []\n")
+	rs, err := config.Load(dir, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rs.HasDomain("edge") {
+		t.Errorf("domains %q, want edge", rs.Domains())
+	}
+}
+
+func TestLoadNoRulesIsErrNoRules(t *testing.T) {
+	if _, err := config.Load(t.TempDir(), config.Options{}); !errors.Is(err, config.ErrNoRules) {
+		t.Errorf("err = %v, want ErrNoRules", err)
+	}
+}

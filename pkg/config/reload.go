@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -83,8 +84,10 @@ func (r *Reloader) Status() ReloadStatus {
 
 // Reload reads the rule files and, if their checksum differs from the
 // rules in use, parses them and swaps them in. A file set that fails to
-// parse is rejected whole, with every problem logged at Error, and the
-// rules in use stay. It reports whether new rules were swapped in.
+// parse, or that holds no rule (ErrNoRules, unless Options.AllowEmpty), is
+// rejected whole, with every problem logged at Error, and the rules in use
+// stay. It reports whether new rules were swapped in. A swap that drops a
+// domain of the rules in use, or leaves none, is logged at Warn.
 //
 // Files equal to the rules in use change nothing, except after a rejected
 // reload: reading them back is then a successful reload (the rules in use
@@ -104,6 +107,9 @@ func (r *Reloader) Reload() (bool, error) {
 	if err == nil {
 		rs, err = Parse(files, r.opts)
 	}
+	if err == nil {
+		err = requireRules(r.path, rs, r.opts)
+	}
 	if err != nil {
 		r.status.Failures++
 		r.status.LastError = err
@@ -114,17 +120,38 @@ func (r *Reloader) Reload() (bool, error) {
 		}
 		return false, err
 	}
+	old := r.engine.Rules()
 	r.engine.SetRules(rs)
 	r.status = ReloadStatus{
 		Checksum: rs.Checksum, LoadedAt: time.Now(), Files: rs.Files, LastAttempt: r.status.LastAttempt,
 		Successes: r.status.Successes + 1, Failures: r.status.Failures,
 	}
-	r.log.Info("config reloaded", zap.String("path", r.path), zap.String("checksum", rs.Checksum),
-		zap.Int("files", len(rs.Files)), zap.Strings("domains", rs.Domains()))
+	r.logReloaded(old, rs)
 	if r.notify != nil {
 		r.notify(r.status, nil)
 	}
 	return true, nil
+}
+
+// logReloaded logs one line for a swap from old to rs: at Warn if it
+// leaves no rule or drops domains of old, so the log says what went.
+func (r *Reloader) logReloaded(old, rs *limits.Ruleset) {
+	fields := []zap.Field{zap.String("path", r.path), zap.String("checksum", rs.Checksum),
+		zap.Int("files", len(rs.Files)), zap.Strings("domains", rs.Domains())}
+	var dropped []string
+	for _, d := range old.Domains() {
+		if !rs.HasDomain(d) {
+			dropped = append(dropped, d)
+		}
+	}
+	switch {
+	case len(rs.Domains()) == 0:
+		r.log.Warn("config reloaded without rules; every request gets OK", append(fields, zap.Strings("dropped_domains", dropped))...)
+	case len(dropped) > 0:
+		r.log.Warn("config reloaded; domains dropped", append(fields, zap.Strings("dropped_domains", dropped))...)
+	default:
+		r.log.Info("config reloaded", fields...)
+	}
 }
 
 // restored records that the files are the rules in use again after a
@@ -139,22 +166,18 @@ func (r *Reloader) restored() {
 	}
 }
 
-// failing reports whether the last reload was rejected.
-func (r *Reloader) failing() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.status.LastError != nil
-}
-
 // Watch reloads whenever files under the config path change, until ctx
 // ends. For a directory it watches the directory and its subdirectories
 // (not dot-directories: a ConfigMap's ..data swap shows up as an event in
-// the directory itself); for a file it watches the file's directory, so
-// replacing the file or swapping a symbolic link is seen too. Events are
+// the directory itself), and the directory's own name in its parent, so
+// a directory removed and created again, or a swapped link to one, is
+// seen; for a file it watches the file's directory, so replacing the file
+// or swapping a symbolic link is seen too. Events are
 // debounced, and the checksum makes a burst of events, or an event that
-// changed nothing, reload at most once. A change of permissions alone is
-// ignored, unless the last reload was rejected: then the files may have
-// just become readable (chmod 644 after a chmod 000), so it retries.
+// changed nothing, reload at most once. A change of permissions alone
+// reloads too: a file or directory that became unreadable fails the reload
+// (the rules in use stay, and the failure shows, before a restart would
+// fail), and one made readable again after a failure loads.
 func (r *Reloader) Watch(ctx context.Context) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -163,6 +186,15 @@ func (r *Reloader) Watch(ctx context.Context) error {
 	defer w.Close()
 	if err := r.addWatches(w); err != nil {
 		return err
+	}
+	parent := r.parentDir()
+	if parent != "" {
+		if err := w.Add(parent); err != nil {
+			// Edits still reload; only a re-created directory is missed.
+			r.log.Warn("config watch: cannot watch the parent directory; if the config directory is re-created, reload with SIGHUP",
+				zap.String("dir", parent), zap.Error(err))
+			parent = ""
+		}
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -175,7 +207,7 @@ func (r *Reloader) Watch(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			if ev.Op == fsnotify.Chmod && !r.failing() {
+			if parent != "" && r.besideConfig(ev.Name, parent) {
 				continue
 			}
 			timer.Reset(r.debounce)
@@ -185,13 +217,36 @@ func (r *Reloader) Watch(ctx context.Context) error {
 			}
 			r.log.Warn("config watch error", zap.Error(err))
 		case <-timer.C:
-			r.Reload() //nolint:errcheck // Reload logs its own errors
-			// New subdirectories may have appeared.
-			if err := r.addWatches(w); err != nil {
+			// Watch new subdirectories, or a re-created directory, before
+			// reading: a change made after this is an event of its own.
+			if err := r.addWatches(w); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				r.log.Warn("config watch error", zap.Error(err))
 			}
+			r.Reload() //nolint:errcheck // Reload logs its own errors, a missing path too
 		}
 	}
+}
+
+// parentDir is the directory that holds the config directory, or "" when
+// the config is a file (whose directory addWatches watches already) or
+// has no parent to watch.
+func (r *Reloader) parentDir() string {
+	info, err := os.Stat(r.path)
+	if err != nil || !info.IsDir() {
+		return ""
+	}
+	clean := filepath.Clean(r.path)
+	if parent := filepath.Dir(clean); parent != clean {
+		return parent
+	}
+	return ""
+}
+
+// besideConfig reports whether an event named name is about another entry
+// of the config directory's parent, not the config directory itself.
+func (r *Reloader) besideConfig(name, parent string) bool {
+	name = filepath.Clean(name)
+	return filepath.Dir(name) == parent && name != filepath.Clean(r.path)
 }
 
 func (r *Reloader) addWatches(w *fsnotify.Watcher) error {

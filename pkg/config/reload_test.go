@@ -3,6 +3,7 @@ package config_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
@@ -376,4 +378,292 @@ func TestReloadRestoresInUse(t *testing.T) {
 	if changed, err := r.Reload(); changed || err != nil || len(errs) != 2 {
 		t.Errorf("third Reload = %v, %v with %d notifications; want nothing", changed, err, len(errs))
 	}
+}
+
+// TestReloadNoRulesRefused: a reload that would leave no rules at all (the
+// rule files deleted, renamed away, or the directory gone) is refused like
+// any bad reload: the rules in use keep deciding, one Error names the path
+// and the reason, and putting the rules back clears the failure.
+func TestReloadNoRulesRefused(t *testing.T) {
+	tests := []struct {
+		name string
+		give func(t *testing.T, dir string) // takes dir's rules away
+		want string
+	}{
+		{name: "files removed", give: func(t *testing.T, dir string) {
+			mustRemove(t, filepath.Join(dir, "rules.yaml"))
+		}, want: "no rule files found"},
+		{name: "renamed to a dot-file", give: func(t *testing.T, dir string) {
+			mustRename(t, filepath.Join(dir, "rules.yaml"), filepath.Join(dir, ".rules.yaml"))
+		}, want: "no rule files found"},
+		{name: "renamed to another extension", give: func(t *testing.T, dir string) {
+			mustRename(t, filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "rules.yaml.orig"))
+		}, want: "no rule files found"},
+		{name: "emptied", give: func(t *testing.T, dir string) {
+			mustWriteFile(t, filepath.Join(dir, "rules.yaml"), "")
+		}, want: "rules.yaml: domain: required, and the file is empty"},
+		{name: "..data points nowhere", give: func(t *testing.T, dir string) {
+			mustRemove(t, filepath.Join(dir, "rules.yaml"))
+			mustSymlink(t, "..2026_11_22_00_00_00.1", filepath.Join(dir, "..data"))
+			mustSymlink(t, filepath.Join("..data", "rules.yaml"), filepath.Join(dir, "rules.yaml"))
+		}, want: "rules.yaml: no such file or directory"},
+		{name: "directory removed", give: func(t *testing.T, dir string) {
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+		}, want: "no such file or directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "rules")
+			mustWriteFile(t, filepath.Join(dir, "rules.yaml"), rulesV1)
+			e := load(t, dir)
+			before := e.Rules()
+			core, logs := observer.New(zap.InfoLevel)
+			r := config.NewReloader(dir, e, zap.New(core), config.ReloaderOptions{})
+
+			tt.give(t, dir)
+			changed, err := r.Reload()
+			if changed || err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Reload = %v, %v; want a refusal with %q", changed, err, tt.want)
+			}
+			if e.Rules() != before {
+				t.Error("the rules in use were replaced")
+			}
+			if st := r.Status(); st.LastError == nil || st.Failures != 1 || st.Successes != 0 {
+				t.Errorf("status %+v; want 1 failure with its error", st)
+			}
+			refused := logs.FilterMessageSnippet("rejected").FilterField(zap.String("path", dir)).All()
+			if len(refused) != 1 || refused[0].Level != zap.ErrorLevel || !strings.Contains(fmt.Sprint(refused[0].ContextMap()["error"]), tt.want) {
+				t.Errorf("log %v; want one Error naming %s and saying %q", logs.All(), dir, tt.want)
+			}
+
+			// The rules put back: no swap, and the failure is over.
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+			mustWriteFile(t, filepath.Join(dir, "rules.yaml"), rulesV1)
+			if changed, err := r.Reload(); changed || err != nil {
+				t.Fatalf("Reload of the rules in use = %v, %v; want no change, no error", changed, err)
+			}
+			if st := r.Status(); st.LastError != nil || st.Successes != 1 {
+				t.Errorf("status %+v; want the error cleared and 1 success", st)
+			}
+		})
+	}
+}
+
+// TestReloadWarnsOfDroppedDomains: a reload that drops a domain in use is
+// accepted (it may be deliberate), and its one log line, at Warn, names
+// the domains dropped.
+func TestReloadWarnsOfDroppedDomains(t *testing.T) {
+	dir := t.TempDir()
+	mustWriteFile(t, filepath.Join(dir, "edge.yaml"), rulesV1)
+	mustWriteFile(t, filepath.Join(dir, "other.yaml"), "domain: other\ndescriptors: []\n")
+	mustWriteFile(t, filepath.Join(dir, "third.yaml"), "domain: third\ndescriptors: []\n")
+	e := load(t, dir)
+	core, logs := observer.New(zap.InfoLevel)
+	r := config.NewReloader(dir, e, zap.New(core), config.ReloaderOptions{})
+
+	mustRemove(t, filepath.Join(dir, "other.yaml"))
+	mustRemove(t, filepath.Join(dir, "third.yaml"))
+	if changed, err := r.Reload(); !changed || err != nil {
+		t.Fatalf("Reload = %v, %v; want the change accepted", changed, err)
+	}
+	all := logs.All()
+	if len(all) != 1 || all[0].Level != zap.WarnLevel {
+		t.Fatalf("log %v; want one Warn", all)
+	}
+	if got := fmt.Sprint(all[0].ContextMap()["dropped_domains"]); got != "[other third]" {
+		t.Errorf("dropped_domains = %s, want [other third]", got)
+	}
+
+	// Adding a domain back is an ordinary reload, at Info.
+	mustWriteFile(t, filepath.Join(dir, "other.yaml"), "domain: other\ndescriptors: []\n")
+	if changed, err := r.Reload(); !changed || err != nil {
+		t.Fatalf("Reload = %v, %v", changed, err)
+	}
+	if all := logs.All(); len(all) != 2 || all[1].Level != zap.InfoLevel {
+		t.Errorf("log %v; want an Info line for the second reload", all)
+	}
+}
+
+// TestReloadDirectoryRecreated: a config directory removed and put back
+// (rm -rf and a new one renamed into place) is still watched: the new
+// rules load without a SIGHUP.
+func TestReloadDirectoryRecreated(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "rules")
+	mustWriteFile(t, filepath.Join(dir, "rules.yaml"), rulesV1)
+	e := load(t, dir)
+	_, wait := watching(t, dir, e)
+
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	wait(0, 1)
+	mustWriteFile(t, filepath.Join(parent, ".rules.new", "rules.yaml"), rulesV2)
+	mustRename(t, filepath.Join(parent, ".rules.new"), dir)
+	wait(1, 1)
+	if !hasRule(e, "tenant") {
+		t.Fatal("the re-created directory's rules are not in use")
+	}
+	// And the new directory is watched in turn.
+	mustWriteFile(t, filepath.Join(dir, "rules.yaml"), rulesV3)
+	wait(2, 1)
+	if !hasRule(e, "path") {
+		t.Fatal("an edit in the re-created directory was not loaded")
+	}
+}
+
+// TestReloadDirectoryLinkSwap: --config is a link to a directory, swapped
+// to another directory on deploy (envoyproxy/ratelimit's RUNTIME_ROOT
+// convention); the swap reloads.
+func TestReloadDirectoryLinkSwap(t *testing.T) {
+	parent := t.TempDir()
+	mustWriteFile(t, filepath.Join(parent, "v1", "rules.yaml"), rulesV1)
+	mustWriteFile(t, filepath.Join(parent, "v2", "rules.yaml"), rulesV2)
+	link := filepath.Join(parent, "current")
+	mustSymlink(t, "v1", link)
+	e := load(t, link)
+	_, wait := watching(t, link, e)
+
+	mustSymlink(t, "v2", filepath.Join(parent, ".current.tmp"))
+	mustRename(t, filepath.Join(parent, ".current.tmp"), link)
+	wait(1, 0)
+	if !hasRule(e, "tenant") {
+		t.Fatal("the rules behind the swapped link are not in use")
+	}
+}
+
+// TestReloadIgnoresTheParentsOtherEntries: the parent directory is watched
+// for the config directory's own name only. Were its other entries to
+// reload, a failing config would be refused, and logged, again on every
+// change next to it.
+func TestReloadIgnoresTheParentsOtherEntries(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "rules")
+	mustWriteFile(t, filepath.Join(dir, "rules.yaml"), rulesV1)
+	e := load(t, dir)
+	_, wait := watching(t, dir, e)
+	mustWriteFile(t, filepath.Join(dir, "rules.yaml"), rulesBad)
+	wait(0, 1)
+	for i := range 3 {
+		mustWriteFile(t, filepath.Join(parent, fmt.Sprintf("other-%d.yaml", i)), rulesV1)
+		mustWriteFile(t, filepath.Join(parent, "rules.yaml.orig"), rulesV1)
+	}
+	time.Sleep(100 * time.Millisecond) // 5 debounce periods
+	wait(0, 1)
+}
+
+func mustRemove(t *testing.T, path string) {
+	t.Helper()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustRename(t *testing.T, from, to string) {
+	t.Helper()
+	if err := os.Rename(from, to); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReloadNoRulesAllowed: with AllowEmpty, a config without rules loads,
+// and a reload to no rules is accepted, logged at Warn each time.
+func TestReloadNoRulesAllowed(t *testing.T) {
+	dir := t.TempDir()
+	opts := config.Options{AllowEmpty: true}
+	rs, err := config.Load(dir, opts)
+	if err != nil {
+		t.Fatalf("Load of an empty directory with AllowEmpty: %v", err)
+	}
+	e := limits.NewEngine(rs, memory.New(memory.Options{}), limits.EngineOptions{})
+	core, logs := observer.New(zap.InfoLevel)
+	r := config.NewReloader(dir, e, zap.New(core), config.ReloaderOptions{Options: opts})
+
+	path := filepath.Join(dir, "rules.yaml")
+	for i := range 2 {
+		mustWriteFile(t, path, rulesV1)
+		if changed, err := r.Reload(); !changed || err != nil {
+			t.Fatalf("reload %d to rules = %v, %v", i, changed, err)
+		}
+		mustRemove(t, path)
+		if changed, err := r.Reload(); !changed || err != nil {
+			t.Fatalf("reload %d to no rules = %v, %v; want it accepted", i, changed, err)
+		}
+		if got := e.Rules().Domains(); len(got) != 0 {
+			t.Fatalf("domains %q after the files went, want none", got)
+		}
+	}
+	warned := logs.FilterLevelExact(zap.WarnLevel).FilterMessageSnippet("without rules").All()
+	if len(warned) != 2 || fmt.Sprint(warned[0].ContextMap()["dropped_domains"]) != "[edge]" {
+		t.Errorf("log %v; want 2 Warns of no rules, naming the dropped domain edge", logs.All())
+	}
+}
+
+// TestReloadUnreadableDirectory: a config directory that cannot be read
+// fails its reload with a permission error naming it, the rules in use
+// stay, and making it readable again reloads. Root reads any directory,
+// so the test needs another user.
+func TestReloadUnreadableDirectory(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root reads a chmod 000 directory")
+	}
+	dir := filepath.Join(t.TempDir(), "rules")
+	mustWriteFile(t, filepath.Join(dir, "rules.yaml"), rulesV1)
+	e := load(t, dir)
+	before := e.Rules()
+	r, wait := watching(t, dir, e)
+	t.Cleanup(func() { os.Chmod(dir, 0o755) }) //nolint:errcheck // so TempDir can remove it
+
+	if err := os.Chmod(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	wait(0, 1)
+	if err := r.Status().LastError; !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), dir) {
+		t.Errorf("last error %v, want a permission error naming %s", err, dir)
+	}
+	if e.Rules() != before {
+		t.Error("the rules in use were replaced")
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wait(1, 1)
+	if r.Status().LastError != nil {
+		t.Errorf("last error %v after the directory became readable", r.Status().LastError)
+	}
+}
+
+// TestReloadFileMadeUnreadable: chmod 000 on a rule file in use fails a
+// reload at once (gauge 0, while the rules in use stay), rather than only
+// at the next edit, or at a restart that could not start. As root the
+// permission check is emulated by readAsNonRoot; the events are real.
+func TestReloadFileMadeUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	mustWriteFile(t, path, rulesV1)
+	e := load(t, dir)
+	before := e.Rules()
+	var setup []func(*config.Reloader)
+	if os.Geteuid() == 0 {
+		setup = append(setup, func(r *config.Reloader) { config.SetReadFile(r, readAsNonRoot) })
+	}
+	r, wait := watching(t, dir, e, setup...)
+	if err := os.Chmod(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	wait(0, 1)
+	if err := r.Status().LastError; !errors.Is(err, fs.ErrPermission) {
+		t.Errorf("last error %v, want a permission error", err)
+	}
+	if e.Rules() != before {
+		t.Error("the rules in use were replaced")
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wait(1, 1)
 }

@@ -57,6 +57,15 @@ type Options struct {
 	// Headers is the mode of the rate-limit headers the server adds to
 	// every response (see AddHeaders). Zero is HeadersNone.
 	Headers HeaderMode
+	// Rejections, if set, is told of every request answered OVER_LIMIT.
+	Rejections Rejections
+}
+
+// Rejections is told of the requests a Server answers OVER_LIMIT, for a
+// decision log. Rejected is called before the response is sent; it must
+// be fast and safe for concurrent use, and must not keep req or d.
+type Rejections interface {
+	Rejected(req *limits.Request, d *limits.Decision)
 }
 
 // NewServer returns a server deciding through e.
@@ -90,6 +99,9 @@ func (s *Server) answer(ctx context.Context, w *work) (*rlsv3.RateLimitResponse,
 func (s *Server) decide(ctx context.Context, w *work) error {
 	if err := s.engine.Decide(ctx, &w.req, &w.dec); err != nil {
 		return s.statusError(err)
+	}
+	if w.dec.Code == limits.OverLimit && s.opts.Rejections != nil {
+		s.opts.Rejections.Rejected(&w.req, &w.dec)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -466,9 +467,16 @@ func ceilDiv(a, b uint64) uint64 {
 	return (a-1)/b + 1
 }
 
+// micros converts µs to a time.Duration: 0 for less than none, and the
+// longest time.Duration (about 292 years) for more than it holds, which
+// a reset can be: two windows of a limit per 280 years, or the refill of
+// a huge bucket. Multiplying would wrap to a negative reset.
 func micros(us int64) time.Duration {
-	if us < 0 {
+	switch {
+	case us < 0:
 		return 0
+	case us > math.MaxInt64/int64(time.Microsecond):
+		return math.MaxInt64
 	}
 	return time.Duration(us) * time.Microsecond
 }

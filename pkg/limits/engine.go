@@ -497,6 +497,11 @@ func (d *Decision) Admitted() bool { return d.batch.Admitted }
 // Descriptor returns the request descriptor that check j belongs to.
 func (d *Decision) Descriptor(j int) int { return d.checkOwner[j] }
 
+// DecidedBy returns the store layer that answered the checks (see
+// Batch.DecidedBy): empty when the backend store did, or when a failure
+// mode answered instead (see Fallback).
+func (d *Decision) DecidedBy() string { return d.batch.DecidedBy }
+
 func (d *Decision) reset(n int) {
 	d.Code = OK
 	d.StoreErr, d.Fallback, d.Rules = nil, FailDefault, nil

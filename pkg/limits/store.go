@@ -30,6 +30,11 @@ type Batch struct {
 	// which case every check that was not itself over consumed its hits.
 	// Otherwise nothing was consumed anywhere.
 	Admitted bool
+	// DecidedBy names the layer that answered the batch when it was not
+	// the backend store: middleware that answers a batch itself sets it
+	// (the deny cache, leases). Empty means the backend decided. For logs
+	// and diagnostics only; Reset clears it.
+	DecidedBy string
 }
 
 // Reset empties b for reuse, keeping its capacity.
@@ -38,6 +43,7 @@ func (b *Batch) Reset() {
 	b.Checks = b.Checks[:0]
 	b.Outcomes = b.Outcomes[:0]
 	b.Admitted = false
+	b.DecidedBy = ""
 }
 
 // Store decides batches. Implementations must be safe for concurrent use.

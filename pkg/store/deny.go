@@ -145,6 +145,7 @@ func (c *DenyCache) Apply(ctx context.Context, b *limits.Batch) error {
 	now := c.now()
 	if c.n.Load() > 0 && c.deny(b, now) {
 		c.answered.Add(1)
+		b.DecidedBy = DecidedByDenyCache
 		return nil
 	}
 	gen := c.gen.Load()

@@ -126,11 +126,17 @@ func (l *Leases) Apply(ctx context.Context, b *limits.Batch) error {
 	now := l.takeAll(ctx, b, s)
 	needStore := s.plan(b)
 	b.Admitted = true
+	if !needStore {
+		b.DecidedBy = DecidedByLease
+	}
 	if len(s.sub.Checks) == 0 {
 		return nil
 	}
 	err := l.next.Apply(ctx, &s.sub)
 	ok := err == nil && s.sub.Admitted
+	if needStore {
+		b.DecidedBy = s.sub.DecidedBy
+	}
 	if !needStore {
 		l.settleRefills(b, s, now, err)
 		return nil

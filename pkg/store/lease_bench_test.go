@@ -35,6 +35,19 @@ func BenchmarkLeases(b *testing.B) {
 		}
 	}
 	b.Run("local/1_check", func(b *testing.B) { run(b, check("hot", hot)) })
+	// As the engine sends it: a batch emptied and filled again each time.
+	b.Run("local/1_check_refilled_batch", func(b *testing.B) {
+		ls := store.NewLeases(memory.New(memory.Options{Now: clk.Now}), store.LeasesOptions{Now: clk.Now})
+		batch := &limits.Batch{}
+		b.ReportAllocs()
+		for b.Loop() {
+			batch.Reset()
+			batch.Checks = append(batch.Checks, limits.Check{Key: "k", Limit: hot, Hits: 1})
+			if err := ls.Apply(context.Background(), batch); err != nil || !batch.Admitted {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("local_and_store/3_checks", func(b *testing.B) {
 		run(b, check("hot", hot), check("tenant", plain), check("user", plain))
 	})

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/xds"
+)
+
+// ruleSource is where the rules in use come from: rule files
+// (*config.Reloader) or an xDS server (*xdsRules). Watch keeps them up to
+// date until its context ends; Reload answers SIGHUP.
+type ruleSource interface {
+	Status() config.ReloadStatus
+	Watch(ctx context.Context) error
+	Reload() (bool, error)
+}
+
+// xdsSettings are the flags of --config-type xds, defined with the others
+// in flags.go. Their defaults are envoyproxy/ratelimit's for
+// CONFIG_GRPC_XDS_* and XDS_CLIENT_BACKOFF_*.
+type xdsSettings struct {
+	configType    string
+	server        string
+	nodeID        string
+	nodeMetadata  string
+	headers       string
+	tls           bool
+	tlsCA         string
+	tlsCert       string
+	tlsKey        string
+	tlsServerName string
+	backoff       struct {
+		initial, max time.Duration
+		jitter       float64
+	}
+	maxMessageBytes int
+	forceStart      bool
+
+	// What finish derives.
+	enabled  bool // --config-type xds
+	metadata *structpb.Struct
+	header   map[string]string
+}
+
+// finish checks the xDS flags and parses the metadata and headers.
+func (x *xdsSettings) finish() error {
+	switch strings.ToLower(x.configType) {
+	case "file":
+	case "xds", "grpc_xds_sotw":
+		x.enabled = true
+	default:
+		return fmt.Errorf("--config-type: want file or xds, got %q", x.configType)
+	}
+	if x.forceStart && !x.enabled {
+		return fmt.Errorf("--force-start-without-rules: only with --config-type xds")
+	}
+	x.tls = x.tls || x.tlsCA != "" || x.tlsCert != "" || x.tlsKey != "" || x.tlsServerName != ""
+	var err error
+	if x.metadata, err = parseNodeMetadata(x.nodeMetadata); err != nil {
+		return fmt.Errorf("--xds-node-metadata: %w", err)
+	}
+	if x.header, err = parseHeaders(x.headers); err != nil {
+		return fmt.Errorf("--xds-headers: %w", err)
+	}
+	return nil
+}
+
+// parseNodeMetadata parses key=value,key=value (envoyproxy/ratelimit's
+// CONFIG_GRPC_XDS_NODE_METADATA) or a JSON object; "" is no metadata.
+func parseNodeMetadata(s string) (*structpb.Struct, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	m := map[string]any{}
+	if strings.HasPrefix(s, "{") {
+		if err := json.Unmarshal([]byte(s), &m); err != nil {
+			return nil, fmt.Errorf("want a JSON object: %w", err)
+		}
+	} else {
+		for _, kv := range strings.Split(s, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if k = strings.TrimSpace(k); !ok || k == "" {
+				return nil, fmt.Errorf("want key=value, got %q", kv)
+			}
+			m[k] = strings.TrimSpace(v)
+		}
+	}
+	st, err := structpb.NewStruct(m)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// parseHeaders parses name:value,name:value (envoyproxy/ratelimit's
+// CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS). Names are lower-cased, as
+// HTTP/2 sends them.
+func parseHeaders(s string) (map[string]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	h := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, ":")
+		k = strings.ToLower(strings.TrimSpace(k))
+		switch {
+		case !ok || k == "":
+			return nil, fmt.Errorf("want name:value, got %q", kv)
+		case strings.HasPrefix(k, "grpc-"):
+			return nil, fmt.Errorf("%s: names that start with grpc- are gRPC's own", k)
+		case strings.IndexFunc(k, func(r rune) bool { return !isHeaderNameRune(r) }) >= 0:
+			return nil, fmt.Errorf("%q: a header name holds only a-z, 0-9, '-', '_' and '.'", k)
+		}
+		h[k] = strings.TrimSpace(v)
+	}
+	return h, nil
+}
+
+func isHeaderNameRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.'
+}
+
+// startRules returns the rules to start with: the rule files' (read
+// with opts), or none for --config-type xds, whose rules arrive with its
+// first push: that is starting without rules on purpose.
+func startRules(c *settings, opts config.Options) (*limits.Ruleset, error) {
+	if c.xds.enabled {
+		return limits.NewRuleset(nil, nil, config.Checksum(nil)), nil
+	}
+	return config.Load(c.configPath, opts)
+}
+
+// rulesFrom returns the rule source of c: files' reloader as it is, or
+// an xDS client applying pushes to engine, reported as reloads are.
+func rulesFrom(c *settings, files *config.Reloader, engine *limits.Engine, log *zap.Logger, st *sidecarStore, m *metrics.Metrics) (ruleSource, error) {
+	if !c.xds.enabled {
+		return files, nil
+	}
+	o := xds.Options{
+		Server:            c.xds.server,
+		NodeID:            c.xds.nodeID,
+		NodeMetadata:      c.xds.metadata,
+		Headers:           c.xds.header,
+		BackoffInitial:    c.xds.backoff.initial,
+		BackoffMax:        c.xds.backoff.max,
+		BackoffJitter:     c.xds.backoff.jitter,
+		MaxMessageBytes:   c.xds.maxMessageBytes,
+		Rules:             config.Options{MergeDomains: c.mergeDomains},
+		AllowEmpty:        c.allowEmptyRules,
+		StartWithoutRules: c.xds.forceStart,
+		OnApply: func(rs config.ReloadStatus, err error) {
+			if err == nil {
+				st.rulesChanged()
+			}
+			m.Reloaded(rs, err)
+		},
+	}
+	if c.xds.tls {
+		o.TLS = &xds.TLSOptions{CAFile: c.xds.tlsCA, CertFile: c.xds.tlsCert, KeyFile: c.xds.tlsKey, ServerName: c.xds.tlsServerName}
+	}
+	client, err := xds.New(engine, log, o)
+	if err != nil {
+		return nil, fmt.Errorf("--config-type xds: %w", err)
+	}
+	return &xdsRules{Client: client, log: log, server: c.xds.server, nodeID: c.xds.nodeID}, nil
+}
+
+// xdsRules is an xDS client as a rule source.
+type xdsRules struct {
+	*xds.Client
+	log            *zap.Logger
+	server, nodeID string
+}
+
+// Reload answers SIGHUP: the rules are the server's last push, and there
+// is nothing to read again.
+func (x *xdsRules) Reload() (bool, error) {
+	x.log.Info("SIGHUP ignored: the rules come from the xDS server", zap.String("server", x.server))
+	return false, nil
+}
+
+// pending returns a channel closed once src has rules, and what it waits
+// for, if src may still be waiting for its first rules.
+func pending(src ruleSource) (<-chan struct{}, string) {
+	x, ok := src.(*xdsRules)
+	if !ok {
+		return nil, ""
+	}
+	return x.Ready(), fmt.Sprintf("waiting for the first rules from the xDS server %s (node ID %q)", x.server, x.nodeID)
+}
+
+// holdHealth reports NOT_SERVING for every service while src waits for
+// its first rules; serveWhenReady ends it.
+func holdHealth(h *health.Server, src ruleSource) {
+	ready, _ := pending(src)
+	if ready == nil {
+		return
+	}
+	select {
+	case <-ready:
+	default:
+		for _, name := range []string{"", envoy.ServiceName} {
+			h.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
+		}
+	}
+}
+
+// serveWhenReady reports SERVING once src has its first rules, unless ctx
+// ends first. After shutdown began, health.Server ignores it.
+func serveWhenReady(ctx context.Context, h *health.Server, src ruleSource) {
+	ready, _ := pending(src)
+	if ready == nil {
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-ready:
+		for _, name := range []string{"", envoy.ServiceName} {
+			h.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+		}
+	}
+}
+
+// readyWithRules answers /readyz with 503 while src waits for its first
+// rules, and as next does after.
+func readyWithRules(src ruleSource, next http.Handler) http.Handler {
+	ready, waiting := pending(src)
+	if ready == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-ready:
+			next.ServeHTTP(w, r)
+		default:
+			http.Error(w, waiting, http.StatusServiceUnavailable)
+		}
+	})
+}
