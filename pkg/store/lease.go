@@ -134,13 +134,11 @@ func (l *Leases) Apply(ctx context.Context, b *limits.Batch) error {
 	}
 	err := l.next.Apply(ctx, &s.sub)
 	ok := err == nil && s.sub.Admitted
-	if needStore {
-		b.DecidedBy = s.sub.DecidedBy
-	}
 	if !needStore {
 		l.settleRefills(b, s, now, err)
 		return nil
 	}
+	b.DecidedBy = s.sub.DecidedBy
 	if !ok {
 		l.giveBackAll(b, s)
 		if err != nil {
