@@ -214,6 +214,12 @@ type Outcome struct {
 	// Over is set when this limit alone cannot admit the request's hits (or,
 	// for zero hits, when it could not admit one more).
 	Over bool
+	// Unknown is set by a store that decided the batch without learning
+	// this limit's state, as a deny cache does for the other checks of a
+	// batch it rejects on one check's cached verdict. Over, Remaining and
+	// Reset are then zero and mean nothing: the engine never reports
+	// them (see Store).
+	Unknown bool
 	// Remaining is how many more hits the limit admits now: after this
 	// request's hits if the request was admitted, before them otherwise.
 	Remaining uint64

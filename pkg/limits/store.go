@@ -55,6 +55,13 @@ func (b *Batch) Reset() {
 // what enforcing them would do); if it is rejected, nothing is consumed.
 // Checks with the same key see each other's hits, in order.
 //
+// Every outcome says what the store learned of its check's limit. A store
+// that decides b without learning some check's state (a cache that
+// rejects b on another check's remembered verdict, a Cluster whose
+// report of a refunded slot failed) sets that outcome's Unknown rather
+// than leave it zero: a zero outcome reads as "nothing left, resets now",
+// which the engine would report to Envoy, and Envoy to the client.
+//
 // An error means the store could not decide (it is unreachable, too slow,
 // or answered nonsense); b's outcomes are then undefined and nothing may
 // be assumed consumed.

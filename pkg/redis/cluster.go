@@ -197,8 +197,9 @@ func (s *Store) applyGroups(ctx, rctx context.Context, b *limits.Batch, now stri
 // they report for a rejected request, decided again after the refund
 // without writing (modeReport): the reservations' replies hold
 // the state after the hits instead. Should that call fail, those
-// outcomes stay as reserved: the request is rejected either way, and
-// only what it reports is less exact.
+// outcomes are Unknown: the request is rejected either way, and the
+// state after the hits, which no rejected request has, would report a
+// limit whose last hit was reserved as having nothing left.
 func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string, gs []*group) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
@@ -213,7 +214,7 @@ func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string,
 		checks := make([]limits.Check, len(g.idx))
 		for j, i := range g.idx {
 			checks[j] = b.Checks[i]
-			b.Outcomes[i].Granted, b.Outcomes[i].GrantFor, b.Outcomes[i].GrantReceipt = 0, 0, 0
+			b.Outcomes[i] = limits.Outcome{Unknown: true} // until the report below
 		}
 		eg.Go(func() error {
 			c := getCall(ctx)
