@@ -21,7 +21,8 @@ const (
 	KindACL = "acl"
 	// KindTLS: the TLS handshake failed: a certificate not trusted or not
 	// for the host, a client certificate missing or refused, or TLS
-	// spoken to a port that does not speak it.
+	// spoken to a port that does not speak it, or plain text to one that
+	// does (see sniff.go).
 	KindTLS = "tls"
 )
 

@@ -1,6 +1,7 @@
 package redis_test
 
 import (
+	"cmp"
 	"context"
 	"net"
 	"path/filepath"
@@ -235,7 +236,9 @@ func redisErrors(t *testing.T, c *goredis.Client) int {
 
 // TestConfigErrorsTLS: a TLS handshake that fails for the configuration
 // is reported once with the TLS error and the address; a Redis that
-// stops requiring client certificates ends the refusal.
+// stops requiring client certificates ends the refusal. TLS spoken to a
+// plain-text port, and plain text to a TLS port, are reported too,
+// although they fail as a timeout and a closed connection do.
 func TestConfigErrorsTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca, caKey := newCert(t, dir, "ca", nil, nil)
@@ -256,24 +259,32 @@ func TestConfigErrorsTLS(t *testing.T) {
 		KeyFile:  filepath.Join(dir, "client-key.pem"),
 	}
 	tests := []struct {
-		name string
-		host string
-		tls  redis.TLSOptions
-		want string // in the message
-		fix  []any  // a CONFIG SET that fixes it; nil if none does
+		name  string
+		host  string
+		plain bool   // to the plain-text port, not the TLS one
+		url   string // the URL's scheme; "rediss" if empty
+		tls   redis.TLSOptions
+		want  string // in the message
+		fix   []any  // a CONFIG SET that fixes it; nil if none does
 	}{
 		{name: "unknown authority", host: "127.0.0.1", tls: redis.TLSOptions{CAFile: filepath.Join(dir, "other-ca.pem"), CertFile: good.CertFile, KeyFile: good.KeyFile},
 			want: "tls: failed to verify certificate: x509: certificate signed by unknown authority"},
 		{name: "wrong host name", host: "localhost", tls: good, want: "x509: certificate is not valid for any names, but wanted to match localhost"},
 		{name: "no client certificate", host: "127.0.0.1", tls: redis.TLSOptions{CAFile: good.CAFile},
 			want: "remote error: tls: certificate required", fix: []any{"CONFIG", "SET", "tls-auth-clients", "no"}},
+		{name: "TLS to the plain-text port", host: "127.0.0.1", plain: true, tls: good, want: "plain text"},
+		{name: "plain text to the TLS port", host: "127.0.0.1", url: "redis", want: "speaks TLS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := redistest.StartServer(t, redistest.WithArgs(args...))
 			addr := net.JoinHostPort(tt.host, strconv.Itoa(tlsPort))
+			if tt.plain {
+				addr = srv.Addr
+			}
+			scheme := cmp.Or(tt.url, "rediss")
 			var r refusals
-			l := connectLazy(t, redis.Options{URL: "rediss://" + addr, TLS: tt.tls}, &r)
+			l := connectLazy(t, redis.Options{URL: scheme + "://" + addr, TLS: tt.tls}, &r)
 			drive(t, l, &r, "refusal reported", refusedBy(&r, addr))
 			drive(t, l, &r, "five more attempts", countdown(5))
 			got := r.get()

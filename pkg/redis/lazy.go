@@ -181,6 +181,7 @@ func (l *Lazy) Close() error {
 		l.stop()
 	}
 	l.wg.Wait()
+	defer l.watch.close()
 	if s := l.store.Load(); s != nil {
 		return s.Close()
 	}

@@ -277,7 +277,7 @@ func (o *Options) client() (goredis.UniversalClient, error) {
 		ro.MaintNotificationsConfig = maint
 		rdb := goredis.NewClient(ro)
 		if o.watch != nil {
-			rdb.AddHook(o.watch.hook(RoleServer, ro.Addr))
+			rdb.AddHook(o.watch.hook(RoleServer, ro.Addr, ro.TLSConfig != nil))
 		}
 		return rdb, nil
 	case len(o.ClusterAddrs) > 0:
@@ -306,7 +306,7 @@ func (o *Options) client() (goredis.UniversalClient, error) {
 			// Every node's client, the seeds' too, is built here.
 			co.NewClient = func(opt *goredis.Options) *goredis.Client {
 				c := goredis.NewClient(opt)
-				c.AddHook(w.hook(RoleNode, opt.Addr))
+				c.AddHook(w.hook(RoleNode, opt.Addr, opt.TLSConfig != nil))
 				return c
 			}
 		}
@@ -350,7 +350,7 @@ func (o *Options) client() (goredis.UniversalClient, error) {
 		rdb := goredis.NewClient(&node)
 		rdb.AddHook(readOnlyHook{m})
 		if o.watch != nil {
-			rdb.AddHook(&watchHook{w: o.watch, role: RoleMaster, key: RoleMaster, addr: m.current})
+			rdb.AddHook(&watchHook{w: o.watch, role: RoleMaster, key: RoleMaster, addr: m.current, tls: cfg != nil})
 		}
 		return &sentinelClient{Client: rdb, m: m}, nil
 	}

@@ -124,7 +124,7 @@ func newSentinelMaster(name string, addrs []string, sopts, node goredis.Options,
 		if w != nil {
 			// Before Subscribe, so that the listener's connection is
 			// watched too.
-			sc.AddHook(w.hook(RoleSentinel, a))
+			sc.AddHook(w.hook(RoleSentinel, a, o.TLSConfig != nil))
 		}
 		m.sentinels = append(m.sentinels, sc)
 		m.wg.Go(func() { m.listen(ctx, sc) })

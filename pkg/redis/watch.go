@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -41,10 +42,30 @@ type watch struct {
 
 	mu   sync.Mutex
 	errs map[string]*ConfigError // by source (see watchHook.key)
+
+	// The questions to ports that may speak the other protocol (see
+	// sniff.go): sctx ends them.
+	sctx     context.Context
+	scancel  context.CancelFunc
+	swg      sync.WaitGroup
+	smu      sync.Mutex
+	closed   bool
+	sniffing map[string]bool      // by source: a question is under way
+	sniffed  map[string]time.Time // by source: when the last one started
 }
 
+// newWatch returns a watch that calls onChange, if set, for each change
+// (see watch.onChange). Close it to stop its goroutines.
 func newWatch(onChange func(*ConfigError, bool)) *watch {
-	return &watch{onChange: onChange, errs: map[string]*ConfigError{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &watch{
+		onChange: onChange,
+		errs:     map[string]*ConfigError{},
+		sctx:     ctx,
+		scancel:  cancel,
+		sniffing: map[string]bool{},
+		sniffed:  map[string]time.Time{},
+	}
 }
 
 // kindIndex returns the index of kind in ConfigErrorKinds, or -1.
@@ -134,9 +155,9 @@ func (w *watch) list() []*ConfigError {
 }
 
 // hook returns the hook for the client of one source: a Redis node, or
-// a sentinel, of role at addr.
-func (w *watch) hook(role, addr string) *watchHook {
-	return &watchHook{w: w, role: role, key: role + " " + addr, addr: func() string { return addr }}
+// a sentinel, of role at addr, which the client speaks TLS to or not.
+func (w *watch) hook(role, addr string, useTLS bool) *watchHook {
+	return &watchHook{w: w, role: role, key: role + " " + addr, addr: func() string { return addr }, tls: useTLS}
 }
 
 // watchHook reports what one client meets to a watch. The store's calls
@@ -150,6 +171,8 @@ type watchHook struct {
 	key string
 	// addr returns the source's address now.
 	addr func() string
+	// tls tells whether the client speaks TLS to the source.
+	tls bool
 }
 
 var _ goredis.Hook = (*watchHook)(nil)
@@ -158,7 +181,7 @@ func (h *watchHook) DialHook(next goredis.DialHook) goredis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := next(ctx, network, addr)
 		if err != nil {
-			h.failed(err, "")
+			h.failed(err, dialing)
 		}
 		return conn, err
 	}
@@ -199,8 +222,14 @@ func (h *watchHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredi
 	}
 }
 
-// failed records err, met by command name ("" for none), if it is a
-// configuration error, and reports whether it was.
+// dialing stands for the command name of a failure to connect (and, for
+// TLS, to shake hands).
+const dialing = "(dial)"
+
+// failed records err, met by command name ("" for none, dialing for the
+// connection itself), if it is a configuration error, and reports
+// whether it was. A failure of a new connection that a port spoken to
+// in the wrong protocol would cause has the port asked (see sniff.go).
 func (h *watchHook) failed(err error, name string) bool {
 	if errors.As(err, new(*sentinelError)) {
 		// A sentinel's refusal, on the way to the master: the sentinel's
@@ -208,6 +237,9 @@ func (h *watchHook) failed(err error, name string) bool {
 		return false
 	}
 	kind, msg := classify(err)
+	if kind == "" && (name == dialing || name == "hello" || name == "auth") && mismatched(err, h.tls) {
+		h.w.sniff(h.key, h.role, h.addr(), h.tls)
+	}
 	if kind == "" || kind == KindACL && tolerated(name) {
 		return false
 	}

@@ -11,7 +11,7 @@ import (
 // succeeds while no refusal lasts, the hot path: a call of next alone,
 // and through the hook, for one command and for a pipeline of eight.
 func BenchmarkWatchHook(b *testing.B) {
-	h := newWatch(nil).hook(RoleServer, "127.0.0.1:6379")
+	h := newWatch(nil).hook(RoleServer, "127.0.0.1:6379", false)
 	ctx := context.Background()
 	cmd := goredis.NewIntSliceCmd(ctx, "evalsha", "0123", 1, "k")
 	cmds := []goredis.Cmder{cmd, cmd, cmd, cmd, cmd, cmd, cmd, cmd}

@@ -11,7 +11,7 @@ import (
 func TestWatchRecordsChangesOnly(t *testing.T) {
 	var got []string
 	w := newWatch(func(e *ConfigError, cleared bool) { got = append(got, fmt.Sprint(e.Kind, " ", e.Msg, " ", cleared)) })
-	h := w.hook(RoleServer, "127.0.0.1:1")
+	h := w.hook(RoleServer, "127.0.0.1:1", false)
 	pass := replyError("WRONGPASS invalid username-password pair or user is disabled.")
 	for range 3 {
 		h.failed(pass, "evalsha")
