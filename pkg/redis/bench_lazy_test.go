@@ -52,3 +52,23 @@ func BenchmarkLazyApply(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkProbe runs the readiness and breaker probe on a standalone
+// Redis, and reports the time Redis spends in it.
+func BenchmarkProbe(b *testing.B) {
+	srv := redistest.StartServer(b)
+	s := newStore(b, redis.Options{URL: urlOf(srv.Addr)})
+	rc := srv.Client(b)
+	ctx := context.Background()
+	before := commandStats(b, rc)
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		if err := s.Probe(ctx); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	after := commandStats(b, rc)
+	b.ReportMetric(float64(after["evalsha"].usec-before["evalsha"].usec)/float64(n), "redis-µs/op")
+}
