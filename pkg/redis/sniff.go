@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -45,27 +46,46 @@ func mismatched(err error, useTLS bool) bool {
 	return closed || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
+// sniffer runs the questions of a watch, in goroutines that close
+// stops. It is safe for concurrent use.
+type sniffer struct {
+	ctx    context.Context // ends the questions under way
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	closed    bool
+	asking    map[string]bool      // by source: a question is under way
+	lastAsked map[string]time.Time // by source: when the last one started
+}
+
+func newSniffer() *sniffer {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &sniffer{ctx: ctx, cancel: cancel, asking: map[string]bool{}, lastAsked: map[string]time.Time{}}
+}
+
 // sniff asks addr, for source key of role, in the background, whether it
 // speaks the protocol that a client with or without TLS does not, and
-// records a TLS refusal if it does. It does nothing if a question to
-// key is under way or was asked within sniffEvery, or after close.
+// records a TLS refusal in w if it does. It does nothing if a question
+// to key is under way or started within sniffEvery, or after close.
 func (w *watch) sniff(key, role, addr string, useTLS bool) {
 	if addr == "" {
 		return
 	}
-	w.smu.Lock()
-	defer w.smu.Unlock()
-	if w.closed || w.sniffing[key] || time.Since(w.sniffed[key]) < sniffEvery {
+	sn := w.sniffs
+	sn.mu.Lock()
+	defer sn.mu.Unlock()
+	if sn.closed || sn.asking[key] || time.Since(sn.lastAsked[key]) < sniffEvery {
 		return
 	}
-	w.sniffing[key], w.sniffed[key] = true, time.Now()
-	w.swg.Go(func() {
+	sn.asking[key], sn.lastAsked[key] = true, time.Now()
+	sn.wg.Go(func() {
 		defer func() {
-			w.smu.Lock()
-			delete(w.sniffing, key)
-			w.smu.Unlock()
+			sn.mu.Lock()
+			delete(sn.asking, key)
+			sn.mu.Unlock()
 		}()
-		ctx, cancel := context.WithTimeout(w.sctx, sniffTimeout)
+		ctx, cancel := context.WithTimeout(sn.ctx, sniffTimeout)
 		defer cancel()
 		msg := ""
 		switch {
@@ -80,13 +100,13 @@ func (w *watch) sniff(key, role, addr string, useTLS bool) {
 	})
 }
 
-// close stops the questions under way and waits for them.
-func (w *watch) close() {
-	w.smu.Lock()
-	w.closed = true
-	w.smu.Unlock()
-	w.scancel()
-	w.swg.Wait()
+// close ends the questions under way, waits for them, and starts no more.
+func (sn *sniffer) close() {
+	sn.mu.Lock()
+	sn.closed = true
+	sn.mu.Unlock()
+	sn.cancel()
+	sn.wg.Wait()
 }
 
 // speaksPlain reports whether addr answers a PING in RESP, as a Redis

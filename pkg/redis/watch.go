@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -43,30 +42,17 @@ type watch struct {
 	mu   sync.Mutex
 	errs map[string]*ConfigError // by source (see watchHook.key)
 
-	// The questions to ports that may speak the other protocol (see
-	// sniff.go): sctx ends them.
-	sctx     context.Context
-	scancel  context.CancelFunc
-	swg      sync.WaitGroup
-	smu      sync.Mutex
-	closed   bool
-	sniffing map[string]bool      // by source: a question is under way
-	sniffed  map[string]time.Time // by source: when the last one started
+	sniffs *sniffer // questions to ports that may speak the other protocol
 }
 
 // newWatch returns a watch that calls onChange, if set, for each change
 // (see watch.onChange). Close it to stop its goroutines.
 func newWatch(onChange func(*ConfigError, bool)) *watch {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &watch{
-		onChange: onChange,
-		errs:     map[string]*ConfigError{},
-		sctx:     ctx,
-		scancel:  cancel,
-		sniffing: map[string]bool{},
-		sniffed:  map[string]time.Time{},
-	}
+	return &watch{onChange: onChange, errs: map[string]*ConfigError{}, sniffs: newSniffer()}
 }
+
+// close stops the watch's goroutines and waits for them.
+func (w *watch) close() { w.sniffs.close() }
 
 // kindIndex returns the index of kind in ConfigErrorKinds, or -1.
 func kindIndex(kind string) int { return slices.Index(ConfigErrorKinds, kind) }
