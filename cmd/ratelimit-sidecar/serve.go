@@ -327,7 +327,9 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 // readyz answers /readyz: ready when the store can decide, or when the
 // failure mode of every domain in use can answer in its place. Domains
 // with failure mode error cannot: their requests fail while the store is
-// unavailable, so the sidecar is not ready then.
+// unavailable, so the sidecar is not ready then. Nor is it while Redis
+// refuses its configuration (errMisconfigured), which waiting does not
+// fix.
 func readyz(ctx context.Context, engine *limits.Engine, ready func(context.Context) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if ctx.Err() != nil {
@@ -337,6 +339,10 @@ func readyz(ctx context.Context, engine *limits.Engine, ready func(context.Conte
 		err := ready(r.Context())
 		if err == nil {
 			fmt.Fprintln(w, "ok")
+			return
+		}
+		if errors.Is(err, errMisconfigured) {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		if failing := engine.FailingDomains(); len(failing) > 0 {
