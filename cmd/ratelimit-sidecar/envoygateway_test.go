@@ -407,7 +407,10 @@ func TestRefEnvXDSErrors(t *testing.T) {
 		t.Run(strings.Join(slices.Sorted(maps.Keys(tt.give)), ","), func(t *testing.T) {
 			_, err := parseEnv("ratelimit-sidecar", tt.give)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error %v, want it to contain %q", err, tt.want)
+				t.Fatalf("error %v, want it to contain %q", err, tt.want)
+			}
+			if n := strings.Count(err.Error(), tt.want); n != 1 {
+				t.Errorf("error %q names the problem %d times, want once", err, n)
 			}
 		})
 	}

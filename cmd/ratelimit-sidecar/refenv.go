@@ -369,8 +369,10 @@ var refRefusals = []refRefusal{
 	{vars: []string{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR"},
 		reason: "reconnect waits double at each failure; a growth factor above 1 other than 2 is not honoured",
 		active: func(v *refValues) bool {
-			f := v.float("XDS_CLIENT_BACKOFF_RANDOM_FACTOR")
-			return v.isSet("XDS_CLIENT_BACKOFF_RANDOM_FACTOR") && f > 1 && f != 2
+			// A value that does not parse is reported by the mapping.
+			s, ok := v.getenv("XDS_CLIENT_BACKOFF_RANDOM_FACTOR")
+			f, err := strconv.ParseFloat(s, 64)
+			return ok && err == nil && f > 1 && f != 2
 		}},
 	{vars: []string{"QUOTA_MODE"}, reason: notBuilt + "no quota mode; use shadow_mode per rule or --shadow-mode"},
 	{vars: []string{"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
@@ -707,11 +709,7 @@ func mapNodeMetadata(v *refValues, out *refOut) {
 		}
 		m[k] = val
 	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		v.fail("CONFIG_GRPC_XDS_NODE_METADATA", "%v", err)
-		return
-	}
+	b, _ := json.Marshal(m) // strings always marshal
 	out.set("xds-node-metadata", string(b))
 }
 
