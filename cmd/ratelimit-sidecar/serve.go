@@ -85,11 +85,15 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 		return err
 	}
 
+	certs, err := openTLS(c, log, m)
+	if err != nil {
+		return err
+	}
 	lis, err := listen(c)
 	if err != nil {
 		return err
 	}
-	srv := newServers(ctx, c, log, engine, rules, st, m)
+	srv := newServers(ctx, c, log, engine, rules, st, m, certs)
 	logStarted(log, c, lis, st, rs)
 	if c.onReady != nil {
 		c.onReady(lis.grpc.Addr().String(), lis.http.Addr().String(), lis.adminAddr())
@@ -224,6 +228,7 @@ type servers struct {
 	health *health.Server
 	http   *http.Server // health probes and metrics
 	admin  *http.Server // nil: the admin endpoints are on http
+	certs  *grpcTLS     // nil: gRPC is plaintext
 
 	// stopStreams ends the streaming RPCs (health Watch, reflection),
 	// which would otherwise hold GracefulStop for as long as their
@@ -232,9 +237,10 @@ type servers struct {
 }
 
 // newServers builds the servers. ctx is serve's: once it ends, /readyz
-// says the sidecar is shutting down.
-func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics) *servers {
-	s := &servers{c: c, log: log}
+// says the sidecar is shutting down. certs is nil unless gRPC is served
+// over TLS.
+func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics, certs *grpcTLS) *servers {
+	s := &servers{c: c, log: log, certs: certs}
 	stopping, stopStreams := context.WithCancel(context.Background())
 	s.stopStreams = stopStreams
 	sb := &streamBound{timeout: c.bounds.requestTimeout, stopping: stopping}
@@ -246,6 +252,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	// sidecar has in flight, not as many as it has CPUs. An idle worker
 	// costs a parked goroutine.
 	opts := append(envoy.ServerOptions(), grpc.NumStreamWorkers(uint32(max(4*runtime.GOMAXPROCS(0), streamWorkers))))
+	opts = append(opts, certs.serverOptions()...)
 	s.grpc = grpc.NewServer(append(opts, c.bounds.grpcOptions(sb, c.shutdownTimeout)...)...)
 	rls := envoy.NewServer(engine, log, envoy.Options{Headers: c.responseHeaders})
 	rls.Register(s.grpc)
@@ -319,6 +326,10 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 		return nil
 	})
 	g.Go(func() error {
+		s.certs.watch(gctx)
+		return nil
+	})
+	g.Go(func() error {
 		for {
 			select {
 			case <-gctx.Done():
@@ -326,6 +337,7 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 			case <-hup:
 				s.log.Info("SIGHUP: reloading config")
 				reloader.Reload() //nolint:errcheck // Reload logs its own errors
+				s.certs.reload()
 			}
 		}
 	})
