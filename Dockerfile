@@ -27,6 +27,13 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /src/bin/ratelimit-sidecar /usr/local/bin/ratelimit-sidecar
+# The same binary where envoyproxy/ratelimit's image has its own, so that
+# deployments made for that image (Istio's sample, Envoy Gateway:
+# command: ["/bin/ratelimit"], the environment, no flags) run unchanged.
+# Run by that name, the binary takes the reference's defaults
+# (docs/migration.md). A second copy, not a link: distroless has no shell
+# to make one, and COPY follows links.
+COPY --from=build /src/bin/ratelimit-sidecar /bin/ratelimit
 COPY config/ /etc/ratelimit-sidecar/
 # The distroless nonroot user, by number: Kubernetes can check a numeric
 # user against runAsNonRoot, not a name.

@@ -536,3 +536,22 @@ func isDir(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
 }
+
+// TestDockerfileAnswersToBinRatelimit: the image holds the binary at
+// /bin/ratelimit too, where envoyproxy/ratelimit's image has its own, so
+// that Istio's sample and Envoy Gateway (command: ["/bin/ratelimit"]) run
+// it unchanged.
+func TestDockerfileAnswersToBinRatelimit(t *testing.T) {
+	df, _ := readDockerfile(t)
+	stages, err := parseStages(df)
+	if err != nil {
+		t.Fatal(err)
+	}
+	final := stages[len(stages)-1]
+	for _, in := range final.body {
+		if in.cmd == "copy" && in.flags["from"] != "" && path.Clean(in.args[len(in.args)-1]) == "/bin/ratelimit" {
+			return
+		}
+	}
+	t.Error("Dockerfile: the final stage does not COPY the binary to /bin/ratelimit")
+}

@@ -42,6 +42,7 @@ func TestAlertRulesLoad(t *testing.T) {
 	want := []string{
 		"RateLimitSidecarConfigReloadFailed",
 		"RateLimitSidecarRedisCircuitOpen",
+		"RateLimitSidecarRedisConfigError",
 		"RateLimitSidecarRedisErrors",
 		"RateLimitSidecarDecisionLatencyHigh",
 	}

@@ -53,10 +53,15 @@ type settings struct {
 
 	tls tlsSettings // --grpc-tls-*: see tls.go
 
+	rejections   rejectionSettings // --log-rejections*
+	counterReset bool              // --admin-counter-reset
+
 	gc          gcSettings
 	memoryLimit string // --memory-limit's text, for finish to parse
 
 	xds xdsSettings // --config-type xds: see xds.go
+	ref refSettings // what envoyproxy/ratelimit's deployments rely on: reference.go
+	env envReport   // where the settings came from: environ.go
 
 	// onReady, if set, is called with the listeners' addresses once the
 	// servers are about to serve. Tests use it to find ports chosen by :0.
@@ -66,10 +71,22 @@ type settings struct {
 // parseFlags parses args, taking a flag's default from the environment
 // variable RLS_<FLAG> (upper case, '-' as '_') when it is set.
 func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Writer) (*settings, error) {
+	return parseFlagsAs("ratelimit-sidecar", args, getenv, nil, stderr)
+}
+
+// parseFlagsAs is parseFlags for the program run as argv0 (os.Args[0]),
+// in an environment of which getenv reads one variable and environ lists
+// all (nil: unknown). Below the RLS_ variables come envoyproxy/ratelimit's
+// (refenv.go), and run as "ratelimit" its defaults.
+func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool), environ []string, stderr io.Writer) (*settings, error) {
 	c := &settings{request: limits.DefaultRequestLimits}
 	fs := flag.NewFlagSet("ratelimit-sidecar", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	failure := c.define(fs)
+	ref, err := applyRefEnv(fs, isRefMode(argv0), getenv, explicitFlags(fs, args, getenv))
+	if err != nil {
+		return nil, err
+	}
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		name := "RLS_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -90,8 +107,12 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	}
 	c.redisURLInArgs = inArgs(args, "redis-url")
 	if err := c.finish(*failure, getenv); err != nil {
-		return nil, err
+		return nil, ref.explain(err)
 	}
+	if err := c.ref.check(); err != nil {
+		return nil, ref.explain(err)
+	}
+	ref.finish(c, fs, args, getenv, environ)
 	return c, nil
 }
 
@@ -104,6 +125,10 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.adminAddr, "admin-addr", "", "address for POST /json and /debug/config; empty serves them on --http-addr. Set it to a loopback address when --http-addr must listen on the pod address, since /json spends quota")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "json or console")
+	fs.StringVar(&c.rejections.level, "log-rejections", "debug", "`level` of one log line per request answered OVER_LIMIT, saying why (domain, descriptors, rule, limit, key, remaining, reset) and what decided (redis, memory, deny_cache or a failure mode): off, debug (shown only with --log-level debug) or info")
+	fs.Float64Var(&c.rejections.rate, "log-rejections-rate", 10, "most rejection lines per second, in bursts of as many; the rest are counted in ratelimit_sidecar_rejection_logs_suppressed_total and in the next line's not_logged")
+	fs.StringVar(&c.rejections.values, "log-rejections-values", "hash", "how rejection lines and the counter reset's log line show descriptor values and counter keys, which may be secret: hash (sha256: and 12 hex digits) or plain")
+	fs.BoolVar(&c.counterReset, "admin-counter-reset", false, "allow POST /debug/counters/reset on the admin address, which deletes counters from the store")
 	fs.BoolVar(&c.mergeDomains, "merge-domains", false, "let several rule files add to one domain")
 	fs.BoolVar(&c.allowEmptyRules, "allow-empty-rules", false, "start, and accept reloads, with no rule files, answering OK to every request (logged at Warn); without it no rules is a config error")
 	fs.DurationVar(&c.drainDelay, "drain-delay", 0, "on SIGTERM, how long to report NOT_SERVING before stopping, so Envoy and Kubernetes stop sending")
@@ -175,6 +200,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.Float64Var(&c.xds.backoff.jitter, "xds-backoff-jitter", xds.DefaultBackoffJitter, "spread of each reconnect wait, as a share of it (0 to 1)")
 	fs.IntVar(&c.xds.maxMessageBytes, "xds-max-message-bytes", 0, "largest push accepted from the xDS server, in bytes (0: gRPC's default, 4 MiB)")
 	fs.BoolVar(&c.xds.forceStart, "force-start-without-rules", false, "with --config-type xds, be ready before the first push, with no rules until it arrives (envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, health and /readyz report not serving until the first good push")
+	c.defineRef(fs)
 	return &failure
 }
 
@@ -188,6 +214,9 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	}
 	if c.failureMode, err = limits.ParseFailureMode(failure); err != nil {
 		return fmt.Errorf("--failure-mode: %w", err)
+	}
+	if err := c.rejections.check(); err != nil {
+		return err
 	}
 	if c.nearLimitRatio <= 0 || c.nearLimitRatio > 1 {
 		return fmt.Errorf("--near-limit-ratio: want a number above 0 and at most 1, got %v", c.nearLimitRatio)

@@ -3,7 +3,10 @@
 //
 // Run `ratelimit-sidecar -h` for its flags. Every flag can also be set by an
 // environment variable named RLS_ and the flag in upper case with
-// underscores, e.g. RLS_GRPC_ADDR; a flag on the command line wins.
+// underscores, e.g. RLS_GRPC_ADDR; a flag on the command line wins. Below
+// those come envoyproxy/ratelimit's variables (GRPC_PORT, REDIS_URL, ...),
+// and run as "ratelimit", as that project's image runs it, its defaults:
+// see refenv.go, environ.go and docs/migration.md.
 package main
 
 import (
@@ -23,7 +26,7 @@ var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	err := runAs(ctx, os.Args[0], os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
 	stop()
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
@@ -37,6 +40,13 @@ func main() {
 // run is the whole program; it returns when ctx is cancelled and shutdown
 // has finished, or on a startup error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runAs(ctx, "ratelimit-sidecar", args, os.Environ(), stdout, stderr)
+}
+
+// runAs is run for the program run as argv0 (os.Args[0]; run as
+// "ratelimit", envoyproxy/ratelimit's defaults apply) in the environment
+// environ (os.Environ()).
+func runAs(ctx context.Context, argv0 string, args, environ []string, stdout, stderr io.Writer) error {
 	// A subcommand may follow --flag=value arguments, as it does when an
 	// image's entrypoint passes server flags before the command's own.
 	for i, a := range args {
@@ -50,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			break
 		}
 	}
-	cfg, err := parseFlags(args, os.LookupEnv, stderr)
+	cfg, err := parseFlagsAs(argv0, args, lookupIn(environ), environ, stderr)
 	if err != nil {
 		return err
 	}
@@ -59,4 +69,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	return serve(ctx, cfg, stderr)
+}
+
+// lookupIn returns a getenv that reads environ ("KEY=value" entries) as
+// os.LookupEnv reads the process's: the first entry of a key wins.
+func lookupIn(environ []string) func(string) (string, bool) {
+	m := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		if _, dup := m[k]; ok && !dup {
+			m[k] = v
+		}
+	}
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		return v, ok
+	}
 }

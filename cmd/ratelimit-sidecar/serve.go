@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
@@ -41,17 +40,28 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do if the log cannot flush
 	warnPasswordInArgs(log, c)
+	logEnv(log, c)
 	c.gc.apply()
 
 	opts := config.Options{MergeDomains: c.mergeDomains, AllowEmpty: c.allowEmptyRules}
-	rs, err := startRules(c, opts)
+	// With --health-requires-rules (envoyproxy/ratelimit's
+	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED), starting without rules is
+	// meant: the sidecar says it is not serving until rules arrive. A
+	// reload to no rules is still refused.
+	startOpts := opts
+	startOpts.AllowEmpty = opts.AllowEmpty || c.ref.healthRequiresRules
+	rs, err := startRules(c, startOpts)
 	if errors.Is(err, config.ErrNoRules) {
 		return fmt.Errorf("invalid config:\n%w; set --allow-empty-rules to start without rules", err)
 	}
 	if err != nil {
 		return fmt.Errorf("invalid config:\n%w", err)
 	}
-	if len(rs.Domains()) == 0 && !c.xds.enabled {
+	switch {
+	case len(rs.Domains()) > 0 || c.xds.enabled:
+	case !c.allowEmptyRules:
+		log.Warn("starting without rules (--health-requires-rules): not serving until rules load", zap.String("config", c.configPath))
+	default:
 		log.Warn("starting without rules (--allow-empty-rules); every request gets OK", zap.String("config", c.configPath))
 	}
 	m := metrics.New(version, c.nearLimitRatio, c.metricMaxValues)
@@ -70,17 +80,21 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 		}
 	}()
 	engine := newEngine(rs, st, c, m)
+	var srv *servers // set before anything reloads: rules load from run on
+	// onRules follows every reload and xDS push.
+	onRules := func(rs config.ReloadStatus, err error) {
+		if err == nil {
+			st.rulesChanged()
+			setHealth(srv.health, c, engine.Rules())
+		}
+		m.Reloaded(rs, err)
+	}
 	reloader := config.NewReloader(c.configPath, engine, log, config.ReloaderOptions{
 		Options:  opts,
 		Debounce: c.reloadDebounce,
-		OnReload: func(rs config.ReloadStatus, err error) {
-			if err == nil {
-				st.rulesChanged()
-			}
-			m.Reloaded(rs, err)
-		},
+		OnReload: onRules,
 	})
-	rules, err := rulesFrom(c, reloader, engine, log, st, m)
+	rules, err := rulesFrom(c, reloader, engine, log, onRules)
 	if err != nil {
 		return err
 	}
@@ -93,10 +107,13 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := newServers(ctx, c, log, engine, rules, st, m, certs)
+	srv = newServers(ctx, c, log, engine, rules, st, m, certs)
 	logStarted(log, c, lis, st, rs)
 	if c.onReady != nil {
 		c.onReady(lis.grpc.Addr().String(), lis.http.Addr().String(), lis.adminAddr())
+	}
+	if c.ref.onListen != nil {
+		c.ref.onListen(addrOf(lis.debug), addrOf(lis.metrics))
 	}
 	err = srv.run(ctx, lis, rules)
 	// No request is being decided any more: give what leases hold back,
@@ -120,9 +137,10 @@ func newLogger(c *settings, w io.Writer) (*zap.Logger, error) {
 		encoder = zapcore.NewJSONEncoder(enc)
 	}
 	core := zapcore.NewCore(encoder, zapcore.Lock(zapcore.AddSync(w)), level)
-	// Sample repeated messages so a hot-path error cannot flood the log.
-	core = zapcore.NewSamplerWithOptions(core, time.Second, 10, 100)
-	return zap.New(core), nil
+	// Sample repeated messages so a hot-path error cannot flood the log;
+	// the rejection log bounds and counts its lines itself.
+	sampled := zapcore.NewSamplerWithOptions(core, time.Second, 10, 100)
+	return zap.New(sampledExcept{sampled: sampled, all: core, name: rejectionLogger}), nil
 }
 
 // newEngine builds the engine: the rules, decided on st, with a memory
@@ -141,9 +159,11 @@ func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Met
 }
 
 // listeners are the sidecar's sockets. admin is nil unless --admin-addr
-// is set.
+// is set, debug unless --debug-addr is, and metrics unless --metrics-addr
+// is set to an address other than --http-addr.
 type listeners struct {
 	grpc, http, admin net.Listener
+	debug, metrics    net.Listener
 }
 
 // listen opens every listener, or none, each capped at its number of
@@ -151,8 +171,8 @@ type listeners struct {
 func listen(c *settings) (*listeners, error) {
 	var l listeners
 	var err error
-	if l.grpc, err = net.Listen("tcp", c.grpcAddr); err != nil {
-		return nil, fmt.Errorf("listen --grpc-addr: %w", err)
+	if l.grpc, err = listenGRPC(c); err != nil {
+		return nil, err
 	}
 	if l.http, err = net.Listen("tcp", c.httpAddr); err != nil {
 		l.grpc.Close()
@@ -165,6 +185,9 @@ func listen(c *settings) (*listeners, error) {
 			return nil, fmt.Errorf("listen --admin-addr: %w", err)
 		}
 		l.admin = limitListener(l.admin, c.bounds.httpMaxConns)
+	}
+	if err := l.listenRef(c); err != nil {
+		return nil, err
 	}
 	l.grpc = limitListener(l.grpc, c.bounds.grpcMaxConns)
 	l.http = limitListener(l.http, c.bounds.httpMaxConns)
@@ -234,6 +257,9 @@ type servers struct {
 	// which would otherwise hold GracefulStop for as long as their
 	// clients like.
 	stopStreams context.CancelFunc
+
+	debug   *http.Server // nil without --debug-addr
+	metrics *http.Server // nil: the metrics are on http
 }
 
 // newServers builds the servers. ctx is serve's: once it ends, /readyz
@@ -253,16 +279,25 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	// costs a parked goroutine.
 	opts := append(envoy.ServerOptions(), grpc.NumStreamWorkers(uint32(max(4*runtime.GOMAXPROCS(0), streamWorkers))))
 	opts = append(opts, certs.serverOptions()...)
-	s.grpc = grpc.NewServer(append(opts, c.bounds.grpcOptions(sb, c.shutdownTimeout)...)...)
-	rls := envoy.NewServer(engine, log, envoy.Options{Headers: c.responseHeaders})
+	grace := c.shutdownTimeout
+	if c.ref.connGrace > 0 {
+		grace = c.ref.connGrace
+	}
+	s.grpc = grpc.NewServer(append(opts, c.bounds.grpcOptions(sb, grace)...)...)
+	rlsOpts := envoy.Options{Headers: c.responseHeaders,
+		Shadow: c.ref.shadowMode, HeaderNames: c.ref.names, DynamicMetadata: c.ref.dynamicMetadata}
+	rej := newRejectionLog(log, c.rejections, st.name, time.Now)
+	if rej != nil {
+		rlsOpts.Rejections = rej
+	}
+	m.RejectionLog(rej.Suppressed)
+	rls := envoy.NewServer(engine, log, rlsOpts)
 	rls.Register(s.grpc)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	sb.streaming = streamingMethods(s.grpc)
-	for _, name := range []string{"", envoy.ServiceName} {
-		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
-	}
+	setHealth(s.health, c, engine.Rules())
 	holdHealth(s.health, reloader)
 
 	mux := http.NewServeMux()
@@ -270,13 +305,27 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("GET /readyz", readyWithRules(reloader, readyz(ctx, engine, st.ready)))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET /healthcheck", readyWithRules(reloader, healthcheck(ctx, c, engine)))
+	prom := metricsHandler(c, m.Registry, engine.Rules)
+	if c.separateMetrics() {
+		mm := http.NewServeMux()
+		mm.Handle("GET "+c.ref.metricsPath, prom)
+		s.metrics = c.bounds.httpServer(mm)
+	} else {
+		mux.Handle("GET "+c.ref.metricsPath, prom)
+	}
 	admin := mux
 	if c.adminAddr != "" {
 		admin = http.NewServeMux()
 		s.admin = c.bounds.httpServer(admin)
 	}
 	admin.Handle("GET /debug/config", debugConfig(reloader, engine))
+	cs := newCounters(engine, st, c, log, m)
+	admin.HandleFunc("GET /debug/counters", cs.read)
+	admin.HandleFunc("POST /debug/counters/reset", cs.reset)
+	if c.ref.debugAddr != "" {
+		s.debug = c.bounds.httpServer(debugMux(debugConfig(reloader, engine), engine))
+	}
 	admin.Handle("/json", rls.JSONHandler()) // any method: the handler answers 405 itself
 	s.http = c.bounds.httpServer(mux)
 	return s
@@ -285,7 +334,9 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 // readyz answers /readyz: ready when the store can decide, or when the
 // failure mode of every domain in use can answer in its place. Domains
 // with failure mode error cannot: their requests fail while the store is
-// unavailable, so the sidecar is not ready then.
+// unavailable, so the sidecar is not ready then. Nor is it while Redis
+// refuses its configuration (errMisconfigured), which waiting does not
+// fix.
 func readyz(ctx context.Context, engine *limits.Engine, ready func(context.Context) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if ctx.Err() != nil {
@@ -295,6 +346,10 @@ func readyz(ctx context.Context, engine *limits.Engine, ready func(context.Conte
 		err := ready(r.Context())
 		if err == nil {
 			fmt.Fprintln(w, "ok")
+			return
+		}
+		if errors.Is(err, errMisconfigured) {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		if failing := engine.FailingDomains(); len(failing) > 0 {
@@ -352,6 +407,21 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 	if s.admin != nil {
 		serveHTTP(g, s.admin, lis.admin)
 	}
+	if s.debug != nil {
+		serveHTTP(g, s.debug, lis.debug)
+	}
+	if s.metrics != nil {
+		serveHTTP(g, s.metrics, lis.metrics)
+	}
+	if s.c.ref.watchLink != "" {
+		g.Go(func() error {
+			reload := func() { reloader.Reload() } //nolint:errcheck // Reload logs its own errors
+			if err := watchLink(gctx, s.c.ref.watchLink, reload, s.log); err != nil {
+				s.log.Error("--watch-link watch failed; reload with SIGHUP", zap.Error(err))
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		return s.shutdown(ctx.Err() != nil)
@@ -397,7 +467,7 @@ func (s *servers) shutdown(drain bool) error {
 	sctx, cancel := context.WithTimeout(context.Background(), s.c.shutdownTimeout)
 	defer cancel()
 	var errs []error
-	for _, srv := range []*http.Server{s.http, s.admin} {
+	for _, srv := range []*http.Server{s.http, s.admin, s.debug, s.metrics} {
 		if srv == nil {
 			continue
 		}

@@ -35,6 +35,12 @@ type sidecar struct {
 
 func startSidecar(t testing.TB, args ...string) *sidecar {
 	t.Helper()
+	return startSidecarLog(t, io.Discard, args...)
+}
+
+// startSidecarLog is startSidecar with the sidecar's log written to logw.
+func startSidecarLog(t testing.TB, logw io.Writer, args ...string) *sidecar {
+	t.Helper()
 	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
 	c, err := parseFlags(args, noEnv, io.Discard)
 	if err != nil {
@@ -44,7 +50,7 @@ func startSidecar(t testing.TB, args ...string) *sidecar {
 	c.onReady = func(g, h, a string) { ready <- [3]string{g, h, a} }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, c, io.Discard) }()
+	go func() { done <- serve(ctx, c, logw) }()
 	s := &sidecar{}
 	select {
 	case a := <-ready:

@@ -13,9 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/xds"
 )
@@ -147,7 +145,7 @@ func startRules(c *settings, opts config.Options) (*limits.Ruleset, error) {
 
 // rulesFrom returns the rule source of c: files' reloader as it is, or
 // an xDS client applying pushes to engine, reported as reloads are.
-func rulesFrom(c *settings, files *config.Reloader, engine *limits.Engine, log *zap.Logger, st *sidecarStore, m *metrics.Metrics) (ruleSource, error) {
+func rulesFrom(c *settings, files *config.Reloader, engine *limits.Engine, log *zap.Logger, onApply func(config.ReloadStatus, error)) (ruleSource, error) {
 	if !c.xds.enabled {
 		return files, nil
 	}
@@ -163,12 +161,7 @@ func rulesFrom(c *settings, files *config.Reloader, engine *limits.Engine, log *
 		Rules:             config.Options{MergeDomains: c.mergeDomains},
 		AllowEmpty:        c.allowEmptyRules,
 		StartWithoutRules: c.xds.forceStart,
-		OnApply: func(rs config.ReloadStatus, err error) {
-			if err == nil {
-				st.rulesChanged()
-			}
-			m.Reloaded(rs, err)
-		},
+		OnApply:           onApply,
 	}
 	if c.xds.tls {
 		o.TLS = &xds.TLSOptions{CAFile: c.xds.tlsCA, CertFile: c.xds.tlsCert, KeyFile: c.xds.tlsKey, ServerName: c.xds.tlsServerName}
@@ -214,7 +207,7 @@ func holdHealth(h *health.Server, src ruleSource) {
 	select {
 	case <-ready:
 	default:
-		for _, name := range []string{"", envoy.ServiceName} {
+		for _, name := range healthNames {
 			h.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
 		}
 	}
@@ -230,7 +223,7 @@ func serveWhenReady(ctx context.Context, h *health.Server, src ruleSource) {
 	select {
 	case <-ctx.Done():
 	case <-ready:
-		for _, name := range []string{"", envoy.ServiceName} {
+		for _, name := range healthNames {
 			h.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 		}
 	}

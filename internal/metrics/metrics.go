@@ -464,6 +464,36 @@ func (m *Metrics) MemoryStore(name string, s MemoryStoreStats) {
 	)
 }
 
+// RedisConfigStats is what the Redis store reports of its refusals for
+// the sidecar's configuration (authentication, ACL, TLS): redis.Lazy.
+type RedisConfigStats interface {
+	ConfigErrorsTotal(kind string) uint64
+	ConfigErrorActive(kind string) bool
+}
+
+// RedisConfigErrors registers the metrics of refusals of each of kinds,
+// read from s at scrape time: a counter of refusals that started or
+// changed (one per Error line the sidecar logs), and a gauge that is 1
+// while a Redis node or sentinel refuses so.
+func (m *Metrics) RedisConfigErrors(kinds []string, s RedisConfigStats) {
+	for _, kind := range kinds {
+		l := prometheus.Labels{"kind": kind}
+		m.Registry.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "redis_config_errors_total", ConstLabels: l,
+				Help: "Refusals of the sidecar by Redis or a sentinel for its configuration, by kind (auth, acl, tls), counted as each starts or changes."},
+				func() float64 { return float64(s.ConfigErrorsTotal(kind)) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "redis_config_error", ConstLabels: l,
+				Help: "1 while a Redis node or sentinel refuses the sidecar for its configuration, by kind (auth, acl, tls); /readyz fails meanwhile."},
+				func() float64 {
+					if s.ConfigErrorActive(kind) {
+						return 1
+					}
+					return 0
+				}),
+		)
+	}
+}
+
 // StoreCalls returns the observer of one store's calls, for store.Timed:
 // it times them and counts their errors under the label name.
 func (m *Metrics) StoreCalls(name string) *StoreCalls {

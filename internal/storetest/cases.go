@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"math"
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
@@ -195,6 +196,117 @@ func Cases() []Case {
 			{At: 0, Checks: one("x", fw3s, 0), Admitted: true, Want: []limits.Outcome{ok(2, sec)}},
 			{At: 0, Checks: one("y", tb, 0), Admitted: true, Want: []limits.Outcome{ok(3, 200*ms)}},
 		}},
+		{Name: "sliding_window/reset_longer_than_a_duration_saturates", Steps: []Step{
+			// Two windows of 280 years end later than a time.Duration can
+			// say: the reset is the longest one, not a negative one.
+			{At: 0, Checks: one("k", mustLimit(limits.SlidingWindow, 10, limits.UnitYear, 280, 0), 1), Admitted: true, Want: []limits.Outcome{ok(9, forever)}},
+		}},
+		{Name: "token_bucket/reload_lowers_the_burst_under_a_live_key", Steps: reloadedBucket(limits.TokenBucket)},
+		{Name: "leaky_bucket/reload_lowers_the_burst_under_a_live_key", Steps: reloadedBucket(limits.LeakyBucket)},
+		{Name: "sliding_window/coarse_tick", Steps: coarseSlidingWindow()},
+		{Name: "token_bucket/coarse_tick", Steps: coarseBucket(limits.TokenBucket)},
+		{Name: "leaky_bucket/coarse_tick", Steps: coarseBucket(limits.LeakyBucket)},
+	}
+}
+
+// forever is the longest time.Duration, the reset of a limit that resets
+// later than a time.Duration can say.
+const forever = time.Duration(math.MaxInt64)
+
+// reloadedBucket is a bucket whose rate and burst a reload changes while
+// its key holds state: the key (algorithm and window) stays, and the
+// state it holds is read under the new numbers. Never does more than
+// the new burst remain or pass at once, and no reset is negative; the
+// token bucket's stored level and the leaky bucket's backlog are capped
+// at the new burst.
+//
+// The stores agree on every step here. They do not on one case this
+// leaves out: after a reload that slows the refill (or raises a token
+// bucket's burst), between the time the old numbers had the bucket full
+// again and the key's next write, the memory store reads the key as
+// fresh (its state expires then), while Redis reads the stored level
+// under the new numbers until its key expires, up to that long again (at
+// most a minute) later. Both stay within the new burst.
+func reloadedBucket(alg limits.Algorithm) []Step {
+	old := mustLimit(alg, 10, limits.UnitSecond, 1, 10)
+	lower := mustLimit(alg, 10, limits.UnitSecond, 1, 5)
+	// Refills twice as fast, with a burst of 2: one hit per 50 ms.
+	faster := mustLimit(alg, 20, limits.UnitSecond, 1, 2)
+	if alg == limits.TokenBucket {
+		return []Step{
+			// 9 tokens left of the old burst of 10.
+			{At: 0, Checks: one("k", old, 1), Admitted: true, Want: []limits.Outcome{ok(9, 100*ms)}},
+			// Under the burst of 5 they are 5: the bucket is full.
+			{At: 0, Checks: one("k", lower, 0), Admitted: true, Want: []limits.Outcome{ok(5, 0)}},
+			{At: 0, Checks: one("k", lower, 1), Admitted: true, Want: []limits.Outcome{ok(4, 100*ms)}},
+			{At: 0, Checks: one("k", lower, 6), Want: []limits.Outcome{over(4, 100*ms)}},
+			{At: 0, Checks: one("k", lower, 4), Admitted: true, Want: []limits.Outcome{ok(0, 500*ms)}},
+			{At: 0, Checks: one("k", lower, 1), Want: []limits.Outcome{over(0, 100*ms)}},
+			// An empty bucket of 2 refilling at 20/s has one token back
+			// after 50 ms.
+			{At: 50 * ms, Checks: one("k", faster, 1), Admitted: true, Want: []limits.Outcome{ok(0, 100*ms)}},
+			{At: 50 * ms, Checks: one("k", faster, 1), Want: []limits.Outcome{over(0, 50*ms)}},
+			{At: 50 * ms, Checks: one("k", faster, 3), Want: []limits.Outcome{over(0, 100*ms)}},
+			// Slower again, read before the faster numbers had it full.
+			{At: 100 * ms, Checks: one("k", mustLimit(alg, 2, limits.UnitSecond, 1, 2), 1), Want: []limits.Outcome{over(0, 450*ms)}},
+		}
+	}
+	return []Step{
+		// A backlog of 7 of the old burst of 10.
+		{At: 0, Checks: one("k", old, 7), Admitted: true, Want: []limits.Outcome{ok(3, 700*ms)}},
+		// Under the burst of 5 it is 5: the bucket is full.
+		{At: 0, Checks: one("k", lower, 0), Want: []limits.Outcome{over(0, 100*ms)}},
+		// It drains from 5, not from 7.
+		{At: 300 * ms, Checks: one("k", lower, 1), Admitted: true, Want: []limits.Outcome{ok(2, 300*ms)}},
+		{At: 300 * ms, Checks: one("k", lower, 6), Want: []limits.Outcome{over(2, 300*ms)}},
+		// A backlog of 3 counts as the burst of 2, of which one hit
+		// drains in 50 ms.
+		{At: 350 * ms, Checks: one("k", faster, 1), Admitted: true, Want: []limits.Outcome{ok(0, 100*ms)}},
+		{At: 350 * ms, Checks: one("k", faster, 1), Want: []limits.Outcome{over(0, 50*ms)}},
+		{At: 350 * ms, Checks: one("k", faster, 3), Want: []limits.Outcome{over(0, 100*ms)}},
+		// Slower again, read before the faster numbers had it drained.
+		{At: 400 * ms, Checks: one("k", mustLimit(alg, 2, limits.UnitSecond, 1, 2), 1), Want: []limits.Outcome{over(0, 450*ms)}},
+	}
+}
+
+// coarseSlidingWindow is a limit so large that it counts time in 10 µs
+// ticks: the clock is floored to a tick, so a reset measured from a time
+// inside a tick is up to a tick longer than the wait (which the deny
+// cache allows for), and a request at the exact end of the wait passes.
+func coarseSlidingWindow() []Step {
+	l := mustLimit(limits.SlidingWindow, 100_000_000, limits.UnitMinute, 1, 0)
+	if l.Tick() != 10 {
+		panic("storetest: the coarse sliding window does not count in 10 µs ticks")
+	}
+	return []Step{
+		{At: 0, Checks: one("k", l, 100_000_000), Admitted: true, Want: []limits.Outcome{ok(0, 120*sec)}},
+		// 25 µs into the next window is 2 ticks: all of the previous
+		// window but 2 ticks' worth weighs, and a whole limit more needs
+		// it gone, at the end of this window. The reset counts from the
+		// tick's start, 5 µs before now.
+		{At: 60*sec + 25*us, Checks: one("k", l, 100_000_000), Want: []limits.Outcome{over(33, 60*sec-20*us)}},
+		{At: 90 * sec, Checks: one("k", l, 100_000_000), Want: []limits.Outcome{over(50_000_000, 30*sec)}},
+		{At: 120*sec - us, Checks: one("k", l, 100_000_000), Want: []limits.Outcome{over(99_999_983, 10*us)}},
+		{At: 120 * sec, Checks: one("k", l, 100_000_000), Admitted: true, Want: []limits.Outcome{ok(0, 120*sec)}},
+	}
+}
+
+// coarseBucket is a bucket of 10 per hour with a burst of 10^7, which
+// counts time in 100 µs ticks: one hit refills in 360 s, all of them in
+// a million hours.
+func coarseBucket(alg limits.Algorithm) []Step {
+	l := mustLimit(alg, 10, limits.UnitHour, 1, 10_000_000)
+	if l.Tick() != 100 {
+		panic("storetest: the coarse bucket does not count in 100 µs ticks")
+	}
+	return []Step{
+		{At: 0, Checks: one("k", l, 10_000_000), Admitted: true, Want: []limits.Outcome{ok(0, 1_000_000*time.Hour)}},
+		// 250 µs is 2 ticks, 50 µs into the third: a hit fits 360 s after
+		// the bucket emptied, and the reset counts from the tick's start.
+		{At: 250 * us, Checks: one("k", l, 1), Want: []limits.Outcome{over(0, 360*sec-200*us)}},
+		{At: 300 * sec, Checks: one("k", l, 1), Want: []limits.Outcome{over(0, 60*sec)}},
+		{At: 360*sec - us, Checks: one("k", l, 1), Want: []limits.Outcome{over(0, 100*us)}},
+		{At: 360 * sec, Checks: one("k", l, 1), Admitted: true, Want: []limits.Outcome{ok(0, 1_000_000*time.Hour)}},
 	}
 }
 

@@ -117,8 +117,29 @@ func run(t *testing.T, cases []Case, newStore Factory) {
 				if diff := cmp.Diff(step.Want, b.Outcomes, IgnoreReceipts); diff != "" {
 					t.Errorf("step %d (at %v): outcomes (-want +got):\n%s", i, step.At, diff)
 				}
+				checkBounds(t, fmt.Sprintf("step %d (at %v)", i, step.At), b)
 			}
 		})
+	}
+}
+
+// checkBounds checks what holds of every outcome, whatever the state:
+// no more remains than the limit holds (its burst, for a bucket), and no
+// reset is negative.
+func checkBounds(t *testing.T, where string, b *limits.Batch) {
+	t.Helper()
+	for j, o := range b.Outcomes {
+		l := b.Checks[j].Limit
+		most := l.Requests
+		if l.Algorithm.Bucketed() {
+			most = l.Burst
+		}
+		if o.Remaining > most {
+			t.Errorf("%s: check %d: remaining %d, more than the limit holds (%d)", where, j, o.Remaining, most)
+		}
+		if o.Reset < 0 || o.GrantFor < 0 {
+			t.Errorf("%s: check %d: negative reset %v or grant time %v", where, j, o.Reset, o.GrantFor)
+		}
 	}
 }
 

@@ -57,6 +57,25 @@ type Options struct {
 	// Headers is the mode of the rate-limit headers the server adds to
 	// every response (see AddHeaders). Zero is HeadersNone.
 	Headers HeaderMode
+	// Shadow answers every request OK overall, whatever its limits say;
+	// the descriptors' statuses, headers and metrics still tell the
+	// truth. It is envoyproxy/ratelimit's SHADOW_MODE.
+	Shadow bool
+	// HeaderNames renames the headers of HeadersDraft03.
+	HeaderNames HeaderNames
+	// DynamicMetadata describes each request in its response's
+	// dynamic_metadata (see metadata), as envoyproxy/ratelimit's
+	// RESPONSE_DYNAMIC_METADATA.
+	DynamicMetadata bool
+	// Rejections, if set, is told of every request answered OVER_LIMIT.
+	Rejections Rejections
+}
+
+// Rejections is told of the requests a Server answers OVER_LIMIT, for a
+// decision log. Rejected is called before the response is sent; it must
+// be fast and safe for concurrent use, and must not keep req or d.
+type Rejections interface {
+	Rejected(req *limits.Request, d *limits.Decision)
 }
 
 // NewServer returns a server deciding through e.
@@ -91,6 +110,10 @@ func (s *Server) decide(ctx context.Context, w *work) error {
 	if err := s.engine.Decide(ctx, &w.req, &w.dec); err != nil {
 		return s.statusError(err)
 	}
+	s.opts.shadow(&w.dec)
+	if w.dec.Code == limits.OverLimit && s.opts.Rejections != nil {
+		s.opts.Rejections.Rejected(&w.req, &w.dec)
+	}
 	return nil
 }
 
@@ -98,6 +121,12 @@ func (s *Server) decide(ctx context.Context, w *work) error {
 func (s *Server) response(w *work) *rlsv3.RateLimitResponse {
 	resp := Response(&w.dec)
 	AddHeaders(s.opts.Headers, &w.dec, resp)
+	if s.opts.message() {
+		s.opts.HeaderNames.rename(resp)
+		if s.opts.DynamicMetadata {
+			resp.DynamicMetadata = metadata(&w.req)
+		}
+	}
 	return resp
 }
 
@@ -145,9 +174,10 @@ func growEntries(s []limits.Entry, n int) []limits.Entry {
 
 // Response converts a decision to the RLS response. Per descriptor, in
 // request order: the code, the reported limit, what remains and the time
-// until reset. An unlimited descriptor reports no limit and the maximum
-// remaining, and a descriptor without a limit reports OK alone, as
-// envoyproxy/ratelimit does.
+// until reset, in whole seconds rounded up (see resetSeconds). An
+// unlimited descriptor reports no limit and the maximum remaining, and a
+// descriptor without a limit reports OK alone, as envoyproxy/ratelimit
+// does.
 func Response(d *limits.Decision) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: code(d.Code),
@@ -163,7 +193,7 @@ func Response(d *limits.Decision) *rlsv3.RateLimitResponse {
 				RequestsPerUnit: r.requests,
 				Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(r.limit.Unit),
 			}
-			ds.DurationUntilReset = durationpb.New(st.Reset)
+			ds.DurationUntilReset = &durationpb.Duration{Seconds: resetSeconds(st.Reset)}
 		}
 		resp.Statuses[i] = ds
 	}

@@ -83,6 +83,9 @@ func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, i
 		if err := s.decide(ctx, w); err != nil {
 			return nil, err
 		}
+		if s.opts.message() {
+			return s.response(w), nil
+		}
 		if r := w.encode(s.opts.Headers); r != nil {
 			return r, nil
 		}

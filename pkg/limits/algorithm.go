@@ -2,6 +2,7 @@ package limits
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -213,6 +214,12 @@ type Outcome struct {
 	// Over is set when this limit alone cannot admit the request's hits (or,
 	// for zero hits, when it could not admit one more).
 	Over bool
+	// Unknown is set by a store that decided the batch without learning
+	// this limit's state, as a deny cache does for the other checks of a
+	// batch it rejects on one check's cached verdict. Over, Remaining and
+	// Reset are then zero and mean nothing: the engine never reports
+	// them (see Store).
+	Unknown bool
 	// Remaining is how many more hits the limit admits now: after this
 	// request's hits if the request was admitted, before them otherwise.
 	Remaining uint64
@@ -460,9 +467,16 @@ func ceilDiv(a, b uint64) uint64 {
 	return (a-1)/b + 1
 }
 
+// micros converts µs to a time.Duration: 0 for less than none, and the
+// longest time.Duration (about 292 years) for more than it holds, which
+// a reset can be: two windows of a limit per 280 years, or the refill of
+// a huge bucket. Multiplying would wrap to a negative reset.
 func micros(us int64) time.Duration {
-	if us < 0 {
+	switch {
+	case us < 0:
 		return 0
+	case us > math.MaxInt64/int64(time.Microsecond):
+		return math.MaxInt64
 	}
 	return time.Duration(us) * time.Microsecond
 }

@@ -52,18 +52,35 @@ func (c Code) String() string {
 	return "OK"
 }
 
-// Status is the verdict on one descriptor.
+// Status is the verdict on one descriptor, as Envoy reads it: Envoy
+// writes its X-RateLimit headers from the first status with the least
+// Remaining among those that report a limit, so a status reports a
+// limit and a state only when they are what a client should follow.
 type Status struct {
 	Code Code
-	// Limit is the limit reported to Envoy: the one that was over, else the
-	// one with the least remaining. Nil when no limit applies.
+	// Limit is the limit reported to Envoy: of the enforced limits that
+	// are over, the one that resets last (a retry before then fails
+	// again); else the one with the least remaining. Nil when no limit
+	// applies, when the store learned none of their states (Unknown), and
+	// when the only limit over is a shadow limit on a rejected request,
+	// where it would lead Envoy away from the limit that decided.
 	Limit *Limit
 	// Rule is the rule the descriptor matched, or nil.
-	Rule      *Rule
+	Rule *Rule
+	// Remaining is what Limit still admits (see Outcome.Remaining); 0
+	// when Code is OverLimit, as envoyproxy/ratelimit reports it, also
+	// when the limit has some left but fewer than the request's hits:
+	// otherwise Envoy would prefer another status with as little left.
 	Remaining uint64
-	Reset     time.Duration
+	// Reset is Limit's Outcome.Reset: when over, how long until the
+	// request could be admitted.
+	Reset time.Duration
 	// Unlimited is set when the descriptor matched an unlimited rule.
 	Unlimited bool
+	// Unknown is set when limits apply to the descriptor but the store
+	// learned none of their states (see Outcome.Unknown). Limit is then
+	// nil, so that nothing is reported as their state.
+	Unknown bool
 }
 
 // Decision is the verdict on a whole request. Reuse one Decision for many
@@ -419,7 +436,7 @@ func (e *Engine) fallback(ctx context.Context, d *Decision, mode FailureMode, er
 		for j := range d.batch.Checks {
 			st := &d.Statuses[d.checkOwner[j]]
 			if st.Limit == nil {
-				st.Code, st.Limit = OverLimit, d.batch.Checks[j].Limit
+				st.Code, st.Limit, st.Reset = OverLimit, d.batch.Checks[j].Limit, ClosedReset
 			}
 		}
 		d.Code = OverLimit
@@ -436,28 +453,31 @@ func (e *Engine) fallback(ctx context.Context, d *Decision, mode FailureMode, er
 	return true, err
 }
 
-// report sets each descriptor's status from the outcomes: the limit that
-// is over, else the one with the least remaining.
+// report sets each descriptor's status from the outcomes, as Status
+// documents. A shadow limit that is over reports OK with nothing left on
+// an admitted request, as the reference; on a rejected one it reports
+// nothing. An unknown outcome is never reported.
 func (d *Decision) report() {
+	admitted := d.batch.Admitted
 	for j := range d.batch.Checks {
 		c, out := &d.batch.Checks[j], &d.batch.Outcomes[j]
 		st := &d.Statuses[d.checkOwner[j]]
-		enforcedOver := out.Over && !c.Limit.Shadow
 		switch {
-		case st.Limit == nil,
-			enforcedOver && st.Code == OK,
-			st.Code == OK && out.Remaining < st.Remaining:
-			st.Limit, st.Remaining, st.Reset = c.Limit, out.Remaining, out.Reset
-		}
-		if enforcedOver {
-			st.Code = OverLimit
-		}
-		if out.Over && c.Limit.Shadow && st.Code == OK {
-			// Shadow limits report OK with nothing left, as the reference.
-			st.Limit, st.Remaining, st.Reset = c.Limit, 0, out.Reset
+		case out.Unknown:
+			st.Unknown = st.Limit == nil
+		case out.Over && c.Limit.Shadow:
+			if admitted && st.Code == OK {
+				st.Limit, st.Remaining, st.Reset, st.Unknown = c.Limit, 0, out.Reset, false
+			}
+		case out.Over:
+			if st.Code == OK || out.Reset > st.Reset {
+				st.Code, st.Limit, st.Remaining, st.Reset, st.Unknown = OverLimit, c.Limit, 0, out.Reset, false
+			}
+		case st.Code == OK && (st.Limit == nil || out.Remaining < st.Remaining):
+			st.Limit, st.Remaining, st.Reset, st.Unknown = c.Limit, out.Remaining, out.Reset, false
 		}
 	}
-	if !d.batch.Admitted {
+	if !admitted {
 		d.Code = OverLimit
 	}
 }
@@ -476,6 +496,11 @@ func (d *Decision) Admitted() bool { return d.batch.Admitted }
 
 // Descriptor returns the request descriptor that check j belongs to.
 func (d *Decision) Descriptor(j int) int { return d.checkOwner[j] }
+
+// DecidedBy returns the store layer that answered the checks (see
+// Batch.DecidedBy): empty when the backend store did, or when a failure
+// mode answered instead (see Fallback).
+func (d *Decision) DecidedBy() string { return d.batch.DecidedBy }
 
 func (d *Decision) reset(n int) {
 	d.Code = OK

@@ -42,3 +42,29 @@ func appendPart(dst []byte, s string) []byte {
 	dst = append(dst, ':')
 	return append(dst, s...)
 }
+
+// counterEntries returns the entries that name the counters of a
+// descriptor whose entries reached r: entries itself, unless a rule on r's
+// branch sets share_threshold. Then it returns a copy, in *scratch (whose
+// array it reuses), where each entry matched by such a rule carries the
+// rule's pattern instead of the request's value, so every value the
+// pattern matches shares one counter. r may be nil.
+func counterEntries(r *Rule, entries []Entry, scratch *[]Entry) []Entry {
+	if r == nil {
+		return entries
+	}
+	share := false
+	for _, c := range r.chain {
+		share = share || c.ShareThreshold
+	}
+	if !share {
+		return entries
+	}
+	*scratch = append((*scratch)[:0], entries...)
+	for i, c := range r.chain {
+		if c.ShareThreshold {
+			(*scratch)[i].Value = c.Value
+		}
+	}
+	return *scratch
+}

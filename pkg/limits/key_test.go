@@ -15,6 +15,19 @@ func FuzzAppendKey(f *testing.F) {
 	f.Add("d", "a_b", "c", "", "", "d", "a", "b_c", "", "", uint8(1), uint8(1), false)
 	f.Add("d", "k", "v}{", "k", "v", "d", "k", "v", "}{k", "v", uint8(2), uint8(2), true)
 	f.Add("d1", "k", "1:x", "", "", "d", "1k", "x", "", "", uint8(1), uint8(1), false)
+	// Pairs of tuples whose parts join to the same bytes, with or without
+	// a separator: each collides if the length prefixes go, when a bare
+	// ':' stays between the parts or when nothing does. A part boundary
+	// moves between a key and its value, a value and the next key, the
+	// domain and the first key, and across the hash tag's brace.
+	f.Add("d", "a:b", "c", "", "", "d", "a", "b:c", "", "", uint8(0), uint8(0), true)
+	f.Add("d", "ab", "c", "", "", "d", "a", "bc", "", "", uint8(0), uint8(0), true)
+	f.Add("d", "k", "v", "a:b", "c", "d", "k", "v", "a", "b:c", uint8(1), uint8(1), true)
+	f.Add("d", "k", "v", "ab", "c", "d", "k", "v", "a", "bc", uint8(1), uint8(1), true)
+	f.Add("d", "k", "v", "w", "x:y", "d", "k", "v", "w:x", "y", uint8(1), uint8(1), true)
+	f.Add("d:k", "v", "x", "", "", "d", "k:v", "x", "", "", uint8(0), uint8(0), true)
+	f.Add("dk", "v", "x", "", "", "d", "kv", "x", "", "", uint8(0), uint8(0), true)
+	f.Add("d", "k", "v}", "w", "x", "d", "k", "v", "}w", "x", uint8(1), uint8(1), true)
 	fw, _ := limits.NewLimit(limits.FixedWindow, 1, limits.UnitSecond, 1, 0)
 	tb, _ := limits.NewLimit(limits.TokenBucket, 1, limits.UnitSecond, 1, 0)
 	f.Fuzz(func(t *testing.T, d1, k1, v1, k2, v2, d2, k3, v3, k4, v4 string, n1, n2 uint8, sameLimit bool) {

@@ -30,6 +30,11 @@ type Batch struct {
 	// which case every check that was not itself over consumed its hits.
 	// Otherwise nothing was consumed anywhere.
 	Admitted bool
+	// DecidedBy names the layer that answered the batch when it was not
+	// the backend store: middleware that answers a batch itself sets it
+	// (the deny cache, leases). Empty means the backend decided. For logs
+	// and diagnostics only; Reset clears it.
+	DecidedBy string
 }
 
 // Reset empties b for reuse, keeping its capacity.
@@ -38,6 +43,7 @@ func (b *Batch) Reset() {
 	b.Checks = b.Checks[:0]
 	b.Outcomes = b.Outcomes[:0]
 	b.Admitted = false
+	b.DecidedBy = ""
 }
 
 // Store decides batches. Implementations must be safe for concurrent use.
@@ -48,6 +54,13 @@ func (b *Batch) Reset() {
 // (shadow checks that are over consume nothing, so they preview exactly
 // what enforcing them would do); if it is rejected, nothing is consumed.
 // Checks with the same key see each other's hits, in order.
+//
+// Every outcome says what the store learned of its check's limit. A store
+// that decides b without learning some check's state (a cache that
+// rejects b on another check's remembered verdict, a Cluster whose
+// report of a refunded slot failed) sets that outcome's Unknown rather
+// than leave it zero: a zero outcome reads as "nothing left, resets now",
+// which the engine would report to Envoy, and Envoy to the client.
 //
 // An error means the store could not decide (it is unreachable, too slow,
 // or answered nonsense); b's outcomes are then undefined and nothing may

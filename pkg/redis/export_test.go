@@ -110,3 +110,6 @@ func ApplyTogether(ctx context.Context, s *Store, bs []*limits.Batch) error {
 	}
 	return errors.Join(errs...)
 }
+
+// ProbeEvery is how often a pipe with traffic PINGs to measure the RTT.
+const ProbeEvery = probeEvery

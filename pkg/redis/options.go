@@ -112,6 +112,10 @@ type Options struct {
 	// can control time: production must use Redis's clock, which every
 	// sidecar shares. Keys still expire in Redis's time.
 	Now func() time.Time
+
+	// watch, if set, follows the configuration errors of the clients
+	// that client builds (see watch.go). Connect sets it.
+	watch *watch
 }
 
 // TLSOptions configures TLS to Redis. Files hold PEM.
@@ -126,6 +130,11 @@ type TLSOptions struct {
 	// Redis servers that require one (tls-auth-clients).
 	CertFile string
 	KeyFile  string
+	// SkipHostnameVerification checks that Redis's certificate chains to
+	// the CAs, but not that it names the host dialled: for Redis nodes
+	// reached by addresses their certificates do not list (as
+	// envoyproxy/ratelimit's REDIS_TLS_SKIP_HOSTNAME_VERIFICATION).
+	SkipHostnameVerification bool
 }
 
 // Configured reports whether o names any Redis: a URL, a sentinel master
@@ -236,7 +245,29 @@ func (o *Options) tlsConfig(base *tls.Config) (*tls.Config, error) {
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
+	if o.TLS.SkipHostnameVerification {
+		skipHostname(cfg)
+	}
 	return cfg, nil
+}
+
+// skipHostname makes cfg verify the peer's chain against its RootCAs (nil:
+// the system's) without checking the host name: crypto/tls can only skip
+// all of verification, so the chain is verified here instead.
+func skipHostname(cfg *tls.Config) {
+	roots := cfg.RootCAs
+	cfg.InsecureSkipVerify = true
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("tls: Redis sent no certificate")
+		}
+		opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool()}
+		for _, c := range cs.PeerCertificates[1:] {
+			opts.Intermediates.AddCert(c)
+		}
+		_, err := cs.PeerCertificates[0].Verify(opts)
+		return err
+	}
 }
 
 // client builds the go-redis client that o describes. It does not connect.
@@ -271,13 +302,17 @@ func (o *Options) client() (goredis.UniversalClient, error) {
 		ro.MaxRetries = noRetries
 		ro.PipelinePoolSize = onePool
 		ro.MaintNotificationsConfig = maint
-		return goredis.NewClient(ro), nil
+		rdb := goredis.NewClient(ro)
+		if o.watch != nil {
+			rdb.AddHook(o.watch.hook(RoleServer, ro.Addr, ro.TLSConfig != nil))
+		}
+		return rdb, nil
 	case len(o.ClusterAddrs) > 0:
 		cfg, err := o.tlsConfig(nil)
 		if err != nil {
 			return nil, err
 		}
-		return goredis.NewClusterClient(&goredis.ClusterOptions{
+		co := &goredis.ClusterOptions{
 			Addrs:                    o.ClusterAddrs,
 			Username:                 o.Username,
 			Password:                 o.Password,
@@ -293,7 +328,16 @@ func (o *Options) client() (goredis.UniversalClient, error) {
 			// would also resend a command whose connection dropped
 			// after sending, which could run a script twice.
 			MaxRedirects: noRetries,
-		}), nil
+		}
+		if w := o.watch; w != nil {
+			// Every node's client, the seeds' too, is built here.
+			co.NewClient = func(opt *goredis.Options) *goredis.Client {
+				c := goredis.NewClient(opt)
+				c.AddHook(w.hook(RoleNode, opt.Addr, opt.TLSConfig != nil))
+				return c
+			}
+		}
+		return goredis.NewClusterClient(co), nil
 	default:
 		cfg, err := o.tlsConfig(nil)
 		if err != nil {
@@ -326,12 +370,15 @@ func (o *Options) client() (goredis.UniversalClient, error) {
 			MaxRetries:               noRetries,
 			MaintNotificationsConfig: maint,
 		}
-		m := newSentinelMaster(o.SentinelMaster, o.SentinelAddrs, sentinel, node)
+		m := newSentinelMaster(o.SentinelMaster, o.SentinelAddrs, sentinel, node, o.watch)
 		node.Addr = "sentinel:" + o.SentinelMaster // shown only: m dials
 		node.Dialer = m.dial
 		node.OnConnect = m.onConnect
 		rdb := goredis.NewClient(&node)
 		rdb.AddHook(readOnlyHook{m})
+		if o.watch != nil {
+			rdb.AddHook(&watchHook{w: o.watch, role: RoleMaster, key: RoleMaster, addr: m.current, tls: cfg != nil})
+		}
 		return &sentinelClient{Client: rdb, m: m}, nil
 	}
 }

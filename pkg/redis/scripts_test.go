@@ -36,26 +36,37 @@ func TestScriptAlgorithmCodes(t *testing.T) {
 	}
 }
 
-// TestScriptsUseOnlyPreludeCodes: the scripts name algorithms only by the
-// prelude's constants, and define no algorithm codes of their own. A
-// renamed or added algorithm, or a hand-written code, fails here rather
-// than in production.
+// TestScriptsUseOnlyPreludeCodes: the scripts name algorithms, modes and
+// the check record only by the prelude's constants, and define none of
+// their own. A renamed or added algorithm, or a hand-written code, fails
+// here rather than in production.
 func TestScriptsUseOnlyPreludeCodes(t *testing.T) {
 	defined := map[string]bool{"KEYS": true, "ARGV": true}
-	for _, a := range limits.Algorithms {
-		defined[luaName(a)] = true
-	}
-	// Upper-case constants the scripts define themselves.
+	// Upper-case constants, as the prelude and the scripts define them.
 	own := regexp.MustCompile(`(?m)^local ([A-Z_][A-Z0-9_]*(?:, *[A-Z_][A-Z0-9_]*)*) *=`)
-	for _, src := range []string{libSrc, applySrc, refundSrc} {
+	names := func(src string) []string {
+		var ns []string
 		for _, m := range own.FindAllStringSubmatch(src, -1) {
 			for name := range strings.SplitSeq(m[1], ",") {
-				name = strings.TrimSpace(name)
-				if defined[name] {
-					t.Errorf("script redefines %s, which the prelude generates", name)
-				}
-				defined[name] = true
+				ns = append(ns, strings.TrimSpace(name))
 			}
+		}
+		return ns
+	}
+	for _, name := range names(prelude()) {
+		defined[name] = true
+	}
+	for _, a := range limits.Algorithms {
+		if !defined[luaName(a)] {
+			t.Errorf("the prelude does not define %s", luaName(a))
+		}
+	}
+	for _, src := range []string{libSrc, applySrc, refundSrc} {
+		for _, name := range names(src) {
+			if defined[name] {
+				t.Errorf("script redefines %s, which the prelude generates", name)
+			}
+			defined[name] = true
 		}
 	}
 	word := regexp.MustCompile(`\b[A-Z_][A-Z0-9_]*\b`)
@@ -66,6 +77,32 @@ func TestScriptsUseOnlyPreludeCodes(t *testing.T) {
 					t.Errorf("%s uses %s, which neither the prelude nor the scripts define: %q", name, w, strings.TrimSpace(line))
 				}
 			}
+		}
+	}
+}
+
+// TestScriptModes: the prelude's modes are Go's, and apply.lua compares
+// its mode argument only with them, never with a literal of its own.
+func TestScriptModes(t *testing.T) {
+	rc := redistest.StartServer(t).Client(t)
+	got, err := rc.Eval(context.Background(), prelude()+libSrc+"return {MODE_APPLY, MODE_RESERVE, MODE_REPORT}", nil, "").StringSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{modeApply, modeReserve, modeReport}; !slices.Equal(got, want) {
+		t.Errorf("Lua modes %q, want Go's %q", got, want)
+	}
+	if len(slices.Compact(slices.Sorted(slices.Values(got)))) != 3 {
+		t.Errorf("modes %q are not distinct", got)
+	}
+	src := regexp.MustCompile(`--[^\n]*`).ReplaceAllString(applySrc, "")
+	uses := regexp.MustCompile(`ARGV\[2\]\s*[=~]=\s*(\S+)`).FindAllStringSubmatch(src, -1)
+	if len(uses) == 0 {
+		t.Fatal("apply.lua never compares ARGV[2]: the test no longer finds the mode")
+	}
+	for _, m := range uses {
+		if !strings.HasPrefix(m[1], "MODE_") {
+			t.Errorf("apply.lua compares its mode with %s, not a prelude MODE_ constant: %q", m[1], m[0])
 		}
 	}
 }
@@ -129,7 +166,7 @@ func TestScriptCheckRecord(t *testing.T) {
 		t.Fatalf("record of %d bytes, want checkSize %d", len(rec), checkSize)
 	}
 	src := prelude() + libSrc + `
-local out = {CHECK, #ARGV[1]}
+local out = {CHECK, #ARGV[1], struct.size(SPEC)}
 for _, v in ipairs({sunpack(SPEC, ARGV[1])}) do
   out[#out + 1] = v
 end
@@ -138,9 +175,9 @@ return out`
 	if err != nil {
 		t.Fatal(err)
 	}
-	// CHECK and the record's length, then its fields and the position
-	// after them.
-	want := []int64{checkSize, checkSize, int64(limits.LeakyBucket), 1, 7, 120_000_000, l.Tick(), 9, 3, 5, checkSize + 1}
+	// CHECK, the record's length and SPEC's, then its fields and the
+	// position after them.
+	want := []int64{checkSize, checkSize, checkSize, int64(limits.LeakyBucket), 1, 7, 120_000_000, l.Tick(), 9, 3, 5, checkSize + 1}
 	if !slices.Equal(got, want) {
 		t.Errorf("Lua reads %v, want %v", got, want)
 	}

@@ -52,8 +52,8 @@ type DenyCacheOptions struct {
 //
 // A batch with any check that is over in the cache is rejected without
 // calling the wrapped store: Admitted is false, the cached checks are
-// Over with Remaining 0 and Reset T − now, and every other check reports
-// a zero Outcome (not over, Remaining 0, Reset 0). See Apply.
+// Over with Remaining 0 and Reset T − now, and every other check's
+// outcome is Unknown. See Apply.
 //
 // Limits match by limits.Limit.CountsLike (algorithm, requests, window
 // and burst), not on the *Limit pointer, so Envoy's per-request override
@@ -135,16 +135,17 @@ var _ limits.Store = (*DenyCache)(nil)
 // record nothing.
 //
 // In a batch answered locally, the checks the cache does not know report
-// a zero Outcome: not over, since only the store could say they are, and
-// claiming so would blame the wrong limit to Envoy; Remaining 0, since
-// that never promises more than the store would; and Reset 0, since how
-// long they take to replenish is unknown. The request's verdict and the
-// rate-limit headers (which describe the over limit that resets last)
-// come from the cached checks, which are right.
+// an Unknown outcome (limits.Outcome.Unknown): only the store knows their
+// state, and a guess would mislead Envoy, which writes its headers from
+// the status with the least remaining (a zero outcome read as "nothing
+// left, resets now", and led clients to retry at once under the wrong
+// limit). The request's verdict and what is reported come from the
+// cached checks, which are right.
 func (c *DenyCache) Apply(ctx context.Context, b *limits.Batch) error {
 	now := c.now()
 	if c.n.Load() > 0 && c.deny(b, now) {
 		c.answered.Add(1)
+		b.DecidedBy = DecidedByDenyCache
 		return nil
 	}
 	gen := c.gen.Load()
@@ -163,7 +164,7 @@ func (c *DenyCache) deny(b *limits.Batch, now time.Time) bool {
 	over := false
 	for i := range b.Checks {
 		ch := &b.Checks[i]
-		b.Outcomes[i] = limits.Outcome{}
+		b.Outcomes[i] = limits.Outcome{Unknown: true}
 		if ch.Limit.Shadow {
 			continue
 		}

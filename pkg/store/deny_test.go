@@ -259,12 +259,14 @@ func TestDenyCacheSteps(t *testing.T) {
 			},
 		},
 		{
-			name: "other_checks_of_a_local_answer_report_zero",
+			// The cache does not know the other checks' states: they
+			// report unknown, not "0 left, resets now".
+			name: "other_checks_of_a_local_answer_report_unknown",
 			give: []step{
 				{at: 0, give: []chk{{"k", fw1s, 1}}, wantAdmitted: true},
 				{at: 0, give: []chk{{"k", fw1s, 1}}},
 				{at: 200 * ms, give: []chk{{"j", fw2s, 1}, {"k", fw1s, 1}, {"s", sh1s, 1}}, wantLocal: true,
-					want: []limits.Outcome{{}, over(0, 800*ms-us), {}}},
+					want: []limits.Outcome{{Unknown: true}, over(0, 800*ms-us), {Unknown: true}}},
 				// They consumed nothing.
 				{at: 200 * ms, give: []chk{{"j", fw2s, 2}}, wantAdmitted: true, want: []limits.Outcome{ok(0, 800*ms)}},
 			},
@@ -339,6 +341,89 @@ func TestDenyCacheSteps(t *testing.T) {
 	}
 }
 
+// TestDenyCacheCoarseTicks: the cache stays exact for limits so large
+// that they count time in ticks of 10 or 100 µs. The store floors its
+// clock to a tick, so its reset, measured from a time inside a tick, can
+// be up to a tick longer than the wait; the cache's entry ends one tick
+// before that reset, so a request at the first moment the store admits
+// one reaches the store. Each rejection that is recorded comes from a
+// time inside a tick; the last steps are the entry's end and the store's
+// first admission.
+func TestDenyCacheCoarseTicks(t *testing.T) {
+	// 10^8 per minute: 10 µs ticks.
+	fw := mustLimit(t, limits.FixedWindow, 100_000_000, limits.UnitMinute, 0)
+	sw := mustLimit(t, limits.SlidingWindow, 100_000_000, limits.UnitMinute, 0)
+	sl := mustLimit(t, limits.SlidingLog, 100_000_000, limits.UnitMinute, 0)
+	// 10 per hour with a burst of 10^7: 100 µs ticks; one hit refills in
+	// 360 s, all of them in a million hours.
+	tb := mustLimit(t, limits.TokenBucket, 10, limits.UnitHour, 10_000_000)
+	lb := mustLimit(t, limits.LeakyBucket, 10, limits.UnitHour, 10_000_000)
+	for _, c := range []struct {
+		l    *limits.Limit
+		tick int64
+	}{{fw, 10}, {sw, 10}, {sl, 10}, {tb, 100}, {lb, 100}} {
+		if c.l.Tick() != c.tick {
+			t.Fatalf("%s ticks %d µs, want %d: the cases test nothing", c.l.Algorithm, c.l.Tick(), c.tick)
+		}
+	}
+	const h = time.Hour
+	// bucket: the limit empties at 0; 250 µs is 50 µs into a tick, and a
+	// hit fits at 360 s. The store's reset, 360 s − 200 µs, runs from the
+	// tick's start; the entry ends a tick before 250 µs plus that.
+	bucket := func(l *limits.Limit) []step {
+		return []step{
+			{at: 0, give: []chk{{"k", l, 10_000_000}}, wantAdmitted: true, want: []limits.Outcome{ok(0, 1_000_000*h)}},
+			{at: 250 * us, give: []chk{{"k", l, 1}}, want: []limits.Outcome{over(0, 360*sec-200*us)}},
+			{at: 250 * us, give: []chk{{"k", l, 1}}, wantLocal: true, want: []limits.Outcome{over(0, 360*sec-300*us)}},
+			{at: 360*sec - 51*us, give: []chk{{"k", l, 1}}, wantLocal: true, want: []limits.Outcome{over(0, us)}},
+			{at: 360*sec - 50*us, give: []chk{{"k", l, 1}}, want: []limits.Outcome{over(0, 100*us)}},
+			{at: 360 * sec, give: []chk{{"k", l, 1}}, wantAdmitted: true, want: []limits.Outcome{ok(0, 1_000_000*h)}},
+		}
+	}
+	// window: the limit fills at 0 and frees at 60 s; 15 µs is inside a
+	// tick. Fixed windows and logs count in µs, but the entry still ends
+	// a tick early.
+	window := func(l *limits.Limit) []step {
+		return []step{
+			{at: 0, give: []chk{{"k", l, 100_000_000}}, wantAdmitted: true},
+			{at: 15 * us, give: []chk{{"k", l, 1}}, want: []limits.Outcome{over(0, 60*sec-15*us)}},
+			{at: 30 * sec, give: []chk{{"k", l, 1}}, wantLocal: true, want: []limits.Outcome{over(0, 30*sec-10*us)}},
+			{at: 60*sec - 11*us, give: []chk{{"k", l, 1}}, wantLocal: true, want: []limits.Outcome{over(0, us)}},
+			{at: 60*sec - 10*us, give: []chk{{"k", l, 1}}, want: []limits.Outcome{over(0, 10*us)}},
+			{at: 60 * sec, give: []chk{{"k", l, 1}}, wantAdmitted: true, want: []limits.Outcome{ok(99_999_999, 60*sec)}},
+		}
+	}
+	tests := []struct {
+		name string
+		give []step
+	}{
+		{name: "fixed_window", give: window(fw)},
+		{name: "sliding_log", give: window(sl)},
+		{
+			// The window fills at 0. 25 µs into the next one is 5 µs into
+			// a tick: the previous window weighs all but 2 ticks, and a
+			// whole limit more fits once it has left, at 120 s.
+			name: "sliding_window",
+			give: []step{
+				{at: 0, give: []chk{{"k", sw, 100_000_000}}, wantAdmitted: true},
+				{at: 60*sec + 25*us, give: []chk{{"k", sw, 100_000_000}}, want: []limits.Outcome{over(33, 60*sec-20*us)}},
+				{at: 90 * sec, give: []chk{{"k", sw, 100_000_000}}, wantLocal: true, want: []limits.Outcome{over(0, 30*sec-5*us)}},
+				{at: 120*sec - 6*us, give: []chk{{"k", sw, 100_000_000}}, wantLocal: true, want: []limits.Outcome{over(0, us)}},
+				{at: 120*sec - 5*us, give: []chk{{"k", sw, 100_000_000}}, want: []limits.Outcome{over(99_999_983, 10*us)}},
+				{at: 120 * sec, give: []chk{{"k", sw, 100_000_000}}, wantAdmitted: true, want: []limits.Outcome{ok(0, 120*sec)}},
+			},
+		},
+		{name: "token_bucket", give: bucket(tb)},
+		{name: "leaky_bucket", give: bucket(lb)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, sp, clk := newCache(DenyCacheOptions{}, 0)
+			runSteps(t, c, sp, clk, tt.give)
+		})
+	}
+}
+
 // TestDenyCacheMatchesTheStore runs the shared store cases through a
 // cache and, in lockstep, through a plain memory store: the verdicts must
 // agree, batches the store answered must agree in full, and a local
@@ -391,8 +476,8 @@ func compareBatches(t *testing.T, where string, want, got *limits.Batch, local b
 	}
 	for j, o := range got.Outcomes {
 		if !o.Over {
-			if o != (limits.Outcome{}) {
-				t.Errorf("%s: check %d: unknown check reports %+v, want zero", where, j, o)
+			if o != (limits.Outcome{Unknown: true}) {
+				t.Errorf("%s: check %d: a check the cache does not know reports %+v, want only Unknown", where, j, o)
 			}
 			continue
 		}

@@ -1,8 +1,8 @@
 -- apply.lua decides the rate-limit checks of one or more requests, each
 -- request as one atomic unit, in order, as if each were a call of its
 -- own made at the same microsecond. It mirrors limits.Limit.Evaluate line
--- by line, for all five algorithms, and limits.MemoryStore.Apply's
--- all-or-nothing rule.
+-- by line, for all five algorithms, and the memory store's
+-- all-or-nothing rule (memory.Store.Apply).
 --
 -- KEYS: the state keys of the checks, request after request, in check
 --   order: one per check, and two for sliding_log (the log, then its
@@ -10,14 +10,15 @@
 --   see each other's hits, and a request sees those of the admitted
 --   requests before it.
 -- ARGV[1]: now in µs, or "" to read redis.call('TIME'). Only tests set it.
--- ARGV[2]: "1" to reserve (one slot group of a cross-slot request): also
---   return, per check, a refund receipt for refund.lua. "2" to report
---   what the checks say of a request that is rejected elsewhere: decide
---   as for "0", write nothing, and return what a rejected request
---   returns.
+-- ARGV[2]: the mode. MODE_APPLY ("0") to decide and write. MODE_RESERVE
+--   ("1") to reserve (one slot group of a cross-slot request): also
+--   return, per check, a refund receipt for refund.lua. MODE_REPORT ("2")
+--   to report what the checks say of a request that is rejected
+--   elsewhere: decide as for MODE_APPLY, write nothing, and return what a
+--   rejected request returns. (The prelude defines the three, from Go.)
 -- ARGV[3], ARGV[4], ...: one per request, its checks, one binary record
---   each (lib.lua's SPEC). A record's extra, when above 0, asks for up to
---   that many hits more for a lease, if the request is admitted
+--   each (the prelude's SPEC). A record's extra, when above 0, asks for
+--   up to that many hits more for a lease, if the request is admitted
 --   (limits.Limit.Grant).
 -- Or, for requests of several slots of one Cluster master, no KEYS, and
 --   ARGV[3] the number of requests, then their records, then their keys
@@ -32,7 +33,7 @@
 -- window start, or the bucket's tick, after the grant; 0 with no grant).
 -- What the checks of a reserving call that admitted report if another
 -- group rejects the request is not computed when reserving but after the
--- refund, by a call with ARGV[2] "2" (store.go), so that the common case
+-- refund, by a call in MODE_REPORT (cluster.go), so that the common case
 -- costs nothing for it.
 --
 -- Why a script: every check must be read, decided and written with no
@@ -84,8 +85,8 @@
 --                   none)
 
 local now = clock()
-local reserve = ARGV[2] == '1'
-local dry = ARGV[2] == '2'
+local reserve = ARGV[2] == MODE_RESERVE
+local dry = ARGV[2] == MODE_REPORT
 local match = string.match
 local sbyte = string.byte
 

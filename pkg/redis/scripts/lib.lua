@@ -1,21 +1,23 @@
 -- lib.lua is prepended to apply.lua and refund.lua when they are loaded
--- (see store.go), so both use one copy of the arithmetic their exactness
+-- (see scripts.go), so both use one copy of the arithmetic their exactness
 -- depends on. It defines no KEYS or ARGV of its own except that clock()
 -- reads ARGV[1].
 --
--- store.go puts before it one constant per limits.Algorithm, named after
--- the algorithm in capitals (FIXED_WINDOW = 0, ...), generated from the Go
--- table so the codes cannot drift; the scripts use only those names.
+-- scripts.go's prelude puts before it the constants the scripts share
+-- with Go, generated from Go so that they cannot drift: one per
+-- limits.Algorithm, named after the algorithm in capitals (FIXED_WINDOW =
+-- 0, ...); apply.lua's modes (MODE_APPLY, MODE_RESERVE, MODE_REPORT); and
+-- SPEC and CHECK below. The scripts use only those names.
 --
 -- Lua numbers are doubles: integers are exact below 2^53, which
 -- limits.Limit keeps every quantity under.
 --
 -- Each check comes in ARGV as one record of CHECK bytes, packed by
--- store.go's appendCheck in struct's format SPEC: algorithm, shadow (0 or
--- 1), requests, window µs, tick µs, burst, hits, extra (hits asked for a
--- lease). Binary numbers cost the script no decimal parsing.
+-- scripts.go's appendCheck in struct's format SPEC ('<BBdddddd', 50
+-- bytes): algorithm, shadow (0 or 1), requests, window µs, tick µs,
+-- burst, hits, extra (hits asked for a lease). Binary numbers cost the
+-- script no decimal parsing.
 
-local SPEC, CHECK = '<BBdddddd', 50
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 local spack, sunpack = struct.pack, struct.unpack
 

@@ -5,7 +5,7 @@
 --   per check, two for sliding_log. All in one hash slot.
 -- ARGV[1]: now in µs, or "" to read redis.call('TIME'). Only tests set it.
 -- ARGV[2]: the refunded checks, one binary record each: apply.lua's
---   (lib.lua's SPEC; shadow and extra are not read: hits is what the
+--   (the prelude's SPEC; shadow and extra are not read: hits is what the
 --   reservation took, granted hits included) followed by the receipt as a
 --   little-endian double.
 --

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// How the environment becomes settings: the reference's variables (see
+// refenv.go) applied below the RLS_ variables and the command line, and
+// the start log of where each setting came from.
+
+// envReport is what the environment did to the settings, for the start
+// log.
+type envReport struct {
+	// refMode is set when the program runs as refName.
+	refMode bool
+	// from is where each flag set other than on the command line got its
+	// value: "RLS_X", or the reference's variables; value is its value.
+	from, value map[string]string
+	// passwordFrom and sentinelPasswordFrom name the reference's variable
+	// the password came from, if it did.
+	passwordFrom, sentinelPasswordFrom string
+	// refused lists the reference's settings in use that we do not
+	// honour, each with the reason.
+	refused []string
+	// unknownRLS lists RLS_ variables that no setting reads.
+	unknownRLS []string
+}
+
+// refApplied is the reference's environment, applied to a flag set.
+type refApplied struct {
+	report           envReport
+	password         *string
+	sentinelPassword *string
+	byFlag           map[string]string // flag → the variables that set it
+	byDefault        map[string]bool   // flags set by the reference's defaults alone
+}
+
+// applyRefEnv sets fs's flags from the reference's variables, except those
+// in explicit (set by the command line or an RLS_ variable). Invalid
+// values are reported all at once, each naming its variable.
+func applyRefEnv(fs *flag.FlagSet, refMode bool, getenv func(string) (string, bool), explicit map[string]bool) (*refApplied, error) {
+	v := &refValues{getenv: getenv, refMode: refMode}
+	a := &refApplied{
+		report: envReport{refMode: refMode, from: map[string]string{}, value: map[string]string{}},
+		byFlag: map[string]string{}, byDefault: map[string]bool{},
+	}
+	for _, m := range refMappings {
+		var set []string
+		for _, name := range m.vars {
+			if v.isSet(name) {
+				set = append(set, name)
+			}
+		}
+		if len(set) == 0 && !(refMode && m.defaults) {
+			continue
+		}
+		if m.whole && slices.ContainsFunc(m.flags, func(f string) bool { return explicit[f] }) {
+			continue
+		}
+		var out refOut
+		nerrs := len(v.errs)
+		m.apply(v, &out)
+		if len(v.errs) > nerrs {
+			continue
+		}
+		from := strings.Join(set, ", ")
+		switch {
+		case len(m.vars) == 0:
+			from = "envoyproxy/ratelimit's behaviour (run as " + refName + ")"
+		case len(set) == 0:
+			from = "the defaults of " + strings.Join(m.vars, ", ") + " (run as " + refName + ")"
+		}
+		for _, f := range out.flags {
+			if explicit[f.name] {
+				continue
+			}
+			if err := fs.Set(f.name, f.value); err != nil {
+				v.errs = append(v.errs, fmt.Errorf("%s (as --%s=%s): %w", strings.Join(m.vars, ", "), f.name, f.value, err))
+				continue
+			}
+			a.byFlag[f.name] = from
+			a.byDefault[f.name] = len(set) == 0
+		}
+		if out.password != nil {
+			a.password, a.report.passwordFrom = out.password, from
+		}
+		if out.sentinelPassword != nil {
+			a.sentinelPassword, a.report.sentinelPasswordFrom = out.sentinelPassword, from
+		}
+	}
+	for _, r := range refRefusals {
+		var on bool
+		if r.active != nil {
+			on = r.active(v)
+		} else {
+			on = v.anySetNonDefault(r.vars...)
+		}
+		if !on {
+			continue
+		}
+		names := slices.DeleteFunc(slices.Clone(r.vars), func(n string) bool { return !v.nonDefault(n) })
+		if len(names) == 0 {
+			names = slices.DeleteFunc(slices.Clone(r.vars), func(n string) bool { return !v.isSet(n) })
+		}
+		if len(names) == 0 {
+			names = []string{r.vars[0] + " (its default, run as " + refName + ")"}
+		}
+		a.report.refused = append(a.report.refused, strings.Join(names, ", ")+": "+r.reason)
+	}
+	return a, errors.Join(v.errs...)
+}
+
+// rlsEnvName is the RLS_ variable of a flag.
+func rlsEnvName(flagName string) string {
+	return "RLS_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// rlsSecrets are the RLS_ variables that are not flags.
+var rlsSecrets = []string{"RLS_REDIS_PASSWORD", "RLS_REDIS_SENTINEL_PASSWORD"}
+
+// unknownRLS lists the RLS_ variables of environ that no setting reads: a
+// misspelt name would otherwise be ignored without a word.
+func unknownRLS(fs *flag.FlagSet, environ []string) []string {
+	known := map[string]bool{}
+	for _, s := range rlsSecrets {
+		known[s] = true
+	}
+	fs.VisitAll(func(f *flag.Flag) { known[rlsEnvName(f.Name)] = true })
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "RLS_") && !known[name] && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// explicitFlags returns the flags that args or RLS_ variables set.
+func explicitFlags(fs *flag.FlagSet, args []string, getenv func(string) (string, bool)) map[string]bool {
+	out := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, ok := getenv(rlsEnvName(f.Name)); ok {
+			out[f.Name] = true
+		}
+	})
+	for _, name := range argsFlags(args) {
+		out[name] = true
+	}
+	return out
+}
+
+// argsFlags returns the names of the flags that args, which parse, set.
+func argsFlags(args []string) []string {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	fs.SetOutput(nopWriter{})
+	(&settings{}).define(fs)
+	fs.Parse(args) //nolint:errcheck // parsed for real elsewhere, which reports errors
+	var out []string
+	fs.Visit(func(f *flag.Flag) { out = append(out, f.Name) })
+	return out
+}
+
+type nopWriter struct{}
+
+func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// finish completes c once its flags are parsed and checked: the
+// reference's passwords, where neither an RLS_ variable nor a file gives
+// one, and the report of where each setting came from.
+func (a *refApplied) finish(c *settings, fs *flag.FlagSet, args []string, getenv func(string) (string, bool), environ []string) {
+	if _, ok := getenv("RLS_REDIS_PASSWORD"); !ok && c.redisPasswordFile == "" && a.password != nil {
+		c.redis.Password = *a.password
+	} else {
+		a.report.passwordFrom = ""
+	}
+	if _, ok := getenv("RLS_REDIS_SENTINEL_PASSWORD"); !ok && c.sentinelPassFile == "" && a.sentinelPassword != nil {
+		c.redis.SentinelPassword = *a.sentinelPassword
+	} else {
+		a.report.sentinelPasswordFrom = ""
+	}
+	inArgs := map[string]bool{}
+	for _, name := range argsFlags(args) {
+		inArgs[name] = true
+	}
+	// Every setting an RLS_ or reference variable set is logged, and those
+	// the reference's defaults set when they differ from ours.
+	fs.VisitAll(func(f *flag.Flag) {
+		if inArgs[f.Name] || (a.byDefault[f.Name] && f.Value.String() == f.DefValue) {
+			return
+		}
+		if _, ok := getenv(rlsEnvName(f.Name)); ok {
+			a.report.from[f.Name] = rlsEnvName(f.Name)
+		} else if vars, ok := a.byFlag[f.Name]; ok {
+			a.report.from[f.Name] = vars
+		} else {
+			return
+		}
+		a.report.value[f.Name] = logValue(f.Name, f.Value.String())
+	})
+	a.report.unknownRLS = unknownRLS(fs, environ)
+	c.env = a.report
+}
+
+// explain adds to a settings error which of the flags it names got their
+// values from the reference's variables, which the user set, not the
+// flags.
+func (a *refApplied) explain(err error) error {
+	var notes []string
+	msg := err.Error()
+	for f, vars := range a.byFlag {
+		i := strings.Index(msg, "--"+f)
+		for i >= 0 {
+			end := i + 2 + len(f)
+			if end == len(msg) || !strings.ContainsRune("abcdefghijklmnopqrstuvwxyz-", rune(msg[end])) {
+				notes = append(notes, "--"+f+" is set from "+vars)
+				break
+			}
+			next := strings.Index(msg[end:], "--"+f)
+			if next < 0 {
+				break
+			}
+			i = end + next
+		}
+	}
+	if len(notes) == 0 {
+		return err
+	}
+	sort.Strings(notes)
+	return fmt.Errorf("%w (%s)", err, strings.Join(notes, "; "))
+}
+
+// logEnv logs where the settings that differ from their defaults came
+// from, other than the command line, and warns once of the reference's
+// settings in use that are not honoured and once of RLS_ variables that
+// no setting reads.
+func logEnv(log *zap.Logger, c *settings) {
+	r := c.env
+	if r.refMode {
+		log.Info("run as " + refName + ": envoyproxy/ratelimit's defaults apply to settings not set")
+	}
+	if len(r.from) > 0 || r.passwordFrom != "" || r.sentinelPasswordFrom != "" {
+		log.Info("settings from the environment", zap.Object("settings", envSources{c}))
+	}
+	if len(r.refused) > 0 {
+		log.Warn("envoyproxy/ratelimit settings not honoured", zap.Strings("settings", r.refused))
+	}
+	if len(r.unknownRLS) > 0 {
+		log.Warn("RLS_ environment variables that no setting reads: misspelt?", zap.Strings("variables", r.unknownRLS))
+	}
+}
+
+// envSources logs each setting from the environment as
+// {"value": …, "from": …}; a URL's password is redacted, and passwords
+// are named, never shown.
+type envSources struct{ c *settings }
+
+var _ zapcore.ObjectMarshaler = envSources{}
+
+func (e envSources) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	r := e.c.env
+	names := make([]string, 0, len(r.from))
+	for name := range r.from {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		value := r.value[name]
+		from := r.from[name]
+		err := enc.AddObject(name, zapcore.ObjectMarshalerFunc(func(enc zapcore.ObjectEncoder) error {
+			enc.AddString("value", value)
+			enc.AddString("from", from)
+			return nil
+		}))
+		if err != nil {
+			return err
+		}
+	}
+	if r.passwordFrom != "" {
+		enc.AddString("redis password", "from "+r.passwordFrom)
+	}
+	if r.sentinelPasswordFrom != "" {
+		enc.AddString("redis sentinel password", "from "+r.sentinelPasswordFrom)
+	}
+	return nil
+}
+
+// logValue is a flag's value for the log: a URL's password redacted.
+func logValue(name, v string) string {
+	if name != "redis-url" {
+		return v
+	}
+	u, err := url.Parse(v)
+	if err != nil {
+		return "(not shown: not a URL)"
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,363 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+// What deployments of envoyproxy/ratelimit (the reference) rely on around
+// the RPC: its gRPC health name, /healthcheck, the debug port's /rlconfig,
+// a Unix socket for gRPC, Prometheus on an address of its own, reloads on
+// a swapped RUNTIME_ROOT link, and the response settings SHADOW_MODE,
+// RESPONSE_DYNAMIC_METADATA and the header names. refenv.go maps the
+// reference's variables onto these flags.
+
+// refHealthName is the gRPC health service name the reference reports.
+const refHealthName = "ratelimit"
+
+// refSettings are the flags of what the reference's deployments rely on.
+type refSettings struct {
+	debugAddr           string
+	grpcUDS             string
+	connGrace           time.Duration
+	metricsAddr         string
+	metricsPath         string
+	referenceMetrics    bool
+	watchLink           string
+	healthRequiresRules bool
+	shadowMode          bool
+	dynamicMetadata     bool
+	headerNames         string
+	names               envoy.HeaderNames // headerNames, parsed
+
+	// onListen, if set, is called with the debug and metrics listeners'
+	// addresses ("" for none) once the servers are about to serve. Tests
+	// use it to find ports chosen by :0.
+	onListen func(debugAddr, metricsAddr string)
+}
+
+const defaultHeaderNames = "RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset"
+
+// defineRef defines the flags of refSettings on fs.
+func (c *settings) defineRef(fs *flag.FlagSet) {
+	r := &c.ref
+	fs.StringVar(&r.debugAddr, "debug-addr", "", "address for /rlconfig (the rules in use as text, as on envoyproxy/ratelimit's debug port) and /debug/config; empty: no debug listener")
+	fs.StringVar(&r.grpcUDS, "grpc-uds", "", "path of a Unix socket to serve the RLS gRPC service, health and reflection on instead of --grpc-addr; a stale socket left there is removed")
+	fs.DurationVar(&r.connGrace, "grpc-max-connection-age-grace", 0, "how long calls in flight on a connection past --grpc-max-connection-age may take before it is closed (0: --shutdown-timeout)")
+	fs.StringVar(&r.metricsAddr, "metrics-addr", "", "address for the Prometheus metrics on a listener of their own; empty serves them on --http-addr")
+	fs.StringVar(&r.metricsPath, "metrics-path", "/metrics", "path of the Prometheus metrics")
+	fs.BoolVar(&r.referenceMetrics, "reference-metrics", false, "serve envoyproxy/ratelimit's metric names too (ratelimit_service_*, as its default Prometheus mapping names them), derived from ours at each scrape")
+	fs.StringVar(&r.watchLink, "watch-link", "", "a symbolic link at or above --config whose replacement reloads the rules, as envoyproxy/ratelimit's RUNTIME_ROOT with RUNTIME_WATCH_ROOT")
+	fs.BoolVar(&r.healthRequiresRules, "health-requires-rules", false, "report gRPC health and /healthcheck as not serving while no rule is loaded")
+	fs.BoolVar(&r.shadowMode, "shadow-mode", false, "answer OK to every request whatever its limits say (descriptor statuses and metrics still say OVER_LIMIT), as envoyproxy/ratelimit's SHADOW_MODE")
+	fs.BoolVar(&r.dynamicMetadata, "response-dynamic-metadata", false, "add the request's domain, descriptors and hits to each response's dynamic_metadata, as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA")
+	fs.StringVar(&r.headerNames, "response-header-names", defaultHeaderNames, "names of the limit, remaining and reset headers of --response-headers=draft03, comma-separated")
+	fs.BoolVar(&c.redis.TLS.SkipHostnameVerification, "redis-tls-skip-hostname-verification", false, "check Redis's certificate against the CAs but not its host name")
+}
+
+// check checks the flags of refSettings.
+func (r *refSettings) check() error {
+	if !strings.HasPrefix(r.metricsPath, "/") || strings.ContainsAny(r.metricsPath, " \t{}") {
+		return fmt.Errorf("--metrics-path: want a path starting with /, without spaces or braces, got %q", r.metricsPath)
+	}
+	if r.connGrace < 0 {
+		return fmt.Errorf("--grpc-max-connection-age-grace: want 0 or more, got %v", r.connGrace)
+	}
+	names := strings.Split(r.headerNames, ",")
+	if len(names) != 3 {
+		return fmt.Errorf("--response-header-names: want three comma-separated names, got %q", r.headerNames)
+	}
+	for _, n := range names {
+		if !validHeaderName(n) {
+			return fmt.Errorf("--response-header-names: %q is not a valid header name", n)
+		}
+	}
+	if r.headerNames != defaultHeaderNames {
+		r.names = envoy.HeaderNames{Limit: names[0], Remaining: names[1], Reset: names[2]}
+	}
+	return nil
+}
+
+// validHeaderName reports whether s is an HTTP field name (RFC 9110
+// token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// separateMetrics reports whether the metrics have a listener of their
+// own: --metrics-addr is set and is not --http-addr.
+func (c *settings) separateMetrics() bool {
+	return c.ref.metricsAddr != "" && !sameAddr(c.ref.metricsAddr, c.httpAddr)
+}
+
+// sameAddr reports whether two listen addresses are the same port on the
+// same host, taking an empty host, 0.0.0.0 and :: as every address. Port
+// 0 is a free port, never another's.
+func sameAddr(a, b string) bool {
+	ha, pa, err1 := net.SplitHostPort(a)
+	hb, pb, err2 := net.SplitHostPort(b)
+	if err1 != nil || err2 != nil || pa == "0" {
+		return false
+	}
+	norm := func(h string) string {
+		if h == "" || h == "0.0.0.0" || h == "::" {
+			return ""
+		}
+		return h
+	}
+	return pa == pb && norm(ha) == norm(hb)
+}
+
+// listenGRPC opens the gRPC listener: the Unix socket of --grpc-uds, or
+// --grpc-addr.
+func listenGRPC(c *settings) (net.Listener, error) {
+	if c.ref.grpcUDS == "" {
+		l, err := net.Listen("tcp", c.grpcAddr)
+		if err != nil {
+			return nil, fmt.Errorf("listen --grpc-addr: %w", err)
+		}
+		return l, nil
+	}
+	l, err := listenUnix(c.ref.grpcUDS)
+	if err != nil {
+		return nil, fmt.Errorf("listen --grpc-uds: %w", err)
+	}
+	return l, nil
+}
+
+// listenUnix listens on a Unix socket at path. A socket file already
+// there that nobody accepts on is left from a process that died, and is
+// removed; one that is served, or a file that is not a socket, is an
+// error. The listener removes the file when it closes.
+func listenUnix(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		conn, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
+			conn.Close()
+			return nil, fmt.Errorf("%s is in use by another process", path)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("remove stale socket: %w", err)
+		}
+	}
+	return net.Listen("unix", path)
+}
+
+// listenRef opens the debug and metrics listeners that the settings ask
+// for, into l. On an error it closes every listener of l.
+func (l *listeners) listenRef(c *settings) error {
+	var err error
+	closeAll := func() {
+		for _, x := range []net.Listener{l.grpc, l.http, l.admin, l.debug} {
+			if x != nil {
+				x.Close()
+			}
+		}
+	}
+	if c.ref.debugAddr != "" {
+		if l.debug, err = net.Listen("tcp", c.ref.debugAddr); err != nil {
+			closeAll()
+			return fmt.Errorf("listen --debug-addr: %w", err)
+		}
+		l.debug = limitListener(l.debug, c.bounds.httpMaxConns)
+	}
+	if c.separateMetrics() {
+		if l.metrics, err = net.Listen("tcp", c.ref.metricsAddr); err != nil {
+			closeAll()
+			return fmt.Errorf("listen --metrics-addr: %w", err)
+		}
+		l.metrics = limitListener(l.metrics, c.bounds.httpMaxConns)
+	}
+	return nil
+}
+
+func addrOf(l net.Listener) string {
+	if l == nil {
+		return ""
+	}
+	return l.Addr().String()
+}
+
+// healthNames are the gRPC health service names the sidecar reports: the
+// server's, the RLS service's and the reference's.
+var healthNames = []string{"", envoy.ServiceName, refHealthName}
+
+// setHealth reports every health name serving, unless rules must be
+// loaded and none is.
+func setHealth(h *health.Server, c *settings, rs *limits.Ruleset) {
+	st := healthpb.HealthCheckResponse_SERVING
+	if !servingRules(c, rs) {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	for _, name := range healthNames {
+		h.SetServingStatus(name, st)
+	}
+}
+
+// servingRules reports whether the rules let the sidecar be healthy: any
+// rules at all, if --health-requires-rules asks for them.
+func servingRules(c *settings, rs *limits.Ruleset) bool {
+	return !c.ref.healthRequiresRules || len(rs.Domains()) > 0
+}
+
+// healthcheck answers GET /healthcheck as the reference does: 200 "OK"
+// while the sidecar serves, 500 once it is shutting down (SIGTERM: while
+// it drains), and 500 while no rule is loaded if --health-requires-rules
+// asks for rules.
+func healthcheck(ctx context.Context, c *settings, engine *limits.Engine) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		switch {
+		case ctx.Err() != nil:
+			http.Error(w, "shutting down", http.StatusInternalServerError)
+		case !servingRules(c, engine.Rules()):
+			http.Error(w, "no rules loaded", http.StatusInternalServerError)
+		default:
+			io.WriteString(w, "OK") //nolint:errcheck // the client went away
+		}
+	})
+}
+
+// debugMux serves the debug listener: an index at /, /rlconfig and
+// /debug/config.
+func debugMux(config http.Handler, engine *limits.Engine) *http.ServeMux {
+	endpoints := map[string]string{
+		"/rlconfig":     "the rules in use, one line per limit, as envoyproxy/ratelimit prints them",
+		"/debug/config": "the rules in use as JSON, with their files and reload status",
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		paths := make([]string, 0, len(endpoints))
+		for p := range endpoints {
+			paths = append(paths, p)
+		}
+		sort.Strings(paths)
+		for _, p := range paths {
+			fmt.Fprintf(w, "%s: %s\n", p, endpoints[p])
+		}
+	})
+	mux.Handle("GET /rlconfig", rlconfig(engine))
+	mux.Handle("GET /debug/config", config)
+	return mux
+}
+
+// rlconfig answers /rlconfig: one line per limit of the rules in use, in
+// the reference's format,
+//
+//	<domain>.<key>[_<value>][.<key>[_<value>]...]: unit=<UNIT> requests_per_unit=<n>, shadow_mode: <bool>, quota_mode: false
+//
+// sorted by domain and in the files' order within one. An unlimited limit
+// has unit UNKNOWN and 0 requests, as in the reference. What the
+// reference cannot express follows on the same line: the algorithm and
+// window when it is not a fixed window of one unit, and the burst,
+// lease and name when set.
+func rlconfig(engine *limits.Engine) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		rs := engine.Rules()
+		var b strings.Builder
+		domains := rs.Domains()
+		sort.Strings(domains)
+		for _, d := range domains {
+			dumpRules(&b, d, rs.Rules(d))
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, b.String()) //nolint:errcheck // the client went away
+	})
+}
+
+func dumpRules(b *strings.Builder, domain string, rules []*limits.Rule) {
+	for _, r := range rules {
+		for _, l := range r.Limits {
+			unit, requests := "UNKNOWN", uint64(0)
+			if !l.Unlimited {
+				unit, requests = strings.ToUpper(l.Unit.String()), l.Requests
+			}
+			fmt.Fprintf(b, "%s.%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: false",
+				domain, r.Name, unit, requests, r.ShadowMode || l.Shadow)
+			if !l.Unlimited && (l.Algorithm != limits.FixedWindow || l.Multiplier > 1) {
+				fmt.Fprintf(b, ", algorithm: %s, window: %s", l.Algorithm, l.Window())
+			}
+			if l.Burst > 0 && l.Algorithm.Bucketed() {
+				fmt.Fprintf(b, ", burst: %d", l.Burst)
+			}
+			if l.Lease > 0 {
+				fmt.Fprintf(b, ", lease: %d", l.Lease)
+			}
+			if l.Name != "" {
+				fmt.Fprintf(b, ", name: %s", strconv.Quote(l.Name))
+			}
+			b.WriteByte('\n')
+		}
+		dumpRules(b, domain, r.Children)
+	}
+}
+
+// watchLink reloads the rules whenever the symbolic link at path is
+// replaced (created, or renamed onto), until ctx ends, as the reference
+// does for RUNTIME_ROOT with RUNTIME_WATCH_ROOT: a release swaps the
+// link to a new directory, which the config directory's own watch, on
+// the old directory, cannot see. It watches the link's directory.
+func watchLink(ctx context.Context, path string, reload func(), log *zap.Logger) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch --watch-link: %w", err)
+	}
+	defer w.Close()
+	path = filepath.Clean(path)
+	if err := w.Add(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("watch --watch-link: %w", err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			if filepath.Clean(ev.Name) == path && ev.Op&(fsnotify.Create|fsnotify.Write) != 0 {
+				log.Info("--watch-link replaced: reloading config", zap.String("link", path))
+				reload()
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			log.Warn("--watch-link watch error", zap.Error(err))
+		}
+	}
+}

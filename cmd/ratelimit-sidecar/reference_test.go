@@ -1,0 +1,487 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+)
+
+// refSidecar is a serve() started as the reference's image starts it: by
+// name and environment.
+type refSidecar struct {
+	grpcAddr, httpAddr, debugAddr, metricsAddr string
+	rls                                        rlsv3.RateLimitServiceClient
+	health                                     healthpb.HealthClient
+	log                                        *syncBuffer
+	cancel                                     context.CancelFunc
+	stop                                       func() error // cancels and waits for serve to return
+}
+
+// startAs starts serve() for the program run as argv0 in env, with args.
+func startAs(t *testing.T, argv0 string, env map[string]string, args ...string) *refSidecar {
+	t.Helper()
+	c, err := parseEnv(argv0, env, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &refSidecar{log: &syncBuffer{}}
+	ready := make(chan struct{}, 1)
+	c.onReady = func(g, h, _ string) { s.grpcAddr, s.httpAddr = g, h }
+	c.ref.onListen = func(d, m string) {
+		s.debugAddr, s.metricsAddr = d, m
+		ready <- struct{}{}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, c, s.log) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("serve returned early: %v\n%s", err, s.log)
+	}
+	var once sync.Once
+	var serr error
+	s.stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case serr = <-done:
+			case <-time.After(15 * time.Second):
+				serr = errors.New("serve did not stop within 15s")
+			}
+		})
+		return serr
+	}
+	target := s.grpcAddr
+	if c.ref.grpcUDS != "" {
+		target = "unix://" + s.grpcAddr
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.rls = rlsv3.NewRateLimitServiceClient(conn)
+	s.health = healthpb.NewHealthClient(conn)
+	t.Cleanup(func() {
+		if err := s.stop(); err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		conn.Close()
+	})
+	return s
+}
+
+// httpDo sends a request to addr and returns the status and body.
+func httpDo(t *testing.T, method, addr, path, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	return r.StatusCode, string(b)
+}
+
+func healthOf(t *testing.T, h healthpb.HealthClient, name string) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	r, err := h.Check(context.Background(), &healthpb.HealthCheckRequest{Service: name})
+	if err != nil {
+		t.Fatalf("health %q: %v", name, err)
+	}
+	return r.Status
+}
+
+func code(t *testing.T, c rlsv3.RateLimitServiceClient, req *rlsv3.RateLimitRequest) rlsv3.RateLimitResponse_Code {
+	t.Helper()
+	resp, err := c.ShouldRateLimit(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.OverallCode
+}
+
+const (
+	rlsOK   = rlsv3.RateLimitResponse_OK
+	rlsOver = rlsv3.RateLimitResponse_OVER_LIMIT
+)
+
+// istioRules is the rule file of Istio's sample, with a limit per minute.
+func istioRules(perMinute int) string {
+	return fmt.Sprintf("domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: minute\n      requests_per_unit: %d\n", perMinute)
+}
+
+// istioEnv is the environment of Istio's sample
+// (samples/ratelimit/rate-limit-service.yaml), with loopback addresses
+// and free ports.
+func istioEnv(root, redisAddr string) map[string]string {
+	return map[string]string{
+		"LOG_LEVEL": "debug", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redisAddr, "USE_STATSD": "false",
+		"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false", "RUNTIME_IGNOREDOTFILES": "true",
+		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
+	}
+}
+
+// TestIstioSample starts two replicas as Istio's sample starts the
+// reference: /bin/ratelimit, its environment, no flags, the rules a
+// ConfigMap mounted at RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config. They
+// enforce the rules on the shared Redis, and a ConfigMap update (the
+// kubelet's ..data symlink swap) applies to both.
+func TestIstioSample(t *testing.T) {
+	srv := redistest.StartServer(t)
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	swapConfigMap(t, dir, "01", map[string]string{"config.yaml": istioRules(1)})
+	env := istioEnv(root, srv.Addr)
+	a := startAs(t, "/bin/ratelimit", env, "--reload-debounce=50ms")
+	b := startAs(t, "/bin/ratelimit", env, "--reload-debounce=50ms")
+
+	if !strings.Contains(a.log.String(), `"store":"redis"`) {
+		t.Errorf("start log does not say the store is Redis:\n%s", a.log)
+	}
+	if got := code(t, a.rls, userRequest("alice", 0)); got != rlsOK {
+		t.Errorf("first request on a: %v, want OK", got)
+	}
+	if got := code(t, b.rls, userRequest("alice", 0)); got != rlsOver {
+		t.Errorf("second request, on b: %v, want OVER_LIMIT: the replicas must share Redis", got)
+	}
+
+	// The reference's surface.
+	for _, s := range []*refSidecar{a, b} {
+		if st := healthOf(t, s.health, "ratelimit"); st != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("gRPC health of ratelimit: %v", st)
+		}
+		if status, body := httpDo(t, "GET", s.httpAddr, "/healthcheck", ""); status != http.StatusOK || body != "OK" {
+			t.Errorf("/healthcheck on PORT: %d %q", status, body)
+		}
+		if status, body := httpDo(t, "GET", s.debugAddr, "/rlconfig", ""); status != http.StatusOK ||
+			body != "edge.user: unit=MINUTE requests_per_unit=1, shadow_mode: false, quota_mode: false\n" {
+			t.Errorf("/rlconfig on DEBUG_PORT: %d %q", status, body)
+		}
+	}
+	status, body := httpDo(t, "POST", a.httpAddr, "/json", `{"domain":"edge","descriptors":[{"entries":[{"key":"user","value":"alice"}]}]}`)
+	if status != http.StatusTooManyRequests || !strings.Contains(body, `"overallCode":"OVER_LIMIT"`) {
+		t.Errorf("POST /json on PORT: %d %s", status, body)
+	}
+
+	// The ConfigMap changes: 3 a minute. Counters are kept, so alice has
+	// 2 left (/json's request was rejected and took nothing).
+	swapConfigMap(t, dir, "02", map[string]string{"config.yaml": istioRules(3)})
+	for _, s := range []*refSidecar{a, b} {
+		waitFor(t, func() bool {
+			_, body := httpDo(t, "GET", s.debugAddr, "/rlconfig", "")
+			return strings.Contains(body, "requests_per_unit=3")
+		})
+	}
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsOK, rlsOK, rlsOver} {
+		s := []*refSidecar{a, b}[i%2]
+		if got := code(t, s.rls, userRequest("alice", 0)); got != want {
+			t.Errorf("after the swap, request %d: %v, want %v", i, got, want)
+		}
+	}
+}
+
+// TestHealthcheckWhileDraining: /healthcheck is 200 until SIGTERM, then
+// 500 while the sidecar drains, and the health of ratelimit goes
+// NOT_SERVING with the others.
+func TestHealthcheckWhileDraining(t *testing.T) {
+	dir := t.TempDir()
+	writeAll(t, filepath.Join(dir, "config", "rules.yaml"), istioRules(5))
+	s := startAs(t, "/bin/ratelimit", map[string]string{
+		"RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "HOST": "127.0.0.1", "PORT": "0",
+		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "USE_STATSD": "false",
+	}, "--redis-url=", "--drain-delay=3s")
+	if status, _ := httpDo(t, "GET", s.httpAddr, "/healthcheck", ""); status != http.StatusOK {
+		t.Fatalf("/healthcheck before SIGTERM: %d", status)
+	}
+	s.cancel() // as SIGTERM does
+	waitFor(t, func() bool {
+		status, _ := httpDo(t, "GET", s.httpAddr, "/healthcheck", "")
+		return status == http.StatusInternalServerError
+	})
+	if st := healthOf(t, s.health, "ratelimit"); st != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("gRPC health of ratelimit while draining: %v", st)
+	}
+}
+
+// TestHealthRequiresRules: with HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED,
+// health is NOT_SERVING and /healthcheck 500 until rules are loaded.
+func TestHealthRequiresRules(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startAs(t, "/bin/ratelimit", map[string]string{
+		"RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true",
+		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
+	}, "--redis-url=", "--reload-debounce=50ms")
+	if status, _ := httpDo(t, "GET", s.httpAddr, "/healthcheck", ""); status != http.StatusInternalServerError {
+		t.Errorf("/healthcheck without rules: %d, want 500", status)
+	}
+	for _, name := range []string{"", "ratelimit", "envoy.service.ratelimit.v3.RateLimitService"} {
+		if st := healthOf(t, s.health, name); st != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Errorf("gRPC health of %q without rules: %v", name, st)
+		}
+	}
+	writeAll(t, filepath.Join(dir, "config", "rules.yaml"), istioRules(5))
+	waitFor(t, func() bool { return healthOf(t, s.health, "ratelimit") == healthpb.HealthCheckResponse_SERVING })
+	if status, body := httpDo(t, "GET", s.httpAddr, "/healthcheck", ""); status != http.StatusOK || body != "OK" {
+		t.Errorf("/healthcheck with rules: %d %q", status, body)
+	}
+}
+
+// TestGRPCUDS: GRPC_UDS serves gRPC on a Unix socket instead of TCP,
+// replacing a stale socket a dead process left, and removes it at exit.
+// A path that is not a socket is refused.
+func TestGRPCUDS(t *testing.T) {
+	dir, err := os.MkdirTemp("", "uds") // short: a socket path has at most 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "rl.sock")
+	stale, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.SetUnlinkOnClose(false)
+	stale.Close()
+	writeAll(t, filepath.Join(dir, "config", "rules.yaml"), istioRules(1))
+	env := map[string]string{"GRPC_UDS": sock, "RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "HOST": "127.0.0.1", "PORT": "0"}
+	s := startAs(t, "ratelimit-sidecar", env, "--redis-url=")
+	if s.grpcAddr != sock {
+		t.Errorf("gRPC listens on %q, want %q", s.grpcAddr, sock)
+	}
+	if got := code(t, s.rls, userRequest("alice", 0)); got != rlsOK {
+		t.Errorf("over the socket: %v", got)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+		t.Errorf("socket left after exit: %v", err)
+	}
+
+	writeAll(t, sock, "not a socket")
+	if _, err := listenGRPC(mustParseEnv(t, "ratelimit-sidecar", env, "--redis-url=")); err == nil || !strings.Contains(err.Error(), "exists and is not a socket") {
+		t.Errorf("a file in the way: %v", err)
+	}
+}
+
+// TestPrometheusAddr: USE_PROMETHEUS with PROMETHEUS_ADDR and
+// PROMETHEUS_PATH serves the metrics there, as Envoy Gateway scrapes
+// them, and not on PORT.
+func TestPrometheusAddr(t *testing.T) {
+	dir := t.TempDir()
+	writeAll(t, filepath.Join(dir, "config", "rules.yaml"), istioRules(1))
+	s := startAs(t, "/bin/ratelimit", map[string]string{
+		"RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "USE_STATSD": "false", "USE_PROMETHEUS": "true",
+		"PROMETHEUS_ADDR": "127.0.0.1:0", "PROMETHEUS_PATH": "/stats/prometheus",
+		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
+	}, "--redis-url=")
+	if s.metricsAddr == "" {
+		t.Fatal("no metrics listener")
+	}
+	if status, body := httpDo(t, "GET", s.metricsAddr, "/stats/prometheus", ""); status != http.StatusOK || !strings.Contains(body, "ratelimit_sidecar_build_info") {
+		t.Errorf("metrics at PROMETHEUS_ADDR/PROMETHEUS_PATH: %d", status)
+	}
+	if status, _ := httpDo(t, "GET", s.httpAddr, "/metrics", ""); status != http.StatusNotFound {
+		t.Errorf("/metrics on PORT: %d, want 404", status)
+	}
+}
+
+// TestWatchRoot: with RUNTIME_WATCH_ROOT (the reference's default), a
+// release that swaps the RUNTIME_ROOT link to a new directory reloads the
+// rules.
+func TestWatchRoot(t *testing.T) {
+	base := t.TempDir()
+	for v, n := range map[string]int{"v1": 1, "v2": 4} {
+		writeAll(t, filepath.Join(base, v, "ratelimit", "config", "rules.yaml"), istioRules(n))
+	}
+	current := filepath.Join(base, "current")
+	if err := os.Symlink("v1", current); err != nil {
+		t.Fatal(err)
+	}
+	s := startAs(t, "/bin/ratelimit", map[string]string{
+		"RUNTIME_ROOT": current, "RUNTIME_SUBDIRECTORY": "ratelimit", "USE_STATSD": "false",
+		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
+	}, "--redis-url=")
+	if _, body := httpDo(t, "GET", s.debugAddr, "/rlconfig", ""); !strings.Contains(body, "requests_per_unit=1,") {
+		t.Fatalf("/rlconfig before the swap: %q", body)
+	}
+	tmp := filepath.Join(base, "current.tmp")
+	if err := os.Symlink("v2", tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, current); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		_, body := httpDo(t, "GET", s.debugAddr, "/rlconfig", "")
+		return strings.Contains(body, "requests_per_unit=4,")
+	})
+}
+
+// TestRLConfigFormat: /rlconfig prints every limit of every domain in the
+// reference's format, with what the reference cannot express after it.
+func TestRLConfigFormat(t *testing.T) {
+	dir := t.TempDir()
+	writeAll(t, filepath.Join(dir, "b.yaml"), `domain: b
+descriptors:
+  - key: tenant
+    value: acme
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 10}
+    descriptors:
+      - key: user
+        rate_limits:
+          - {algorithm: token_bucket, unit: second, requests_per_unit: 1, burst: 5, name: per-user}
+          - {unit: hour, unit_multiplier: 2, requests_per_unit: 100}
+  - key: free
+    rate_limit: {unlimited: true}
+`)
+	writeAll(t, filepath.Join(dir, "a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 7}\n")
+	s := startAs(t, "ratelimit-sidecar", nil, "--config", dir, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0", "--debug-addr=127.0.0.1:0")
+	status, body := httpDo(t, "GET", s.debugAddr, "/rlconfig", "")
+	want := `a.k: unit=DAY requests_per_unit=7, shadow_mode: false, quota_mode: false
+b.tenant_acme: unit=SECOND requests_per_unit=10, shadow_mode: true, quota_mode: false
+b.tenant_acme.user: unit=SECOND requests_per_unit=1, shadow_mode: false, quota_mode: false, algorithm: token_bucket, window: 1s, burst: 5, name: "per-user"
+b.tenant_acme.user: unit=HOUR requests_per_unit=100, shadow_mode: false, quota_mode: false, algorithm: fixed_window, window: 2h0m0s
+b.free: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false
+`
+	if status != http.StatusOK || body != want {
+		t.Errorf("/rlconfig = %d\n%s\nwant\n%s", status, body, want)
+	}
+	if status, body := httpDo(t, "GET", s.debugAddr, "/", ""); status != http.StatusOK || !strings.Contains(body, "/rlconfig: ") || !strings.Contains(body, "/debug/config: ") {
+		t.Errorf("debug index: %d %q", status, body)
+	}
+	if status, body := httpDo(t, "GET", s.debugAddr, "/debug/config", ""); status != http.StatusOK || !strings.Contains(body, `"checksum"`) {
+		t.Errorf("/debug/config on the debug listener: %d", status)
+	}
+}
+
+// swapConfigMap lays out dir as the kubelet mounts a ConfigMap, and
+// updates it as the kubelet does: the files in a new dot-directory, the
+// ..data link swapped to it by a rename, and top-level links through
+// ..data.
+func swapConfigMap(t *testing.T, dir, stamp string, files map[string]string) {
+	t.Helper()
+	data := filepath.Join(dir, "..2026_11_24_"+stamp)
+	for name, content := range files {
+		writeAll(t, filepath.Join(data, name), content)
+	}
+	tmp := filepath.Join(dir, "..data_tmp")
+	if err := os.Symlink(filepath.Base(data), tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	for name := range files {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+			continue
+		}
+		if err := os.Symlink(filepath.Join("..data", name), filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// writeAll writes a file, making its directory.
+func writeAll(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, path, data)
+}
+
+// TestSameAddr: metrics get a listener of their own only when
+// PROMETHEUS_ADDR is not PORT's address.
+func TestSameAddr(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want bool
+	}{
+		{":8080", "0.0.0.0:8080", true},
+		{"[::]:8080", ":8080", true},
+		{"127.0.0.1:8080", "127.0.0.1:8080", true},
+		{":19001", "0.0.0.0:8080", false},
+		{"127.0.0.1:8080", "0.0.0.0:8080", false},
+		{"127.0.0.1:0", "127.0.0.1:0", false},
+		{"bad", "bad", false},
+	}
+	for _, tt := range tests {
+		if got := sameAddr(tt.a, tt.b); got != tt.want {
+			t.Errorf("sameAddr(%q, %q) = %v, want %v", tt.a, tt.b, got, tt.want)
+		}
+	}
+	c := mustParseEnv(t, "ratelimit", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":8080"})
+	if c.separateMetrics() {
+		t.Error("PROMETHEUS_ADDR=:8080 with PORT 8080: a listener of its own")
+	}
+}
+
+// TestRefRedisTopologies: REDIS_TYPE with the reference's REDIS_URL forms
+// for Sentinel (master-name,host:port,...) and Cluster (host:port,...)
+// reaches the Redis they name: two replicas share its counters.
+func TestRefRedisTopologies(t *testing.T) {
+	tests := []struct {
+		name  string
+		start func(t *testing.T) (typ, url string)
+	}{
+		{"sentinel", func(t *testing.T) (string, string) {
+			s := redistest.StartSentinel(t)
+			return "SENTINEL", s.MasterName + "," + strings.Join(s.SentinelAddrs, ",")
+		}},
+		{"cluster", func(t *testing.T) (string, string) {
+			return "cluster", strings.Join(redistest.StartCluster(t).Addrs, ",")
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			typ, url := tt.start(t)
+			dir := t.TempDir()
+			writeAll(t, filepath.Join(dir, "config", "rules.yaml"), istioRules(1))
+			env := map[string]string{
+				"REDIS_TYPE": typ, "REDIS_URL": url, "RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "USE_STATSD": "false",
+				"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
+			}
+			a := startAs(t, "/bin/ratelimit", env)
+			b := startAs(t, "/bin/ratelimit", env)
+			// Failure mode error (the reference's behaviour): a request
+			// Redis did not decide fails, so these are Redis's answers.
+			if got := code(t, a.rls, userRequest("carol", 0)); got != rlsOK {
+				t.Errorf("first request: %v", got)
+			}
+			if got := code(t, b.rls, userRequest("carol", 0)); got != rlsOver {
+				t.Errorf("second request, on the other replica: %v, want OVER_LIMIT", got)
+			}
+		})
+	}
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.uber.org/zap"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
+)
+
+// BenchmarkRejectedRequest decides a request that a ban rejects through
+// the RLS server's message path, with the rejection log as the sidecar
+// builds it: off, at its default level debug in an info log (a level
+// check), and at info under a flood, where the rate bound leaves almost
+// every line out. Compare with envoy's BenchmarkShouldRateLimit/rejected.
+func BenchmarkRejectedRequest(b *testing.B) {
+	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(
+		"domain: bench\ndescriptors:\n  - key: banned\n    rate_limit: {unit: second, requests_per_unit: 0}\n")}}, config.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlscommon.RateLimitDescriptor{
+		{Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "banned", Value: "mallory"}}},
+	}}
+	log, err := newLogger(&settings{logLevel: "info", logFormat: "json"}, io.Discard)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name  string
+		level string
+	}{{"off", "off"}, {"debug", "debug"}, {"info_flood", "info"}} {
+		b.Run(bc.name, func(b *testing.B) {
+			engine := limits.NewEngine(rs, memory.New(memory.Options{}), limits.EngineOptions{})
+			opts := envoy.Options{}
+			if rej := newRejectionLog(log, rejectionSettings{level: bc.level, rate: 10, values: "hash"}, "memory", time.Now); rej != nil {
+				opts.Rejections = rej
+			}
+			srv := envoy.NewServer(engine, zap.NewNop(), opts)
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := srv.ShouldRateLimit(context.Background(), req)
+				if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+					b.Fatalf("%v, %v", resp.GetOverallCode(), err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRejectionLog is what the rejection log adds to one rejected
+// request: at its default level in an info log (a level check), and at
+// info under a flood, where the rate bound leaves the line out.
+func BenchmarkRejectionLog(b *testing.B) {
+	r := newRejectionRig(b, zap.InfoLevel, rejectionSettings{level: "debug", rate: 10, values: "hash"}, nil, limits.EngineOptions{})
+	req := aliceRequest()
+	var d limits.Decision
+	for range 2 {
+		if err := r.engine.Decide(context.Background(), req, &d); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if d.Code != limits.OverLimit {
+		b.Fatal("not rejected")
+	}
+	log, _ := jsonLogger(zap.InfoLevel)
+	for _, bc := range []struct {
+		name  string
+		level string
+	}{{"debug", "debug"}, {"info_flood", "info"}} {
+		b.Run(bc.name, func(b *testing.B) {
+			rej := newRejectionLog(log, rejectionSettings{level: bc.level, rate: 10, values: "hash"}, "memory", time.Now)
+			for range 10 {
+				rej.Rejected(req, &d) // the burst
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				rej.Rejected(req, &d)
+			}
+		})
+	}
+}

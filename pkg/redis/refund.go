@@ -1,0 +1,112 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+// refund gives back every reservation of gs, in parallel. Its calls get
+// their own timeout: the request's may be spent, and a refund abandoned
+// halfway would leave budgets consumed.
+func (s *Store) refund(ctx context.Context, checks []limits.Check, now string, gs []*group) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	return s.refundWithin(ctx, checks, now, gs)
+}
+
+// maxRefunds bounds the refund.lua calls of one refund under way at
+// once: a Return can have a group for each of thousands of slots.
+const maxRefunds = 8
+
+// refundWithin is refund within ctx.
+func (s *Store) refundWithin(ctx context.Context, checks []limits.Check, now string, gs []*group) error {
+	var eg errgroup.Group
+	eg.SetLimit(maxRefunds)
+	for _, g := range gs {
+		if g.err != nil || !g.admitted {
+			continue
+		}
+		var keys []string
+		var spec []byte
+		for j, i := range g.idx {
+			if g.receipts[j] < 0 {
+				continue
+			}
+			// The reservation took the check's hits and any it was
+			// granted for a lease: give back both.
+			c := checks[i]
+			c.Hits += g.out[j].Granted
+			keys, _ = s.cutKeys(keys, string(s.appendKeys(nil, &c)), &c)
+			spec = appendCheck(spec, &c)
+			spec = appendFloat(spec, float64(g.receipts[j]))
+		}
+		if len(keys) == 0 {
+			continue
+		}
+		args := []any{now, spec}
+		eg.Go(func() error {
+			err := refundScript.Run(ctx, s.rdb, keys, args...).Err()
+			if isRedirect(err) {
+				_, err = s.redirect(ctx, refundScript, keys, args, err)
+			}
+			if err != nil {
+				return wrap(ctx, "refund", err)
+			}
+			return nil
+		})
+	}
+	return eg.Wait()
+}
+
+// returnChunk bounds the checks of one refund.lua call of a Return, so
+// that no call keeps Redis busy for long.
+const returnChunk = 256
+
+// Return gives back hits that a lease took and did not spend: Hits of
+// each check's key, granted under receipts[i] (limits.Outcome's
+// GrantReceipt). It implements store.Returner. refund.lua takes back no
+// more than the key still holds of them (none once the window they went
+// to has ended, and less what a bucket drained since), so a return can
+// leave a limit stricter than exact, never looser. It is bounded by ctx
+// alone, in calls of at most returnChunk checks per slot (standalone:
+// per call), a few at a time.
+func (s *Store) Return(ctx context.Context, checks []limits.Check, receipts []int64) error {
+	if len(checks) != len(receipts) {
+		return fmt.Errorf("redis return: %d checks and %d receipts", len(checks), len(receipts))
+	}
+	if len(checks) == 0 {
+		return nil
+	}
+	now := ""
+	if s.now != nil {
+		now = strconv.FormatInt(s.now().UnixMicro(), 10)
+	}
+	var gs []*group
+	if s.cc == nil {
+		g := &group{idx: make([]int, len(checks))}
+		for i := range g.idx {
+			g.idx[i] = i
+		}
+		gs = []*group{g}
+	} else {
+		gs = s.groups(checks)
+	}
+	var chunks []*group
+	for _, g := range gs {
+		for len(g.idx) > 0 {
+			n := min(len(g.idx), returnChunk)
+			c := &group{slot: g.slot, idx: g.idx[:n], admitted: true, out: make([]limits.Outcome, n), receipts: make([]int64, n)}
+			for j, i := range c.idx {
+				c.receipts[j] = receipts[i]
+			}
+			chunks = append(chunks, c)
+			g.idx = g.idx[n:]
+		}
+	}
+	return s.refundWithin(ctx, checks, now, chunks)
+}

@@ -1,0 +1,170 @@
+package redis
+
+import (
+	_ "embed"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+var (
+	//go:embed scripts/lib.lua
+	libSrc string
+	//go:embed scripts/apply.lua
+	applySrc string
+	//go:embed scripts/refund.lua
+	refundSrc string
+
+	// Both scripts share the prelude's constants and lib.lua's
+	// arithmetic, prepended at load time.
+	applyScript  = goredis.NewScript(prelude() + libSrc + applySrc)
+	refundScript = goredis.NewScript(prelude() + libSrc + refundSrc)
+)
+
+// prelude returns the constants that the scripts share with Go, so that
+// the two cannot disagree about them: one per limits.Algorithm, named
+// after the algorithm in capitals and set to its Go value (local
+// FIXED_WINDOW = 0, ...); apply.lua's modes, MODE_APPLY, MODE_RESERVE and
+// MODE_REPORT; and a check's record, its struct format SPEC and its size
+// CHECK in bytes.
+func prelude() string {
+	var b strings.Builder
+	for _, a := range limits.Algorithms {
+		fmt.Fprintf(&b, "local %s = %d\n", luaName(a), int(a))
+	}
+	fmt.Fprintf(&b, "local MODE_APPLY, MODE_RESERVE, MODE_REPORT = '%s', '%s', '%s'\n", modeApply, modeReserve, modeReport)
+	fmt.Fprintf(&b, "local SPEC, CHECK = '%s', %d\n", checkSpec, checkSize)
+	return b.String()
+}
+
+// luaName returns the name of a's constant in the scripts.
+func luaName(a limits.Algorithm) string { return strings.ToUpper(a.String()) }
+
+// A check's record in the scripts' ARGV (see appendCheck) is two bytes
+// and checkFloats float64s: checkSize bytes in all, in struct's format
+// checkSpec. The prelude gives the scripts the last two as CHECK and SPEC.
+const (
+	checkFloats = 6
+	checkSize   = 2 + checkFloats*8
+)
+
+var checkSpec = "<BB" + strings.Repeat("d", checkFloats)
+
+// logSuffix names a sliding log's second key. Keys of limits.AppendKey end
+// in a limit ID, which ends in a digit, so no key ends in it.
+const logSuffix = ":h"
+
+// anyExtra reports whether a check of checks idx (nil: all) asks for a
+// lease.
+func anyExtra(checks []limits.Check, idx []int) bool {
+	if idx == nil {
+		for i := range checks {
+			if checks[i].Extra > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	for _, i := range idx {
+		if checks[i].Extra > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// apply.lua's modes, its ARGV[2]; the prelude gives them to the scripts
+// as MODE_APPLY, MODE_RESERVE and MODE_REPORT.
+const (
+	modeApply   = "0" // decide, and write if admitted
+	modeReserve = "1" // the same, and return refund receipts (a slot group)
+	modeReport  = "2" // decide, write nothing, report as if rejected
+)
+
+// setArgs sets the KEYS and ARGV of c, a call of apply.lua in mode, for
+// checks idx (nil: all) of checks. The keys and the spec are cut from one
+// string, so a call allocates once for them, however many checks it has.
+func (s *Store) setArgs(c *call, checks []limits.Check, idx []int, now, mode string) {
+	n := len(idx)
+	if idx == nil {
+		n = len(checks)
+	}
+	check := func(j int) *limits.Check {
+		if idx != nil {
+			return &checks[idx[j]]
+		}
+		return &checks[j]
+	}
+	b := c.buf[:0]
+	for j := range n {
+		b = s.appendKeys(b, check(j))
+	}
+	for j := range n {
+		b = appendCheck(b, check(j))
+	}
+	all := string(b)
+	c.buf = b
+	for j := range n {
+		c.keys, all = s.cutKeys(c.keys, all, check(j))
+	}
+	c.now, c.mode, c.spec = now, mode, all
+	c.checks, c.grants = n, anyExtra(checks, idx)
+	c.args = append(c.args[:0], &c.now, &c.mode, &c.spec)
+}
+
+// appendKeys appends the keys of c to b, one after the other: its key, and
+// for a sliding log its second key.
+func (s *Store) appendKeys(b []byte, c *limits.Check) []byte {
+	b = append(b, s.prefix...)
+	b = append(b, c.Key...)
+	if c.Limit.Algorithm == limits.SlidingLog {
+		b = append(b, s.prefix...)
+		b = append(b, c.Key...)
+		b = append(b, logSuffix...)
+	}
+	return b
+}
+
+// cutKeys cuts the keys of c, as appendKeys wrote them, from the front of
+// all, appends them to keys, and returns what follows them in all.
+func (s *Store) cutKeys(keys []string, all string, c *limits.Check) ([]string, string) {
+	n := len(s.prefix) + len(c.Key)
+	keys = append(keys, all[:n])
+	all = all[n:]
+	if c.Limit.Algorithm == limits.SlidingLog {
+		n += len(logSuffix)
+		keys = append(keys, all[:n])
+		all = all[n:]
+	}
+	return keys, all
+}
+
+// appendCheck appends the record of c that both scripts read (SPEC in
+// the prelude): algorithm and shadow (0 or 1) as bytes, then requests, window
+// µs, tick µs, burst, hits and extra as little-endian float64s. Binary numbers
+// spare Redis parsing decimals; a float64 is exact for every integer that
+// limits.Limit allows (below 2^53), and rounds larger hits as Lua would.
+func appendCheck(spec []byte, c *limits.Check) []byte {
+	l := c.Limit
+	shadow := byte(0)
+	if l.Shadow {
+		shadow = 1
+	}
+	spec = append(spec, byte(l.Algorithm), shadow)
+	spec = appendFloat(spec, float64(l.Requests))
+	spec = appendFloat(spec, float64(l.Window().Microseconds()))
+	spec = appendFloat(spec, float64(l.Tick()))
+	spec = appendFloat(spec, float64(l.Burst))
+	spec = appendFloat(spec, float64(c.Hits))
+	return appendFloat(spec, float64(c.Extra))
+}
+
+// appendFloat appends f as a little-endian float64, struct's '<d'.
+func appendFloat(b []byte, f float64) []byte {
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+}
