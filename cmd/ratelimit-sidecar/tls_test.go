@@ -536,3 +536,35 @@ func TestTLSReloadOnSIGHUP(t *testing.T) {
 		return err == nil && serial.Cmp(second.Cert.SerialNumber) == 0
 	})
 }
+
+// TestTLSFromReferenceEnv: envoyproxy/ratelimit's variables turn TLS on as
+// they do there. Envoy Gateway's set (GRPC_SERVER_TLS_CA_CERT, which the
+// reference never reads) serves TLS without client certificates;
+// GRPC_CLIENT_TLS_CACERT requires them.
+func TestTLSFromReferenceEnv(t *testing.T) {
+	dir := t.TempDir()
+	ca, other := certtest.NewCA(t, dir, "ca"), certtest.NewCA(t, dir, "other")
+	server, envoy, stranger := ca.Issue(t, "server"), ca.Issue(t, "envoy"), other.Issue(t, "stranger")
+	env := map[string]string{
+		"GRPC_SERVER_USE_TLS":     "true",
+		"GRPC_SERVER_TLS_CERT":    server.CertFile,
+		"GRPC_SERVER_TLS_KEY":     server.KeyFile,
+		"GRPC_SERVER_TLS_CA_CERT": ca.File,
+	}
+	s := startTLS(t, env)
+	if _, err := decide(t, s.dial(t, ca.ClientConfig(t, nil))); err != nil {
+		t.Errorf("Envoy Gateway's settings, no client certificate: %v", err)
+	}
+	if _, err := decide(t, s.dial(t, nil)); status.Code(err) != codes.Unavailable {
+		t.Errorf("Envoy Gateway's settings, plaintext: %v, want Unavailable", err)
+	}
+
+	env["GRPC_CLIENT_TLS_CACERT"] = ca.File
+	s = startTLS(t, env)
+	if _, err := decide(t, s.dial(t, ca.ClientConfig(t, &envoy))); err != nil {
+		t.Errorf("GRPC_CLIENT_TLS_CACERT, a client certificate of the CA: %v", err)
+	}
+	if _, err := decide(t, s.dial(t, ca.ClientConfig(t, &stranger))); status.Code(err) != codes.Unavailable {
+		t.Errorf("GRPC_CLIENT_TLS_CACERT, a client certificate of another CA: %v, want Unavailable", err)
+	}
+}
