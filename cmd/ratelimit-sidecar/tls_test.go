@@ -244,8 +244,14 @@ func TestTLS(t *testing.T) {
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("plaintext health check: %v, want Unavailable", err)
 	}
+	// A client that does not trust the certificate: the server hears of
+	// it through the client's alert.
+	other := certtest.NewCA(t, dir, "other")
+	if _, err := decide(t, s.dial(t, other.ClientConfig(t, nil))); status.Code(err) != codes.Unavailable {
+		t.Errorf("a client trusting another CA: %v, want Unavailable", err)
+	}
 	waitFor(t, func() bool {
-		return hasSample(s.metrics(t), "ratelimit_sidecar_tls_handshake_failures_total 1")
+		return hasSample(s.metrics(t), "ratelimit_sidecar_tls_handshake_failures_total 2")
 	})
 	body := s.metrics(t)
 	for _, want := range []string{
@@ -257,8 +263,11 @@ func TestTLS(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-	if logs := s.logs.String(); !strings.Contains(logs, `"msg":"tls handshake failed"`) || !strings.Contains(logs, "first record does not look like a TLS handshake") {
-		t.Errorf("no Warn about the plaintext client's handshake:\n%s", logs)
+	logs := s.logs.String()
+	for _, want := range []string{"first record does not look like a TLS handshake", "remote error: tls: bad certificate"} {
+		if !strings.Contains(logs, `"msg":"tls handshake failed"`) || !strings.Contains(logs, want) {
+			t.Errorf("no Warn about a failed handshake with %q:\n%s", want, logs)
+		}
 	}
 }
 

@@ -28,7 +28,7 @@ func (m *Metrics) TLS(leaf *x509.Certificate) *TLS {
 		expiry: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "tls_certificate_expiry_timestamp_seconds",
 			Help: "When the gRPC server's certificate in use expires (its NotAfter), in Unix seconds."}),
 		handshakes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "tls_handshake_failures_total",
-			Help: "gRPC connections closed because their TLS handshake failed: plaintext, no or a bad client certificate, a client SAN that did not match, or no ClientHello within --grpc-request-timeout."}),
+			Help: "gRPC connections closed because their TLS handshake failed: plaintext, a client that does not trust the server certificate, no or a bad client certificate, a client SAN that did not match, or a handshake not done within --grpc-request-timeout."}),
 	}
 	m.Registry.MustRegister(t.reloads, t.lastSuccessful, t.expiry, t.handshakes)
 	for _, r := range []string{"success", "failure"} {

@@ -48,7 +48,7 @@ ratelimit_sidecar_tls_last_reload_successful 1
 		t.Error(err)
 	}
 	want = `
-# HELP ratelimit_sidecar_tls_handshake_failures_total gRPC connections closed because their TLS handshake failed: plaintext, no or a bad client certificate, a client SAN that did not match, or no ClientHello within --grpc-request-timeout.
+# HELP ratelimit_sidecar_tls_handshake_failures_total gRPC connections closed because their TLS handshake failed: plaintext, a client that does not trust the server certificate, no or a bad client certificate, a client SAN that did not match, or a handshake not done within --grpc-request-timeout.
 # TYPE ratelimit_sidecar_tls_handshake_failures_total counter
 ratelimit_sidecar_tls_handshake_failures_total 2
 # HELP ratelimit_sidecar_tls_reloads_total Loads of changed TLS files (--grpc-tls-cert, --grpc-tls-key, --grpc-tls-client-ca), by result: success or failure (the files in use stay).
