@@ -251,6 +251,9 @@ var refMappings = []refMapping{
 	{vars: []string{"REDIS_TLS", "REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"},
 		flags: []string{"redis-tls", "redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-tls-skip-hostname-verification"},
 		apply: mapRedisTLS},
+	{vars: []string{"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"},
+		flags: []string{"grpc-tls-cert", "grpc-tls-key", "grpc-tls-client-ca", "grpc-tls-client-san"},
+		apply: mapGRPCTLS},
 	{vars: []string{"REDIS_POOL_SIZE"}, flags: []string{"redis-pool-size"}, defaults: true,
 		apply: func(v *refValues, out *refOut) {
 			out.set("redis-pool-size", strconv.FormatInt(v.integer("REDIS_POOL_SIZE"), 10))
@@ -326,8 +329,6 @@ const notBuilt = "not built yet: "
 
 // refRefusals are the settings we refuse.
 var refRefusals = []refRefusal{
-	{vars: []string{"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"},
-		reason: notBuilt + "the gRPC listener serves plaintext only"},
 	{vars: []string{"CONFIG_TYPE", "FORCE_START_WITHOUT_INITIAL_CONFIG", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA",
 		"CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
 		"CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
@@ -626,6 +627,27 @@ func mapRedisTLS(v *refValues, out *refOut) {
 		}
 	}
 	out.set("redis-tls-skip-hostname-verification", v.boolText("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"))
+}
+
+// mapGRPCTLS maps the reference's TLS on its gRPC listener. As there, the
+// files count only with GRPC_SERVER_USE_TLS, which needs the certificate
+// and key, and the client SAN only with a client CA: without one no client
+// certificate is asked for, so there is no SAN to check.
+func mapGRPCTLS(v *refValues, out *refOut) {
+	if !v.boolean("GRPC_SERVER_USE_TLS") {
+		return
+	}
+	cert, key := v.str("GRPC_SERVER_TLS_CERT"), v.str("GRPC_SERVER_TLS_KEY")
+	if cert == "" && key == "" {
+		v.fail("GRPC_SERVER_USE_TLS", "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
+		return
+	}
+	out.set("grpc-tls-cert", cert)
+	out.set("grpc-tls-key", key)
+	if ca := v.str("GRPC_CLIENT_TLS_CACERT"); ca != "" {
+		out.set("grpc-tls-client-ca", ca)
+		out.set("grpc-tls-client-san", v.str("GRPC_CLIENT_TLS_SAN"))
+	}
 }
 
 // denyEntryBytes is what one deny-cache entry is taken to cost, to turn
