@@ -45,6 +45,8 @@ func TestAlertRulesLoad(t *testing.T) {
 		"RateLimitSidecarRedisConfigError",
 		"RateLimitSidecarRedisErrors",
 		"RateLimitSidecarDecisionLatencyHigh",
+		"RateLimitSidecarCertificateExpiring",
+		"RateLimitSidecarTLSReloadFailed",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("alerts (-want +got):\n%s", diff)

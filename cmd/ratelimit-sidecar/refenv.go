@@ -252,6 +252,9 @@ var refMappings = []refMapping{
 	{vars: []string{"REDIS_TLS", "REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"},
 		flags: []string{"redis-tls", "redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-tls-skip-hostname-verification"},
 		apply: mapRedisTLS},
+	{vars: []string{"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"},
+		flags: []string{"grpc-tls-cert", "grpc-tls-key", "grpc-tls-client-ca", "grpc-tls-client-san"},
+		apply: mapGRPCTLS},
 	{vars: []string{"REDIS_POOL_SIZE"}, flags: []string{"redis-pool-size"}, defaults: true,
 		apply: func(v *refValues, out *refOut) {
 			out.set("redis-pool-size", strconv.FormatInt(v.integer("REDIS_POOL_SIZE"), 10))
@@ -364,8 +367,6 @@ const notBuilt = "not built yet: "
 
 // refRefusals are the settings we refuse.
 var refRefusals = []refRefusal{
-	{vars: []string{"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"},
-		reason: notBuilt + "the gRPC listener serves plaintext only"},
 	{vars: []string{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR"},
 		reason: "reconnect waits double at each failure; a growth factor above 1 other than 2 is not honoured",
 		active: func(v *refValues) bool {
@@ -773,6 +774,27 @@ func mapXDSBackoff(v *refValues, out *refOut) {
 	out.set("xds-backoff-max", longest.String())
 	if !jitter {
 		out.set("xds-backoff-jitter", "0")
+	}
+}
+
+// mapGRPCTLS maps the reference's TLS on its gRPC listener. As there, the
+// files count only with GRPC_SERVER_USE_TLS, which needs the certificate
+// and key, and the client SAN only with a client CA: without one no client
+// certificate is asked for, so there is no SAN to check.
+func mapGRPCTLS(v *refValues, out *refOut) {
+	if !v.boolean("GRPC_SERVER_USE_TLS") {
+		return
+	}
+	cert, key := v.str("GRPC_SERVER_TLS_CERT"), v.str("GRPC_SERVER_TLS_KEY")
+	if cert == "" && key == "" {
+		v.fail("GRPC_SERVER_USE_TLS", "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
+		return
+	}
+	out.set("grpc-tls-cert", cert)
+	out.set("grpc-tls-key", key)
+	if ca := v.str("GRPC_CLIENT_TLS_CACERT"); ca != "" {
+		out.set("grpc-tls-client-ca", ca)
+		out.set("grpc-tls-client-san", v.str("GRPC_CLIENT_TLS_SAN"))
 	}
 }
 

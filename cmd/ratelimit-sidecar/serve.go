@@ -99,11 +99,15 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 		return err
 	}
 
+	certs, err := openTLS(c, log, m)
+	if err != nil {
+		return err
+	}
 	lis, err := listen(c)
 	if err != nil {
 		return err
 	}
-	srv = newServers(ctx, c, log, engine, rules, st, m)
+	srv = newServers(ctx, c, log, engine, rules, st, m, certs)
 	logStarted(log, c, lis, st, rs)
 	if c.onReady != nil {
 		c.onReady(lis.grpc.Addr().String(), lis.http.Addr().String(), lis.adminAddr())
@@ -247,6 +251,7 @@ type servers struct {
 	health *health.Server
 	http   *http.Server // health probes and metrics
 	admin  *http.Server // nil: the admin endpoints are on http
+	certs  *grpcTLS     // nil: gRPC is plaintext
 
 	// stopStreams ends the streaming RPCs (health Watch, reflection),
 	// which would otherwise hold GracefulStop for as long as their
@@ -258,9 +263,10 @@ type servers struct {
 }
 
 // newServers builds the servers. ctx is serve's: once it ends, /readyz
-// says the sidecar is shutting down.
-func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics) *servers {
-	s := &servers{c: c, log: log}
+// says the sidecar is shutting down. certs is nil unless gRPC is served
+// over TLS.
+func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics, certs *grpcTLS) *servers {
+	s := &servers{c: c, log: log, certs: certs}
 	stopping, stopStreams := context.WithCancel(context.Background())
 	s.stopStreams = stopStreams
 	sb := &streamBound{timeout: c.bounds.requestTimeout, stopping: stopping}
@@ -272,6 +278,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	// sidecar has in flight, not as many as it has CPUs. An idle worker
 	// costs a parked goroutine.
 	opts := append(envoy.ServerOptions(), grpc.NumStreamWorkers(uint32(max(4*runtime.GOMAXPROCS(0), streamWorkers))))
+	opts = append(opts, certs.serverOptions()...)
 	grace := c.shutdownTimeout
 	if c.ref.connGrace > 0 {
 		grace = c.ref.connGrace
@@ -374,6 +381,10 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 		return nil
 	})
 	g.Go(func() error {
+		s.certs.watch(gctx)
+		return nil
+	})
+	g.Go(func() error {
 		for {
 			select {
 			case <-gctx.Done():
@@ -381,6 +392,7 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 			case <-hup:
 				s.log.Info("SIGHUP: reloading config")
 				reloader.Reload() //nolint:errcheck // Reload logs its own errors
+				s.certs.reload()
 			}
 		}
 	})

@@ -10,6 +10,7 @@ package monitoring_test
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -157,6 +158,9 @@ func scrape(t *testing.T) (map[string][]string, map[string]bool) {
 	m.BreakerChanged(false, nil)
 	m.Reloaded(config.ReloadStatus{Checksum: rs.Checksum, LoadedAt: time.Now()}, nil)
 	m.Reloaded(config.ReloadStatus{}, errors.New("bad rules"))
+	tlsm := m.TLS(&x509.Certificate{NotAfter: time.Now().Add(90 * 24 * time.Hour)})
+	tlsm.Reloaded(nil, errors.New("tls.key: no such file"))
+	tlsm.HandshakeFailed()
 
 	rec := httptest.NewRecorder()
 	promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
