@@ -1,9 +1,10 @@
 package main
 
 import (
+	"context"
+	"crypto/tls"
 	"maps"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,7 +14,11 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
@@ -96,22 +101,33 @@ func (p egPod) envFor(t *testing.T) map[string]string {
 }
 
 // newEGPod makes what Envoy Gateway's pod holds: the Secret
-// envoy-rate-limit's files (one certificate, for the gRPC listener and
-// for the xDS client, as Envoy Gateway mounts it) signed by ca.
+// envoy-rate-limit (one certificate, for the gRPC listener and for the
+// xDS client, and the CA) signed by ca, mounted as the kubelet mounts it.
 func newEGPod(t *testing.T, ca *certtest.CA, xdsAddr, redisAddr string) egPod {
 	t.Helper()
 	p := egPod{certs: t.TempDir(), data: t.TempDir(), xds: xdsAddr, redis: redisAddr, mapper: filepath.Join(t.TempDir(), "conf.yaml")}
-	pair := ca.Issue(t, "envoy-ratelimit")
-	for from, to := range map[string]string{ca.File: "ca.crt", pair.CertFile: "tls.crt", pair.KeyFile: "tls.key"} {
-		b, err := os.ReadFile(from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(p.certs, to), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	certtest.NewSecretDir(t, p.certs, ca.Issue(t, "envoy-ratelimit").Secret(t, ca))
 	return p
+}
+
+// dialRLS connects to the RLS service and health at addr over TLS with
+// cfg.
+func dialRLS(t *testing.T, addr string, cfg *tls.Config) (rlsv3.RateLimitServiceClient, healthpb.HealthClient) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn), healthpb.NewHealthClient(conn)
+}
+
+// healthErr is the error of a health check of the service ratelimit.
+func healthErr(h healthpb.HealthClient) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := h.Check(ctx, &healthpb.HealthCheckRequest{Service: "ratelimit"})
+	return err
 }
 
 // TestEnvoyGateway starts the sidecar as Envoy Gateway starts
@@ -123,13 +139,19 @@ func newEGPod(t *testing.T, ca *certtest.CA, xdsAddr, redisAddr string) egPod {
 // ACKed, as the reference ACKs it; a bad push is NACKed, naming the
 // resource, the field and the reason, while the rules in use decide; the
 // health name ratelimit, /healthcheck and the metrics on PROMETHEUS_ADDR
-// are served.
+// are served. gRPC is served over TLS, to a client without a certificate
+// too (Envoy Gateway's GRPC_SERVER_TLS_CA_CERT is not the reference's
+// GRPC_CLIENT_TLS_CACERT), and plaintext is refused.
 func TestEnvoyGateway(t *testing.T) {
 	ca := certtest.NewCA(t, t.TempDir(), "ca")
 	xsrv := xdstest.Start(t, xdstest.WithTLS(ca.ServerConfig(t, ca.Issue(t, "envoy-gateway"), true)))
 	rsrv := redistest.StartServer(t)
 	pod := newEGPod(t, ca, xsrv.Addr, rsrv.Addr)
 	s := startAs(t, "/bin/ratelimit", pod.envFor(t))
+	if err := healthErr(s.health); status.Code(err) != codes.Unavailable {
+		t.Errorf("health over plaintext: %v, want Unavailable", err)
+	}
+	s.rls, s.health = dialRLS(t, s.grpcAddr, ca.ClientConfig(t, nil))
 
 	log := s.log.String()
 	if !strings.Contains(log, `"store":"redis"`) || !strings.Contains(log, `"config_type":"xds"`) {
@@ -235,6 +257,47 @@ func TestEnvoyGateway(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics on PROMETHEUS_ADDR lacks %s", want)
 		}
+	}
+}
+
+// TestEnvoyGatewayMutualTLS: Envoy Gateway's environment with the
+// reference's GRPC_CLIENT_TLS_CACERT and GRPC_CLIENT_TLS_SAN added
+// requires a client certificate the CA signed, holding that name, as
+// the reference does.
+func TestEnvoyGatewayMutualTLS(t *testing.T) {
+	ca := certtest.NewCA(t, t.TempDir(), "ca")
+	xsrv := xdstest.Start(t, xdstest.WithTLS(ca.ServerConfig(t, ca.Issue(t, "envoy-gateway"), true)))
+	pod := newEGPod(t, ca, xsrv.Addr, redistest.StartServer(t).Addr)
+	env := pod.envFor(t)
+	env["GRPC_CLIENT_TLS_CACERT"] = env["GRPC_SERVER_TLS_CA_CERT"]
+	env["GRPC_CLIENT_TLS_SAN"] = "envoy.envoy-gateway-system"
+	s := startAs(t, "/bin/ratelimit", env)
+
+	other := certtest.NewCA(t, t.TempDir(), "other")
+	envoy := ca.IssueWith(t, "envoy", certtest.Options{DNSNames: []string{"envoy.envoy-gateway-system"}})
+	unnamed := ca.Issue(t, "unnamed")
+	stranger := other.IssueWith(t, "stranger", certtest.Options{DNSNames: []string{"envoy.envoy-gateway-system"}})
+	tests := []struct {
+		name   string
+		client *certtest.Pair
+		ok     bool
+	}{
+		{name: "no client certificate"},
+		{name: "a certificate without the name", client: &unnamed},
+		{name: "a certificate another CA signed", client: &stranger},
+		{name: "the CA's certificate with the name", client: &envoy, ok: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, h := dialRLS(t, s.grpcAddr, ca.ClientConfig(t, tt.client))
+			err := healthErr(h)
+			if tt.ok && err != nil {
+				t.Errorf("health: %v", err)
+			}
+			if !tt.ok && status.Code(err) != codes.Unavailable {
+				t.Errorf("health: %v, want Unavailable", err)
+			}
+		})
 	}
 }
 
