@@ -260,6 +260,25 @@ func TestEnvoyGateway(t *testing.T) {
 	}
 }
 
+// TestEnvoyGatewayCACertUnread: with Envoy Gateway's whole environment,
+// TLS on, its GRPC_SERVER_TLS_CA_CERT, which the reference never reads,
+// changes no setting: no client certificate is asked for.
+func TestEnvoyGatewayCACertUnread(t *testing.T) {
+	without := maps.Clone(egEnv)
+	delete(without, "GRPC_SERVER_TLS_CA_CERT")
+	a := mustParseEnv(t, "/bin/ratelimit", without)
+	b := mustParseEnv(t, "/bin/ratelimit", egEnv)
+	if diff := cmp.Diff(a.tls, b.tls, cmp.AllowUnexported(tlsSettings{})); diff != "" {
+		t.Errorf("TLS settings differ (-without +with):\n%s", diff)
+	}
+	if diff := cmp.Diff(a.env, b.env, cmp.AllowUnexported(envReport{})); diff != "" {
+		t.Errorf("settings differ (-without +with):\n%s", diff)
+	}
+	if !b.tls.on() || b.tls.clientCA != "" {
+		t.Errorf("TLS on %v, client CA %q; want TLS without client certificates", b.tls.on(), b.tls.clientCA)
+	}
+}
+
 // TestEnvoyGatewayMutualTLS: Envoy Gateway's environment with the
 // reference's GRPC_CLIENT_TLS_CACERT and GRPC_CLIENT_TLS_SAN added
 // requires a client certificate the CA signed, holding that name, as
