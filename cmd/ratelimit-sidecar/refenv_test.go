@@ -312,7 +312,6 @@ func TestRefEnvRefused(t *testing.T) {
 	}
 	c := mustParseEnv(t, "ratelimit-sidecar", env)
 	want := []string{
-		"CONFIG_TYPE: not built yet: rules come from files only, not over xDS",
 		"QUOTA_MODE: not built yet: no quota mode; use shadow_mode per rule or --shadow-mode",
 		"TRACING_ENABLED: not built yet: no tracing",
 		"USE_STATSD: no statsd: metrics are served in Prometheus format (see docs/migration.md for the names)",
