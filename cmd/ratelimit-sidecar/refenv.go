@@ -277,6 +277,8 @@ var refMappings = []refMapping{
 		}},
 	{vars: []string{"SHADOW_MODE"}, flags: []string{"shadow-mode"}, defaults: true,
 		apply: func(v *refValues, out *refOut) { out.set("shadow-mode", v.boolText("SHADOW_MODE")) }},
+	{vars: []string{"QUOTA_MODE"}, flags: []string{"quota-mode"}, defaults: true,
+		apply: func(v *refValues, out *refOut) { out.set("quota-mode", v.boolText("QUOTA_MODE")) }},
 	{vars: []string{"RESPONSE_DYNAMIC_METADATA"}, flags: []string{"response-dynamic-metadata"}, defaults: true,
 		apply: func(v *refValues, out *refOut) {
 			out.set("response-dynamic-metadata", v.boolText("RESPONSE_DYNAMIC_METADATA"))
@@ -334,7 +336,6 @@ var refRefusals = []refRefusal{
 		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
 		"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"},
 		reason: notBuilt + "rules come from files only, not over xDS"},
-	{vars: []string{"QUOTA_MODE"}, reason: notBuilt + "no quota mode; use shadow_mode per rule or --shadow-mode"},
 	{vars: []string{"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
 		"TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE"},
 		reason: notBuilt + "no tracing"},
