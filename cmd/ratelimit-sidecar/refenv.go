@@ -281,6 +281,8 @@ var refMappings = []refMapping{
 		}},
 	{vars: []string{"SHADOW_MODE"}, flags: []string{"shadow-mode"}, defaults: true,
 		apply: func(v *refValues, out *refOut) { out.set("shadow-mode", v.boolText("SHADOW_MODE")) }},
+	{vars: []string{"QUOTA_MODE"}, flags: []string{"quota-mode"}, defaults: true,
+		apply: func(v *refValues, out *refOut) { out.set("quota-mode", v.boolText("QUOTA_MODE")) }},
 	{vars: []string{"RESPONSE_DYNAMIC_METADATA"}, flags: []string{"response-dynamic-metadata"}, defaults: true,
 		apply: func(v *refValues, out *refOut) {
 			out.set("response-dynamic-metadata", v.boolText("RESPONSE_DYNAMIC_METADATA"))
@@ -375,7 +377,6 @@ var refRefusals = []refRefusal{
 			f, err := strconv.ParseFloat(s, 64)
 			return ok && err == nil && f > 1 && f != 2
 		}},
-	{vars: []string{"QUOTA_MODE"}, reason: notBuilt + "no quota mode; use shadow_mode per rule or --shadow-mode"},
 	{vars: []string{"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
 		"TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE"},
 		reason: notBuilt + "no tracing"},

@@ -116,6 +116,7 @@ func TestRefEnvMapping(t *testing.T) {
 		{"LOCAL_CACHE_SIZE_IN_BYTES 0", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "0"}, func(c *settings) any { return c.denyCacheEntries }, 0},
 		{"NEAR_LIMIT_RATIO", map[string]string{"NEAR_LIMIT_RATIO": "0.5"}, func(c *settings) any { return c.nearLimitRatio }, 0.5},
 		{"SHADOW_MODE", map[string]string{"SHADOW_MODE": "true"}, func(c *settings) any { return c.ref.shadowMode }, true},
+		{"QUOTA_MODE", map[string]string{"QUOTA_MODE": "true"}, func(c *settings) any { return c.ref.quotaMode }, true},
 		{"RESPONSE_DYNAMIC_METADATA", map[string]string{"RESPONSE_DYNAMIC_METADATA": "1"}, func(c *settings) any { return c.ref.dynamicMetadata }, true},
 		{"LIMIT_RESPONSE_HEADERS_ENABLED", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"},
 			func(c *settings) any { return []any{c.responseHeaders, c.ref.names} }, []any{envoy.HeadersDraft03, envoy.HeaderNames{}}},
@@ -312,7 +313,6 @@ func TestRefEnvRefused(t *testing.T) {
 	}
 	c := mustParseEnv(t, "ratelimit-sidecar", env)
 	want := []string{
-		"QUOTA_MODE: not built yet: no quota mode; use shadow_mode per rule or --shadow-mode",
 		"TRACING_ENABLED: not built yet: no tracing",
 		"USE_STATSD: no statsd: metrics are served in Prometheus format (see docs/migration.md for the names)",
 		"STATSD_HOST: no statsd: metrics are served in Prometheus format (see docs/migration.md for the names)",

@@ -155,6 +155,7 @@ func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Met
 		LocalDivisor: c.localDivisor,
 		Observer:     m,
 		OverrideKeys: c.overrideKeys,
+		QuotaMode:    c.ref.quotaMode,
 	})
 }
 

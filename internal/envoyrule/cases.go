@@ -28,12 +28,18 @@ descriptors:
     rate_limit: {unlimited: true}
   - key: tb
     rate_limit: {algorithm: token_bucket, unit: second, requests_per_unit: 10, burst: 1, name: tb}
+  - key: qa
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1, name: qa}
+  - key: qb
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 10, name: qb}
 `
 
 // Values are the descriptor values the cases send for each key. A
 // Cluster path checks that the keys of a request's descriptors lie on
 // different masters, so that the request reserves per slot.
-var Values = map[string]string{"a": "x", "b": "x", "two": "x", "shadow": "x", "free": "x", "tb": "x"}
+var Values = map[string]string{"a": "x", "b": "x", "two": "x", "shadow": "x", "free": "x", "tb": "x", "qa": "x", "qb": "z"}
 
 // Desc is one descriptor of a step: [Key=Values[Key]], with its own
 // hits_addend when Hits is set.
@@ -139,5 +145,27 @@ func Cases() []Case {
 			step(ok("tb", 0, 1), d("tb")),
 			step(over("tb", 1), d("b"), d("tb")),
 		}},
+		// quota_mode: qa is over, qb has room: admitted, and qa reports
+		// OVER_LIMIT with nothing left, as the reference reports it.
+		{Name: "quota_one_over", Steps: []Step{
+			step(ok("qa", 0, 50), d("qa")),
+			step(ok("qa", 0, 50), d("qa"), d("qb")),
+			step(ok("qb", 8, 3590), d("qb")),
+			// A deny cache that saw qa over must still let qb decide.
+			step(ok("qa", 0, 50), d("qa"), d("qb")),
+		}},
+		// Every quota descriptor over: rejected, leading Envoy to the
+		// first of them.
+		{Name: "quota_all_over", Steps: []Step{
+			step(ok("qa", 0, 50), d("qa")),
+			step(ok("qb", 0, 3590), hits("qb", 10)),
+			step(over("qa", 50), d("qa"), d("qb")),
+			step(over("qb", 3590), d("qb"), d("qa")),
+		}},
+		// a rejects while qb has room: qa, over, did not decide and must
+		// not lead Envoy away from a, though it comes first.
+		{Name: "quota_over_not_deciding", Steps: append(exhaustA,
+			step(ok("qa", 0, 50), d("qa")),
+			step(over("a", 50), d("qa"), d("qb"), d("a")))},
 	}
 }

@@ -124,7 +124,7 @@ func (s *Server) response(w *work) *rlsv3.RateLimitResponse {
 	if s.opts.message() {
 		s.opts.HeaderNames.rename(resp)
 		if s.opts.DynamicMetadata {
-			resp.DynamicMetadata = metadata(&w.req)
+			resp.DynamicMetadata = metadata(&w.req, &w.dec)
 		}
 	}
 	return resp

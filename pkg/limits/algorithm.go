@@ -99,6 +99,10 @@ type Limit struct {
 	Replaces []string
 	// Shadow limits are evaluated and reported but never deny.
 	Shadow bool
+	// Quota limits are those of a quota_mode rule: the engine puts each
+	// in its descriptor's quota group (see Check.Group), so that it denies
+	// a request only together with every other quota descriptor of it.
+	Quota bool
 	// Unlimited limits are never evaluated; a descriptor that matches one
 	// is reported as unlimited. No other field but Name and Replaces is set.
 	Unlimited bool

@@ -172,6 +172,12 @@ func (s *Store) applyGroups(ctx, rctx context.Context, b *limits.Batch, now stri
 			admitted = false
 		}
 	}
+	if admitted && len(errs) == 0 && b.QuotaGroups > 0 {
+		// The groups reserved quota checks as shadow checks (see
+		// appendCheck): the quota groups' verdict is taken here, from
+		// every slot's outcomes.
+		admitted = !b.QuotaOver(func(i int) bool { return quotaOver(gs, i) })
+	}
 	if len(errs) > 0 || !admitted {
 		if err := s.refund(ctx, b.Checks, now, gs); err != nil {
 			errs = append(errs, fmt.Errorf("%w: %w", errNotRefunded, err))
@@ -190,6 +196,19 @@ func (s *Store) applyGroups(ctx, rctx context.Context, b *limits.Batch, now stri
 		s.reportRejected(ctx, b, now, gs)
 	}
 	return nil
+}
+
+// quotaOver reports whether check i of a batch split into gs, all of
+// which reserved, was over.
+func quotaOver(gs []*group, i int) bool {
+	for _, g := range gs {
+		for j, k := range g.idx {
+			if k == i {
+				return g.out[j].Over
+			}
+		}
+	}
+	return false
 }
 
 // reportRejected sets the outcomes of the checks of b's groups that
@@ -218,7 +237,7 @@ func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string,
 		}
 		eg.Go(func() error {
 			c := getCall(ctx)
-			s.setArgs(c, checks, nil, now, modeReport)
+			s.setArgs(c, checks, nil, 0, now, modeReport)
 			reply, err := s.run(c, g.slot)
 			if err != nil {
 				return err
@@ -239,7 +258,7 @@ func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string,
 // reserve runs apply.lua in reserve mode for g and records the result in g.
 func (s *Store) reserve(ctx context.Context, checks []limits.Check, now string, g *group) {
 	c := getCall(ctx)
-	s.setArgs(c, checks, g.idx, now, modeReserve)
+	s.setArgs(c, checks, g.idx, 0, now, modeReserve)
 	reply, err := s.run(c, g.slot)
 	if err != nil {
 		g.err = wrap(ctx, "apply", err)

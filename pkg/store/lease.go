@@ -33,8 +33,9 @@ const leaseShards = 64
 // refill per key is under way at a time, so a sidecar never holds more
 // than N hits of a key. A lease ends when its window does (fixed and
 // sliding window), or, for the buckets, once the bucket would have
-// refilled it. Shadow limits, and a key that appears twice in a batch,
-// are not leased.
+// refilled it. Shadow limits, quota checks (limits.Check.Group), whose
+// verdict depends on the other quota groups' in the store, and a key
+// that appears twice in a batch, are not leased.
 //
 // Leases is safe for concurrent use and starts no goroutines.
 type Leases struct {
@@ -125,6 +126,7 @@ func (l *Leases) Apply(ctx context.Context, b *limits.Batch) error {
 
 	now := l.takeAll(ctx, b, s)
 	needStore := s.plan(b)
+	s.sub.QuotaGroups = b.QuotaGroups
 	b.Admitted = true
 	if !needStore {
 		b.DecidedBy = DecidedByLease
@@ -466,12 +468,13 @@ func anyLeased(cs []limits.Check) bool {
 	return false
 }
 
-// leasable reports whether check i of cs may use a lease: an enforced,
-// leasable limit whose key no other check of the batch has (such checks
-// see each other's hits in the store, which a lease could not).
+// leasable reports whether check i of cs may use a lease: an enforced
+// check (limits.Check.Enforced) of a leasable limit whose key no other
+// check of the batch has (such checks see each other's hits in the
+// store, which a lease could not).
 func leasable(cs []limits.Check, i int) bool {
 	l := cs[i].Limit
-	if l.Lease == 0 || l.Shadow || l.Requests == 0 || !l.Algorithm.Leasable() {
+	if l.Lease == 0 || !cs[i].Enforced() || l.Requests == 0 || !l.Algorithm.Leasable() {
 		return false
 	}
 	for j := range cs {
