@@ -48,7 +48,7 @@ func startSidecar(t *testing.T, rules string, srv *redistest.Server, prefix stri
 	t.Cleanup(func() { _ = st.Close() })
 	engine := limits.NewEngine(rs, st, limits.EngineOptions{})
 	g := grpc.NewServer()
-	rlqs.NewServer(engine, st, zaptest.NewLogger(t), rlqs.Options{Now: clk.Now}).Register(g)
+	rlqs.NewServer(engine, st, zaptest.NewLogger(t), rlqs.Options{Now: clk.Now, Return: st}).Register(g)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

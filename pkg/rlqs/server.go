@@ -44,6 +44,10 @@ type Options struct {
 	// MaxBuckets bounds the buckets one stream may subscribe to. Zero
 	// means 10,000.
 	MaxBuckets int
+	// Return, if set, takes back quota taken from the store but not
+	// assigned (a grant too close to its window's end); nil: those hits
+	// end with their window.
+	Return Returner
 }
 
 // Server serves RateLimitQuotaService. It is safe for concurrent use;
@@ -59,8 +63,7 @@ type Server struct {
 
 // NewServer returns a Server that assigns quota taken from st, a shared
 // store that grants hits for leases (limits.Check.Extra), under the rules
-// rules holds. If st is also a Returner, quota taken but not assigned is
-// given back.
+// rules holds.
 func NewServer(rules Rules, st limits.Store, log *zap.Logger, o Options) *Server {
 	if o.Now == nil {
 		o.Now = time.Now
@@ -74,9 +77,7 @@ func NewServer(rules Rules, st limits.Store, log *zap.Logger, o Options) *Server
 	if o.MaxBuckets <= 0 {
 		o.MaxBuckets = 10_000
 	}
-	s := &Server{rules: rules, store: st, log: log, o: o}
-	s.ret, _ = st.(Returner)
-	return s
+	return &Server{rules: rules, store: st, ret: o.Return, log: log, o: o}
 }
 
 // Register registers the service on g.
