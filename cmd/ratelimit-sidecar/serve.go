@@ -294,6 +294,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	m.RejectionLog(rej.Suppressed)
 	rls := envoy.NewServer(engine, log, rlsOpts)
 	rls.Register(s.grpc)
+	registerRLQS(s.grpc, engine, st, log)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)

@@ -146,6 +146,9 @@ type sidecarStore struct {
 	leases *store.Leases
 	// counters is the backend, for the admin counter endpoints.
 	counters counterStore
+	// shared is the shared store behind its breaker, which RLQS takes
+	// quota from; nil for a local backend.
+	shared limits.Store
 }
 
 // releaseLeases gives the hits that leases hold unused back to the
@@ -218,6 +221,7 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 		},
 	})
 	s.Store = breaker
+	s.shared = breaker
 	s.ready = func(ctx context.Context) error {
 		err := store.ErrBreakerOpen
 		if !breaker.Open() {
