@@ -333,6 +333,32 @@ func TestChartKubeVersion(t *testing.T) {
 	}
 }
 
+// TestChartPackages packs the chart as `helm package` does and renders
+// the archive: .helmignore must keep what the templates read (files/).
+func TestChartPackages(t *testing.T) {
+	ch := loadChart(t)
+	archive, err := chartutil.Save(ch, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	packed, err := loader.Load(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := readValues(t, "ci/full-values.yaml")
+	want, err := renderChart(ch, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := renderChart(packed, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want.files, got.files); diff != "" {
+		t.Errorf("%s renders differently (-directory +archive):\n%s", filepath.Base(archive), diff)
+	}
+}
+
 // TestChartMonitoringCopies keeps the chart's copies of the alerts and the
 // dashboard equal to examples/monitoring/, where the other tests check
 // them; `helm package` cannot reach files outside the chart.
