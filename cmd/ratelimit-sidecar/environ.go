@@ -265,6 +265,7 @@ func logEnv(log *zap.Logger, c *settings) {
 		}
 		log.Warn("RLS_ environment variables that no setting reads: misspelt?", fields...)
 	}
+	logRedisURL(log, c)
 }
 
 // envSources logs each setting from the environment as
