@@ -44,6 +44,7 @@ type settings struct {
 
 	redis             redis.Options
 	redisURLInArgs    bool // --redis-url is on the command line, for ps to show
+	redisHostPort     bool // --redis-url was host:port, taken as redis://host:port: redisurl.go
 	redisPasswordFile string
 	sentinelPassFile  string
 	redisSentinels    string
@@ -220,6 +221,9 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	}
 	if c.nearLimitRatio <= 0 || c.nearLimitRatio > 1 {
 		return fmt.Errorf("--near-limit-ratio: want a number above 0 and at most 1, got %v", c.nearLimitRatio)
+	}
+	if c.redis.URL, c.redisHostPort, err = redisURL(c.redis.URL); err != nil {
+		return err
 	}
 	c.redis.SentinelAddrs = splitList(c.redisSentinels)
 	c.redis.ClusterAddrs = splitList(c.redisCluster)

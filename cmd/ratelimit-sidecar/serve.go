@@ -64,7 +64,7 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	default:
 		log.Warn("starting without rules (--allow-empty-rules); every request gets OK", zap.String("config", c.configPath))
 	}
-	m := metrics.New(version, c.nearLimitRatio, c.metricMaxValues)
+	m := metrics.NewBuild(buildInfo().metrics(), c.nearLimitRatio, c.metricMaxValues)
 	m.Loaded(rs.Checksum, time.Now())
 
 	st, err := openStore(ctx, c, log, m)
@@ -224,7 +224,8 @@ func warnPasswordInArgs(log *zap.Logger, c *settings) {
 func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, rs *limits.Ruleset) {
 	gcPercent, memLimit := currentGC()
 	log.Info("ratelimit-sidecar started",
-		zap.String("version", version),
+		zap.String("version", buildInfo().version),
+		zap.String("revision", buildInfo().revision),
 		zap.String("grpc_addr", lis.grpc.Addr().String()),
 		zap.String("http_addr", lis.http.Addr().String()),
 		zap.String("admin_addr", lis.adminAddr()),
