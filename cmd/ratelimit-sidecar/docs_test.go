@@ -19,16 +19,24 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 )
 
 // The tests in this file keep README.md and the pages under docs/ true to
 // the code: every relative link resolves to a file, and every #anchor to a
 // heading of it; every --flag they name is one of the sidecar's; every
-// `ratelimit-sidecar` command they show parses; and the check and explain
-// sessions they show print what the commands print today.
+// `ratelimit-sidecar` command they show parses; every rule file they show
+// loads; the check and explain sessions they show print what the commands
+// print today; the Quick start's request gets the answers shown; and
+// README.md stays a front page, with every page of docs/ in the index.
 
 // repoRoot is the repository's root, seen from this package.
 const repoRoot = "../.."
+
+// readmeMaxLines is the most lines README.md may have: it is the front
+// page, and long-form text belongs in docs/ (issue 18).
+const readmeMaxLines = 500
 
 // pendingLinks are link targets that other branches add and this one
 // links to ahead of them. They may be missing; once present they are
@@ -245,6 +253,49 @@ func TestDocsLinks(t *testing.T) {
 			if p := linkProblem(repoRoot, doc, l.target, pendingLinks); p != "" {
 				t.Errorf("%s:%d: link %s: %s", doc, l.line, l.target, p)
 			}
+		}
+	}
+}
+
+// TestDocsPagesLinked checks that README.md stays short and that every
+// page under docs/ can be found: README.md links docs/README.md, the
+// index, which links every other page.
+func TestDocsPagesLinked(t *testing.T) {
+	readme := readDoc(t, "README.md")
+	if n := strings.Count(strings.TrimRight(readme, "\n"), "\n") + 1; n > readmeMaxLines {
+		t.Errorf("README.md has %d lines, want at most %d: move long-form text into a page under docs/", n, readmeMaxLines)
+	}
+	if strings.Contains(readme, "../shared") {
+		t.Errorf("README.md mentions ../shared, which is not part of the repository")
+	}
+	linked := func(doc string) map[string]bool {
+		out := map[string]bool{}
+		for _, l := range links(readDoc(t, doc)) {
+			path, _, _ := strings.Cut(l.target, "#")
+			if path != "" && !strings.Contains(path, "://") {
+				out[filepath.ToSlash(filepath.Join(filepath.Dir(doc), path))] = true
+			}
+		}
+		return out
+	}
+	if !linked("README.md")["docs/README.md"] {
+		t.Errorf("README.md does not link docs/README.md, the index of the docs")
+	}
+	index := linked("docs/README.md")
+	for _, doc := range docFiles(t) {
+		// One title per page: a second "# " heading is a section moved
+		// from another page at the wrong level.
+		var titles []int
+		for _, l := range mdLines(readDoc(t, doc)) {
+			if !l.fenced && strings.HasPrefix(l.text, "# ") {
+				titles = append(titles, l.n)
+			}
+		}
+		if len(titles) != 1 || titles[0] != 1 {
+			t.Errorf("%s: level-1 headings at lines %v, want one, at line 1", doc, titles)
+		}
+		if strings.HasPrefix(doc, "docs/") && doc != "docs/README.md" && !index[doc] {
+			t.Errorf("docs/README.md does not link %s", doc)
 		}
 	}
 }
@@ -668,5 +719,41 @@ func TestREADMEQuickStart(t *testing.T) {
 			}
 		}
 		return
+	}
+}
+
+// TestDocsRuleExamples loads every yaml block of README.md and the docs
+// that is a whole rule file (it has a top-level domain:), so that no
+// example shows a rule the sidecar would refuse.
+func TestDocsRuleExamples(t *testing.T) {
+	n := 0
+	for _, doc := range docFiles(t) {
+		var block strings.Builder
+		start := 0
+		for _, l := range mdLines(readDoc(t, doc)) {
+			switch {
+			case !l.fenced || l.info != "yaml":
+			case strings.HasPrefix(strings.TrimSpace(l.text), "```") && start == 0:
+				start = l.n
+			case strings.HasPrefix(strings.TrimSpace(l.text), "```"):
+				if text := block.String(); strings.HasPrefix(text, "domain:") || strings.Contains(text, "\ndomain:") {
+					n++
+					path := filepath.Join(t.TempDir(), "rules.yaml")
+					if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := config.Load(path, config.Options{}); err != nil {
+						t.Errorf("%s:%d: the rule file shown does not load: %v", doc, start, err)
+					}
+				}
+				block.Reset()
+				start = 0
+			default:
+				block.WriteString(l.text + "\n")
+			}
+		}
+	}
+	if n < 2 {
+		t.Errorf("found %d rule files in yaml blocks; README.md and docs/rules.md show one each", n)
 	}
 }
