@@ -309,6 +309,16 @@ var refMappings = []refMapping{
 	// which is our failure mode error.
 	{flags: []string{"failure-mode"}, defaults: true,
 		apply: func(_ *refValues, out *refOut) { out.set("failure-mode", "error") }},
+	// No variable: the reference bounds a request only by gRPC's message
+	// size. Envoy Gateway sends one descriptor per matching rule of a
+	// policy, up to its 128 rules, each with an entry per header match
+	// (up to 16 per selector, 8 selectors) besides its generic keys: a
+	// drop-in must not refuse them, where our defaults (64 and 32) would.
+	{flags: []string{"max-descriptors", "max-entries"}, defaults: true,
+		apply: func(_ *refValues, out *refOut) {
+			out.set("max-descriptors", "128")
+			out.set("max-entries", "160")
+		}},
 	// Rules over xDS (xds.go, docs/xds.md).
 	{vars: []string{"CONFIG_TYPE"}, flags: []string{"config-type", "allow-empty-rules"}, apply: mapConfigType},
 	{vars: []string{"CONFIG_GRPC_XDS_SERVER_URL"}, flags: []string{"xds-server"},

@@ -149,26 +149,28 @@ func TestRefEnvMapping(t *testing.T) {
 func TestRefModeDefaults(t *testing.T) {
 	type view struct {
 		HTTP, GRPC, Debug, Config, Link, Redis string
-		Pool, Deny                             int
+		Pool, Deny, Descriptors, Entries       int
 		Age, Grace, RedisTimeout               time.Duration
 		Level, Prefix, Failure                 string
 	}
 	see := func(c *settings) view {
 		return view{c.httpAddr, c.grpcAddr, c.ref.debugAddr, c.configPath, c.ref.watchLink, c.redis.URL,
-			c.redis.PoolSize, c.denyCacheEntries, c.bounds.maxConnAge, c.ref.connGrace, c.redis.Timeout, c.logLevel, c.redis.KeyPrefix,
+			c.redis.PoolSize, c.denyCacheEntries, c.request.MaxDescriptors, c.request.MaxEntries, c.bounds.maxConnAge, c.ref.connGrace, c.redis.Timeout, c.logLevel, c.redis.KeyPrefix,
 			c.failureMode.String()}
 	}
 	ref := view{
 		HTTP: "0.0.0.0:8080", GRPC: "0.0.0.0:8081", Debug: "0.0.0.0:6070",
 		Config: "/srv/runtime_data/current/config", Link: "/srv/runtime_data/current",
 		Redis: "unix:///var/run/nutcracker/ratelimit.sock", Pool: 10, Deny: 0, Age: 24 * time.Hour, Grace: time.Hour,
-		// The reference fails a request it cannot decide.
-		Failure: "error",
+		// The reference fails a request it cannot decide, and bounds a
+		// request by its size alone: Envoy Gateway's 128 rules fit.
+		Failure: "error", Descriptors: 128, Entries: 160,
 		// Not the reference's: see refMappings.
 		RedisTimeout: 15 * time.Millisecond, Level: "info", Prefix: "rls:",
 	}
 	ours := view{
 		HTTP: "127.0.0.1:8080", GRPC: "127.0.0.1:8081", Config: "config/", Deny: 65536, Age: 30 * time.Minute, Failure: "local",
+		Descriptors: 64, Entries: 32,
 		RedisTimeout: 15 * time.Millisecond, Level: "info", Prefix: "rls:",
 	}
 	tests := []struct {
