@@ -1,13 +1,28 @@
-# make test   installs redis-server if it is missing (as root, from Debian's
-#             packages), then vets and runs every test with the race detector.
-# make build  builds the static binary the Dockerfile ships.
-# make bench  runs the Go benchmarks.
+# make test     installs redis-server if it is missing (as root, from Debian's
+#               packages), then vets and runs every test with the race detector.
+# make build    builds the static binary the Dockerfile ships, bin/ratelimit-sidecar,
+#               for GOOS and GOARCH of the environment (default: this machine).
+# make release  builds the same for each of PLATFORMS, as
+#               bin/ratelimit-sidecar-<os>-<arch>, and bin/SHA256SUMS of them.
+# make image    builds the container image with docker (ratelimit-sidecar:dev,
+#               the name k8s/ expects, and ratelimit-sidecar:$(VERSION)).
+# make bench    runs the Go benchmarks.
 
-GO      ?= go
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X main.version=$(VERSION)
+GO        ?= go
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
+PLATFORMS := linux/amd64 linux/arm64
+IMAGE     ?= ratelimit-sidecar
 
-.PHONY: test build release bench redis-server
+# go_build,OUT builds the sidecar to OUT: static (no cgo), with no local
+# paths in it, stamped with the version and commit. Every binary we ship is
+# built by this one command.
+go_build = CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(1) ./cmd/ratelimit-sidecar
+
+RELEASE_BINS := $(foreach p,$(PLATFORMS),bin/ratelimit-sidecar-$(subst /,-,$(p)))
+
+.PHONY: test build release image bench redis-server FORCE
 
 # go mod download fetches every module go.mod lists, not only those the
 # build needs: the k8s tests rehearse the image build with GOPROXY=off, and
@@ -31,9 +46,28 @@ redis-server:
 	fi
 
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/ratelimit-sidecar ./cmd/ratelimit-sidecar
+	$(call go_build,bin/ratelimit-sidecar)
 
-release: build
+# The checksums are written, then checked, so a release whose SHA256SUMS
+# does not match its binaries fails here rather than for a user.
+release: $(RELEASE_BINS)
+	cd bin && sha256sum $(notdir $(RELEASE_BINS)) > SHA256SUMS
+	cd bin && sha256sum --check --strict SHA256SUMS
+
+# bin/ratelimit-sidecar-linux-arm64: GOOS linux, GOARCH arm64. Always
+# rebuilt (go build skips what is up to date), so a release never ships a
+# binary of an older version.
+bin/ratelimit-sidecar-%: FORCE
+	GOOS=$(word 1,$(subst -, ,$*)) GOARCH=$(word 2,$(subst -, ,$*)) $(call go_build,$@)
+
+FORCE:
+
+# Needs a Docker engine; CI has none, so it does not run this. For other
+# platforms: docker buildx build --platform linux/amd64,linux/arm64 with the
+# same build arguments.
+image:
+	docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
+		-t $(IMAGE):dev -t $(IMAGE):$(VERSION) .
 
 bench: redis-server
 	$(GO) test -run '^$$' -bench . -benchmem ./...

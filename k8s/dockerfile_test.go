@@ -30,7 +30,8 @@ const repoRoot = ".."
 // assembled as BuildKit would send it (.dockerignore applied), the stage's
 // COPYs are replayed, and Go is asked whether the sidecar's packages are
 // all there. Building the binary itself would take a minute on a cold
-// cache, and CI already builds it with the same `make release`.
+// cache, and CI already builds it, for each release platform, with the
+// same command (`make release` runs `make build`'s go build).
 func TestDockerfile(t *testing.T) {
 	df, ignore := readDockerfile(t)
 	if err := checkDockerfile(t, df, ignore); err != nil {
@@ -47,7 +48,7 @@ func TestBrokenDockerfilesFail(t *testing.T) {
 	}{
 		{
 			name: "one stage",
-			old:  "FROM gcr.io/distroless/static-debian12:nonroot\nCOPY --from=build /src/bin/ratelimit-sidecar /usr/local/bin/ratelimit-sidecar\n",
+			old:  "FROM gcr.io/distroless/static-debian12:nonroot\n",
 			new:  "",
 			want: "want at least 2 stages",
 		},
@@ -72,10 +73,10 @@ func TestBrokenDockerfilesFail(t *testing.T) {
 			want: `final stage is FROM "debian:12"`,
 		},
 		{
-			name: "a build that is not make release",
-			old:  "target=/root/.cache/go-build make release",
+			name: "a build that is not make build",
+			old:  "target=/root/.cache/go-build make build",
 			new:  "target=/root/.cache/go-build go build -o bin/ratelimit-sidecar ./cmd/ratelimit-sidecar",
-			want: `stage "build" does not RUN make release`,
+			want: `stage "build" does not RUN make build`,
 		},
 		{
 			name: "copy of a missing path",
@@ -90,7 +91,7 @@ func TestBrokenDockerfilesFail(t *testing.T) {
 		{
 			name: "binary copied from elsewhere",
 			old:  "/src/bin/ratelimit-sidecar /usr", new: "/src/ratelimit-sidecar /usr",
-			want: "COPY --from=build /src/ratelimit-sidecar: make release writes /src/bin/ratelimit-sidecar",
+			want: "COPY --from=build /src/ratelimit-sidecar: make build writes /src/bin/ratelimit-sidecar",
 		},
 		{
 			name: "copy from an unknown stage",
@@ -128,6 +129,26 @@ func TestBrokenDockerfilesFail(t *testing.T) {
 			old:  `"--config=/etc/ratelimit-sidecar/"`, new: `"--config=/etc/rules/"`,
 			want: "ENTRYPOINT: --config=/etc/rules/, but the default rules are copied to /etc/ratelimit-sidecar",
 		},
+		{
+			name: "no licence label",
+			old:  `org.opencontainers.image.licenses="Apache-2.0"`, new: `org.opencontainers.image.vendor="us"`,
+			want: "final stage has no LABEL org.opencontainers.image.licenses",
+		},
+		{
+			name: "a version label that is not the build's",
+			old:  `org.opencontainers.image.version="$VERSION"`, new: `org.opencontainers.image.version="dev"`,
+			want: `LABEL org.opencontainers.image.version="dev": want "$VERSION"`,
+		},
+		{
+			name: "the version argument not declared in the final stage",
+			old:  "nonroot\n# Build arguments end with their stage: the labels need them again.\nARG VERSION=dev\n", new: "nonroot\n",
+			want: "final stage: LABEL uses $VERSION, but no ARG VERSION precedes it there",
+		},
+		{
+			name: "no licence in the image",
+			old:  "COPY LICENSE NOTICE /usr/share/doc/ratelimit-sidecar/\n", new: "",
+			want: "final stage does not COPY LICENSE",
+		},
 	}
 	df, ignore := readDockerfile(t)
 	for _, tt := range tests {
@@ -144,14 +165,155 @@ func TestBrokenDockerfilesFail(t *testing.T) {
 	}
 }
 
-func TestMakefileReleaseIsTheStaticBuild(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(repoRoot, "Makefile"))
+// TestMakefileBuild: `make build`, what the image runs, is the static
+// build with the version and commit.
+func TestMakefileBuild(t *testing.T) {
+	if _, err := buildOutput(makeDryRun(t, "build", "GOOS=", "GOARCH=")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMakefileRelease: `make release` builds every release platform with
+// `make build`'s command, writes SHA256SUMS of them, and checks it. CI
+// (.ci/run) runs it for real; here make only says what it would run.
+func TestMakefileRelease(t *testing.T) {
+	if err := checkRelease(makeDryRun(t, "release")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBrokenReleasesFail: checkRelease notices a release that lacks a
+// platform, the version, the checksums or their check.
+func TestBrokenReleasesFail(t *testing.T) {
+	good := makeDryRun(t, "release")
+	tests := []struct {
+		name     string
+		old, new string
+		want     string
+	}{
+		{"no arm64", "GOARCH=arm64", "GOARCH=amd64", "no build of bin/ratelimit-sidecar-linux-arm64 for linux/arm64"},
+		{"not static", "CGO_ENABLED=0 ", "", "bin/ratelimit-sidecar-linux-amd64: build does not set CGO_ENABLED=0"},
+		{"no version", "-X main.version=rehearsal", "", "the version is not set with -X main.version="},
+		{"no sums", "> SHA256SUMS", "", "no sha256sum of both binaries into bin/SHA256SUMS"},
+		{"sums unchecked", "--check", "", "SHA256SUMS is not checked (sha256sum --check)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !strings.Contains(good, tt.old) {
+				t.Fatalf("make -n release does not say %q:\n%s", tt.old, good)
+			}
+			err := checkRelease(strings.ReplaceAll(good, tt.old, tt.new))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("checkRelease: got error %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// makeDryRun returns what `make -n target` would run in the repository,
+// with the version and commit set (so that no git runs) and vars added.
+func makeDryRun(t *testing.T, target string, vars ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	args := append([]string{"-n", "--no-print-directory", target, "VERSION=rehearsal", "REVISION=0123456789abcdef"}, vars...)
+	cmd := exec.CommandContext(ctx, "make", args...)
+	cmd.Dir, cmd.Env = repoRoot, cleanEnv()
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("make %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	if _, err := releaseOutput(b); err != nil {
-		t.Fatal(err)
+	return string(out)
+}
+
+// cleanEnv is the environment for go and make: no flags or variables of
+// an outer make (make test runs these tests), nothing that could fetch.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "GOFLAGS", "VERSION", "REVISION", "GOOS", "GOARCH":
+		default:
+			env = append(env, kv)
+		}
 	}
+	return append(env, "GOFLAGS=-mod=readonly", "GOPROXY=off", "GOWORK=off", "GOTOOLCHAIN=local", "CGO_ENABLED=0")
+}
+
+// goBuilds returns the go build commands of make -n's output, by the
+// path each writes.
+func goBuilds(dryRun string) map[string]string {
+	builds := map[string]string{}
+	for _, line := range strings.Split(dryRun, "\n") {
+		if !strings.Contains(line, "go build") {
+			continue
+		}
+		if m := regexp.MustCompile(`-o\s+(\S+)`).FindStringSubmatch(line); m != nil {
+			builds[m[1]] = line
+		}
+	}
+	return builds
+}
+
+// checkBuild checks that a go build command is the static build, with
+// the version and commit.
+func checkBuild(out, line string) []error {
+	var errs []error
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-ldflags"} {
+		if !strings.Contains(line, want) {
+			errs = append(errs, fmt.Errorf("Makefile: %s: build does not set %s", out, want))
+		}
+	}
+	if !strings.Contains(line, "-X main.version=rehearsal") {
+		errs = append(errs, fmt.Errorf("Makefile: %s: the version is not set with -X main.version=", out))
+	}
+	if !strings.Contains(line, "-X main.revision=0123456789abcdef") {
+		errs = append(errs, fmt.Errorf("Makefile: %s: the commit is not set with -X main.revision=", out))
+	}
+	return errs
+}
+
+// buildOutput checks what `make -n build` runs: one static build, whose
+// path it returns.
+func buildOutput(dryRun string) (string, error) {
+	builds := goBuilds(dryRun)
+	if len(builds) != 1 {
+		return "", fmt.Errorf("Makefile: make build runs %d go builds, want 1:\n%s", len(builds), dryRun)
+	}
+	for out, line := range builds {
+		if strings.Contains(line, "GOOS=") || strings.Contains(line, "GOARCH=") {
+			return "", fmt.Errorf("Makefile: make build sets GOOS or GOARCH, which the image's build takes from the environment: %s", line)
+		}
+		return out, errors.Join(checkBuild(out, line)...)
+	}
+	panic("unreachable")
+}
+
+// checkRelease checks what `make -n release` runs: a static build for
+// each platform, then SHA256SUMS of the binaries, checked.
+func checkRelease(dryRun string) error {
+	var errs []error
+	builds := goBuilds(dryRun)
+	var bins []string
+	for _, p := range []string{"linux/amd64", "linux/arm64"} {
+		goos, goarch, _ := strings.Cut(p, "/")
+		out := "bin/ratelimit-sidecar-" + goos + "-" + goarch
+		bins = append(bins, path.Base(out))
+		line, ok := builds[out]
+		if !ok || !strings.Contains(line, "GOOS="+goos+" ") || !strings.Contains(line, "GOARCH="+goarch+" ") {
+			errs = append(errs, fmt.Errorf("Makefile: make release: no build of %s for %s", out, p))
+			continue
+		}
+		errs = append(errs, checkBuild(out, line)...)
+	}
+	sums := regexp.MustCompile(`(?m)^cd bin && sha256sum (.+) > SHA256SUMS$`).FindStringSubmatch(dryRun)
+	if sums == nil || strings.Join(strings.Fields(sums[1]), " ") != strings.Join(bins, " ") {
+		errs = append(errs, fmt.Errorf("Makefile: make release: no sha256sum of both binaries into bin/SHA256SUMS:\n%s", dryRun))
+	}
+	if !regexp.MustCompile(`(?m)^cd bin && sha256sum --check\b.* SHA256SUMS$`).MatchString(dryRun) {
+		errs = append(errs, errors.New("Makefile: make release: SHA256SUMS is not checked (sha256sum --check)"))
+	}
+	return errors.Join(errs...)
 }
 
 func readDockerfile(t *testing.T) (dockerfile, dockerignore []byte) {
@@ -258,11 +420,7 @@ func checkDockerfile(t *testing.T, dockerfile, dockerignore []byte) error {
 	if err != nil {
 		return fmt.Errorf(".dockerignore: %w", err)
 	}
-	makefile, err := os.ReadFile(filepath.Join(repoRoot, "Makefile"))
-	if err != nil {
-		return err
-	}
-	binOut, err := releaseOutput(makefile)
+	binOut, err := buildOutput(makeDryRun(t, "build", "GOOS=", "GOARCH="))
 	if err != nil {
 		return err
 	}
@@ -288,7 +446,7 @@ func checkDockerfile(t *testing.T, dockerfile, dockerignore []byte) error {
 					case hasFrom:
 						want := path.Join(workdirs[from], binOut)
 						if path.Clean(src) != want {
-							fail("line %d: COPY --from=%s %s: make release writes %s", in.line, from, src, want)
+							fail("line %d: COPY --from=%s %s: make build writes %s", in.line, from, src, want)
 						}
 					default:
 						if _, err := os.Stat(filepath.Join(repoRoot, src)); err != nil {
@@ -326,7 +484,7 @@ func checkDockerfile(t *testing.T, dockerfile, dockerignore []byte) error {
 		fail("final stage runs as %q: want a non-root numeric user, such as 65532:65532", user)
 	}
 
-	// The stage the binary comes from runs exactly `make release`.
+	// The stage the binary comes from runs exactly `make build`.
 	var build *stage
 	for _, in := range final.body {
 		if from, ok := in.flags["from"]; ok && in.cmd == "copy" {
@@ -345,18 +503,19 @@ func checkDockerfile(t *testing.T, dockerfile, dockerignore []byte) error {
 	default:
 		ran := false
 		for _, in := range build.body {
-			if in.cmd == "run" && strings.Join(in.args, " ") == "make release" {
+			if in.cmd == "run" && strings.Join(in.args, " ") == "make build" {
 				ran = true
 			}
 		}
 		if !ran {
-			fail("stage %q does not RUN make release, the build CI runs", build.name)
+			fail("stage %q does not RUN make build, the build CI runs for each release platform", build.name)
 		} else if err := rehearse(t, build, ignored); err != nil {
 			fail("stage %q: %v", build.name, err)
 		}
 	}
 
 	errs = append(errs, checkEntrypoint(t, final)...)
+	errs = append(errs, checkLabels(final)...)
 	return errors.Join(errs...)
 }
 
@@ -423,7 +582,7 @@ func checkEntrypoint(t *testing.T, final stage) []error {
 // rehearse replays a build stage's COPYs from the build context that
 // .dockerignore leaves, into a temporary directory, then asks Go whether
 // every package and embedded file the sidecar needs is there, and make
-// what `make release` would run. Nothing is compiled and nothing is
+// what `make build` would run. Nothing is compiled and nothing is
 // downloaded (GOPROXY=off: go mod download has already run in the image).
 func rehearse(t *testing.T, build *stage, ignored *patternmatcher.PatternMatcher) error {
 	t.Helper()
@@ -452,17 +611,7 @@ func rehearse(t *testing.T, build *stage, ignored *patternmatcher.PatternMatcher
 	dir := filepath.Join(root, filepath.FromSlash(workdir))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// A clean environment for go and make: no flags or variables of an
-	// outer make (make test runs this), nothing that could fetch.
-	var env []string
-	for _, kv := range os.Environ() {
-		switch k, _, _ := strings.Cut(kv, "="); k {
-		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "GOFLAGS", "VERSION":
-		default:
-			env = append(env, kv)
-		}
-	}
-	env = append(env, "GOFLAGS=-mod=readonly", "GOPROXY=off", "GOWORK=off", "GOTOOLCHAIN=local", "CGO_ENABLED=0")
+	env := cleanEnv()
 
 	list := exec.CommandContext(ctx, "go", "list", "-deps", "-e", "-f", "{{with .Error}}{{.}}\n{{end}}{{with .DepsErrors}}{{.}}\n{{end}}", "./cmd/ratelimit-sidecar")
 	list.Dir, list.Env = dir, env
@@ -471,14 +620,20 @@ func rehearse(t *testing.T, build *stage, ignored *patternmatcher.PatternMatcher
 		return fmt.Errorf("the build context lacks what the sidecar needs: go list: %v\n%s", err, out)
 	}
 
-	dry := exec.CommandContext(ctx, "make", "-n", "release", "VERSION=rehearsal")
-	dry.Dir, dry.Env = dir, env
+	// The stage's ARGs and ENV reach make as the environment, as they do
+	// in the image's build.
+	dry := exec.CommandContext(ctx, "make", "-n", "build")
+	dry.Dir, dry.Env = dir, append(env, "VERSION=rehearsal", "REVISION=0123456789abcdef", "GOOS=linux", "GOARCH=arm64")
 	out, err = dry.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("make -n release: %v\n%s", err, out)
+		return fmt.Errorf("make -n build: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "go build") || !strings.Contains(string(out), "-X main.version=rehearsal") {
-		return fmt.Errorf("make -n release does not go build with the version:\n%s", out)
+	bin, err := buildOutput(string(out))
+	if err != nil {
+		return fmt.Errorf("make -n build, with the stage's environment: %w", err)
+	}
+	if want := "bin/ratelimit-sidecar"; bin != want {
+		return fmt.Errorf("make -n build writes %s, want %s", bin, want)
 	}
 	return nil
 }
@@ -554,4 +709,63 @@ func TestDockerfileAnswersToBinRatelimit(t *testing.T) {
 		}
 	}
 	t.Error("Dockerfile: the final stage does not COPY the binary to /bin/ratelimit")
+}
+
+// checkLabels checks the final stage's OCI labels: the licence, the
+// source, and the version and commit from the build's arguments, which
+// must be declared again in that stage (an ARG ends with its stage).
+func checkLabels(final stage) []error {
+	var errs []error
+	labels := map[string]string{}
+	args := map[string]bool{}
+	for _, in := range final.body {
+		switch in.cmd {
+		case "arg":
+			for _, a := range in.args {
+				name, _, _ := strings.Cut(a, "=")
+				args[name] = true
+			}
+		case "label":
+			// BuildKit's parser gives key, value and "=" for each pair.
+			for i := 0; i+1 < len(in.args); i += 3 {
+				k, v := in.args[i], strings.Trim(in.args[i+1], `"`)
+				labels[k] = v
+				for _, ref := range regexp.MustCompile(`\$\{?(\w+)`).FindAllStringSubmatch(v, -1) {
+					if !args[ref[1]] {
+						errs = append(errs, fmt.Errorf("Dockerfile: final stage: LABEL uses $%s, but no ARG %s precedes it there", ref[1], ref[1]))
+					}
+				}
+			}
+		}
+	}
+	want := map[string]string{
+		"org.opencontainers.image.licenses": "Apache-2.0",
+		"org.opencontainers.image.source":   "https://github.com/ratelimit-sidecar/ratelimit-sidecar",
+		"org.opencontainers.image.title":    "ratelimit-sidecar",
+		"org.opencontainers.image.version":  "$VERSION",
+		"org.opencontainers.image.revision": "$REVISION",
+	}
+	for _, k := range []string{"org.opencontainers.image.licenses", "org.opencontainers.image.source", "org.opencontainers.image.title", "org.opencontainers.image.version", "org.opencontainers.image.revision"} {
+		got, ok := labels[k]
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("Dockerfile: final stage has no LABEL %s", k))
+		case got != want[k]:
+			errs = append(errs, fmt.Errorf("Dockerfile: LABEL %s=%q: want %q", k, got, want[k]))
+		}
+	}
+	copied := map[string]bool{}
+	for _, in := range final.body {
+		if in.cmd == "copy" && in.flags["from"] == "" {
+			for _, src := range in.args[:len(in.args)-1] {
+				copied[path.Clean(src)] = true
+			}
+		}
+	}
+	for _, f := range []string{"LICENSE", "NOTICE"} {
+		if !copied[f] {
+			errs = append(errs, fmt.Errorf("Dockerfile: final stage does not COPY %s into the image", f))
+		}
+	}
+	return errs
 }

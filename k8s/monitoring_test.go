@@ -42,8 +42,11 @@ func TestAlertRulesLoad(t *testing.T) {
 	want := []string{
 		"RateLimitSidecarConfigReloadFailed",
 		"RateLimitSidecarRedisCircuitOpen",
+		"RateLimitSidecarRedisConfigError",
 		"RateLimitSidecarRedisErrors",
 		"RateLimitSidecarDecisionLatencyHigh",
+		"RateLimitSidecarCertificateExpiring",
+		"RateLimitSidecarTLSReloadFailed",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("alerts (-want +got):\n%s", diff)

@@ -44,7 +44,7 @@ type bounds struct {
 	grpcMaxStreams uint          // concurrent streams per gRPC connection
 	grpcMaxConns   int           // open gRPC connections; 0: no cap
 	httpMaxConns   int           // open connections on each HTTP listener; 0: no cap
-	requestTimeout time.Duration // for a stream's request and a handshake
+	requestTimeout time.Duration // for a stream's request and the handshakes
 	maxConnAge     time.Duration // of a gRPC connection; 0: no limit
 	idleTimeout    time.Duration // of a gRPC or HTTP connection
 }
@@ -93,8 +93,8 @@ func (b *bounds) grpcOptions(sb *streamBound, grace time.Duration) []grpc.Server
 			Time:                  keepalivePing,
 			Timeout:               keepaliveTimeout,
 		}),
-		// A client must finish the HTTP/2 handshake, as it must send a
-		// request, within the request timeout.
+		// A client must finish the TLS and HTTP/2 handshakes, as it must
+		// send a request, within the request timeout.
 		grpc.ConnectionTimeout(b.requestTimeout),
 		grpc.InTapHandle(sb.tap),
 		grpc.ChainStreamInterceptor(sb.intercept),

@@ -27,16 +27,18 @@ type domainView struct {
 }
 
 type ruleView struct {
-	Key            string      `json:"key"`
-	Value          string      `json:"value,omitempty"`
-	Name           string      `json:"name"`
-	Source         string      `json:"source"`
-	ShadowMode     bool        `json:"shadow_mode,omitempty"`
-	ShareThreshold bool        `json:"share_threshold,omitempty"`
-	DetailedMetric bool        `json:"detailed_metric,omitempty"`
-	ValueToMetric  bool        `json:"value_to_metric,omitempty"`
-	Limits         []limitView `json:"limits,omitempty"`
-	Descriptors    []ruleView  `json:"descriptors,omitempty"`
+	Key            string         `json:"key"`
+	Value          string         `json:"value,omitempty"`
+	Name           string         `json:"name"`
+	Source         string         `json:"source"`
+	ShadowMode     bool           `json:"shadow_mode,omitempty"`
+	QuotaMode      bool           `json:"quota_mode,omitempty"`
+	ShareThreshold bool           `json:"share_threshold,omitempty"`
+	DetailedMetric bool           `json:"detailed_metric,omitempty"`
+	ValueToMetric  bool           `json:"value_to_metric,omitempty"`
+	Limits         []limitView    `json:"limits,omitempty"`
+	Metadata       map[string]any `json:"metadata,omitempty"`
+	Descriptors    []ruleView     `json:"descriptors,omitempty"`
 }
 
 type limitView struct {
@@ -58,7 +60,7 @@ func viewRules(rs []*limits.Rule) []ruleView {
 		v := ruleView{
 			Key: r.Key, Value: r.Value, Name: r.Name, Source: source(r),
 			ShadowMode: r.ShadowMode, ShareThreshold: r.ShareThreshold, DetailedMetric: r.DetailedMetric, ValueToMetric: r.ValueToMetric,
-			Descriptors: viewRules(r.Children),
+			QuotaMode: r.QuotaMode, Metadata: r.Metadata, Descriptors: viewRules(r.Children),
 		}
 		for _, l := range r.Limits {
 			if l.Unlimited {

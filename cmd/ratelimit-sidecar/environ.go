@@ -33,6 +33,8 @@ type envReport struct {
 	refused []string
 	// unknownRLS lists RLS_ variables that no setting reads.
 	unknownRLS []string
+	// rlsHints names, for those near a setting's variable, that variable.
+	rlsHints []string
 }
 
 // refApplied is the reference's environment, applied to a flag set.
@@ -209,6 +211,7 @@ func (a *refApplied) finish(c *settings, fs *flag.FlagSet, args []string, getenv
 		a.report.value[f.Name] = logValue(f.Name, f.Value.String())
 	})
 	a.report.unknownRLS = unknownRLS(fs, environ)
+	a.report.rlsHints = rlsHints(fs, a.report.unknownRLS)
 	c.env = a.report
 }
 
@@ -256,8 +259,13 @@ func logEnv(log *zap.Logger, c *settings) {
 		log.Warn("envoyproxy/ratelimit settings not honoured", zap.Strings("settings", r.refused))
 	}
 	if len(r.unknownRLS) > 0 {
-		log.Warn("RLS_ environment variables that no setting reads: misspelt?", zap.Strings("variables", r.unknownRLS))
+		fields := []zap.Field{zap.Strings("variables", r.unknownRLS)}
+		if len(r.rlsHints) > 0 {
+			fields = append(fields, zap.Strings("did_you_mean", r.rlsHints))
+		}
+		log.Warn("RLS_ environment variables that no setting reads: misspelt?", fields...)
 	}
+	logRedisURL(log, c)
 }
 
 // envSources logs each setting from the environment as

@@ -44,12 +44,15 @@ type settings struct {
 
 	redis             redis.Options
 	redisURLInArgs    bool // --redis-url is on the command line, for ps to show
+	redisHostPort     bool // --redis-url was host:port, taken as redis://host:port: redisurl.go
 	redisPasswordFile string
 	sentinelPassFile  string
 	redisSentinels    string
 	redisCluster      string
 
 	bounds bounds
+
+	tls tlsSettings // --grpc-tls-*: see tls.go
 
 	rejections   rejectionSettings // --log-rejections*
 	counterReset bool              // --admin-counter-reset
@@ -150,9 +153,16 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.UintVar(&c.bounds.grpcMaxStreams, "grpc-max-streams", 100, "most gRPC calls in flight on one connection; the server refuses more, and Envoy opens another connection for them")
 	fs.IntVar(&c.bounds.grpcMaxConns, "grpc-max-conns", 64, "most gRPC connections open at once (0: no cap); a connection beyond waits to be accepted. Keep it above Envoy's --concurrency")
 	fs.IntVar(&c.bounds.httpMaxConns, "http-max-conns", 128, "most connections open at once on --http-addr, and on --admin-addr (0: no cap); a connection beyond waits to be accepted")
-	fs.DurationVar(&c.bounds.requestTimeout, "grpc-request-timeout", 2*time.Second, "how long a gRPC call may take to send its request: a unary call without a sooner deadline of its own is cancelled after this, and so is a streaming call that has sent no message by then; also bounds a new connection's HTTP/2 handshake")
+	fs.DurationVar(&c.bounds.requestTimeout, "grpc-request-timeout", 2*time.Second, "how long a gRPC call may take to send its request: a unary call without a sooner deadline of its own is cancelled after this, and so is a streaming call that has sent no message by then; also bounds a new connection's TLS and HTTP/2 handshakes")
 	fs.DurationVar(&c.bounds.maxConnAge, "grpc-max-connection-age", 30*time.Minute, "close a gRPC connection after about this long (0: never), with a GOAWAY first and --shutdown-timeout for its calls in flight to finish")
 	fs.DurationVar(&c.bounds.idleTimeout, "idle-timeout", time.Minute, "close a gRPC connection with no call in flight, or an HTTP connection with no request, after this long")
+
+	// TLS on the gRPC listener: see tls.go.
+	fs.StringVar(&c.tls.cert, "grpc-tls-cert", "", "PEM certificate (chain) of the gRPC listener; with --grpc-tls-key, gRPC is served over TLS only. Read again when it changes")
+	fs.StringVar(&c.tls.key, "grpc-tls-key", "", "PEM private key of --grpc-tls-cert")
+	fs.StringVar(&c.tls.clientCA, "grpc-tls-client-ca", "", "PEM CAs of client certificates: clients must present a certificate one of them signed (mutual TLS). Read again when it changes")
+	fs.StringVar(&c.tls.clientSAN, "grpc-tls-client-san", "", "a name the client certificate must hold: a DNS name or IP address, matched as a server's name is, or a URI (spiffe://...) exactly; needs --grpc-tls-client-ca")
+	fs.StringVar(&c.tls.minVersion, "grpc-tls-min-version", "1.2", "least TLS version of the gRPC listener: 1.2 or 1.3")
 
 	failure := "local"
 	fs.StringVar(&failure, "failure-mode", failure, "what requests get while Redis cannot decide: open, closed, local or error; rule files may override it per domain")
@@ -215,6 +225,9 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	if c.nearLimitRatio <= 0 || c.nearLimitRatio > 1 {
 		return fmt.Errorf("--near-limit-ratio: want a number above 0 and at most 1, got %v", c.nearLimitRatio)
 	}
+	if c.redis.URL, c.redisHostPort, err = redisURL(c.redis.URL); err != nil {
+		return err
+	}
 	c.redis.SentinelAddrs = splitList(c.redisSentinels)
 	c.redis.ClusterAddrs = splitList(c.redisCluster)
 	if c.redis.Password, err = secret(getenv, "RLS_REDIS_PASSWORD", "--redis-password-file", c.redisPasswordFile); err != nil {
@@ -242,6 +255,9 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	_, gomemlimit := getenv("GOMEMLIMIT")
 	c.gc.setPercent, c.gc.setLimit = !gogc, !gomemlimit
 	if err := c.bounds.check(); err != nil {
+		return err
+	}
+	if err := c.tls.check(); err != nil {
 		return err
 	}
 	if err := c.xds.finish(); err != nil {

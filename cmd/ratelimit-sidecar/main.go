@@ -1,12 +1,14 @@
 // Command ratelimit-sidecar is an Envoy rate-limit service (RLS v3) meant to
 // run beside Envoy in each pod.
 //
-// Run `ratelimit-sidecar -h` for its flags. Every flag can also be set by an
-// environment variable named RLS_ and the flag in upper case with
-// underscores, e.g. RLS_GRPC_ADDR; a flag on the command line wins. Below
-// those come envoyproxy/ratelimit's variables (GRPC_PORT, REDIS_URL, ...),
-// and run as "ratelimit", as that project's image runs it, its defaults:
-// see refenv.go, environ.go and docs/migration.md.
+// Run with no command it is the server; `ratelimit-sidecar help` lists the
+// commands (check, explain, version, help) and the server's flags. Every
+// server flag can also be set by an environment variable named RLS_ and
+// the flag in upper case with underscores, e.g. RLS_GRPC_ADDR; a flag on
+// the command line wins. Below those come envoyproxy/ratelimit's variables
+// (GRPC_PORT, REDIS_URL, ...), and run as "ratelimit", as that project's
+// image runs it, its defaults: see refenv.go, environ.go and
+// docs/migration.md.
 package main
 
 import (
@@ -20,9 +22,6 @@ import (
 	"strings"
 	"syscall"
 )
-
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -50,14 +49,30 @@ func runAs(ctx context.Context, argv0 string, args, environ []string, stdout, st
 	// A subcommand may follow --flag=value arguments, as it does when an
 	// image's entrypoint passes server flags before the command's own.
 	for i, a := range args {
-		if a == "check" {
-			return runCheck(args[i+1:], stdout, stderr)
+		if !strings.HasPrefix(a, "-") {
+			c, ok := lookupCommand(a)
+			if !ok {
+				return unknownCommand(a)
+			}
+			return c.run(args[i+1:], stdout, stderr)
 		}
-		if a == "explain" {
-			return runExplain(args[i+1:], stdout, stderr)
-		}
-		if !strings.HasPrefix(a, "-") || !strings.Contains(a, "=") {
+		if !strings.Contains(a, "=") {
 			break
+		}
+	}
+	// Help and the version, asked for among the server's flags, need
+	// neither valid flags nor a valid environment.
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if isHelpFlag(a) {
+			writeUsage(stdout)
+			return nil
+		}
+		if isVersionFlag(a) {
+			buildInfo().write(stdout)
+			return nil
 		}
 	}
 	cfg, err := parseFlagsAs(argv0, args, lookupIn(environ), environ, stderr)
@@ -65,7 +80,7 @@ func runAs(ctx context.Context, argv0 string, args, environ []string, stdout, st
 		return err
 	}
 	if cfg.version {
-		fmt.Fprintln(stdout, "ratelimit-sidecar", version)
+		buildInfo().write(stdout)
 		return nil
 	}
 	return serve(ctx, cfg, stderr)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -252,6 +253,9 @@ var refMappings = []refMapping{
 	{vars: []string{"REDIS_TLS", "REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"},
 		flags: []string{"redis-tls", "redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-tls-skip-hostname-verification"},
 		apply: mapRedisTLS},
+	{vars: []string{"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"},
+		flags: []string{"grpc-tls-cert", "grpc-tls-key", "grpc-tls-client-ca", "grpc-tls-client-san"},
+		apply: mapGRPCTLS},
 	{vars: []string{"REDIS_POOL_SIZE"}, flags: []string{"redis-pool-size"}, defaults: true,
 		apply: func(v *refValues, out *refOut) {
 			out.set("redis-pool-size", strconv.FormatInt(v.integer("REDIS_POOL_SIZE"), 10))
@@ -278,6 +282,8 @@ var refMappings = []refMapping{
 		}},
 	{vars: []string{"SHADOW_MODE"}, flags: []string{"shadow-mode"}, defaults: true,
 		apply: func(v *refValues, out *refOut) { out.set("shadow-mode", v.boolText("SHADOW_MODE")) }},
+	{vars: []string{"QUOTA_MODE"}, flags: []string{"quota-mode"}, defaults: true,
+		apply: func(v *refValues, out *refOut) { out.set("quota-mode", v.boolText("QUOTA_MODE")) }},
 	{vars: []string{"RESPONSE_DYNAMIC_METADATA"}, flags: []string{"response-dynamic-metadata"}, defaults: true,
 		apply: func(v *refValues, out *refOut) {
 			out.set("response-dynamic-metadata", v.boolText("RESPONSE_DYNAMIC_METADATA"))
@@ -308,13 +314,60 @@ var refMappings = []refMapping{
 	// which is our failure mode error.
 	{flags: []string{"failure-mode"}, defaults: true,
 		apply: func(_ *refValues, out *refOut) { out.set("failure-mode", "error") }},
-	// Values checked, nothing to set: FILE is what we do; the others are
-	// refused below.
-	{vars: []string{"CONFIG_TYPE"}, apply: func(v *refValues, _ *refOut) {
-		if t := v.str("CONFIG_TYPE"); t != "FILE" && t != "GRPC_XDS_SOTW" {
-			v.fail("CONFIG_TYPE", "want FILE or GRPC_XDS_SOTW, got %q", t)
-		}
-	}},
+	// No variable: the reference bounds a request only by gRPC's message
+	// size. Envoy Gateway sends one descriptor per matching rule of a
+	// policy, up to its 128 rules, each with an entry per header match
+	// (up to 16 per selector, 8 selectors) besides its generic keys: a
+	// drop-in must not refuse them, where our defaults (64 and 32) would.
+	{flags: []string{"max-descriptors", "max-entries"}, defaults: true,
+		apply: func(_ *refValues, out *refOut) {
+			out.set("max-descriptors", "128")
+			out.set("max-entries", "160")
+		}},
+	// Rules over xDS (xds.go, docs/xds.md).
+	{vars: []string{"CONFIG_TYPE"}, flags: []string{"config-type", "allow-empty-rules"}, apply: mapConfigType},
+	{vars: []string{"CONFIG_GRPC_XDS_SERVER_URL"}, flags: []string{"xds-server"},
+		apply: func(v *refValues, out *refOut) { out.set("xds-server", v.str("CONFIG_GRPC_XDS_SERVER_URL")) }},
+	{vars: []string{"CONFIG_GRPC_XDS_NODE_ID"}, flags: []string{"xds-node-id"},
+		apply: func(v *refValues, out *refOut) { out.set("xds-node-id", v.str("CONFIG_GRPC_XDS_NODE_ID")) }},
+	{vars: []string{"CONFIG_GRPC_XDS_NODE_METADATA"}, flags: []string{"xds-node-metadata"}, apply: mapNodeMetadata},
+	{vars: []string{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"}, flags: []string{"xds-headers"},
+		apply: func(v *refValues, out *refOut) {
+			out.set("xds-headers", v.str("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"))
+		}},
+	{vars: []string{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+		"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_SAN"},
+		flags: []string{"xds-tls", "xds-tls-ca", "xds-tls-cert", "xds-tls-key", "xds-tls-server-name"}, apply: mapXDSTLS},
+	{vars: []string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+		"XDS_CLIENT_BACKOFF_JITTER"},
+		flags: []string{"xds-backoff-initial", "xds-backoff-max", "xds-backoff-jitter"}, defaults: true, apply: mapXDSBackoff},
+	{vars: []string{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"}, flags: []string{"xds-max-message-bytes"},
+		apply: func(v *refValues, out *refOut) {
+			// envconfig leaves an int at 0 for an empty value.
+			if v.str("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES") == "" {
+				return
+			}
+			n := v.integer("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES")
+			if n < 0 {
+				v.fail("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "want 0 or more bytes, got %d", n)
+				return
+			}
+			out.set("xds-max-message-bytes", strconv.FormatInt(n, 10))
+		}},
+	// With rule files the reference reads them at start whether or not
+	// it waits for them, and so do we: the setting means something over
+	// xDS only.
+	{vars: []string{"FORCE_START_WITHOUT_INITIAL_CONFIG"}, flags: []string{"force-start-without-rules"},
+		apply: func(v *refValues, out *refOut) {
+			if force := v.boolean("FORCE_START_WITHOUT_INITIAL_CONFIG"); refXDS(v) {
+				out.set("force-start-without-rules", strconv.FormatBool(force))
+			}
+		}},
+	// The reference passes it to a gRPC retry interceptor that it gives
+	// no retry count, and so never retries: it changes nothing there
+	// either. The value is checked.
+	{vars: []string{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"},
+		apply: func(v *refValues, _ *refOut) { v.duration("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL") }},
 }
 
 // refRefusal is a setting of the reference that we do not honour. It is
@@ -331,15 +384,14 @@ const notBuilt = "not built yet: "
 
 // refRefusals are the settings we refuse.
 var refRefusals = []refRefusal{
-	{vars: []string{"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"},
-		reason: notBuilt + "the gRPC listener serves plaintext only"},
-	{vars: []string{"CONFIG_TYPE", "FORCE_START_WITHOUT_INITIAL_CONFIG", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA",
-		"CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
-		"CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
-		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
-		"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"},
-		reason: notBuilt + "rules come from files only, not over xDS"},
-	{vars: []string{"QUOTA_MODE"}, reason: notBuilt + "no quota mode; use shadow_mode per rule or --shadow-mode"},
+	{vars: []string{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR"},
+		reason: "reconnect waits double at each failure; a growth factor above 1 other than 2 is not honoured",
+		active: func(v *refValues) bool {
+			// A value that does not parse is reported by the mapping.
+			s, ok := v.getenv("XDS_CLIENT_BACKOFF_RANDOM_FACTOR")
+			f, err := strconv.ParseFloat(s, 64)
+			return ok && err == nil && f > 1 && f != 2
+		}},
 	{vars: []string{"USE_STATSD"}, reason: "no statsd: metrics are served in Prometheus format (see docs/migration.md for the names)",
 		active: func(v *refValues) bool {
 			// The reference sends statsd unless told not to.
@@ -628,6 +680,135 @@ func mapRedisTLS(v *refValues, out *refOut) {
 		}
 	}
 	out.set("redis-tls-skip-hostname-verification", v.boolText("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"))
+}
+
+// refXDS reports whether the reference's variables take the rules from
+// an xDS server.
+func refXDS(v *refValues) bool { return v.str("CONFIG_TYPE") == "GRPC_XDS_SOTW" }
+
+// mapConfigType maps CONFIG_TYPE, which the reference compares exactly.
+// GRPC_XDS_SOTW allows a push of no resources too: the reference ACKs
+// one and runs without rules, and Envoy Gateway sends one whenever the
+// last rate-limited route goes, a state it means, which a NACK would
+// report as a failed reload for as long as it lasts.
+func mapConfigType(v *refValues, out *refOut) {
+	switch t := v.str("CONFIG_TYPE"); t {
+	case "FILE":
+		out.set("config-type", "file")
+	case "GRPC_XDS_SOTW":
+		out.set("config-type", "xds")
+		out.set("allow-empty-rules", "true")
+	default:
+		v.fail("CONFIG_TYPE", "want FILE or GRPC_XDS_SOTW, got %q", t)
+	}
+}
+
+// mapNodeMetadata maps the reference's node metadata: entries split at
+// commas, each a key and a string value split at its first '=', nothing
+// trimmed. The reference skips an entry without '=', which would send
+// the server less than was written: that is an error here, but for an
+// empty entry (a trailing comma). It is passed on as a JSON object, so
+// that --xds-node-metadata reads it exactly.
+func mapNodeMetadata(v *refValues, out *refOut) {
+	s := v.str("CONFIG_GRPC_XDS_NODE_METADATA")
+	m := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		if kv == "" {
+			continue
+		}
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok {
+			v.fail("CONFIG_GRPC_XDS_NODE_METADATA", "want key=value entries, got %q", kv)
+			return
+		}
+		m[k] = val
+	}
+	b, _ := json.Marshal(m) // strings always marshal
+	out.set("xds-node-metadata", string(b))
+}
+
+// mapXDSTLS maps TLS to the xDS server. Without
+// CONFIG_GRPC_XDS_SERVER_USE_TLS the reference dials in plaintext and
+// reads none of the files, and neither do we.
+func mapXDSTLS(v *refValues, out *refOut) {
+	if !v.boolean("CONFIG_GRPC_XDS_SERVER_USE_TLS") {
+		out.set("xds-tls", "false")
+		return
+	}
+	out.set("xds-tls", "true")
+	for _, f := range []struct{ env, flag string }{
+		{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "xds-tls-ca"},
+		{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "xds-tls-cert"},
+		{"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "xds-tls-key"},
+		{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "xds-tls-server-name"},
+	} {
+		if s := v.str(f.env); s != "" {
+			out.set(f.flag, s)
+		}
+	}
+}
+
+// mapXDSBackoff maps the reference's reconnect waits (jpillora/backoff):
+// the initial interval multiplied by XDS_CLIENT_BACKOFF_RANDOM_FACTOR, a
+// growth factor whatever its name says, at each failure, up to the
+// longest, and with XDS_CLIENT_BACKOFF_JITTER each drawn between the
+// initial interval and that. A factor of 1 or less never grows a wait,
+// so with the reference's default, 0.5, every wait is the initial one:
+// --xds-backoff-max is then the initial wait. Ours double otherwise (a
+// factor other than 2 is named in the start warning), and spread by
+// ±--xds-backoff-jitter unless XDS_CLIENT_BACKOFF_JITTER is false. Run as
+// refName, the reference's defaults apply when its rules come over xDS.
+func mapXDSBackoff(v *refValues, out *refOut) {
+	if !refXDS(v) && !slices.ContainsFunc([]string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+		"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER"}, v.isSet) {
+		return
+	}
+	initial := v.duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL")
+	longest := v.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL")
+	factor := v.float("XDS_CLIENT_BACKOFF_RANDOM_FACTOR")
+	jitter := v.boolean("XDS_CLIENT_BACKOFF_JITTER")
+	// jpillora/backoff's own defaults for values of 0 or less.
+	if initial <= 0 {
+		initial = 100 * time.Millisecond
+	}
+	if longest <= 0 {
+		longest = 10 * time.Second
+	}
+	if factor <= 0 {
+		factor = 2
+	}
+	switch {
+	case initial >= longest:
+		initial = longest
+	case factor <= 1:
+		longest = initial
+	}
+	out.set("xds-backoff-initial", initial.String())
+	out.set("xds-backoff-max", longest.String())
+	if !jitter {
+		out.set("xds-backoff-jitter", "0")
+	}
+}
+
+// mapGRPCTLS maps the reference's TLS on its gRPC listener. As there, the
+// files count only with GRPC_SERVER_USE_TLS, which needs the certificate
+// and key, and the client SAN only with a client CA: without one no client
+// certificate is asked for, so there is no SAN to check.
+func mapGRPCTLS(v *refValues, out *refOut) {
+	if !v.boolean("GRPC_SERVER_USE_TLS") {
+		return
+	}
+	cert, key := v.str("GRPC_SERVER_TLS_CERT"), v.str("GRPC_SERVER_TLS_KEY")
+	if cert == "" && key == "" {
+		v.fail("GRPC_SERVER_USE_TLS", "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
+		return
+	}
+	out.set("grpc-tls-cert", cert)
+	out.set("grpc-tls-key", key)
+	if ca := v.str("GRPC_CLIENT_TLS_CACERT"); ca != "" {
+		out.set("grpc-tls-client-ca", ca)
+		out.set("grpc-tls-client-san", v.str("GRPC_CLIENT_TLS_SAN"))
+	}
 }
 
 // denyEntryBytes is what one deny-cache entry is taken to cost, to turn

@@ -91,6 +91,24 @@ func TestRefEnvMapping(t *testing.T) {
 			redis.TLSOptions{Enabled: true, CAFile: "/ca.pem", CertFile: "/c.pem", KeyFile: "/k.pem", SkipHostnameVerification: true}},
 		{"REDIS_TLS off leaves its files unused", map[string]string{"REDIS_URL": "r:1", "REDIS_TLS_CACERT": "/ca.pem"},
 			func(c *settings) any { return c.redis.TLS }, redis.TLSOptions{}},
+		{"GRPC_SERVER_USE_TLS and its files", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/certs/tls.crt",
+			"GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_CLIENT_TLS_CACERT": "/certs/ca.crt", "GRPC_CLIENT_TLS_SAN": "envoy.edge.svc"},
+			func(c *settings) any { return []string{c.tls.cert, c.tls.key, c.tls.clientCA, c.tls.clientSAN} },
+			[]string{"/certs/tls.crt", "/certs/tls.key", "/certs/ca.crt", "envoy.edge.svc"}},
+		{"GRPC_SERVER_USE_TLS as Envoy Gateway sets it", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/certs/tls.crt",
+			"GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt"},
+			func(c *settings) any { return []string{c.tls.cert, c.tls.key, c.tls.clientCA, c.tls.clientSAN} },
+			[]string{"/certs/tls.crt", "/certs/tls.key", "", ""}},
+		// The reference checks the SAN only on client certificates, which
+		// it asks for only with a client CA.
+		{"GRPC_CLIENT_TLS_SAN without a client CA", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/certs/tls.crt",
+			"GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_CLIENT_TLS_SAN": "envoy.edge.svc"},
+			func(c *settings) any { return []string{c.tls.cert, c.tls.key, c.tls.clientCA, c.tls.clientSAN} },
+			[]string{"/certs/tls.crt", "/certs/tls.key", "", ""}},
+		{"GRPC_SERVER_USE_TLS off leaves its files unused", map[string]string{"GRPC_SERVER_TLS_CERT": "/certs/tls.crt",
+			"GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_CLIENT_TLS_CACERT": "/certs/ca.crt"},
+			func(c *settings) any { return []string{c.tls.cert, c.tls.key, c.tls.clientCA, c.tls.clientSAN} },
+			[]string{"", "", "", ""}},
 		{"REDIS_POOL_SIZE", map[string]string{"REDIS_POOL_SIZE": "20"}, func(c *settings) any { return c.redis.PoolSize }, 20},
 		{"REDIS_TIMEOUT", map[string]string{"REDIS_TIMEOUT": "50ms"}, func(c *settings) any { return c.redis.Timeout }, 50 * time.Millisecond},
 		{"CACHE_KEY_PREFIX", map[string]string{"CACHE_KEY_PREFIX": "edge_"}, func(c *settings) any { return c.redis.KeyPrefix }, "edge_"},
@@ -98,6 +116,7 @@ func TestRefEnvMapping(t *testing.T) {
 		{"LOCAL_CACHE_SIZE_IN_BYTES 0", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "0"}, func(c *settings) any { return c.denyCacheEntries }, 0},
 		{"NEAR_LIMIT_RATIO", map[string]string{"NEAR_LIMIT_RATIO": "0.5"}, func(c *settings) any { return c.nearLimitRatio }, 0.5},
 		{"SHADOW_MODE", map[string]string{"SHADOW_MODE": "true"}, func(c *settings) any { return c.ref.shadowMode }, true},
+		{"QUOTA_MODE", map[string]string{"QUOTA_MODE": "true"}, func(c *settings) any { return c.ref.quotaMode }, true},
 		{"RESPONSE_DYNAMIC_METADATA", map[string]string{"RESPONSE_DYNAMIC_METADATA": "1"}, func(c *settings) any { return c.ref.dynamicMetadata }, true},
 		{"LIMIT_RESPONSE_HEADERS_ENABLED", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"},
 			func(c *settings) any { return []any{c.responseHeaders, c.ref.names} }, []any{envoy.HeadersDraft03, envoy.HeaderNames{}}},
@@ -139,26 +158,28 @@ func TestRefEnvMapping(t *testing.T) {
 func TestRefModeDefaults(t *testing.T) {
 	type view struct {
 		HTTP, GRPC, Debug, Config, Link, Redis string
-		Pool, Deny                             int
+		Pool, Deny, Descriptors, Entries       int
 		Age, Grace, RedisTimeout               time.Duration
 		Level, Prefix, Failure                 string
 	}
 	see := func(c *settings) view {
 		return view{c.httpAddr, c.grpcAddr, c.ref.debugAddr, c.configPath, c.ref.watchLink, c.redis.URL,
-			c.redis.PoolSize, c.denyCacheEntries, c.bounds.maxConnAge, c.ref.connGrace, c.redis.Timeout, c.logLevel, c.redis.KeyPrefix,
+			c.redis.PoolSize, c.denyCacheEntries, c.request.MaxDescriptors, c.request.MaxEntries, c.bounds.maxConnAge, c.ref.connGrace, c.redis.Timeout, c.logLevel, c.redis.KeyPrefix,
 			c.failureMode.String()}
 	}
 	ref := view{
 		HTTP: "0.0.0.0:8080", GRPC: "0.0.0.0:8081", Debug: "0.0.0.0:6070",
 		Config: "/srv/runtime_data/current/config", Link: "/srv/runtime_data/current",
 		Redis: "unix:///var/run/nutcracker/ratelimit.sock", Pool: 10, Deny: 0, Age: 24 * time.Hour, Grace: time.Hour,
-		// The reference fails a request it cannot decide.
-		Failure: "error",
+		// The reference fails a request it cannot decide, and bounds a
+		// request by its size alone: Envoy Gateway's 128 rules fit.
+		Failure: "error", Descriptors: 128, Entries: 160,
 		// Not the reference's: see refMappings.
 		RedisTimeout: 15 * time.Millisecond, Level: "info", Prefix: "rls:",
 	}
 	ours := view{
 		HTTP: "127.0.0.1:8080", GRPC: "127.0.0.1:8081", Config: "config/", Deny: 65536, Age: 30 * time.Minute, Failure: "local",
+		Descriptors: 64, Entries: 32,
 		RedisTimeout: 15 * time.Millisecond, Level: "info", Prefix: "rls:",
 	}
 	tests := []struct {
@@ -272,6 +293,9 @@ func TestRefEnvInvalid(t *testing.T) {
 		{map[string]string{"NEAR_LIMIT_RATIO": "2"}, []string{"--near-limit-ratio: want a number above 0 and at most 1, got 2", "--near-limit-ratio is set from NEAR_LIMIT_RATIO"}},
 		{map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_PATH": "metrics"}, []string{`--metrics-path: want a path starting with /`, "--metrics-path is set from USE_PROMETHEUS, PROMETHEUS_PATH"}},
 		{map[string]string{"LIMIT_RESET_HEADER": "Reset Time"}, []string{`--response-header-names: "Reset Time" is not a valid header name`, "--response-header-names is set from LIMIT_RESET_HEADER"}},
+		{map[string]string{"GRPC_SERVER_USE_TLS": "true"}, []string{"GRPC_SERVER_USE_TLS: needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"}},
+		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c.pem"},
+			[]string{"--grpc-tls-cert and --grpc-tls-key: set both or neither", "--grpc-tls-cert is set from GRPC_SERVER_USE_TLS"}},
 		{map[string]string{"REDIS_URL": "r:1", "REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": "/c.pem"}, []string{"TLS client certificate and key must be set together", "--redis-url is set from REDIS_URL"}},
 	}
 	for _, tt := range tests {
@@ -295,7 +319,7 @@ func TestRefEnvInvalid(t *testing.T) {
 func TestRefEnvRefused(t *testing.T) {
 	env := map[string]string{
 		"USE_STATSD": "true", "STATSD_HOST": "statsd", "REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "r2:6379",
-		"GRPC_SERVER_USE_TLS": "true", "TRACING_ENABLED": "true", "QUOTA_MODE": "true", "CONFIG_TYPE": "GRPC_XDS_SOTW",
+		"TRACING_ENABLED": "true", "QUOTA_MODE": "true", "CONFIG_TYPE": "GRPC_XDS_SOTW",
 		"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "m:11211", "EXPIRATION_JITTER_MAX_SECONDS": "60",
 		"RUNTIME_IGNOREDOTFILES": "false", "PROMETHEUS_MAPPER_YAML": "/etc/m.yaml", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true",
 		"REDIS_POOL_ON_EMPTY_BEHAVIOR": "ERROR", "REDIS_STARTUP_MAX_ELAPSED_TIME": "1m", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "false",
@@ -303,9 +327,6 @@ func TestRefEnvRefused(t *testing.T) {
 	}
 	c := mustParseEnv(t, "ratelimit-sidecar", env)
 	want := []string{
-		"GRPC_SERVER_USE_TLS: not built yet: the gRPC listener serves plaintext only",
-		"CONFIG_TYPE: not built yet: rules come from files only, not over xDS",
-		"QUOTA_MODE: not built yet: no quota mode; use shadow_mode per rule or --shadow-mode",
 		"USE_STATSD: no statsd: metrics are served in Prometheus format (see docs/migration.md for the names)",
 		"STATSD_HOST: no statsd: metrics are served in Prometheus format (see docs/migration.md for the names)",
 		"DISABLE_STATS: metrics are always served; nothing is pushed anywhere",

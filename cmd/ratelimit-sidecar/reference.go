@@ -46,6 +46,7 @@ type refSettings struct {
 	watchLink           string
 	healthRequiresRules bool
 	shadowMode          bool
+	quotaMode           bool
 	dynamicMetadata     bool
 	headerNames         string
 	names               envoy.HeaderNames // headerNames, parsed
@@ -70,7 +71,8 @@ func (c *settings) defineRef(fs *flag.FlagSet) {
 	fs.StringVar(&r.watchLink, "watch-link", "", "a symbolic link at or above --config whose replacement reloads the rules, as envoyproxy/ratelimit's RUNTIME_ROOT with RUNTIME_WATCH_ROOT")
 	fs.BoolVar(&r.healthRequiresRules, "health-requires-rules", false, "report gRPC health and /healthcheck as not serving while no rule is loaded")
 	fs.BoolVar(&r.shadowMode, "shadow-mode", false, "answer OK to every request whatever its limits say (descriptor statuses and metrics still say OVER_LIMIT), as envoyproxy/ratelimit's SHADOW_MODE")
-	fs.BoolVar(&r.dynamicMetadata, "response-dynamic-metadata", false, "add the request's domain, descriptors and hits to each response's dynamic_metadata, as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA")
+	fs.BoolVar(&r.quotaMode, "quota-mode", false, "count every descriptor as a quota_mode one, which rejects a request only when every quota_mode descriptor of it is over, as envoyproxy/ratelimit's QUOTA_MODE")
+	fs.BoolVar(&r.dynamicMetadata, "response-dynamic-metadata", false, "add the request's domain, descriptors and hits, and the metadata of the rules of the descriptors that passed, to each response's dynamic_metadata, as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA")
 	fs.StringVar(&r.headerNames, "response-header-names", defaultHeaderNames, "names of the limit, remaining and reset headers of --response-headers=draft03, comma-separated")
 	fs.BoolVar(&c.redis.TLS.SkipHostnameVerification, "redis-tls-skip-hostname-verification", false, "check Redis's certificate against the CAs but not its host name")
 }
@@ -306,8 +308,8 @@ func dumpRules(b *strings.Builder, domain string, rules []*limits.Rule) {
 			if !l.Unlimited {
 				unit, requests = strings.ToUpper(l.Unit.String()), l.Requests
 			}
-			fmt.Fprintf(b, "%s.%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: false",
-				domain, r.Name, unit, requests, r.ShadowMode || l.Shadow)
+			fmt.Fprintf(b, "%s.%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t",
+				domain, r.Name, unit, requests, r.ShadowMode || l.Shadow, r.QuotaMode || l.Quota)
 			if !l.Unlimited && (l.Algorithm != limits.FixedWindow || l.Multiplier > 1) {
 				fmt.Fprintf(b, ", algorithm: %s, window: %s", l.Algorithm, l.Window())
 			}

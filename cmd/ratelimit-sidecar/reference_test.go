@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -364,6 +365,9 @@ descriptors:
           - {unit: hour, unit_multiplier: 2, requests_per_unit: 100}
   - key: free
     rate_limit: {unlimited: true}
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 3}
 `)
 	writeAll(t, filepath.Join(dir, "a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 7}\n")
 	s := startAs(t, "ratelimit-sidecar", nil, "--config", dir, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0", "--debug-addr=127.0.0.1:0")
@@ -373,6 +377,7 @@ b.tenant_acme: unit=SECOND requests_per_unit=10, shadow_mode: true, quota_mode: 
 b.tenant_acme.user: unit=SECOND requests_per_unit=1, shadow_mode: false, quota_mode: false, algorithm: token_bucket, window: 1s, burst: 5, name: "per-user"
 b.tenant_acme.user: unit=HOUR requests_per_unit=100, shadow_mode: false, quota_mode: false, algorithm: fixed_window, window: 2h0m0s
 b.free: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false
+b.quota: unit=MINUTE requests_per_unit=3, shadow_mode: false, quota_mode: true
 `
 	if status != http.StatusOK || body != want {
 		t.Errorf("/rlconfig = %d\n%s\nwant\n%s", status, body, want)
@@ -483,5 +488,37 @@ func TestRefRedisTopologies(t *testing.T) {
 				t.Errorf("second request, on the other replica: %v, want OVER_LIMIT", got)
 			}
 		})
+	}
+}
+
+// TestQuotaModeEnv: QUOTA_MODE makes every descriptor a quota_mode one,
+// as in envoyproxy/ratelimit: a request is rejected only when every
+// descriptor with a limit is over, and one that matches no limit is
+// never over.
+func TestQuotaModeEnv(t *testing.T) {
+	dir := t.TempDir()
+	writeAll(t, filepath.Join(dir, "rules.yaml"), "domain: q\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")
+	for _, tt := range []struct {
+		env  map[string]string
+		want rlsv3.RateLimitResponse_Code // of k, once over, with a descriptor that matches nothing
+	}{
+		{nil, rlsOver},
+		{map[string]string{"QUOTA_MODE": "true"}, rlsOK},
+	} {
+		s := startAs(t, "ratelimit-sidecar", tt.env, "--config", dir, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0")
+		desc := func(k string) *rlscommon.RateLimitDescriptor {
+			return &rlscommon.RateLimitDescriptor{Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: k, Value: "x"}}}
+		}
+		one := &rlsv3.RateLimitRequest{Domain: "q", Descriptors: []*rlscommon.RateLimitDescriptor{desc("k")}}
+		two := &rlsv3.RateLimitRequest{Domain: "q", Descriptors: []*rlscommon.RateLimitDescriptor{desc("k"), desc("other")}}
+		if got := code(t, s.rls, one); got != rlsOK {
+			t.Errorf("env %v: first request %v, want OK", tt.env, got)
+		}
+		if got := code(t, s.rls, one); got != rlsOver {
+			t.Errorf("env %v: k over: %v, want OVER_LIMIT", tt.env, got)
+		}
+		if got := code(t, s.rls, two); got != tt.want {
+			t.Errorf("env %v: k over, and a descriptor without a limit: %v, want %v", tt.env, got, tt.want)
+		}
 	}
 }

@@ -64,7 +64,7 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	default:
 		log.Warn("starting without rules (--allow-empty-rules); every request gets OK", zap.String("config", c.configPath))
 	}
-	m := metrics.New(version, c.nearLimitRatio, c.metricMaxValues)
+	m := metrics.NewBuild(buildInfo().metrics(), c.nearLimitRatio, c.metricMaxValues)
 	m.Loaded(rs.Checksum, time.Now())
 	tr, err := startTracing(ctx, c, log)
 	if err != nil {
@@ -104,11 +104,15 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 		return err
 	}
 
+	certs, err := openTLS(c, log, m)
+	if err != nil {
+		return err
+	}
 	lis, err := listen(c)
 	if err != nil {
 		return err
 	}
-	srv = newServers(ctx, c, log, engine, rules, st, m, tr)
+	srv = newServers(ctx, c, log, engine, rules, st, m, certs, tr)
 	logStarted(log, c, lis, st, rs)
 	if c.onReady != nil {
 		c.onReady(lis.grpc.Addr().String(), lis.http.Addr().String(), lis.adminAddr())
@@ -159,6 +163,7 @@ func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Met
 		LocalDivisor: c.localDivisor,
 		Observer:     m,
 		OverrideKeys: c.overrideKeys,
+		QuotaMode:    c.ref.quotaMode,
 	})
 }
 
@@ -227,7 +232,8 @@ func warnPasswordInArgs(log *zap.Logger, c *settings) {
 func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, rs *limits.Ruleset) {
 	gcPercent, memLimit := currentGC()
 	log.Info("ratelimit-sidecar started",
-		zap.String("version", version),
+		zap.String("version", buildInfo().version),
+		zap.String("revision", buildInfo().revision),
 		zap.String("grpc_addr", lis.grpc.Addr().String()),
 		zap.String("http_addr", lis.http.Addr().String()),
 		zap.String("admin_addr", lis.adminAddr()),
@@ -255,6 +261,7 @@ type servers struct {
 	health *health.Server
 	http   *http.Server // health probes and metrics
 	admin  *http.Server // nil: the admin endpoints are on http
+	certs  *grpcTLS     // nil: gRPC is plaintext
 
 	// stopStreams ends the streaming RPCs (health Watch, reflection),
 	// which would otherwise hold GracefulStop for as long as their
@@ -266,9 +273,10 @@ type servers struct {
 }
 
 // newServers builds the servers. ctx is serve's: once it ends, /readyz
-// says the sidecar is shutting down.
-func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics, tr *sidecarTracing) *servers {
-	s := &servers{c: c, log: log}
+// says the sidecar is shutting down. certs is nil unless gRPC is served
+// over TLS, and tr without --tracing.
+func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics, certs *grpcTLS, tr *sidecarTracing) *servers {
+	s := &servers{c: c, log: log, certs: certs}
 	stopping, stopStreams := context.WithCancel(context.Background())
 	s.stopStreams = stopStreams
 	sb := &streamBound{timeout: c.bounds.requestTimeout, stopping: stopping}
@@ -280,6 +288,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	// sidecar has in flight, not as many as it has CPUs. An idle worker
 	// costs a parked goroutine.
 	opts := append(envoy.ServerOptions(), grpc.NumStreamWorkers(uint32(max(4*runtime.GOMAXPROCS(0), streamWorkers))))
+	opts = append(opts, certs.serverOptions()...)
 	grace := c.shutdownTimeout
 	if c.ref.connGrace > 0 {
 		grace = c.ref.connGrace
@@ -295,6 +304,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	rlsOpts.Tracing = tr.rls(st.name)
 	rls := envoy.NewServer(engine, log, rlsOpts)
 	rls.Register(s.grpc)
+	registerRLQS(s.grpc, engine, st, log)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -336,7 +346,9 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 // readyz answers /readyz: ready when the store can decide, or when the
 // failure mode of every domain in use can answer in its place. Domains
 // with failure mode error cannot: their requests fail while the store is
-// unavailable, so the sidecar is not ready then.
+// unavailable, so the sidecar is not ready then. Nor is it while Redis
+// refuses its configuration (errMisconfigured), which waiting does not
+// fix.
 func readyz(ctx context.Context, engine *limits.Engine, ready func(context.Context) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if ctx.Err() != nil {
@@ -346,6 +358,10 @@ func readyz(ctx context.Context, engine *limits.Engine, ready func(context.Conte
 		err := ready(r.Context())
 		if err == nil {
 			fmt.Fprintln(w, "ok")
+			return
+		}
+		if errors.Is(err, errMisconfigured) {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		if failing := engine.FailingDomains(); len(failing) > 0 {
@@ -377,6 +393,10 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 		return nil
 	})
 	g.Go(func() error {
+		s.certs.watch(gctx)
+		return nil
+	})
+	g.Go(func() error {
 		for {
 			select {
 			case <-gctx.Done():
@@ -384,6 +404,7 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 			case <-hup:
 				s.log.Info("SIGHUP: reloading config")
 				reloader.Reload() //nolint:errcheck // Reload logs its own errors
+				s.certs.reload()
 			}
 		}
 	})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -38,6 +39,16 @@ type opened struct {
 	probe func(context.Context) error
 	// close releases it; nil if there is nothing to release.
 	close func() error
+	// refusals reports the remote store refusing the sidecar for its
+	// configuration; nil if it cannot.
+	refusals refusals
+}
+
+// refusals is what a store reports of refusals for its configuration:
+// redis.Lazy.
+type refusals interface {
+	ConfigErrors() []*redis.ConfigError
+	metrics.RedisConfigStats
 }
 
 // backends lists the backends, most specific first: the first that is
@@ -64,15 +75,60 @@ func openMemory(_ context.Context, c *settings, _ *zap.Logger) (opened, error) {
 func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error) {
 	goredis.SetLogger(redisLog{log})
 	lazy, err := redis.Connect(ctx, c.redis, redis.LazyOptions{
-		OnConnect: func() { log.Info("redis connected") },
+		OnConnect:     func() { log.Info("redis connected") },
+		OnConfigError: func(e *redis.ConfigError, cleared bool) { logConfigError(log, e, cleared) },
 	})
 	if err != nil {
 		return opened{}, err
 	}
 	if !lazy.Connected() {
-		log.Error("redis unreachable at startup; serving by the failure mode while retrying")
+		log.Error("redis not connected at startup; serving by the failure mode while retrying", zap.Error(lazy.LastError()))
 	}
-	return opened{Store: lazy, ping: lazy.Probe, probe: lazy.ProbeAny, close: lazy.Close}, nil
+	return opened{Store: lazy, ping: lazy.Probe, probe: lazy.ProbeAny, close: lazy.Close, refusals: lazy}, nil
+}
+
+// logConfigError logs a refusal of the sidecar by Redis for its
+// configuration as it starts or changes, at Error, with Redis's own
+// message, and as it ends, at Info: once each, however many calls meet
+// it (redis.LazyOptions.OnConfigError).
+func logConfigError(log *zap.Logger, e *redis.ConfigError, cleared bool) {
+	fields := []zap.Field{zap.String("kind", e.Kind), zap.String("redis_role", e.Role), zap.String("redis_addr", e.Addr)}
+	if cleared {
+		log.Info(configErrorEnded[e.Kind], fields...)
+		return
+	}
+	log.Error(configErrorStarted[e.Kind], append(fields, zap.String("redis_message", e.Msg))...)
+}
+
+var (
+	configErrorStarted = map[string]string{
+		redis.KindAuth: "redis authentication failed; not ready until it is fixed, retrying meanwhile",
+		redis.KindACL:  "redis ACL refuses a command the sidecar needs; not ready until it is fixed, retrying meanwhile",
+		redis.KindTLS:  "redis TLS handshake failed; not ready until it is fixed, retrying meanwhile",
+	}
+	configErrorEnded = map[string]string{
+		redis.KindAuth: "redis authentication ok",
+		redis.KindACL:  "redis ACL allows the sidecar's commands",
+		redis.KindTLS:  "redis TLS handshake ok",
+	}
+)
+
+// errMisconfigured marks the readiness error of a store that Redis
+// refuses for its configuration: unlike an outage, waiting does not end
+// it, so the sidecar is not ready even where failure modes could answer.
+var errMisconfigured = errors.New("redis refuses the sidecar's configuration")
+
+// misconfigured returns the readiness error for refusals es, nil if
+// there are none.
+func misconfigured(es []*redis.ConfigError) error {
+	if len(es) == 0 {
+		return nil
+	}
+	errs := make([]error, len(es))
+	for i, e := range es {
+		errs[i] = e
+	}
+	return fmt.Errorf("%w: %w", errMisconfigured, errors.Join(errs...))
 }
 
 // sidecarStore is the store the engine decides on, with what readiness
@@ -90,6 +146,9 @@ type sidecarStore struct {
 	leases *store.Leases
 	// counters is the backend, for the admin counter endpoints.
 	counters counterStore
+	// shared is the shared store behind its breaker, which RLQS takes
+	// quota from; nil for a local backend.
+	shared limits.Store
 }
 
 // releaseLeases gives the hits that leases hold unused back to the
@@ -134,6 +193,9 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 	if ms, ok := o.Store.(metrics.MemoryStoreStats); ok {
 		m.MemoryStore(b.name, ms)
 	}
+	if o.refusals != nil {
+		m.RedisConfigErrors(redis.ConfigErrorKinds, o.refusals)
+	}
 	s := &sidecarStore{
 		Store: store.Timed(o.Store, m.StoreCalls(b.name)),
 		name:  b.name,
@@ -159,11 +221,19 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 		},
 	})
 	s.Store = breaker
+	s.shared = breaker
 	s.ready = func(ctx context.Context) error {
-		if breaker.Open() {
-			return store.ErrBreakerOpen
+		err := store.ErrBreakerOpen
+		if !breaker.Open() {
+			err = o.ping(ctx)
 		}
-		return o.ping(ctx)
+		// After the probe, which may show a refusal over.
+		if o.refusals != nil {
+			if merr := misconfigured(o.refusals.ConfigErrors()); merr != nil {
+				return merr
+			}
+		}
+		return err
 	}
 	s.close = func() error {
 		breaker.Close()

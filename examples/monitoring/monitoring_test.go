@@ -10,6 +10,7 @@ package monitoring_test
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -152,10 +153,14 @@ func scrape(t *testing.T) (map[string][]string, map[string]bool) {
 	if d.StoreErr == nil {
 		t.Fatal("failing store decided, want the failure mode to")
 	}
+	m.RedisConfigErrors([]string{"auth", "acl", "tls"}, refusingRedis{})
 	m.BreakerChanged(true, limits.ErrStoreUnavailable)
 	m.BreakerChanged(false, nil)
 	m.Reloaded(config.ReloadStatus{Checksum: rs.Checksum, LoadedAt: time.Now()}, nil)
 	m.Reloaded(config.ReloadStatus{}, errors.New("bad rules"))
+	tlsm := m.TLS(&x509.Certificate{NotAfter: time.Now().Add(90 * 24 * time.Hour)})
+	tlsm.Reloaded(nil, errors.New("tls.key: no such file"))
+	tlsm.HandshakeFailed()
 
 	rec := httptest.NewRecorder()
 	promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
@@ -170,6 +175,12 @@ func scrape(t *testing.T) (map[string][]string, map[string]bool) {
 }
 
 type failingStore struct{}
+
+// refusingRedis is a Redis that refuses the sidecar's password.
+type refusingRedis struct{}
+
+func (refusingRedis) ConfigErrorsTotal(kind string) uint64 { return map[string]uint64{"auth": 1}[kind] }
+func (refusingRedis) ConfigErrorActive(kind string) bool   { return kind == "auth" }
 
 func (failingStore) Apply(context.Context, *limits.Batch) error {
 	return fmt.Errorf("dial redis: %w", limits.ErrStoreUnavailable)

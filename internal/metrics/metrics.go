@@ -134,13 +134,27 @@ type valueSet struct {
 	overflowed prometheus.Counter
 }
 
-// New creates and registers every metric. nearRatio is the share of a
-// limit (0 to 1) past which admitted hits count as near the limit.
+// Build names the running build, for ratelimit_sidecar_build_info.
+type Build struct {
+	// Version is the release (v0.1.0), a git describe, or "dev".
+	Version string
+	// Revision is the commit the build was made from, or "" when
+	// unknown.
+	Revision string
+}
+
+// New is NewBuild for a build known by its version alone.
+func New(version string, nearRatio float64, maxValues int) *Metrics {
+	return NewBuild(Build{Version: version}, nearRatio, maxValues)
+}
+
+// NewBuild creates and registers every metric. nearRatio is the share of
+// a limit (0 to 1) past which admitted hits count as near the limit.
 // maxValues is how many metric names, made of a request's values, each
 // detailed_metric or value_to_metric rule gets series for; later names
 // share the rule's overflow series (see OverflowPrefix). With 0, every
 // value does.
-func New(version string, nearRatio float64, maxValues int) *Metrics {
+func NewBuild(b Build, nearRatio float64, maxValues int) *Metrics {
 	reg := prometheus.NewRegistry()
 	ruleLabels := []string{"domain", "rule", "algorithm", "window"}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
@@ -188,9 +202,9 @@ func New(version string, nearRatio float64, maxValues int) *Metrics {
 		maxValues:  max(maxValues, 0),
 		values:     map[valuesKey]*valueSet{},
 	}
-	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info", Help: "1, labelled with the build's version and Go version."}, []string{"version", "goversion"})
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info", Help: "1, labelled with the build's version, Go version and commit (revision, empty when unknown)."}, []string{"version", "goversion", "revision"})
 	reg.MustRegister(build)
-	build.WithLabelValues(version, runtime.Version()).Set(1)
+	build.WithLabelValues(b.Version, runtime.Version(), b.Revision).Set(1)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reloadSuccessful.Set(1)
 	for i, r := range []string{"ok", "over_limit", "invalid", "error"} {
@@ -462,6 +476,36 @@ func (m *Metrics) MemoryStore(name string, s MemoryStoreStats) {
 			Help: "Checks of keys a memory store did not hold that started from its ghost table rather than fresh: each may have been stricter than if nothing had been evicted."},
 			func() float64 { return float64(s.GhostStarts()) }),
 	)
+}
+
+// RedisConfigStats is what the Redis store reports of its refusals for
+// the sidecar's configuration (authentication, ACL, TLS): redis.Lazy.
+type RedisConfigStats interface {
+	ConfigErrorsTotal(kind string) uint64
+	ConfigErrorActive(kind string) bool
+}
+
+// RedisConfigErrors registers the metrics of refusals of each of kinds,
+// read from s at scrape time: a counter of refusals that started or
+// changed (one per Error line the sidecar logs), and a gauge that is 1
+// while a Redis node or sentinel refuses so.
+func (m *Metrics) RedisConfigErrors(kinds []string, s RedisConfigStats) {
+	for _, kind := range kinds {
+		l := prometheus.Labels{"kind": kind}
+		m.Registry.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "redis_config_errors_total", ConstLabels: l,
+				Help: "Refusals of the sidecar by Redis or a sentinel for its configuration, by kind (auth, acl, tls), counted as each starts or changes."},
+				func() float64 { return float64(s.ConfigErrorsTotal(kind)) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "redis_config_error", ConstLabels: l,
+				Help: "1 while a Redis node or sentinel refuses the sidecar for its configuration, by kind (auth, acl, tls); /readyz fails meanwhile."},
+				func() float64 {
+					if s.ConfigErrorActive(kind) {
+						return 1
+					}
+					return 0
+				}),
+		)
+	}
 }
 
 // StoreCalls returns the observer of one store's calls, for store.Timed:

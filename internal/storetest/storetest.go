@@ -76,9 +76,13 @@ type Step struct {
 	At     time.Duration
 	Checks []Check
 	// Extra, if set, is each check's limits.Check.Extra (see GrantCases).
-	Extra    []uint64
-	Admitted bool
-	Want     []limits.Outcome
+	Extra []uint64
+	// Groups, if set, is each check's limits.Check.Group, and
+	// QuotaGroups the batch's (see QuotaCases).
+	Groups      []int
+	QuotaGroups int
+	Admitted    bool
+	Want        []limits.Outcome
 }
 
 // Case is a named sequence of requests.
@@ -87,8 +91,9 @@ type Case struct {
 	Steps []Step
 }
 
-// Run runs every case of Cases against stores from newStore.
-func Run(t *testing.T, newStore Factory) { run(t, Cases(), newStore) }
+// Run runs every case of Cases and QuotaCases against stores from
+// newStore.
+func Run(t *testing.T, newStore Factory) { run(t, append(Cases(), QuotaCases()...), newStore) }
 
 // RunGrants runs every case of GrantCases, for stores that lease.
 func RunGrants(t *testing.T, newStore Factory) { run(t, GrantCases(), newStore) }
@@ -100,12 +105,15 @@ func run(t *testing.T, cases []Case, newStore Factory) {
 			s := newStore(t, clk)
 			for i, step := range tt.Steps {
 				clk.Set(Epoch.Add(step.At))
-				b := &limits.Batch{}
+				b := &limits.Batch{QuotaGroups: step.QuotaGroups}
 				for j, c := range step.Checks {
 					key := Key(tt.Name, c.Key, c.Limit)
 					b.Checks = append(b.Checks, limits.Check{Key: key, Limit: c.Limit, Hits: c.Hits})
 					if j < len(step.Extra) {
 						b.Checks[j].Extra = step.Extra[j]
+					}
+					if j < len(step.Groups) {
+						b.Checks[j].Group = step.Groups[j]
 					}
 				}
 				if err := s.Apply(context.Background(), b); err != nil {

@@ -395,8 +395,10 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 		case "share_threshold":
 			shareNode = v
 			r.ShareThreshold = p.bool(v, fp)
-		case "quota_mode", "metadata":
-			p.errorf(k, fp, "not supported yet (ratelimit-sidecar does not implement envoyproxy/ratelimit's %s)", key)
+		case "quota_mode":
+			r.QuotaMode = p.bool(v, fp)
+		case "metadata":
+			r.Metadata = p.metadata(v, fp)
 		default:
 			p.errorf(k, fp, "unknown field")
 		}
@@ -469,7 +471,7 @@ func (p *parser) limit(r *limits.Rule, n *yaml.Node, path string, single bool) *
 		p.errorf(n, path, "want a rate limit mapping, got %s", kindName(n))
 		return nil
 	}
-	l := &limits.Limit{Shadow: r.ShadowMode}
+	l := &limits.Limit{Shadow: r.ShadowMode, Quota: r.QuotaMode}
 	var unitNode, algNode, burstNode, multNode, replNode, leaseNode *yaml.Node
 	var unitStr string
 	nerr := len(p.errs)
@@ -544,8 +546,65 @@ func (p *parser) limit(r *limits.Rule, n *yaml.Node, path string, single bool) *
 		p.errorf(n, path, "%v", err)
 		return nil
 	}
-	c.Name, c.Replaces, c.Shadow, c.Lease = l.Name, l.Replaces, l.Shadow, l.Lease
+	c.Name, c.Replaces, c.Shadow, c.Quota, c.Lease = l.Name, l.Replaces, l.Shadow, l.Quota, l.Lease
 	return c
+}
+
+// metadata parses a rule's metadata mapping into the values a
+// google.protobuf.Struct holds, as envoyproxy/ratelimit does: numbers
+// become float64s, keys and the scalars that are neither numbers, bools
+// nor null (timestamps, say) their text. An empty mapping is nil.
+func (p *parser) metadata(n *yaml.Node, path string) map[string]any {
+	if isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, path, "want a mapping, got %s", kindName(n))
+		return nil
+	}
+	m, _ := p.metaValue(n, path).(map[string]any)
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+func (p *parser) metaValue(n *yaml.Node, path string) any {
+	n = deref(n)
+	switch n.Kind {
+	case yaml.MappingNode:
+		m := make(map[string]any, len(n.Content)/2)
+		p.fields(n, path, func(key string, _, v *yaml.Node) {
+			m[key] = p.metaValue(v, join(path, key))
+		})
+		return m
+	case yaml.SequenceNode:
+		l := make([]any, len(n.Content))
+		for i, item := range n.Content {
+			l[i] = p.metaValue(item, fmt.Sprintf("%s[%d]", path, i))
+		}
+		return l
+	}
+	switch n.Tag {
+	case "!!null":
+		return nil
+	case "!!bool", "!!int", "!!float":
+		var v any
+		if err := n.Decode(&v); err != nil {
+			p.errorf(n, path, "%v", err)
+			return nil
+		}
+		switch x := v.(type) {
+		case int:
+			return float64(x)
+		case int64:
+			return float64(x)
+		case uint64:
+			return float64(x)
+		}
+		return v
+	}
+	return n.Value
 }
 
 // onlyCounted reports the fields of an unlimited limit that only counted

@@ -118,11 +118,15 @@ func TestLoadRejects(t *testing.T) {
 		},
 		{
 			give: []string{"testdata/quota_mode.bad.yaml"},
-			want: "testdata/quota_mode.bad.yaml:4: descriptors[0].quota_mode: not supported yet",
+			want: `testdata/quota_mode.bad.yaml:4: descriptors[0].quota_mode: want true or false, got "sometimes"`,
 		},
 		{
 			give: []string{"testdata/metadata.bad.yaml"},
-			want: "testdata/metadata.bad.yaml:5: descriptors[0].metadata: not supported yet",
+			want: `testdata/metadata.bad.yaml:5: descriptors[0].metadata: want a mapping, got "search"`,
+		},
+		{
+			give: []string{"testdata/metadata_key.bad.yaml"},
+			want: "testdata/metadata_key.bad.yaml:7: descriptors[0].metadata.team: keys must be strings",
 		},
 		{
 			give: []string{"testdata/empty_domain.bad.yaml"},

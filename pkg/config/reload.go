@@ -138,12 +138,7 @@ func (r *Reloader) Reload() (bool, error) {
 func (r *Reloader) logReloaded(old, rs *limits.Ruleset) {
 	fields := []zap.Field{zap.String("path", r.path), zap.String("checksum", rs.Checksum),
 		zap.Int("files", len(rs.Files)), zap.Strings("domains", rs.Domains())}
-	var dropped []string
-	for _, d := range old.Domains() {
-		if !rs.HasDomain(d) {
-			dropped = append(dropped, d)
-		}
-	}
+	dropped := DroppedDomains(old, rs)
 	switch {
 	case len(rs.Domains()) == 0:
 		r.log.Warn("config reloaded without rules; every request gets OK", append(fields, zap.Strings("dropped_domains", dropped))...)
@@ -152,6 +147,18 @@ func (r *Reloader) logReloaded(old, rs *limits.Ruleset) {
 	default:
 		r.log.Info("config reloaded", fields...)
 	}
+}
+
+// DroppedDomains returns the domains of old that rs does not have: what a
+// swap from old to rs stops limiting, for its log line.
+func DroppedDomains(old, rs *limits.Ruleset) []string {
+	var dropped []string
+	for _, d := range old.Domains() {
+		if !rs.HasDomain(d) {
+			dropped = append(dropped, d)
+		}
+	}
+	return dropped
 }
 
 // restored records that the files are the rules in use again after a

@@ -34,8 +34,7 @@ const (
 	fieldUnit     protowire.Number = 2
 	fieldName     protowire.Number = 3
 	// google.protobuf.Duration
-	fieldSeconds protowire.Number = 1
-	fieldNanos   protowire.Number = 2
+	fieldSeconds protowire.Number = 1 // nanos (2) are always 0: see resetSeconds
 	// config.core.v3.HeaderValue
 	fieldKey   protowire.Number = 1
 	fieldValue protowire.Number = 2
@@ -125,7 +124,7 @@ func statusSize(st *limits.Status) int {
 	n := varintSize(fieldCode, uint64(r.code)) + varintSize(fieldRemaining, uint64(r.remaining))
 	if r.limit != nil {
 		n += messageSize(fieldCurrentLimit, limitSize(&r))
-		n += messageSize(fieldReset, durationSize(st.Reset))
+		n += messageSize(fieldReset, varintSize(fieldSeconds, uint64(resetSeconds(st.Reset))))
 	}
 	return n
 }
@@ -141,10 +140,9 @@ func appendStatus(b []byte, st *limits.Status) []byte {
 	}
 	b = appendVarint(b, fieldRemaining, uint64(r.remaining))
 	if r.limit != nil {
-		b = appendMessage(b, fieldReset, durationSize(st.Reset))
-		s, ns := durationParts(st.Reset)
-		b = appendVarint(b, fieldSeconds, uint64(s))
-		b = appendVarint(b, fieldNanos, uint64(ns))
+		reset := uint64(resetSeconds(st.Reset))
+		b = appendMessage(b, fieldReset, varintSize(fieldSeconds, reset))
+		b = appendVarint(b, fieldSeconds, reset)
 	}
 	return b
 }
@@ -156,15 +154,20 @@ func limitSize(r *reported) int {
 		bytesSize(fieldName, len(r.limit.Name))
 }
 
-// durationParts splits d as durationpb.New does: whole seconds and the
-// nanoseconds left, both with d's sign.
-func durationParts(d time.Duration) (int64, int32) {
-	return int64(d / time.Second), int32(d % time.Second)
-}
-
-func durationSize(d time.Duration) int {
-	s, ns := durationParts(d)
-	return varintSize(fieldSeconds, uint64(s)) + varintSize(fieldNanos, uint64(ns))
+// resetSeconds is the duration_until_reset reported for a reset of d:
+// whole seconds, rounded up, and 0 for a reset that is not positive.
+// Envoy's X-RateLimit-Reset is the seconds of duration_until_reset,
+// truncated, so a reset of 300 ms sent as such would tell the client
+// "reset 0", and it would retry at once, to be rejected again; rounded
+// up, a reset is never read as sooner than it is, and a rejected
+// request's reset, never 0, never reads 0. The reference's fixed windows
+// report whole seconds too.
+func resetSeconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	}
+	return max(s, 0)
 }
 
 func headerSize(key string, value []byte) int {

@@ -199,13 +199,9 @@ func restrictive(d *limits.Decision) *limits.Status {
 	return best
 }
 
-// ceilSeconds is d in whole seconds, rounded up.
-func ceilSeconds(d time.Duration) uint64 {
-	if d <= 0 {
-		return 0
-	}
-	return uint64((d + time.Second - 1) / time.Second)
-}
+// ceilSeconds is d in whole seconds, rounded up, as the statuses report
+// it (resetSeconds).
+func ceilSeconds(d time.Duration) uint64 { return uint64(resetSeconds(d)) }
 
 // appendPolicyName appends name as a structured-field string (RFC 8941
 // sf-string: printable ASCII in quotes, with '"' and '\' escaped), or

@@ -54,13 +54,14 @@ func TestJSONHandler(t *testing.T) {
 			},
 		},
 		{
-			// Too many hits at once: rejected, nothing consumed.
+			// Too many hits at once: rejected, nothing consumed, and
+			// reported with 0 left (2 are, but not the 3 asked for).
 			name:       "over the limit",
 			give:       `{"domain": "hdr", "hits_addend": 3, "descriptors": [{"entries": [{"key": "alg", "value": "fixed"}]}]}`,
 			wantStatus: http.StatusTooManyRequests,
 			want: &rlsv3.RateLimitResponse{
 				OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT,
-				Statuses:    []*rlsv3.RateLimitResponse_DescriptorStatus{fixed(rlsv3.RateLimitResponse_OVER_LIMIT, 2)},
+				Statuses:    []*rlsv3.RateLimitResponse_DescriptorStatus{fixed(rlsv3.RateLimitResponse_OVER_LIMIT, 0)},
 			},
 		},
 		{

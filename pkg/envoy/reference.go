@@ -49,13 +49,12 @@ func (o *Options) shadow(d *limits.Decision) {
 }
 
 // metadata is the dynamic metadata of envoyproxy/ratelimit's
-// RESPONSE_DYNAMIC_METADATA for req: its domain; per descriptor, its
-// entries as "key=value", its limit override as
-// "requests_per_unit:<n> unit:<UNIT>" and its hits_addend, when set; and
-// the request's hits_addend when it is not 0. (The reference also merges
-// the metadata of the rules that matched, which rule files here do not
-// have.)
-func metadata(req *limits.Request) *structpb.Struct {
+// RESPONSE_DYNAMIC_METADATA for req, decided as d: its domain; per
+// descriptor, its entries as "key=value", its limit override as
+// "requests_per_unit:<n> unit:<UNIT>" and its hits_addend, when set; the
+// request's hits_addend when it is not 0; and under "metadata" the rule
+// metadata of its descriptors that passed (see ruleMetadata), if any.
+func metadata(req *limits.Request, d *limits.Decision) *structpb.Struct {
 	descs := make([]*structpb.Value, 0, len(req.Descriptors))
 	for _, d := range req.Descriptors {
 		entries := make([]*structpb.Value, len(d.Entries))
@@ -78,5 +77,53 @@ func metadata(req *limits.Request) *structpb.Struct {
 	if req.Hits != 0 {
 		f["hitsAddend"] = structpb.NewNumberValue(float64(req.Hits))
 	}
+	if m := ruleMetadata(d); m != nil {
+		f["metadata"] = structpb.NewStructValue(m)
+	}
 	return &structpb.Struct{Fields: f}
+}
+
+// ruleMetadata merges the metadata (limits.Rule.Metadata) of the rules
+// that d's descriptors matched, in request order, as the reference
+// merges it: only descriptors whose limits were checked (not replaced,
+// not unlimited, no override) and none of which, but shadow limits, was
+// over; a key already set keeps its first value, except that two
+// mappings merge key by key. Nil when there is nothing to merge. Every
+// value is built afresh, so merging never writes into a rule's metadata.
+func ruleMetadata(d *limits.Decision) *structpb.Struct {
+	var out *structpb.Struct
+	for j := range d.Checks() {
+		i := d.Descriptor(j)
+		if j > 0 && d.Descriptor(j-1) == i {
+			continue // a descriptor's checks are consecutive
+		}
+		st := &d.Statuses[i]
+		if st.Over || st.Rule == nil || st.Rule.Metadata == nil {
+			continue
+		}
+		m, err := structpb.NewStruct(st.Rule.Metadata)
+		if err != nil {
+			continue // cannot happen: rule files hold only what a Struct holds
+		}
+		if out == nil {
+			out = m
+			continue
+		}
+		mergeStruct(out, m)
+	}
+	return out
+}
+
+// mergeStruct adds to dst the fields of src that dst lacks, and merges
+// the fields that are mappings in both.
+func mergeStruct(dst, src *structpb.Struct) {
+	for k, v := range src.GetFields() {
+		old, ok := dst.Fields[k]
+		switch {
+		case !ok:
+			dst.Fields[k] = v
+		case old.GetStructValue() != nil && v.GetStructValue() != nil:
+			mergeStruct(old.GetStructValue(), v.GetStructValue())
+		}
+	}
 }

@@ -140,7 +140,7 @@ func (s *Server) response(w *work) *rlsv3.RateLimitResponse {
 	if s.opts.message() {
 		s.opts.HeaderNames.rename(resp)
 		if s.opts.DynamicMetadata {
-			resp.DynamicMetadata = metadata(&w.req)
+			resp.DynamicMetadata = metadata(&w.req, &w.dec)
 		}
 	}
 	return resp
@@ -190,9 +190,10 @@ func growEntries(s []limits.Entry, n int) []limits.Entry {
 
 // Response converts a decision to the RLS response. Per descriptor, in
 // request order: the code, the reported limit, what remains and the time
-// until reset. An unlimited descriptor reports no limit and the maximum
-// remaining, and a descriptor without a limit reports OK alone, as
-// envoyproxy/ratelimit does.
+// until reset, in whole seconds rounded up (see resetSeconds). An
+// unlimited descriptor reports no limit and the maximum remaining, and a
+// descriptor without a limit reports OK alone, as envoyproxy/ratelimit
+// does.
 func Response(d *limits.Decision) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: code(d.Code),
@@ -208,7 +209,7 @@ func Response(d *limits.Decision) *rlsv3.RateLimitResponse {
 				RequestsPerUnit: r.requests,
 				Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(r.limit.Unit),
 			}
-			ds.DurationUntilReset = durationpb.New(st.Reset)
+			ds.DurationUntilReset = &durationpb.Duration{Seconds: resetSeconds(st.Reset)}
 		}
 		resp.Statuses[i] = ds
 	}

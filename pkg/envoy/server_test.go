@@ -89,12 +89,14 @@ func desc(kv ...string) *rlscommon.RateLimitDescriptor {
 	return d
 }
 
-func status1(code rlsv3.RateLimitResponse_Code, name string, rpu uint32, unit rlsv3.RateLimitResponse_RateLimit_Unit, rem uint32, reset time.Duration) *rlsv3.RateLimitResponse_DescriptorStatus {
+// status1 is a status with a limit; reset is in whole seconds, as
+// statuses report it (rounded up).
+func status1(code rlsv3.RateLimitResponse_Code, name string, rpu uint32, unit rlsv3.RateLimitResponse_RateLimit_Unit, rem uint32, reset int64) *rlsv3.RateLimitResponse_DescriptorStatus {
 	return &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code:               code,
 		CurrentLimit:       &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: rpu, Unit: unit},
 		LimitRemaining:     rem,
-		DurationUntilReset: durationpb.New(reset),
+		DurationUntilReset: &durationpb.Duration{Seconds: reset},
 	}
 }
 
@@ -119,19 +121,20 @@ func TestShouldRateLimitTiers(t *testing.T) {
 	}{{
 		give: req,
 		want: &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
-			status1(ok, "", 100, rlsv3.RateLimitResponse_RateLimit_SECOND, 99, 900*time.Millisecond),
-			status1(ok, "tenant", 50, rlsv3.RateLimitResponse_RateLimit_MINUTE, 49, 120*time.Second-100*time.Millisecond),
+			// 900 ms to the end of the window, reported as 1 s.
+			status1(ok, "", 100, rlsv3.RateLimitResponse_RateLimit_SECOND, 99, 1),
+			status1(ok, "tenant", 50, rlsv3.RateLimitResponse_RateLimit_MINUTE, 49, 120),
 			// Of the user's two limits, the bucket has the least left.
-			status1(ok, "", 1, rlsv3.RateLimitResponse_RateLimit_SECOND, 1, time.Second),
+			status1(ok, "", 1, rlsv3.RateLimitResponse_RateLimit_SECOND, 1, 1),
 			{Code: ok, LimitRemaining: math.MaxUint32},
 			{Code: ok},
 		}},
 	}, {
 		give: req,
 		want: &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
-			status1(ok, "", 100, rlsv3.RateLimitResponse_RateLimit_SECOND, 98, 900*time.Millisecond),
-			status1(ok, "tenant", 50, rlsv3.RateLimitResponse_RateLimit_MINUTE, 48, 120*time.Second-100*time.Millisecond),
-			status1(ok, "", 1, rlsv3.RateLimitResponse_RateLimit_SECOND, 0, 2*time.Second),
+			status1(ok, "", 100, rlsv3.RateLimitResponse_RateLimit_SECOND, 98, 1),
+			status1(ok, "tenant", 50, rlsv3.RateLimitResponse_RateLimit_MINUTE, 48, 120),
+			status1(ok, "", 1, rlsv3.RateLimitResponse_RateLimit_SECOND, 0, 2),
 			{Code: ok, LimitRemaining: math.MaxUint32},
 			{Code: ok},
 		}},
@@ -140,9 +143,9 @@ func TestShouldRateLimitTiers(t *testing.T) {
 		// the global and tenant tiers keep what they had.
 		give: req,
 		want: &rlsv3.RateLimitResponse{OverallCode: over, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
-			status1(ok, "", 100, rlsv3.RateLimitResponse_RateLimit_SECOND, 98, 900*time.Millisecond),
-			status1(ok, "tenant", 50, rlsv3.RateLimitResponse_RateLimit_MINUTE, 48, 120*time.Second-100*time.Millisecond),
-			status1(over, "", 1, rlsv3.RateLimitResponse_RateLimit_SECOND, 0, time.Second),
+			status1(ok, "", 100, rlsv3.RateLimitResponse_RateLimit_SECOND, 98, 1),
+			status1(ok, "tenant", 50, rlsv3.RateLimitResponse_RateLimit_MINUTE, 48, 120),
+			status1(over, "", 1, rlsv3.RateLimitResponse_RateLimit_SECOND, 0, 1),
 			{Code: ok, LimitRemaining: math.MaxUint32},
 			{Code: ok},
 		}},
@@ -167,7 +170,7 @@ func TestShouldRateLimitOverrideAndHits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := status1(ok, "", 5, rlsv3.RateLimitResponse_RateLimit_HOUR, 2, time.Hour-100*time.Millisecond)
+	want := status1(ok, "", 5, rlsv3.RateLimitResponse_RateLimit_HOUR, 2, 3600)
 	if diff := cmp.Diff(want, got.Statuses[0], protocmp.Transform()); diff != "" {
 		t.Errorf("override (-want +got):\n%s", diff)
 	}

@@ -99,6 +99,10 @@ type Limit struct {
 	Replaces []string
 	// Shadow limits are evaluated and reported but never deny.
 	Shadow bool
+	// Quota limits are those of a quota_mode rule: the engine puts each
+	// in its descriptor's quota group (see Check.Group), so that it denies
+	// a request only together with every other quota descriptor of it.
+	Quota bool
 	// Unlimited limits are never evaluated; a descriptor that matches one
 	// is reported as unlimited. No other field but Name and Replaces is set.
 	Unlimited bool
@@ -214,6 +218,12 @@ type Outcome struct {
 	// Over is set when this limit alone cannot admit the request's hits (or,
 	// for zero hits, when it could not admit one more).
 	Over bool
+	// Unknown is set by a store that decided the batch without learning
+	// this limit's state, as a deny cache does for the other checks of a
+	// batch it rejects on one check's cached verdict. Over, Remaining and
+	// Reset are then zero and mean nothing: the engine never reports
+	// them (see Store).
+	Unknown bool
 	// Remaining is how many more hits the limit admits now: after this
 	// request's hits if the request was admitted, before them otherwise.
 	Remaining uint64

@@ -7,8 +7,10 @@
 // descriptor against the Ruleset in use, builds one Batch of checks and
 // hands it to a Store, which decides the whole batch atomically: a
 // request is admitted only if every enforced limit admits it, and a
-// rejected request consumes nothing anywhere. The adapter turns the
-// Decision back into a response.
+// rejected request consumes nothing anywhere. quota_mode descriptors are
+// enforced as one group: they reject a request only when every one of
+// them is over (see Check.Group). The adapter turns the Decision back
+// into a response.
 //
 // Every algorithm's semantics live in this package, in Limit.Evaluate,
 // with time passed in explicitly. The backends are packages of their own:

@@ -52,18 +52,40 @@ func (c Code) String() string {
 	return "OK"
 }
 
-// Status is the verdict on one descriptor.
+// Status is the verdict on one descriptor, as Envoy reads it: Envoy
+// writes its X-RateLimit headers from the first status with the least
+// Remaining among those that report a limit, so a status reports a
+// limit and a state only when they are what a client should follow.
 type Status struct {
 	Code Code
-	// Limit is the limit reported to Envoy: the one that was over, else the
-	// one with the least remaining. Nil when no limit applies.
+	// Limit is the limit reported to Envoy: of the enforced limits that
+	// are over, the one that resets last (a retry before then fails
+	// again); else the one with the least remaining. Nil when no limit
+	// applies, when the store learned none of their states (Unknown), and
+	// when the only limit over is a shadow limit on a rejected request,
+	// where it would lead Envoy away from the limit that decided.
 	Limit *Limit
 	// Rule is the rule the descriptor matched, or nil.
-	Rule      *Rule
+	Rule *Rule
+	// Remaining is what Limit still admits (see Outcome.Remaining); 0
+	// when Code is OverLimit, as envoyproxy/ratelimit reports it, also
+	// when the limit has some left but fewer than the request's hits:
+	// otherwise Envoy would prefer another status with as little left.
 	Remaining uint64
-	Reset     time.Duration
+	// Reset is Limit's Outcome.Reset: when over, how long until the
+	// request could be admitted.
+	Reset time.Duration
 	// Unlimited is set when the descriptor matched an unlimited rule.
 	Unlimited bool
+	// Unknown is set when limits apply to the descriptor but the store
+	// learned none of their states (see Outcome.Unknown). Limit is then
+	// nil, so that nothing is reported as their state.
+	Unknown bool
+	// Over is set when a limit of the descriptor, other than a shadow
+	// limit, was over. Code says OverLimit then too, except for a quota
+	// limit on a request that its quota groups did not reject, which
+	// reports nothing (see Decision.report).
+	Over bool
 }
 
 // Decision is the verdict on a whole request. Reuse one Decision for many
@@ -85,6 +107,7 @@ type Decision struct {
 	dropped    []bool   // dropped[i]: another matched limit replaces candidates[i]
 	batch      Batch    // the checks sent to the store
 	checkOwner []int    // checkOwner[j]: the descriptor of batch.Checks[j]
+	group      []int    // group[i]: descriptor i's quota group, 0 if none; see groups
 	key        []byte   // scratch for building keys
 	ents       []Entry  // scratch for share_threshold entries
 }
@@ -156,6 +179,11 @@ type EngineOptions struct {
 	// counter with the rules' (the zero value, as envoyproxy/ratelimit)
 	// or has one of its own.
 	OverrideKeys OverrideKeys
+	// QuotaMode makes every descriptor of every request a quota_mode
+	// descriptor, as envoyproxy/ratelimit's QUOTA_MODE does: unlimited
+	// ones aside, those that match no limit too, which are never over,
+	// so that a request with one is never rejected by its quota.
+	QuotaMode bool
 }
 
 // Engine decides requests against the current Ruleset through a Store. It
@@ -169,6 +197,7 @@ type Engine struct {
 	divisor  uint64
 	observer Observer
 	override OverrideKeys
+	quota    bool // EngineOptions.QuotaMode
 	now      func() time.Time
 }
 
@@ -188,6 +217,7 @@ func NewEngine(rs *Ruleset, store Store, o EngineOptions) *Engine {
 		divisor:  max(o.LocalDivisor, 1),
 		observer: o.Observer,
 		override: o.OverrideKeys,
+		quota:    o.QuotaMode,
 		now:      time.Now,
 	}
 	if e.failure == FailDefault {
@@ -308,7 +338,7 @@ func (e *Engine) decide(ctx context.Context, req *Request, d *Decision) error {
 		return err
 	}
 	d.dropped = Dropped(d.candidates, d.dropped[:0])
-	d.buildBatch(req)
+	d.buildBatch(req, e.quota)
 	if len(d.batch.Checks) == 0 {
 		return nil
 	}
@@ -383,26 +413,70 @@ func replaced(ls []*Limit, name string) bool {
 }
 
 // buildBatch turns the candidates that are not dropped into the batch's
-// checks, and marks descriptors that reached an unlimited limit.
-func (d *Decision) buildBatch(req *Request) {
+// checks, and marks descriptors that reached an unlimited limit. quotaAll
+// is EngineOptions.QuotaMode.
+func (d *Decision) buildBatch(req *Request, quotaAll bool) {
+	quota := quotaAll
 	for i, l := range d.candidates {
 		if d.dropped[i] {
 			continue
 		}
-		owner := d.candOwner[i]
 		if l.Unlimited {
-			d.Statuses[owner].Unlimited = true
+			d.Statuses[d.candOwner[i]].Unlimited = true
+		}
+		quota = quota || l.Quota
+	}
+	if quota {
+		d.groups(quotaAll)
+	}
+	for i, l := range d.candidates {
+		if d.dropped[i] || l.Unlimited {
 			continue
 		}
+		owner := d.candOwner[i]
 		desc := &req.Descriptors[owner]
 		hits := max(req.Hits, 1)
 		if desc.HasHits {
 			hits = desc.Hits
 		}
 		d.key, _ = AppendKey(d.key[:0], req.Domain, counterEntries(d.Statuses[owner].Rule, desc.Entries, &d.ents), l)
-		d.batch.Checks = append(d.batch.Checks, Check{Key: string(d.key), Limit: l, Hits: hits})
+		c := Check{Key: string(d.key), Limit: l, Hits: hits}
+		if quota {
+			c.Group = d.group[owner]
+		}
+		d.batch.Checks = append(d.batch.Checks, c)
 		d.checkOwner = append(d.checkOwner, owner)
 	}
+}
+
+// groups numbers the quota descriptors in d.group, from 1, and sets the
+// batch's QuotaGroups, as envoyproxy/ratelimit counts them: a descriptor
+// is a quota descriptor if a limit of its that is not dropped has
+// quota_mode, or, with quotaAll, unless it is unlimited. So under
+// quotaAll a descriptor whose limits are all dropped, or that matched
+// none, is a quota descriptor that is never over.
+func (d *Decision) groups(quotaAll bool) {
+	n := len(d.Statuses)
+	if cap(d.group) < n {
+		d.group = make([]int, n)
+	}
+	d.group = d.group[:n]
+	clear(d.group)
+	for i, l := range d.candidates {
+		if !d.dropped[i] && l.Quota {
+			d.group[d.candOwner[i]] = 1
+		}
+	}
+	g := 0
+	for i := range d.group {
+		if d.Statuses[i].Unlimited || (d.group[i] == 0 && !quotaAll) {
+			d.group[i] = 0
+			continue
+		}
+		g++
+		d.group[i] = g
+	}
+	d.batch.QuotaGroups = g
 }
 
 // fallback answers d by mode after the store failed with err. It reports
@@ -419,7 +493,7 @@ func (e *Engine) fallback(ctx context.Context, d *Decision, mode FailureMode, er
 		for j := range d.batch.Checks {
 			st := &d.Statuses[d.checkOwner[j]]
 			if st.Limit == nil {
-				st.Code, st.Limit = OverLimit, d.batch.Checks[j].Limit
+				st.Code, st.Limit, st.Reset, st.Over = OverLimit, d.batch.Checks[j].Limit, ClosedReset, true
 			}
 		}
 		d.Code = OverLimit
@@ -436,28 +510,40 @@ func (e *Engine) fallback(ctx context.Context, d *Decision, mode FailureMode, er
 	return true, err
 }
 
-// report sets each descriptor's status from the outcomes: the limit that
-// is over, else the one with the least remaining.
+// report sets each descriptor's status from the outcomes, as Status
+// documents. A shadow limit that is over reports OK with nothing left on
+// an admitted request, as the reference; on a rejected one it reports
+// nothing. A quota limit that is over reports OVER_LIMIT, as the
+// reference, unless the request was rejected while its quota groups did
+// not reject it: then it did not decide, and reports nothing, so that
+// Envoy is led to a limit that did. An unknown outcome is never reported.
 func (d *Decision) report() {
+	admitted := d.batch.Admitted
+	quotaDecided := !admitted && d.batch.QuotaOver(func(j int) bool { return d.batch.Outcomes[j].Over })
 	for j := range d.batch.Checks {
 		c, out := &d.batch.Checks[j], &d.batch.Outcomes[j]
 		st := &d.Statuses[d.checkOwner[j]]
-		enforcedOver := out.Over && !c.Limit.Shadow
+		if out.Over && !out.Unknown && !c.Limit.Shadow {
+			st.Over = true
+		}
 		switch {
-		case st.Limit == nil,
-			enforcedOver && st.Code == OK,
-			st.Code == OK && out.Remaining < st.Remaining:
-			st.Limit, st.Remaining, st.Reset = c.Limit, out.Remaining, out.Reset
-		}
-		if enforcedOver {
-			st.Code = OverLimit
-		}
-		if out.Over && c.Limit.Shadow && st.Code == OK {
-			// Shadow limits report OK with nothing left, as the reference.
-			st.Limit, st.Remaining, st.Reset = c.Limit, 0, out.Reset
+		case out.Unknown:
+			st.Unknown = st.Limit == nil
+		case out.Over && c.Limit.Shadow:
+			if admitted && st.Code == OK {
+				st.Limit, st.Remaining, st.Reset, st.Unknown = c.Limit, 0, out.Reset, false
+			}
+		case out.Over && c.Group > 0 && !admitted && !quotaDecided:
+			// Did not decide: reports nothing.
+		case out.Over:
+			if st.Code == OK || out.Reset > st.Reset {
+				st.Code, st.Limit, st.Remaining, st.Reset, st.Unknown = OverLimit, c.Limit, 0, out.Reset, false
+			}
+		case st.Code == OK && (st.Limit == nil || out.Remaining < st.Remaining):
+			st.Limit, st.Remaining, st.Reset, st.Unknown = c.Limit, out.Remaining, out.Reset, false
 		}
 	}
-	if !d.batch.Admitted {
+	if !admitted {
 		d.Code = OverLimit
 	}
 }

@@ -1,6 +1,9 @@
 package limits
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // FailureMode is what a request gets while the store cannot decide (it is
 // unreachable, too slow, or its breaker is open).
@@ -11,7 +14,8 @@ const (
 	FailDefault FailureMode = iota
 	// FailOpen admits the request; every descriptor reports no limit.
 	FailOpen
-	// FailClosed rejects the request.
+	// FailClosed rejects the request. Each descriptor with limits reports
+	// its first limit, with nothing remaining and a reset of ClosedReset.
 	FailClosed
 	// FailLocal decides on the local fallback store, with every limit
 	// divided by the number of replicas expected to share the load.
@@ -20,6 +24,17 @@ const (
 	// Envoy's failure_mode_deny, as envoyproxy/ratelimit does.
 	FailError
 )
+
+// ClosedReset is the reset that requests rejected by FailClosed report.
+// When the store will decide again is unknown, but never sooner than it
+// answers again, which may be at once; 0 would tell clients to retry at
+// once, in a storm, and the limit's whole window could keep them out for
+// up to a year after a short outage. One second is the shortest wait
+// that Envoy's whole-second X-RateLimit-Reset can state, and within
+// every limit's window (the shortest unit is a second). A client that
+// retries each second while the store is down costs little: the answer
+// is local, and the breaker keeps the store from being asked.
+const ClosedReset = time.Second
 
 var failureNames = [...]string{FailDefault: "", FailOpen: "open", FailClosed: "closed", FailLocal: "local", FailError: "error"}
 

@@ -69,14 +69,23 @@ type Rule struct {
 	Value  string
 	// Limits apply when the rule is reached at a descriptor's last entry.
 	// They are one unlimited limit, or any number of counted ones.
-	Limits         []*Limit
-	ShadowMode     bool
+	Limits     []*Limit
+	ShadowMode bool
+	// QuotaMode is the rule's quota_mode: its limits are quota limits
+	// (Limit.Quota).
+	QuotaMode      bool
 	DetailedMetric bool
 	ValueToMetric  bool
 	// ShareThreshold makes every value matching the wildcard Value share
 	// one counter.
 	ShareThreshold bool
-	Children       []*Rule
+	// Metadata is the rule's metadata: a mapping whose values are
+	// strings, float64s, bools, nil, []any and map[string]any, as
+	// google.protobuf.Struct holds them. Nil when the rule has none. A
+	// protocol adapter may send it with a request's answer (see
+	// pkg/envoy's DynamicMetadata); it must not be modified.
+	Metadata map[string]any
+	Children []*Rule
 	// Where the rule was defined.
 	File string
 	Line int

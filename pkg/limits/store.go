@@ -19,16 +19,34 @@ type Check struct {
 	// Outcome.Granted says how many. Stores that do not lease leave it
 	// unanswered (Granted 0).
 	Extra uint64
+	// Group, when above 0, makes the check a quota check (quota_mode):
+	// one of the checks of quota group Group, from 1 to
+	// Batch.QuotaGroups, which stands for one descriptor of the request.
+	// A quota check that is over rejects the batch only together with
+	// the other quota groups (see Store). Zero for every other check.
+	Group int
 }
+
+// Enforced reports whether c alone, if it is over, rejects its batch: it
+// is neither a shadow check nor a quota check.
+func (c *Check) Enforced() bool { return c.Group == 0 && !c.Limit.Shadow }
 
 // Batch is every check of one request. The engine fills Checks; the store
 // fills Outcomes (same length and order) and Admitted.
 type Batch struct {
 	Checks   []Check
 	Outcomes []Outcome
-	// Admitted is set when no enforced (non-shadow) check was over, in
-	// which case every check that was not itself over consumed its hits.
-	// Otherwise nothing was consumed anywhere.
+	// QuotaGroups is how many quota groups (quota_mode descriptors) the
+	// request has, those that have no check here included: a descriptor
+	// that matched no limit is one under a global quota mode. A group
+	// with no check, or with shadow checks only, is never over, so the
+	// quota checks of its batch never reject it.
+	QuotaGroups int
+	// Admitted is set when no enforced check (Check.Enforced) was over
+	// and, if the batch has quota groups, at least one of them had no
+	// check other than a shadow check over; in which case every check
+	// that was not itself over consumed its hits. Otherwise nothing was
+	// consumed anywhere.
 	Admitted bool
 	// DecidedBy names the layer that answered the batch when it was not
 	// the backend store: middleware that answers a batch itself sets it
@@ -42,18 +60,60 @@ func (b *Batch) Reset() {
 	clear(b.Checks)
 	b.Checks = b.Checks[:0]
 	b.Outcomes = b.Outcomes[:0]
+	b.QuotaGroups = 0
 	b.Admitted = false
 	b.DecidedBy = ""
+}
+
+// QuotaOver reports whether b's quota checks reject it: b has quota
+// groups, and every one of them has a check, not a shadow check, that
+// over(i) says is over. Stores call it with the verdicts they reached.
+// It is false at once for a batch without quota groups.
+func (b *Batch) QuotaOver(over func(i int) bool) bool {
+	n := b.QuotaGroups
+	if n <= 0 {
+		return false
+	}
+	var small [4]uint64
+	seen := small[:]
+	if n > 64*len(small) {
+		seen = make([]uint64, (n+63)/64)
+	}
+	left := n
+	for i := range b.Checks {
+		c := &b.Checks[i]
+		g := c.Group - 1
+		if g < 0 || g >= n || c.Limit.Shadow || !over(i) {
+			continue
+		}
+		if bit := uint64(1) << (g % 64); seen[g/64]&bit == 0 {
+			seen[g/64] |= bit
+			if left--; left == 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Store decides batches. Implementations must be safe for concurrent use.
 //
 // Apply decides every check of b as one atomic unit, using the store's own
-// clock: the request is admitted only if every non-shadow check admits its
-// hits. If it is admitted, each check that admits its hits consumes them
-// (shadow checks that are over consume nothing, so they preview exactly
-// what enforcing them would do); if it is rejected, nothing is consumed.
+// clock: the request is admitted only if every enforced check
+// (Check.Enforced) admits its hits and, when b has quota groups, not
+// every group has a non-shadow check that is over (Batch.QuotaOver). If
+// it is admitted, each check that admits its hits consumes them (shadow
+// and quota checks that are over consume nothing, so a shadow check
+// previews exactly what enforcing it would do, and a quota limit that is
+// over stays where it is); if it is rejected, nothing is consumed.
 // Checks with the same key see each other's hits, in order.
+//
+// Every outcome says what the store learned of its check's limit. A store
+// that decides b without learning some check's state (a cache that
+// rejects b on another check's remembered verdict, a Cluster whose
+// report of a refunded slot failed) sets that outcome's Unknown rather
+// than leave it zero: a zero outcome reads as "nothing left, resets now",
+// which the engine would report to Envoy, and Envoy to the client.
 //
 // An error means the store could not decide (it is unreachable, too slow,
 // or answered nonsense); b's outcomes are then undefined and nothing may

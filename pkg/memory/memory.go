@@ -148,13 +148,16 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 		out, nst := c.Limit.Grant(st, now, c.Hits, c.Extra)
 		if out.Over {
 			nst = st
-			if !c.Limit.Shadow {
+			if c.Enforced() {
 				b.Admitted = false
 			}
 		}
 		b.Outcomes[i] = out
 		start = append(start, st)
 		next = append(next, nst)
+	}
+	if b.Admitted && b.QuotaOver(func(i int) bool { return b.Outcomes[i].Over }) {
+		b.Admitted = false
 	}
 	if !b.Admitted {
 		// Nothing is consumed, so the limits that would have admitted

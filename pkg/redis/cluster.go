@@ -172,6 +172,12 @@ func (s *Store) applyGroups(ctx, rctx context.Context, b *limits.Batch, now stri
 			admitted = false
 		}
 	}
+	if admitted && len(errs) == 0 && b.QuotaGroups > 0 {
+		// The groups reserved quota checks as shadow checks (see
+		// appendCheck): the quota groups' verdict is taken here, from
+		// every slot's outcomes.
+		admitted = !b.QuotaOver(func(i int) bool { return quotaOver(gs, i) })
+	}
 	if len(errs) > 0 || !admitted {
 		if err := s.refund(ctx, b.Checks, now, gs); err != nil {
 			errs = append(errs, fmt.Errorf("%w: %w", errNotRefunded, err))
@@ -192,13 +198,27 @@ func (s *Store) applyGroups(ctx, rctx context.Context, b *limits.Batch, now stri
 	return nil
 }
 
+// quotaOver reports whether check i of a batch split into gs, all of
+// which reserved, was over.
+func quotaOver(gs []*group, i int) bool {
+	for _, g := range gs {
+		for j, k := range g.idx {
+			if k == i {
+				return g.out[j].Over
+			}
+		}
+	}
+	return false
+}
+
 // reportRejected sets the outcomes of the checks of b's groups that
 // reserved, and were refunded because another group rejected b, to what
 // they report for a rejected request, decided again after the refund
 // without writing (modeReport): the reservations' replies hold
 // the state after the hits instead. Should that call fail, those
-// outcomes stay as reserved: the request is rejected either way, and
-// only what it reports is less exact.
+// outcomes are Unknown: the request is rejected either way, and the
+// state after the hits, which no rejected request has, would report a
+// limit whose last hit was reserved as having nothing left.
 func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string, gs []*group) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
@@ -213,11 +233,11 @@ func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string,
 		checks := make([]limits.Check, len(g.idx))
 		for j, i := range g.idx {
 			checks[j] = b.Checks[i]
-			b.Outcomes[i].Granted, b.Outcomes[i].GrantFor, b.Outcomes[i].GrantReceipt = 0, 0, 0
+			b.Outcomes[i] = limits.Outcome{Unknown: true} // until the report below
 		}
 		eg.Go(func() error {
 			c := getCall(ctx)
-			s.setArgs(c, checks, nil, now, modeReport)
+			s.setArgs(c, checks, nil, 0, now, modeReport)
 			reply, err := s.run(c, g.slot)
 			if err != nil {
 				return err
@@ -238,7 +258,7 @@ func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string,
 // reserve runs apply.lua in reserve mode for g and records the result in g.
 func (s *Store) reserve(ctx context.Context, checks []limits.Check, now string, g *group) {
 	c := getCall(ctx)
-	s.setArgs(c, checks, g.idx, now, modeReserve)
+	s.setArgs(c, checks, g.idx, 0, now, modeReserve)
 	reply, err := s.run(c, g.slot)
 	if err != nil {
 		g.err = wrap(ctx, "apply", err)

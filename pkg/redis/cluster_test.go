@@ -48,6 +48,7 @@ func TestCluster(t *testing.T) {
 	})
 	t.Run("slot", func(t *testing.T) { testSlot(t, c) })
 	t.Run("cross_slot_refund", func(t *testing.T) { testCrossSlotRefund(t, opts) })
+	t.Run("report_fails", func(t *testing.T) { testReportFails(t, opts) })
 	t.Run("tiers_real_clock", func(t *testing.T) { testTiersRealClock(t, opts) })
 	t.Run("differential", func(t *testing.T) { testDifferential(t, opts, false) })
 	t.Run("differential_together", func(t *testing.T) { testDifferential(t, opts, true) })

@@ -25,7 +25,7 @@ func TestStandaloneDifferential(t *testing.T) {
 // testDifferential sends the same random requests to a Redis store and to
 // the memory store, which is the reference, and requires the same answer
 // to every one: same algorithms, same keys repeated within a batch, shadow
-// limits, zero and large hits, leases, and a clock that jumps across
+// limits, quota groups, zero and large hits, leases, and a clock that jumps across
 // windows. together sends 1 to 6 requests at a time as the pipes send
 // requests that arrive together: one script call on standalone Redis, one
 // per master on a Cluster, where each request's checks then share a name
@@ -90,6 +90,12 @@ func testDifferential(t *testing.T, opts redis.Options, together bool) {
 				var want, got []*limits.Batch
 				for range requests {
 					var checks []limits.Check
+					// A third of the requests have quota groups; each check is in
+					// one of them or enforced.
+					quotaGroups := 0
+					if rng.IntN(3) == 0 {
+						quotaGroups = 1 + rng.IntN(3)
+					}
 					name := names[rng.IntN(len(names))]
 					for range 1 + rng.IntN(4) {
 						l := pool[rng.IntN(len(pool))]
@@ -105,17 +111,17 @@ func testDifferential(t *testing.T, opts redis.Options, together bool) {
 							name = names[rng.IntN(len(names))]
 						}
 						key := storetest.Key(t.Name(), name, l)
-						checks = append(checks, limits.Check{Key: key, Limit: l, Hits: hits, Extra: extra})
+						checks = append(checks, limits.Check{Key: key, Limit: l, Hits: hits, Extra: extra, Group: rng.IntN(quotaGroups + 1)})
 					}
-					want = append(want, apply(t, mem, checks...))
-					got = append(got, &limits.Batch{Checks: checks})
+					want = append(want, applyBatch(t, mem, &limits.Batch{Checks: checks, QuotaGroups: quotaGroups}))
+					got = append(got, &limits.Batch{Checks: checks, QuotaGroups: quotaGroups})
 				}
 				if together {
 					if err := redis.ApplyTogether(t.Context(), s, got); err != nil {
 						t.Fatalf("step %d: %v", step, err)
 					}
 				} else {
-					got[0] = apply(t, s, got[0].Checks...)
+					got[0] = applyBatch(t, s, got[0])
 				}
 				for i := range want {
 					if diff := diffBatch(want[i], got[i]); diff != "" {
@@ -133,7 +139,7 @@ func describe(checks []limits.Check) string {
 	var sb strings.Builder
 	for _, c := range checks {
 		l := c.Limit
-		fmt.Fprintf(&sb, "\n  %s %d/%v burst %d shadow %v hits %d", c.Key, l.Requests, l.Window(), l.Burst, l.Shadow, c.Hits)
+		fmt.Fprintf(&sb, "\n  %s %d/%v burst %d shadow %v group %d hits %d", c.Key, l.Requests, l.Window(), l.Burst, l.Shadow, c.Group, c.Hits)
 	}
 	return sb.String()
 }
@@ -142,7 +148,7 @@ func describe(checks []limits.Check) string {
 func describeAll(bs []*limits.Batch) string {
 	var sb strings.Builder
 	for i, b := range bs {
-		fmt.Fprintf(&sb, "\n request %d, admitted %v:%s", i+1, b.Admitted, describe(b.Checks))
+		fmt.Fprintf(&sb, "\n request %d, admitted %v, quota groups %d:%s", i+1, b.Admitted, b.QuotaGroups, describe(b.Checks))
 	}
 	return sb.String()
 }

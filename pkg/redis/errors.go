@@ -73,8 +73,9 @@ func ownTimeout(ctx context.Context, err error) bool {
 // slow, or not serving: everything the client itself reports (dial and
 // socket errors, timeouts, deadlines, a closed client or pool, sentinel
 // and cluster discovery), and the server errors of a node that is down,
-// loading, failing over or out of memory. The other server errors — a
-// script error, WRONGTYPE — are bugs or foreign keys, not outages.
+// loading, failing over or out of memory, and refusals for the
+// configuration (see ConfigError). The other server errors — a script
+// error, WRONGTYPE — are bugs or foreign keys, not outages.
 func unavailable(err error) bool {
 	var rerr goredis.Error
 	if !errors.As(err, &rerr) {
@@ -94,7 +95,14 @@ func unavailable(err error) bool {
 		goredis.IsMaxClientsError(err) ||
 		goredis.IsNoReplicasError(err) ||
 		goredis.IsOOMError(err) ||
-		goredis.IsAuthError(err) ||
-		goredis.IsPermissionError(err) ||
-		goredis.HasErrorPrefix(err, "BUSY")
+		goredis.HasErrorPrefix(err, "BUSY") ||
+		isConfigError(err)
+}
+
+// isConfigError reports whether err is a refusal for the configuration
+// (see ConfigError): authentication, or an ACL refusing a command, also
+// one called inside a script.
+func isConfigError(err error) bool {
+	kind, _ := classify(err)
+	return kind != ""
 }

@@ -54,7 +54,7 @@ func NewNodePipe(s *Store, node *goredis.Client, max int) *pipe {
 func ApplyVia(ctx context.Context, s *Store, p *pipe, b *limits.Batch) error {
 	b.Outcomes = make([]limits.Outcome, len(b.Checks))
 	c := getCall(ctx)
-	s.setArgs(c, b.Checks, nil, "", modeApply)
+	s.setArgs(c, b.Checks, nil, b.QuotaGroups, "", modeApply)
 	c.slot = slot("", c.keys[0])
 	reply, err := p.do(c)
 	if err != nil {
@@ -78,7 +78,7 @@ func ApplyTogether(ctx context.Context, s *Store, bs []*limits.Batch) error {
 	byPipe := map[*pipe][]*call{}
 	for i, b := range bs {
 		q[i] = getCall(ctx)
-		s.setArgs(q[i], b.Checks, nil, now, modeApply)
+		s.setArgs(q[i], b.Checks, nil, b.QuotaGroups, now, modeApply)
 		p := s.pipe
 		if s.cc != nil {
 			q[i].slot = slot("", q[i].keys[0])

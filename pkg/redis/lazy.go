@@ -24,6 +24,13 @@ type LazyOptions struct {
 	// OnConnect, if set, is called once a later attempt connects, from
 	// the goroutine that made it.
 	OnConnect func()
+	// OnConfigError, if set, is called when a Redis node or a sentinel
+	// starts refusing the store for its configuration (see ConfigError),
+	// when its refusal changes, both with cleared false, and when the
+	// refusal ends, with cleared true and e as it was. Calls are made one
+	// at a time, in order, while the store's record of refusals is
+	// locked: OnConfigError must return quickly and not call the store.
+	OnConfigError func(e *ConfigError, cleared bool)
 }
 
 // Lazy is a limits.Store that is a Store once Redis has been reached.
@@ -35,6 +42,10 @@ type Lazy struct {
 	opts  Options
 	lazy  LazyOptions
 	store atomic.Pointer[Store]
+	watch *watch
+	// notConnected is what calls return until connected: ErrNotConnected
+	// with the last attempt's error.
+	notConnected atomic.Pointer[notConnectedError]
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -55,7 +66,8 @@ func Connect(ctx context.Context, o Options, lo LazyOptions) (*Lazy, error) {
 	if lo.Retry <= 0 {
 		lo.Retry = time.Second
 	}
-	l := &Lazy{opts: o, lazy: lo}
+	l := &Lazy{opts: o, lazy: lo, watch: newWatch(lo.OnConfigError)}
+	l.opts.watch = l.watch
 	err := l.connect(ctx, lo.Wait)
 	switch {
 	case err == nil:
@@ -74,11 +86,48 @@ func Connect(ctx context.Context, o Options, lo LazyOptions) (*Lazy, error) {
 // Connected reports whether the store has reached Redis.
 func (l *Lazy) Connected() bool { return l.store.Load() != nil }
 
+// LastError returns the error of the last attempt to connect, or nil once
+// connected.
+func (l *Lazy) LastError() error {
+	if l.Connected() {
+		return nil
+	}
+	if e := l.notConnected.Load(); e != nil {
+		return e.last
+	}
+	return nil
+}
+
+// ConfigErrors returns the refusals for configuration (see ConfigError)
+// that last now, by role and address; nil if there are none. Each lasts
+// until the node or sentinel that refused shows it is over (see
+// watch.go): the store keeps trying meanwhile, on its own while it is
+// not connected, and as requests and probes use it once it is.
+func (l *Lazy) ConfigErrors() []*ConfigError { return l.watch.list() }
+
+// ConfigErrorsTotal returns how many refusals of kind started, or
+// changed, since Connect: one per OnConfigError call with cleared false.
+func (l *Lazy) ConfigErrorsTotal(kind string) uint64 {
+	if i := kindIndex(kind); i >= 0 {
+		return l.watch.total[i].Load()
+	}
+	return 0
+}
+
+// ConfigErrorActive reports whether a node or sentinel refuses the store
+// with kind now.
+func (l *Lazy) ConfigErrorActive(kind string) bool {
+	if i := kindIndex(kind); i >= 0 {
+		return l.watch.active[i].Load() > 0
+	}
+	return false
+}
+
 // Apply implements limits.Store.
 func (l *Lazy) Apply(ctx context.Context, b *limits.Batch) error {
 	s := l.store.Load()
 	if s == nil {
-		return ErrNotConnected
+		return l.notConnectedErr()
 	}
 	return s.Apply(ctx, b)
 }
@@ -87,7 +136,7 @@ func (l *Lazy) Apply(ctx context.Context, b *limits.Batch) error {
 func (l *Lazy) Return(ctx context.Context, checks []limits.Check, receipts []int64) error {
 	s := l.store.Load()
 	if s == nil {
-		return ErrNotConnected
+		return l.notConnectedErr()
 	}
 	return s.Return(ctx, checks, receipts)
 }
@@ -96,7 +145,7 @@ func (l *Lazy) Return(ctx context.Context, checks []limits.Check, receipts []int
 func (l *Lazy) Ping(ctx context.Context) error {
 	s := l.store.Load()
 	if s == nil {
-		return ErrNotConnected
+		return l.notConnectedErr()
 	}
 	return s.Ping(ctx)
 }
@@ -105,18 +154,24 @@ func (l *Lazy) Ping(ctx context.Context) error {
 func (l *Lazy) ProbeAny(ctx context.Context) error {
 	s := l.store.Load()
 	if s == nil {
-		return ErrNotConnected
+		return l.notConnectedErr()
 	}
 	return s.ProbeAny(ctx)
 }
 
-// Probe is Store.Probe once connected.
+// Probe is Store.Probe once connected. On a Cluster, a probe that every
+// master took also ends the refusals of nodes that are not masters (any
+// more): they decide nothing.
 func (l *Lazy) Probe(ctx context.Context) error {
 	s := l.store.Load()
 	if s == nil {
-		return ErrNotConnected
+		return l.notConnectedErr()
 	}
-	return s.Probe(ctx)
+	err := s.Probe(ctx)
+	if err == nil && s.cc != nil {
+		l.watch.clearRole(RoleNode)
+	}
+	return err
 }
 
 // Close stops connecting, if that is still under way, and closes the
@@ -126,23 +181,49 @@ func (l *Lazy) Close() error {
 		l.stop()
 	}
 	l.wg.Wait()
+	defer l.watch.close()
 	if s := l.store.Load(); s != nil {
 		return s.Close()
 	}
 	return nil
 }
 
-// connect tries to connect once, for at most wait.
+// connect tries to connect once, for at most wait. If refusals last
+// once it is connected, it probes, so that those the connection shows
+// over end now rather than at the next probe.
 func (l *Lazy) connect(ctx context.Context, wait time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	s, err := New(ctx, l.opts)
 	if err != nil {
+		l.notConnected.Store(&notConnectedError{last: err})
 		return err
 	}
 	l.store.Store(s)
+	if l.watch.n.Load() != 0 {
+		_ = s.Probe(ctx)
+	}
 	return nil
 }
+
+// notConnectedErr returns what calls return until connected.
+func (l *Lazy) notConnectedErr() error {
+	if e := l.notConnected.Load(); e != nil {
+		return e
+	}
+	return ErrNotConnected
+}
+
+// notConnectedError is ErrNotConnected with the error of the last
+// attempt to connect, which it shows but does not wrap: that attempt's
+// deadline is not the caller's.
+type notConnectedError struct{ last error }
+
+func (e *notConnectedError) Error() string {
+	return ErrNotConnected.Error() + " (last attempt: " + e.last.Error() + ")"
+}
+
+func (e *notConnectedError) Unwrap() error { return ErrNotConnected }
 
 // retry connects every lo.Retry until it succeeds or ctx ends.
 func (l *Lazy) retry(ctx context.Context) {

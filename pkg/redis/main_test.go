@@ -152,7 +152,12 @@ func check(name string, l *limits.Limit, hits uint64) limits.Check {
 // apply applies checks with s and fails the test on an error.
 func apply(t testing.TB, s limits.Store, checks ...limits.Check) *limits.Batch {
 	t.Helper()
-	b := &limits.Batch{Checks: checks}
+	return applyBatch(t, s, &limits.Batch{Checks: checks})
+}
+
+// applyBatch applies b to s and returns it.
+func applyBatch(t testing.TB, s limits.Store, b *limits.Batch) *limits.Batch {
+	t.Helper()
 	if err := s.Apply(context.Background(), b); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}

@@ -112,6 +112,10 @@ type Options struct {
 	// can control time: production must use Redis's clock, which every
 	// sidecar shares. Keys still expire in Redis's time.
 	Now func() time.Time
+
+	// watch, if set, follows the configuration errors of the clients
+	// that client builds (see watch.go). Connect sets it.
+	watch *watch
 }
 
 // TLSOptions configures TLS to Redis. Files hold PEM.
@@ -298,13 +302,17 @@ func (o *Options) client() (goredis.UniversalClient, error) {
 		ro.MaxRetries = noRetries
 		ro.PipelinePoolSize = onePool
 		ro.MaintNotificationsConfig = maint
-		return goredis.NewClient(ro), nil
+		rdb := goredis.NewClient(ro)
+		if o.watch != nil {
+			rdb.AddHook(o.watch.hook(RoleServer, ro.Addr, ro.TLSConfig != nil))
+		}
+		return rdb, nil
 	case len(o.ClusterAddrs) > 0:
 		cfg, err := o.tlsConfig(nil)
 		if err != nil {
 			return nil, err
 		}
-		return goredis.NewClusterClient(&goredis.ClusterOptions{
+		co := &goredis.ClusterOptions{
 			Addrs:                    o.ClusterAddrs,
 			Username:                 o.Username,
 			Password:                 o.Password,
@@ -320,7 +328,16 @@ func (o *Options) client() (goredis.UniversalClient, error) {
 			// would also resend a command whose connection dropped
 			// after sending, which could run a script twice.
 			MaxRedirects: noRetries,
-		}), nil
+		}
+		if w := o.watch; w != nil {
+			// Every node's client, the seeds' too, is built here.
+			co.NewClient = func(opt *goredis.Options) *goredis.Client {
+				c := goredis.NewClient(opt)
+				c.AddHook(w.hook(RoleNode, opt.Addr, opt.TLSConfig != nil))
+				return c
+			}
+		}
+		return goredis.NewClusterClient(co), nil
 	default:
 		cfg, err := o.tlsConfig(nil)
 		if err != nil {
@@ -353,12 +370,15 @@ func (o *Options) client() (goredis.UniversalClient, error) {
 			MaxRetries:               noRetries,
 			MaintNotificationsConfig: maint,
 		}
-		m := newSentinelMaster(o.SentinelMaster, o.SentinelAddrs, sentinel, node)
+		m := newSentinelMaster(o.SentinelMaster, o.SentinelAddrs, sentinel, node, o.watch)
 		node.Addr = "sentinel:" + o.SentinelMaster // shown only: m dials
 		node.Dialer = m.dial
 		node.OnConnect = m.onConnect
 		rdb := goredis.NewClient(&node)
 		rdb.AddHook(readOnlyHook{m})
+		if o.watch != nil {
+			rdb.AddHook(&watchHook{w: o.watch, role: RoleMaster, key: RoleMaster, addr: m.current, tls: cfg != nil})
+		}
 		return &sentinelClient{Client: rdb, m: m}, nil
 	}
 }

@@ -29,12 +29,13 @@ const maxTagSearch = 1 << 20
 
 // Probe checks that Redis takes a write within the store's timeout: the
 // master on standalone and Sentinel, every master that serves a slot on
-// a Cluster, each with one call of a script that sets a key of the
-// store's prefix for a second. Unlike a PING, it fails whenever a
-// decision would: on a Redis out of memory (OOM), a read-only replica
-// (READONLY), or a master short of replicas (NOREPLICAS). It is for
-// readiness and circuit-breaker probes. On a Cluster it costs a CLUSTER
-// SLOTS too.
+// a Cluster, each with one call of a script that writes a key of the
+// store's prefix and calls every command the decision scripts call.
+// Unlike a PING, it fails whenever a decision would: on a Redis out of
+// memory (OOM), a read-only replica (READONLY), a master short of
+// replicas (NOREPLICAS), or an ACL that refuses the store a command or
+// its keys. It is for readiness and circuit-breaker probes. On a Cluster
+// it costs a CLUSTER SLOTS too.
 //
 // It is bounded by ctx's deadline, not by the store's timeout: after an
 // outage a probe opens a connection first (connect, HELLO, CLIENT

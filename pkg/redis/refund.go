@@ -42,7 +42,7 @@ func (s *Store) refundWithin(ctx context.Context, checks []limits.Check, now str
 			c := checks[i]
 			c.Hits += g.out[j].Granted
 			keys, _ = s.cutKeys(keys, string(s.appendKeys(nil, &c)), &c)
-			spec = appendCheck(spec, &c)
+			spec = appendCheck(spec, &c, 0)
 			spec = appendFloat(spec, float64(g.receipts[j]))
 		}
 		if len(keys) == 0 {

@@ -30,8 +30,9 @@ var (
 // the two cannot disagree about them: one per limits.Algorithm, named
 // after the algorithm in capitals and set to its Go value (local
 // FIXED_WINDOW = 0, ...); apply.lua's modes, MODE_APPLY, MODE_RESERVE and
-// MODE_REPORT; and a check's record, its struct format SPEC and its size
-// CHECK in bytes.
+// MODE_REPORT; a check's record, its struct format SPEC and its size
+// CHECK in bytes; and a check's modes in its record, CHECK_ENFORCED,
+// CHECK_SHADOW and CHECK_QUOTA.
 func prelude() string {
 	var b strings.Builder
 	for _, a := range limits.Algorithms {
@@ -39,21 +40,31 @@ func prelude() string {
 	}
 	fmt.Fprintf(&b, "local MODE_APPLY, MODE_RESERVE, MODE_REPORT = '%s', '%s', '%s'\n", modeApply, modeReserve, modeReport)
 	fmt.Fprintf(&b, "local SPEC, CHECK = '%s', %d\n", checkSpec, checkSize)
+	fmt.Fprintf(&b, "local CHECK_ENFORCED, CHECK_SHADOW, CHECK_QUOTA = %d, %d, %d\n", checkEnforced, checkShadow, checkQuota)
 	return b.String()
 }
 
 // luaName returns the name of a's constant in the scripts.
 func luaName(a limits.Algorithm) string { return strings.ToUpper(a.String()) }
 
-// A check's record in the scripts' ARGV (see appendCheck) is two bytes
-// and checkFloats float64s: checkSize bytes in all, in struct's format
-// checkSpec. The prelude gives the scripts the last two as CHECK and SPEC.
+// A check's record in the scripts' ARGV (see appendCheck) is two bytes,
+// checkFloats float64s and two uint32s: checkSize bytes in all, in
+// struct's format checkSpec. The prelude gives the scripts the last two
+// as CHECK and SPEC.
 const (
 	checkFloats = 6
-	checkSize   = 2 + checkFloats*8
+	checkSize   = 2 + checkFloats*8 + 2*4
 )
 
-var checkSpec = "<BB" + strings.Repeat("d", checkFloats)
+var checkSpec = "<BB" + strings.Repeat("d", checkFloats) + "I4I4"
+
+// A check's mode in its record: how its verdict counts toward its
+// request's (see appendCheck).
+const (
+	checkEnforced = 0 // over rejects the request
+	checkShadow   = 1 // over rejects nothing
+	checkQuota    = 2 // over rejects with every other quota group
+)
 
 // logSuffix names a sliding log's second key. Keys of limits.AppendKey end
 // in a limit ID, which ends in a digit, so no key ends in it.
@@ -87,9 +98,12 @@ const (
 )
 
 // setArgs sets the KEYS and ARGV of c, a call of apply.lua in mode, for
-// checks idx (nil: all) of checks. The keys and the spec are cut from one
-// string, so a call allocates once for them, however many checks it has.
-func (s *Store) setArgs(c *call, checks []limits.Check, idx []int, now, mode string) {
+// checks idx (nil: all) of checks, whose request has quotaGroups quota
+// groups (limits.Batch.QuotaGroups); with 0, the script leaves the
+// quota groups' verdict to the caller (see appendCheck). The keys and
+// the spec are cut from one string, so a call allocates once for them,
+// however many checks it has.
+func (s *Store) setArgs(c *call, checks []limits.Check, idx []int, quotaGroups int, now, mode string) {
 	n := len(idx)
 	if idx == nil {
 		n = len(checks)
@@ -105,7 +119,7 @@ func (s *Store) setArgs(c *call, checks []limits.Check, idx []int, now, mode str
 		b = s.appendKeys(b, check(j))
 	}
 	for j := range n {
-		b = appendCheck(b, check(j))
+		b = appendCheck(b, check(j), quotaGroups)
 	}
 	all := string(b)
 	c.buf = b
@@ -145,23 +159,39 @@ func (s *Store) cutKeys(keys []string, all string, c *limits.Check) ([]string, s
 }
 
 // appendCheck appends the record of c that both scripts read (SPEC in
-// the prelude): algorithm and shadow (0 or 1) as bytes, then requests, window
-// µs, tick µs, burst, hits and extra as little-endian float64s. Binary numbers
-// spare Redis parsing decimals; a float64 is exact for every integer that
-// limits.Limit allows (below 2^53), and rounds larger hits as Lua would.
-func appendCheck(spec []byte, c *limits.Check) []byte {
+// the prelude): algorithm and mode (checkEnforced, checkShadow or
+// checkQuota) as bytes; then requests, window µs, tick µs, burst, hits
+// and extra as little-endian float64s; then, for a quota check, its
+// group and its request's quotaGroups as little-endian uint32s (0 and 0
+// otherwise). Binary numbers spare Redis parsing decimals; a float64 is
+// exact for every integer that limits.Limit allows (below 2^53), and
+// rounds larger hits as Lua would.
+//
+// With quotaGroups 0 a quota check is written as a shadow check, which
+// rejects nothing and, when over, consumes nothing, as a quota check
+// does: the caller decides the quota groups' verdict from the outcomes,
+// as a Cluster does for a request across slots.
+func appendCheck(spec []byte, c *limits.Check, quotaGroups int) []byte {
 	l := c.Limit
-	shadow := byte(0)
-	if l.Shadow {
-		shadow = 1
+	mode, group := byte(checkEnforced), 0
+	switch {
+	case l.Shadow, c.Group > 0 && quotaGroups <= 0:
+		mode = checkShadow
+	case c.Group > 0:
+		mode, group = checkQuota, c.Group
 	}
-	spec = append(spec, byte(l.Algorithm), shadow)
+	if mode != checkQuota {
+		quotaGroups = 0
+	}
+	spec = append(spec, byte(l.Algorithm), mode)
 	spec = appendFloat(spec, float64(l.Requests))
 	spec = appendFloat(spec, float64(l.Window().Microseconds()))
 	spec = appendFloat(spec, float64(l.Tick()))
 	spec = appendFloat(spec, float64(l.Burst))
 	spec = appendFloat(spec, float64(c.Hits))
-	return appendFloat(spec, float64(c.Extra))
+	spec = appendFloat(spec, float64(c.Extra))
+	spec = binary.LittleEndian.AppendUint32(spec, uint32(min(group, math.MaxUint32)))
+	return binary.LittleEndian.AppendUint32(spec, uint32(min(quotaGroups, math.MaxUint32)))
 }
 
 // appendFloat appends f as a little-endian float64, struct's '<d'.

@@ -160,8 +160,7 @@ func TestScriptCheckRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Shadow = true
-	rec := appendCheck(nil, &limits.Check{Limit: l, Hits: 3, Extra: 5})
+	rec := appendCheck(nil, &limits.Check{Limit: l, Hits: 3, Extra: 5, Group: 3}, 70_000)
 	if len(rec) != checkSize {
 		t.Fatalf("record of %d bytes, want checkSize %d", len(rec), checkSize)
 	}
@@ -177,7 +176,7 @@ return out`
 	}
 	// CHECK, the record's length and SPEC's, then its fields and the
 	// position after them.
-	want := []int64{checkSize, checkSize, checkSize, int64(limits.LeakyBucket), 1, 7, 120_000_000, l.Tick(), 9, 3, 5, checkSize + 1}
+	want := []int64{checkSize, checkSize, checkSize, int64(limits.LeakyBucket), checkQuota, 7, 120_000_000, l.Tick(), 9, 3, 5, 3, 70_000, checkSize + 1}
 	if !slices.Equal(got, want) {
 		t.Errorf("Lua reads %v, want %v", got, want)
 	}

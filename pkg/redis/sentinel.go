@@ -90,6 +90,7 @@ var (
 type sentinelMaster struct {
 	name      string
 	sentinels []*goredis.SentinelClient
+	addrs     []string        // of the sentinels, in order
 	node      goredis.Options // for the data nodes; Addr is set per node
 	tls       *tls.Config
 
@@ -111,14 +112,20 @@ type sentinelMaster struct {
 // newSentinelMaster follows master name through the sentinels at addrs,
 // which it reaches with sopts (Addr set per sentinel); node is how to
 // reach a data node (Addr set per node). It starts one goroutine per
-// sentinel, which listens to its events.
-func newSentinelMaster(name string, addrs []string, sopts, node goredis.Options) *sentinelMaster {
+// sentinel, which listens to its events. If w is not nil, it watches
+// the sentinels' clients.
+func newSentinelMaster(name string, addrs []string, sopts, node goredis.Options, w *watch) *sentinelMaster {
 	ctx, stop := context.WithCancel(context.Background())
-	m := &sentinelMaster{name: name, node: node, tls: node.TLSConfig, stop: stop}
+	m := &sentinelMaster{name: name, node: node, tls: node.TLSConfig, stop: stop, addrs: addrs}
 	for _, a := range addrs {
 		o := sopts
 		o.Addr = a
 		sc := goredis.NewSentinelClient(&o)
+		if w != nil {
+			// Before Subscribe, so that the listener's connection is
+			// watched too.
+			sc.AddHook(w.hook(RoleSentinel, a, o.TLSConfig != nil))
+		}
 		m.sentinels = append(m.sentinels, sc)
 		m.wg.Go(func() { m.listen(ctx, sc) })
 	}
@@ -342,14 +349,14 @@ func (m *sentinelMaster) resolve(ctx context.Context, gen uint64) error {
 	answers := make(chan []string, len(m.sentinels))
 	errs := make(chan error, len(m.sentinels))
 	var wg sync.WaitGroup
-	for _, sc := range m.sentinels {
+	for i, sc := range m.sentinels {
 		wg.Go(func() {
 			a, err := sc.GetMasterAddrByName(ctx, m.name).Result()
 			if err == nil && len(a) != 2 {
-				err = errors.New("sentinel: bad master address reply")
+				err = errors.New("bad master address reply")
 			}
 			if err != nil {
-				errs <- err
+				errs <- &sentinelError{addr: m.addrs[i], err: err}
 				return
 			}
 			answers <- a
@@ -373,6 +380,23 @@ func (m *sentinelMaster) resolve(ctx context.Context, gen uint64) error {
 	}
 	return errors.Join(append([]error{errors.New("no sentinel named the master")}, all...)...)
 }
+
+// current returns the master's address as far as m knows it: "" until
+// the sentinels named it, and after a refusal said it is not the master.
+func (m *sentinelMaster) current() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.addr
+}
+
+// sentinelError is a sentinel's failure to name the master.
+type sentinelError struct {
+	addr string
+	err  error
+}
+
+func (e *sentinelError) Error() string { return "sentinel " + e.addr + ": " + e.err.Error() }
+func (e *sentinelError) Unwrap() error { return e.err }
 
 // dial is the Dialer of the store's client: it connects to the master,
 // and the connection refuses to write once the master changes or a

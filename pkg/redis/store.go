@@ -183,7 +183,7 @@ func (s *Store) Apply(ctx context.Context, b *limits.Batch) error {
 // a Cluster; elsewhere slot is 0).
 func (s *Store) applyAll(ctx context.Context, b *limits.Batch, now string, slot uint16) error {
 	c := getCall(ctx)
-	s.setArgs(c, b.Checks, nil, now, modeApply)
+	s.setArgs(c, b.Checks, nil, b.QuotaGroups, now, modeApply)
 	reply, err := s.run(c, slot)
 	if err != nil {
 		return wrap(ctx, "apply", err)

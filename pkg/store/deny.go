@@ -50,10 +50,13 @@ type DenyCacheOptions struct {
 // the answer arrived, keeps T at or before the store's own reset, and
 // taking off one Tick covers the store flooring its clock to a tick.
 //
-// A batch with any check that is over in the cache is rejected without
-// calling the wrapped store: Admitted is false, the cached checks are
-// Over with Remaining 0 and Reset T − now, and every other check reports
-// a zero Outcome (not over, Remaining 0, Reset 0). See Apply.
+// A batch with an enforced check that is over in the cache, or whose
+// every quota group has a check over in it (limits.Batch.QuotaOver), is
+// rejected without calling the wrapped store: Admitted is false, the
+// cached checks are Over with Remaining 0 and Reset T − now, and every
+// other check's outcome is Unknown. See Apply. A quota check over in the
+// cache while another quota group may have room rejects nothing: the
+// store decides, and may admit.
 //
 // Limits match by limits.Limit.CountsLike (algorithm, requests, window
 // and burst), not on the *Limit pointer, so Envoy's per-request override
@@ -128,19 +131,19 @@ func NewDenyCache(next limits.Store, opts DenyCacheOptions) *DenyCache {
 
 var _ limits.Store = (*DenyCache)(nil)
 
-// Apply implements limits.Store. It answers b itself if an enforced check
-// of b is over in the cache, even when ctx is done, since that needs no
-// I/O; otherwise it calls the wrapped store and records the enforced
-// checks it finds over. Errors are the wrapped store's, unchanged, and
-// record nothing.
+// Apply implements limits.Store. It answers b itself if the cache
+// rejects it (see deny), even when ctx is done, since that needs no I/O;
+// otherwise it calls the wrapped store and records the non-shadow checks
+// it finds over. Errors are the wrapped store's, unchanged, and record
+// nothing.
 //
 // In a batch answered locally, the checks the cache does not know report
-// a zero Outcome: not over, since only the store could say they are, and
-// claiming so would blame the wrong limit to Envoy; Remaining 0, since
-// that never promises more than the store would; and Reset 0, since how
-// long they take to replenish is unknown. The request's verdict and the
-// rate-limit headers (which describe the over limit that resets last)
-// come from the cached checks, which are right.
+// an Unknown outcome (limits.Outcome.Unknown): only the store knows their
+// state, and a guess would mislead Envoy, which writes its headers from
+// the status with the least remaining (a zero outcome read as "nothing
+// left, resets now", and led clients to retry at once under the wrong
+// limit). The request's verdict and what is reported come from the
+// cached checks, which are right.
 func (c *DenyCache) Apply(ctx context.Context, b *limits.Batch) error {
 	now := c.now()
 	if c.n.Load() > 0 && c.deny(b, now) {
@@ -156,22 +159,31 @@ func (c *DenyCache) Apply(ctx context.Context, b *limits.Batch) error {
 	return nil
 }
 
-// deny fills b's outcomes from the cache and reports whether an enforced
-// check is over there. If not, b's outcomes are left for the store.
+// deny fills b's outcomes from the cache and reports whether it rejects
+// b: an enforced check is over there, or every quota group of b has a
+// check over there (limits.Batch.QuotaOver). If not, b's outcomes are
+// left for the store.
 func (c *DenyCache) deny(b *limits.Batch, now time.Time) bool {
 	n := len(b.Checks)
 	b.Outcomes = slices.Grow(b.Outcomes[:0], n)[:n]
-	over := false
+	over, quota := false, false
 	for i := range b.Checks {
 		ch := &b.Checks[i]
-		b.Outcomes[i] = limits.Outcome{}
+		b.Outcomes[i] = limits.Outcome{Unknown: true}
 		if ch.Limit.Shadow {
 			continue
 		}
 		if until, ok := c.lookup(ch, now); ok {
 			b.Outcomes[i] = limits.Outcome{Over: true, Reset: until.Sub(now)}
-			over = true
+			if ch.Enforced() {
+				over = true
+			} else {
+				quota = true
+			}
 		}
+	}
+	if !over && quota {
+		over = b.QuotaOver(func(i int) bool { return b.Outcomes[i].Over })
 	}
 	if over {
 		b.Admitted = false
@@ -193,8 +205,9 @@ func (c *DenyCache) lookup(ch *limits.Check, now time.Time) (time.Time, bool) {
 	return e.until, true
 }
 
-// record enters every enforced check of b that the store found over, as
-// of now, the time read before calling the store.
+// record enters every check of b, but shadow checks, that the store
+// found over, as of now, the time read before calling the store. A quota
+// check is over whether or not its batch was admitted.
 func (c *DenyCache) record(b *limits.Batch, now time.Time, gen uint64) {
 	for i := range min(len(b.Checks), len(b.Outcomes)) {
 		ch, out := &b.Checks[i], &b.Outcomes[i]

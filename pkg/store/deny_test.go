@@ -259,12 +259,14 @@ func TestDenyCacheSteps(t *testing.T) {
 			},
 		},
 		{
-			name: "other_checks_of_a_local_answer_report_zero",
+			// The cache does not know the other checks' states: they
+			// report unknown, not "0 left, resets now".
+			name: "other_checks_of_a_local_answer_report_unknown",
 			give: []step{
 				{at: 0, give: []chk{{"k", fw1s, 1}}, wantAdmitted: true},
 				{at: 0, give: []chk{{"k", fw1s, 1}}},
 				{at: 200 * ms, give: []chk{{"j", fw2s, 1}, {"k", fw1s, 1}, {"s", sh1s, 1}}, wantLocal: true,
-					want: []limits.Outcome{{}, over(0, 800*ms-us), {}}},
+					want: []limits.Outcome{{Unknown: true}, over(0, 800*ms-us), {Unknown: true}}},
 				// They consumed nothing.
 				{at: 200 * ms, give: []chk{{"j", fw2s, 2}}, wantAdmitted: true, want: []limits.Outcome{ok(0, 800*ms)}},
 			},
@@ -474,8 +476,8 @@ func compareBatches(t *testing.T, where string, want, got *limits.Batch, local b
 	}
 	for j, o := range got.Outcomes {
 		if !o.Over {
-			if o != (limits.Outcome{}) {
-				t.Errorf("%s: check %d: unknown check reports %+v, want zero", where, j, o)
+			if o != (limits.Outcome{Unknown: true}) {
+				t.Errorf("%s: check %d: a check the cache does not know reports %+v, want only Unknown", where, j, o)
 			}
 			continue
 		}

@@ -33,8 +33,9 @@ const leaseShards = 64
 // refill per key is under way at a time, so a sidecar never holds more
 // than N hits of a key. A lease ends when its window does (fixed and
 // sliding window), or, for the buckets, once the bucket would have
-// refilled it. Shadow limits, and a key that appears twice in a batch,
-// are not leased.
+// refilled it. Shadow limits, quota checks (limits.Check.Group), whose
+// verdict depends on the other quota groups' in the store, and a key
+// that appears twice in a batch, are not leased.
 //
 // Leases is safe for concurrent use and starts no goroutines.
 type Leases struct {
@@ -107,18 +108,54 @@ func NewLeases(next limits.Store, o LeasesOptions) *Leases {
 	return l
 }
 
-// Apply implements limits.Store.
+// Apply implements limits.Store. It decides b in phases: take what it
+// can from the leases (takeAll), send the rest, and the refills due, to
+// the shared store as one batch (plan), then settle: a batch that only
+// refilled was answered by the leases (settleRefills); a rejected or
+// failed one gives the leases their hits back (giveBackAll); and the
+// store's outcomes go to the checks it answered (merge).
 func (l *Leases) Apply(ctx context.Context, b *limits.Batch) error {
-	n := len(b.Checks)
 	if !anyLeased(b.Checks) {
 		return l.next.Apply(ctx, b)
 	}
+	n := len(b.Checks)
 	b.Outcomes = slices.Grow(b.Outcomes[:0], n)[:n]
 	s := l.pool.Get().(*leaseScratch)
 	defer l.pool.Put(s)
 	s.reset(n)
-	now := l.now()
 
+	now := l.takeAll(ctx, b, s)
+	needStore := s.plan(b)
+	s.sub.QuotaGroups = b.QuotaGroups
+	b.Admitted = true
+	if !needStore {
+		b.DecidedBy = DecidedByLease
+	}
+	if len(s.sub.Checks) == 0 {
+		return nil
+	}
+	err := l.next.Apply(ctx, &s.sub)
+	ok := err == nil && s.sub.Admitted
+	if !needStore {
+		l.settleRefills(b, s, now, err)
+		return nil
+	}
+	b.DecidedBy = s.sub.DecidedBy
+	if !ok {
+		l.giveBackAll(b, s)
+		if err != nil {
+			return err
+		}
+	}
+	l.merge(b, s, now, ok)
+	b.Admitted = ok
+	return nil
+}
+
+// takeAll answers what it can of b from the leases, into b.Outcomes and
+// s, and returns the time the answers were taken at.
+func (l *Leases) takeAll(ctx context.Context, b *limits.Batch, s *leaseScratch) time.Time {
+	now := l.now()
 	refiller := false // this request asks for a refill of some key
 	for i := range b.Checks {
 		c := &b.Checks[i]
@@ -145,7 +182,15 @@ func (l *Leases) Apply(ctx context.Context, b *limits.Batch) error {
 			break
 		}
 	}
-	needStore := false // a check is not answered from a lease
+	return now
+}
+
+// plan fills s.sub with what goes to the store: the checks of b that the
+// leases did not answer, each asking for its refill if one is due, and a
+// top-up for each lease that answered but fell low. It reports whether a
+// check needs the store's verdict; if not, the store is asked for
+// refills only.
+func (s *leaseScratch) plan(b *limits.Batch) (needStore bool) {
 	for i := range b.Checks {
 		c := b.Checks[i]
 		switch {
@@ -168,45 +213,40 @@ func (l *Leases) Apply(ctx context.Context, b *limits.Batch) error {
 		s.sub.Checks = append(s.sub.Checks, c)
 		s.subIdx = append(s.subIdx, i)
 	}
-	b.Admitted = true
-	if !needStore {
-		b.DecidedBy = DecidedByLease
-	}
-	if len(s.sub.Checks) == 0 {
-		return nil
-	}
-	err := l.next.Apply(ctx, &s.sub)
+	return needStore
+}
+
+// settleRefills adds what the store granted, if it answered (err nil), to
+// the leases of a batch that the leases answered alone.
+func (l *Leases) settleRefills(b *limits.Batch, s *leaseScratch, now time.Time, err error) {
 	ok := err == nil && s.sub.Admitted
-	if needStore {
-		b.DecidedBy = s.sub.DecidedBy
-	}
-	if !needStore {
-		// Only refills went to the store: the leases answered the
-		// request, whatever the store said.
-		for k, i := range s.subIdx {
-			var out limits.Outcome
-			if err == nil {
-				out = s.sub.Outcomes[k]
-			}
-			l.refilled(&b.Checks[i], now, out, ok)
+	for k, i := range s.subIdx {
+		var out limits.Outcome
+		if err == nil {
+			out = s.sub.Outcomes[k]
 		}
-		return nil
+		l.refilled(&b.Checks[i], now, out, ok)
 	}
-	if !ok {
-		// Nothing is consumed anywhere: the leases get their hits back,
-		// and the refills asked for are no longer under way.
-		for i := range b.Checks {
-			if s.taken[i] > 0 || s.refill[i] {
-				l.giveBack(&b.Checks[i], s.taken[i])
-			}
-			if s.local[i] {
-				b.Outcomes[i].Remaining += s.taken[i]
-			}
+}
+
+// giveBackAll undoes the leases' part of a batch that is not admitted:
+// nothing is consumed anywhere, so the leases get their hits back (and
+// the outcomes they gave count them as left), and the refills asked for
+// are no longer under way.
+func (l *Leases) giveBackAll(b *limits.Batch, s *leaseScratch) {
+	for i := range b.Checks {
+		if s.taken[i] > 0 || s.refill[i] {
+			l.giveBack(&b.Checks[i], s.taken[i])
 		}
-		if err != nil {
-			return err
+		if s.local[i] {
+			b.Outcomes[i].Remaining += s.taken[i]
 		}
 	}
+}
+
+// merge sets the outcomes of the checks of b that the store answered,
+// adding what it granted to their leases if b is admitted (ok).
+func (l *Leases) merge(b *limits.Batch, s *leaseScratch, now time.Time, ok bool) {
 	for k, i := range s.subIdx {
 		out := s.sub.Outcomes[k]
 		if ok && s.refill[i] {
@@ -216,8 +256,6 @@ func (l *Leases) Apply(ctx context.Context, b *limits.Batch) error {
 			b.Outcomes[i] = out
 		}
 	}
-	b.Admitted = ok
-	return nil
 }
 
 // take tries to answer check c from its key's lease: it reports local when
@@ -391,20 +429,6 @@ func (l *Leases) Held(key string) uint64 {
 	return 0
 }
 
-// Clear drops every lease, as after a rules reload. Their unused hits are
-// not given back: they end with their windows.
-func (l *Leases) Clear() {
-	for i := range l.shards {
-		sh := &l.shards[i]
-		sh.mu.Lock()
-		for _, ls := range sh.m {
-			ls.endRefill()
-		}
-		clear(sh.m)
-		sh.mu.Unlock()
-	}
-}
-
 func (l *Leases) shard(key string) *leaseShard {
 	return &l.shards[maphash.String(l.seed, key)%leaseShards]
 }
@@ -444,12 +468,13 @@ func anyLeased(cs []limits.Check) bool {
 	return false
 }
 
-// leasable reports whether check i of cs may use a lease: an enforced,
-// leasable limit whose key no other check of the batch has (such checks
-// see each other's hits in the store, which a lease could not).
+// leasable reports whether check i of cs may use a lease: an enforced
+// check (limits.Check.Enforced) of a leasable limit whose key no other
+// check of the batch has (such checks see each other's hits in the
+// store, which a lease could not).
 func leasable(cs []limits.Check, i int) bool {
 	l := cs[i].Limit
-	if l.Lease == 0 || l.Shadow || l.Requests == 0 || !l.Algorithm.Leasable() {
+	if l.Lease == 0 || !cs[i].Enforced() || l.Requests == 0 || !l.Algorithm.Leasable() {
 		return false
 	}
 	for j := range cs {

@@ -347,12 +347,7 @@ func (c *Client) apply(resources []*anypb.Any) (repeated bool, err error) {
 // leaves no rule or drops domains of old, as a file reload does.
 func (c *Client) logApplied(old, rs *limits.Ruleset, resources []string) {
 	fields := []zap.Field{zap.String("checksum", rs.Checksum), zap.Strings("resources", resources), zap.Strings("domains", rs.Domains())}
-	var dropped []string
-	for _, d := range old.Domains() {
-		if !rs.HasDomain(d) {
-			dropped = append(dropped, d)
-		}
-	}
+	dropped := config.DroppedDomains(old, rs)
 	switch {
 	case len(rs.Domains()) == 0:
 		c.log.Warn("xds push applied without rules; every request gets OK", append(fields, zap.Strings("dropped_domains", dropped))...)

@@ -506,3 +506,23 @@ func TestOptions(t *testing.T) {
 		})
 	}
 }
+
+// TestPushQuotaModeAndMetadata: a newer RateLimitConfig's quota_mode and
+// metadata, unknown fields to go-control-plane's ratelimit module
+// v0.1.0, are ACKed and reach the rules.
+func TestPushQuotaModeAndMetadata(t *testing.T) {
+	srv := xdstest.Start(t)
+	cfg := xdstest.RateLimitConfig("edge", "user", 2, rlsconf.RateLimitUnit_MINUTE)
+	withMetadata(withUnknown(cfg.Descriptors[0], 7, 1))
+	srv.Set(t, node, "1", cfg)
+	c := startClient(t, fast(xds.Options{Server: srv.Addr}))
+	c.awaitReady(t)
+	if a := c.awaitApplied(t); a.err != nil {
+		t.Fatalf("push: %v", a.err)
+	}
+	srv.Await(t, 0, "ACKing version 1", isACK("1"))
+	r := c.engine.Rules().Match("edge", []limits.Entry{{Key: "user", Value: "alice"}})
+	if r == nil || !r.QuotaMode || r.Metadata["team"] != "payments" {
+		t.Errorf("rule %+v, want quota_mode and metadata team: payments", r)
+	}
+}

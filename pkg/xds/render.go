@@ -53,8 +53,8 @@ type replace struct {
 
 // The field numbers of RateLimitDescriptor that a newer RateLimitConfig
 // has and go-control-plane's ratelimit module v0.1.0 lacks: they arrive
-// as unknown fields. Rule files reject both (not supported yet), and so
-// does a push.
+// as unknown fields. They render as rule files write them, and mean what
+// they mean there.
 const (
 	fieldQuotaMode protowire.Number = 7
 	fieldMetadata  protowire.Number = 8

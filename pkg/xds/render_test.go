@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -50,6 +51,33 @@ func withUnknown[M proto.Message](m M, num protowire.Number, v uint64) M {
 	return m
 }
 
+// withBytes returns m with an unknown field num holding bytes b.
+func withBytes[M proto.Message](m M, num protowire.Number, b []byte) M {
+	m.ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), b))
+	return m
+}
+
+// TestRenderQuotaAndMetadata: quota_mode and metadata, which a newer
+// RateLimitConfig has and go-control-plane's ratelimit module v0.1.0
+// lacks, arrive as unknown fields and mean what they mean in rule files.
+func TestRenderQuotaAndMetadata(t *testing.T) {
+	rs, err := parsePush(t, config.Options{}, edge(
+		withMetadata(withUnknown(&rlsconf.RateLimitDescriptor{Key: "user", RateLimit: policy(rlsconf.RateLimitUnit_MINUTE, 1)}, 7, 1)),
+		&rlsconf.RateLimitDescriptor{Key: "plain", RateLimit: policy(rlsconf.RateLimitUnit_MINUTE, 1)},
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := rs.Match("edge", []limits.Entry{{Key: "user", Value: "u"}})
+	if user == nil || !user.QuotaMode || !user.Limits[0].Quota || !cmp.Equal(user.Metadata, map[string]any{"team": "payments"}) {
+		t.Errorf("user: rule %+v, want quota_mode and metadata team: payments", user)
+	}
+	plain := rs.Match("edge", []limits.Entry{{Key: "plain", Value: "p"}})
+	if plain == nil || plain.QuotaMode || plain.Metadata != nil {
+		t.Errorf("plain: rule %+v, want neither quota_mode nor metadata", plain)
+	}
+}
+
 func withMetadata(d *rlsconf.RateLimitDescriptor) *rlsconf.RateLimitDescriptor {
 	s, err := structpb.NewStruct(map[string]any{"team": "payments"})
 	if err != nil {
@@ -59,7 +87,7 @@ func withMetadata(d *rlsconf.RateLimitDescriptor) *rlsconf.RateLimitDescriptor {
 	if err != nil {
 		panic(err)
 	}
-	d.ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(nil, 8, protowire.BytesType), b))
+	d.ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(d.ProtoReflect().GetUnknown(), 8, protowire.BytesType), b))
 	return d
 }
 
@@ -150,10 +178,10 @@ func TestRenderBad(t *testing.T) {
 		{name: "domain twice without merging", give: []*rlsconf.RateLimitConfig{
 			{Name: "a", Domain: "edge"}, {Name: "b", Domain: "edge"},
 		}, want: []string{`RateLimitConfig "b": domain: domain "edge" is already defined in RateLimitConfig "a"`}},
-		{name: "quota_mode of a newer RateLimitConfig", give: []*rlsconf.RateLimitConfig{edge(withUnknown(&rlsconf.RateLimitDescriptor{Key: "user", RateLimit: policy(1, 1)}, 7, 1))},
-			want: []string{`RateLimitConfig "edge": descriptors[0].quota_mode: not supported yet`}},
-		{name: "metadata of a newer RateLimitConfig", give: []*rlsconf.RateLimitConfig{edge(withMetadata(&rlsconf.RateLimitDescriptor{Key: "user", RateLimit: policy(1, 1)}))},
-			want: []string{`RateLimitConfig "edge": descriptors[0].metadata: not supported yet`}},
+		{name: "quota_mode not a varint", give: []*rlsconf.RateLimitConfig{edge(withBytes(&rlsconf.RateLimitDescriptor{Key: "user", RateLimit: policy(1, 1)}, 7, []byte("yes")))},
+			want: []string{`RateLimitConfig "edge": descriptors[0].quota_mode: want a bool`}},
+		{name: "metadata not a Struct", give: []*rlsconf.RateLimitConfig{edge(withUnknown(&rlsconf.RateLimitDescriptor{Key: "user", RateLimit: policy(1, 1)}, 8, 1))},
+			want: []string{`RateLimitConfig "edge": descriptors[0].metadata: want a google.protobuf.Struct`}},
 		{name: "a field no RateLimitConfig has yet", give: []*rlsconf.RateLimitConfig{edge(&rlsconf.RateLimitDescriptor{Key: "user", RateLimit: withUnknown(policy(1, 1), 9, 1)})},
 			want: []string{`RateLimitConfig "edge": descriptors[0].rate_limit: field number 9 of RateLimitPolicy is unknown to ratelimit-sidecar`}},
 		{name: "every problem", give: []*rlsconf.RateLimitConfig{

@@ -39,7 +39,10 @@
 -- Why a script: every check must be read, decided and written with no
 -- other request in between, on one clock shared by every sidecar, in one
 -- round trip. Nothing of a request is written unless every enforced check
--- of it passes.
+-- of it passes, and, if it has quota groups, not every one of them has a
+-- check over (limits.Batch.QuotaOver): a quota_mode descriptor's verdict
+-- depends on the others'. A shadow or quota check that is over consumes
+-- nothing.
 --
 -- Why several requests in one call: what a call costs Redis beyond its
 -- checks (EVALSHA, TIME, the reply) is paid once per batch instead of
@@ -153,6 +156,11 @@ for q = qfrom, qto do
   local spec = ARGV[q]
   local n = #spec / CHECK
   local admitted, grants = true, false
+  -- Quota groups (CHECK_QUOTA checks): qover[g] is set once a check of
+  -- group g is over, qn counts such groups, and qg is how many groups
+  -- the request has (every quota record carries it). The request is
+  -- rejected when all qg are over.
+  local qover, qn, qg = nil, 0, 0
   if split then
     -- This request's keys: one per check, two per sliding log.
     local nk = n
@@ -174,7 +182,7 @@ for q = qfrom, qto do
   -- for zero hits. Both passes share one copy of limits.Limit.Evaluate,
   -- inline: a function would be a closure made afresh on every run.
   for pass = 1, 2 do
-    if dry then
+    if dry or (qn > 0 and qn >= qg) then
       admitted = false
     end
     if pass == 2 and admitted then
@@ -185,7 +193,7 @@ for q = qfrom, qto do
       local b, r = (i - 1) * 16, rb + 1 + (ii - 1) * per
       -- Pass 2 evaluates only the checks that were not over.
       if pass == 1 or reply[r + 1] == 0 then
-        local alg, shadow, req, w, tick, burst, hits, extra = sunpack(SPEC, spec, (ii - 1) * CHECK + 1)
+        local alg, mode, req, w, tick, burst, hits, extra, group, groups = sunpack(SPEC, spec, (ii - 1) * CHECK + 1)
         local k, s, c, p, e, any, stored = kk, 0, 0, 0, 0, 0, -1
         if pass == 2 then
           k, s, c, p, e, hits = X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5], 0
@@ -460,8 +468,13 @@ for q = qfrom, qto do
           local took = 0
           if over then
             s2, c2, p2, e2 = s, c, p, e
-            if shadow == 0 then
+            if mode == CHECK_ENFORCED then
               admitted = false
+            elseif mode == CHECK_QUOTA then
+              qover = qover or {}
+              if not qover[group] then
+                qover[group], qn, qg = true, qn + 1, groups
+              end
             end
           elseif hits > 0 then
             took, any = 1, 1

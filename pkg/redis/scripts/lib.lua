@@ -13,10 +13,12 @@
 -- limits.Limit keeps every quantity under.
 --
 -- Each check comes in ARGV as one record of CHECK bytes, packed by
--- scripts.go's appendCheck in struct's format SPEC ('<BBdddddd', 50
--- bytes): algorithm, shadow (0 or 1), requests, window µs, tick µs,
--- burst, hits, extra (hits asked for a lease). Binary numbers cost the
--- script no decimal parsing.
+-- scripts.go's appendCheck in struct's format SPEC ('<BBddddddI4I4', 58
+-- bytes): algorithm, mode (CHECK_ENFORCED, CHECK_SHADOW or CHECK_QUOTA),
+-- requests, window µs, tick µs, burst, hits, extra (hits asked for a
+-- lease), then for a quota check its group and its request's number of
+-- quota groups (0 and 0 otherwise). Binary numbers cost the script no
+-- decimal parsing.
 
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 local spack, sunpack = struct.pack, struct.unpack

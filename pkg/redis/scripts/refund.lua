@@ -5,7 +5,7 @@
 --   per check, two for sliding_log. All in one hash slot.
 -- ARGV[1]: now in µs, or "" to read redis.call('TIME'). Only tests set it.
 -- ARGV[2]: the refunded checks, one binary record each: apply.lua's
---   (the prelude's SPEC; shadow and extra are not read: hits is what the
+--   (the prelude's SPEC; mode, extra and groups are not read: hits is what the
 --   reservation took, granted hits included) followed by the receipt as a
 --   little-endian double.
 --
@@ -44,7 +44,7 @@ local size = CHECK + 8
 local refunded = 0
 local k = 1
 for i = 1, #spec / size do
-  local alg, _, req, w, tick, burst, hits, _, receipt = sunpack(RECORD, spec, (i - 1) * size + 1)
+  local alg, _, req, w, tick, burst, hits, _, _, _, receipt = sunpack(RECORD, spec, (i - 1) * size + 1)
   local key = KEYS[k]
   k = k + 1
   if alg == SLIDING_LOG then

@@ -1,0 +1,509 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"maps"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certtest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xdstest"
+)
+
+// egEnv is the environment Envoy Gateway gives its rate-limit container,
+// which it starts as /bin/ratelimit with no flags: its
+// internal/infrastructure/kubernetes/ratelimit/resource.go with a Redis
+// backend and Prometheus on (its default), tracing off, as in its
+// testdata/deployments/default.yaml. Its certificates are the Secret
+// envoy-rate-limit mounted at /certs: ca.crt, tls.crt and tls.key.
+var egEnv = map[string]string{
+	"RUNTIME_ROOT":                       "/data",
+	"RUNTIME_SUBDIRECTORY":               "ratelimit",
+	"RUNTIME_IGNOREDOTFILES":             "true",
+	"RUNTIME_WATCH_ROOT":                 "false",
+	"LOG_LEVEL":                          "info",
+	"USE_STATSD":                         "false",
+	"CONFIG_TYPE":                        "GRPC_XDS_SOTW",
+	"CONFIG_GRPC_XDS_SERVER_URL":         "envoy-gateway:18001",
+	"CONFIG_GRPC_XDS_NODE_ID":            "envoy-ratelimit",
+	"GRPC_SERVER_USE_TLS":                "true",
+	"GRPC_SERVER_TLS_CERT":               "/certs/tls.crt",
+	"GRPC_SERVER_TLS_KEY":                "/certs/tls.key",
+	"GRPC_SERVER_TLS_CA_CERT":            "/certs/ca.crt", // read by Envoy Gateway's chart, never by the reference
+	"CONFIG_GRPC_XDS_SERVER_USE_TLS":     "true",
+	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT":    "/certs/tls.crt",
+	"CONFIG_GRPC_XDS_CLIENT_TLS_KEY":     "/certs/tls.key",
+	"CONFIG_GRPC_XDS_SERVER_TLS_CACERT":  "/certs/ca.crt",
+	"FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
+	"REDIS_SOCKET_TYPE":                  "tcp",
+	"REDIS_URL":                          "redis.redis.svc:6379",
+	"USE_PROMETHEUS":                     "true",
+	"PROMETHEUS_ADDR":                    ":19001",
+	"PROMETHEUS_MAPPER_YAML":             "/etc/statsd-exporter/conf.yaml",
+}
+
+// egPod is what a test puts where Envoy Gateway's pod has it.
+type egPod struct {
+	certs, data, xds, redis, mapper string
+}
+
+// envFor is egEnv in this test's world: the paths moved under temporary
+// directories, the xDS server and Redis at their loopback addresses, and
+// every listener, which the reference defaults to 0.0.0.0 and fixed ports
+// (PROMETHEUS_ADDR :19001 too), on a free loopback port. Nothing else
+// changes: each replaced value must be found, and the names stay.
+func (p egPod) envFor(t *testing.T) map[string]string {
+	t.Helper()
+	replace := map[string]string{
+		"/certs/ca.crt":                  filepath.Join(p.certs, "ca.crt"),
+		"/certs/tls.crt":                 filepath.Join(p.certs, "tls.crt"),
+		"/certs/tls.key":                 filepath.Join(p.certs, "tls.key"),
+		"/data":                          p.data,
+		"envoy-gateway:18001":            p.xds,
+		"redis.redis.svc:6379":           p.redis,
+		":19001":                         "127.0.0.1:0",
+		"/etc/statsd-exporter/conf.yaml": p.mapper,
+	}
+	env := maps.Clone(egEnv)
+	used := map[string]bool{}
+	for k, v := range env {
+		if r, ok := replace[v]; ok {
+			env[k], used[v] = r, true
+		}
+	}
+	for v := range replace {
+		if !used[v] {
+			t.Fatalf("%q is not in Envoy Gateway's environment", v)
+		}
+	}
+	for _, name := range []string{"HOST", "GRPC_HOST", "DEBUG_HOST"} {
+		env[name] = "127.0.0.1"
+	}
+	for _, name := range []string{"PORT", "GRPC_PORT", "DEBUG_PORT"} {
+		env[name] = "0"
+	}
+	return env
+}
+
+// newEGPod makes what Envoy Gateway's pod holds: the Secret
+// envoy-rate-limit (one certificate, for the gRPC listener and for the
+// xDS client, and the CA) signed by ca, mounted as the kubelet mounts it.
+func newEGPod(t *testing.T, ca *certtest.CA, xdsAddr, redisAddr string) egPod {
+	t.Helper()
+	p := egPod{certs: t.TempDir(), data: t.TempDir(), xds: xdsAddr, redis: redisAddr, mapper: filepath.Join(t.TempDir(), "conf.yaml")}
+	certtest.NewSecretDir(t, p.certs, ca.Issue(t, "envoy-ratelimit").Secret(t, ca))
+	return p
+}
+
+// dialRLS connects to the RLS service and health at addr over TLS with
+// cfg.
+func dialRLS(t *testing.T, addr string, cfg *tls.Config) (rlsv3.RateLimitServiceClient, healthpb.HealthClient) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn), healthpb.NewHealthClient(conn)
+}
+
+// healthErr is the error of a health check of the service ratelimit.
+func healthErr(h healthpb.HealthClient) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := h.Check(ctx, &healthpb.HealthCheckRequest{Service: "ratelimit"})
+	return err
+}
+
+// TestEnvoyGateway starts the sidecar as Envoy Gateway starts
+// envoyproxy/ratelimit, with its environment and nothing else, against
+// go-control-plane's own xDS server and snapshot cache over mutual TLS (as
+// Envoy Gateway serves the rules) and a real Redis. The rules arrive and
+// decide on Redis; an update applies, counters kept; the push of no
+// resources Envoy Gateway sends when the last rate-limited route goes is
+// ACKed, as the reference ACKs it; a bad push is NACKed, naming the
+// resource, the field and the reason, while the rules in use decide; the
+// health name ratelimit, /healthcheck and the metrics on PROMETHEUS_ADDR
+// are served. gRPC is served over TLS, to a client without a certificate
+// too (Envoy Gateway's GRPC_SERVER_TLS_CA_CERT is not the reference's
+// GRPC_CLIENT_TLS_CACERT), and plaintext is refused.
+func TestEnvoyGateway(t *testing.T) {
+	ca := certtest.NewCA(t, t.TempDir(), "ca")
+	xsrv := xdstest.Start(t, xdstest.WithTLS(ca.ServerConfig(t, ca.Issue(t, "envoy-gateway"), true)))
+	rsrv := redistest.StartServer(t)
+	pod := newEGPod(t, ca, xsrv.Addr, rsrv.Addr)
+	s := startAs(t, "/bin/ratelimit", pod.envFor(t))
+	if err := healthErr(s.health); status.Code(err) != codes.Unavailable {
+		t.Errorf("health over plaintext: %v, want Unavailable", err)
+	}
+	s.rls, s.health = dialRLS(t, s.grpcAddr, ca.ClientConfig(t, nil))
+
+	log := s.log.String()
+	if !strings.Contains(log, `"store":"redis"`) || !strings.Contains(log, `"config_type":"xds"`) {
+		t.Errorf("start log does not say the store is Redis and the rules come over xDS:\n%s", log)
+	}
+	if strings.Contains(log, "GRPC_SERVER_TLS_CA_CERT") {
+		t.Errorf("the log names GRPC_SERVER_TLS_CA_CERT, which the reference never reads:\n%s", log)
+	}
+	for _, name := range []string{"CONFIG_TYPE", "CONFIG_GRPC_XDS", "FORCE_START"} {
+		if w := warnLine(log); strings.Contains(w, name) {
+			t.Errorf("the start warning names %s:\n%s", name, w)
+		}
+	}
+
+	// FORCE_START_WITHOUT_INITIAL_CONFIG: serving before the first push,
+	// with no rules.
+	if st := healthOf(t, s.health, "ratelimit"); st != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("gRPC health of ratelimit before the first push: %v", st)
+	}
+	if status, body := httpDo(t, "GET", s.httpAddr, "/healthcheck", ""); status != http.StatusOK || body != "OK" {
+		t.Errorf("/healthcheck before the first push: %d %q", status, body)
+	}
+	if got := code(t, s.rls, userRequest("alice", 1)); got != rlsOK {
+		t.Errorf("alice with no rules yet: %v, want OK", got)
+	}
+	first, _ := xsrv.Await(t, 0, "from node envoy-ratelimit", func(r xdstest.Request) bool { return r.GetNode().GetId() == "envoy-ratelimit" })
+	if got := first.GetTypeUrl(); got != "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig" {
+		t.Errorf("the stream asks for %q", got)
+	}
+
+	// The rules arrive and decide, on Redis.
+	xsrv.Set(t, "envoy-ratelimit", "1", xdstest.RateLimitConfig("edge", "user", 2, rlsconf.RateLimitUnit_MINUTE))
+	_, n := xsrv.Await(t, 0, "ACKing version 1", isACK("1"))
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsOK, rlsOK, rlsOver} {
+		if got := code(t, s.rls, userRequest("alice", 1)); got != want {
+			t.Fatalf("alice's hit %d under 2 a minute: %v, want %v", i+1, got, want)
+		}
+	}
+
+	// An update applies; the counters stay: alice has 2 of 4 left.
+	xsrv.Set(t, "envoy-ratelimit", "2", xdstest.RateLimitConfig("edge", "user", 4, rlsconf.RateLimitUnit_MINUTE))
+	_, n = xsrv.Await(t, n, "ACKing version 2", isACK("2"))
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsOK, rlsOK, rlsOver} {
+		if got := code(t, s.rls, userRequest("alice", 1)); got != want {
+			t.Fatalf("alice's hit %d after the update to 4 a minute: %v, want %v", i+1, got, want)
+		}
+	}
+
+	// The last rate-limited route goes: Envoy Gateway pushes no resource.
+	xsrv.Set(t, "envoy-ratelimit", "3")
+	r, n := xsrv.Await(t, n, "answering version 3", func(r xdstest.Request) bool { return r.NACK() || r.GetVersionInfo() == "3" })
+	if r.NACK() {
+		t.Errorf("the push of no resources is NACKed: %s", r.GetErrorDetail().GetMessage())
+	}
+	if got := code(t, s.rls, userRequest("alice", 1)); got != rlsOK {
+		t.Errorf("alice with no rules: %v, want OK", got)
+	}
+
+	xsrv.Set(t, "envoy-ratelimit", "4", xdstest.RateLimitConfig("edge", "user", 1, rlsconf.RateLimitUnit_MINUTE))
+	_, n = xsrv.Await(t, n, "ACKing version 4", isACK("4"))
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsOK, rlsOver} {
+		if got := code(t, s.rls, userRequest("bob", 1)); got != want {
+			t.Fatalf("bob's hit %d under 1 a minute: %v, want %v", i+1, got, want)
+		}
+	}
+
+	// A bad push: NACKed with the resource, the field's path and the
+	// reason; the rules in use keep deciding.
+	xsrv.Set(t, "envoy-ratelimit", "5", xdstest.RateLimitConfig("edge", "user", 5, 42))
+	nack, _ := xsrv.Await(t, n, "NACKing version 5", func(r xdstest.Request) bool { return r.NACK() })
+	if msg, want := nack.GetErrorDetail().GetMessage(), `RateLimitConfig "edge": descriptors[0].rate_limit.unit: unknown unit "42"`; !strings.HasPrefix(msg, want) {
+		t.Errorf("error_detail %q, want it to start %q", msg, want)
+	}
+	if got := code(t, s.rls, userRequest("bob", 1)); got != rlsOver {
+		t.Errorf("bob after the bad push: %v, want OVER_LIMIT (the rules in use, counters kept)", got)
+	}
+	if got := code(t, s.rls, userRequest("carol", 1)); got != rlsOK {
+		t.Errorf("carol after the bad push: %v, want OK", got)
+	}
+
+	// The reference's surface: health name, /healthcheck on PORT,
+	// Prometheus on PROMETHEUS_ADDR with the reference's names too.
+	if st := healthOf(t, s.health, "ratelimit"); st != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("gRPC health of ratelimit: %v", st)
+	}
+	if status, body := httpDo(t, "GET", s.httpAddr, "/healthcheck", ""); status != http.StatusOK || body != "OK" {
+		t.Errorf("/healthcheck: %d %q", status, body)
+	}
+	if s.metricsAddr == "" || s.metricsAddr == s.httpAddr {
+		t.Fatalf("metrics listener %q, want one of their own (PORT is %s)", s.metricsAddr, s.httpAddr)
+	}
+	status, body := httpDo(t, "GET", s.metricsAddr, "/metrics", "")
+	if status != http.StatusOK {
+		t.Fatalf("/metrics on PROMETHEUS_ADDR: %d", status)
+	}
+	for _, want := range []string{
+		"ratelimit_sidecar_config_last_reload_successful 0\n",
+		`ratelimit_sidecar_config_reloads_total{result="failure"} 1` + "\n",
+		`ratelimit_service_rate_limit_over_limit{domain="edge",key1="user",key2=""}`,
+		`ratelimit_service_rate_limit_total_hits{domain="edge",key1="user",key2=""}`,
+		"ratelimit_service_config_load_error 1\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics on PROMETHEUS_ADDR lacks %s", want)
+		}
+	}
+}
+
+// TestEnvoyGatewayCACertUnread: with Envoy Gateway's whole environment,
+// TLS on, its GRPC_SERVER_TLS_CA_CERT, which the reference never reads,
+// changes no setting: no client certificate is asked for.
+func TestEnvoyGatewayCACertUnread(t *testing.T) {
+	without := maps.Clone(egEnv)
+	delete(without, "GRPC_SERVER_TLS_CA_CERT")
+	a := mustParseEnv(t, "/bin/ratelimit", without)
+	b := mustParseEnv(t, "/bin/ratelimit", egEnv)
+	if diff := cmp.Diff(a.tls, b.tls, cmp.AllowUnexported(tlsSettings{})); diff != "" {
+		t.Errorf("TLS settings differ (-without +with):\n%s", diff)
+	}
+	if diff := cmp.Diff(a.env, b.env, cmp.AllowUnexported(envReport{})); diff != "" {
+		t.Errorf("settings differ (-without +with):\n%s", diff)
+	}
+	if !b.tls.on() || b.tls.clientCA != "" {
+		t.Errorf("TLS on %v, client CA %q; want TLS without client certificates", b.tls.on(), b.tls.clientCA)
+	}
+}
+
+// TestEnvoyGatewayMutualTLS: Envoy Gateway's environment with the
+// reference's GRPC_CLIENT_TLS_CACERT and GRPC_CLIENT_TLS_SAN added
+// requires a client certificate the CA signed, holding that name, as
+// the reference does.
+func TestEnvoyGatewayMutualTLS(t *testing.T) {
+	ca := certtest.NewCA(t, t.TempDir(), "ca")
+	xsrv := xdstest.Start(t, xdstest.WithTLS(ca.ServerConfig(t, ca.Issue(t, "envoy-gateway"), true)))
+	pod := newEGPod(t, ca, xsrv.Addr, redistest.StartServer(t).Addr)
+	env := pod.envFor(t)
+	env["GRPC_CLIENT_TLS_CACERT"] = env["GRPC_SERVER_TLS_CA_CERT"]
+	env["GRPC_CLIENT_TLS_SAN"] = "envoy.envoy-gateway-system"
+	s := startAs(t, "/bin/ratelimit", env)
+
+	other := certtest.NewCA(t, t.TempDir(), "other")
+	envoy := ca.IssueWith(t, "envoy", certtest.Options{DNSNames: []string{"envoy.envoy-gateway-system"}})
+	unnamed := ca.Issue(t, "unnamed")
+	stranger := other.IssueWith(t, "stranger", certtest.Options{DNSNames: []string{"envoy.envoy-gateway-system"}})
+	tests := []struct {
+		name   string
+		client *certtest.Pair
+		ok     bool
+	}{
+		{name: "no client certificate"},
+		{name: "a certificate without the name", client: &unnamed},
+		{name: "a certificate another CA signed", client: &stranger},
+		{name: "the CA's certificate with the name", client: &envoy, ok: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, h := dialRLS(t, s.grpcAddr, ca.ClientConfig(t, tt.client))
+			err := healthErr(h)
+			if tt.ok && err != nil {
+				t.Errorf("health: %v", err)
+			}
+			if !tt.ok && status.Code(err) != codes.Unavailable {
+				t.Errorf("health: %v, want Unavailable", err)
+			}
+		})
+	}
+}
+
+// warnLine is the start warning of the reference's settings not
+// honoured, or "".
+func warnLine(log string) string {
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "envoyproxy/ratelimit settings not honoured") {
+			return l
+		}
+	}
+	return ""
+}
+
+// xdsView is what the reference's xDS variables set, for comparing.
+type xdsView struct {
+	Enabled, AllowEmpty, ForceStart bool
+	Server, NodeID                  string
+	Metadata                        map[string]any
+	Headers                         map[string]string
+	TLS                             bool
+	CA, Cert, Key, ServerName       string
+	Initial, Max                    time.Duration
+	Jitter                          float64
+	MaxMessageBytes                 int
+}
+
+func viewXDS(c *settings) xdsView {
+	x := c.xds
+	return xdsView{
+		Enabled: x.enabled, AllowEmpty: c.allowEmptyRules, ForceStart: x.forceStart,
+		Server: x.server, NodeID: x.nodeID, Metadata: x.metadata.AsMap(), Headers: x.header,
+		TLS: x.tls, CA: x.tlsCA, Cert: x.tlsCert, Key: x.tlsKey, ServerName: x.tlsServerName,
+		Initial: x.backoff.initial, Max: x.backoff.max, Jitter: x.backoff.jitter, MaxMessageBytes: x.maxMessageBytes,
+	}
+}
+
+// ourXDS is what our flags' defaults give: the view a test changes.
+func ourXDS() xdsView {
+	return xdsView{Server: "localhost:18000", NodeID: "default", Metadata: map[string]any{}, Initial: 10 * time.Second, Max: time.Minute, Jitter: 0.5}
+}
+
+// TestRefEnvXDS: the reference's CONFIG_TYPE, CONFIG_GRPC_XDS_*,
+// XDS_CLIENT_* and FORCE_START_WITHOUT_INITIAL_CONFIG map onto the xDS
+// flags with the reference's meaning, and none is refused.
+func TestRefEnvXDS(t *testing.T) {
+	xds := map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}
+	with := func(kv ...string) map[string]string {
+		m := maps.Clone(xds)
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	tests := []struct {
+		name  string
+		argv0 string // default ratelimit-sidecar
+		give  map[string]string
+		want  func(v *xdsView)
+	}{
+		{name: "CONFIG_TYPE FILE", give: map[string]string{"CONFIG_TYPE": "FILE"}, want: func(*xdsView) {}},
+		// Envoy Gateway pushes no resource at all when the last
+		// rate-limited route goes; the reference ACKs that.
+		{name: "CONFIG_TYPE GRPC_XDS_SOTW allows empty pushes", give: xds, want: func(v *xdsView) { v.Enabled, v.AllowEmpty = true, true }},
+		{name: "server, node", give: with("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001", "CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+			want: func(v *xdsView) {
+				v.Enabled, v.AllowEmpty, v.Server, v.NodeID = true, true, "envoy-gateway:18001", "envoy-ratelimit"
+			}},
+		// As the reference splits it: at commas, then at the first '=',
+		// nothing trimmed; an empty entry is skipped.
+		{name: "node metadata", give: with("CONFIG_GRPC_XDS_NODE_METADATA", "zone=eu-1,rule= a=b ,,{x=1"),
+			want: func(v *xdsView) {
+				v.Enabled, v.AllowEmpty = true, true
+				v.Metadata = map[string]any{"zone": "eu-1", "rule": " a=b ", "{x": "1"}
+			}},
+		{name: "headers", give: with("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "X-Token:abc,x-tenant:t1"),
+			want: func(v *xdsView) {
+				v.Enabled, v.AllowEmpty = true, true
+				v.Headers = map[string]string{"x-token": "abc", "x-tenant": "t1"}
+			}},
+		{name: "TLS as Envoy Gateway sets it", give: with("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt",
+			"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt", "CONFIG_GRPC_XDS_SERVER_TLS_SAN", "envoy-gateway"),
+			want: func(v *xdsView) {
+				v.Enabled, v.AllowEmpty, v.TLS = true, true, true
+				v.CA, v.Cert, v.Key, v.ServerName = "/certs/ca.crt", "/certs/tls.crt", "/certs/tls.key", "envoy-gateway"
+			}},
+		// Without CONFIG_GRPC_XDS_SERVER_USE_TLS the reference dials in
+		// plaintext and reads none of the files.
+		{name: "TLS files without TLS", give: with("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt"),
+			want: func(v *xdsView) { v.Enabled, v.AllowEmpty = true, true }},
+		// The reference's default factor, 0.5, never grows a wait: every
+		// one is the initial interval.
+		{name: "backoff, factor below 1", give: with("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "2s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "30s"),
+			want: func(v *xdsView) { v.Enabled, v.AllowEmpty, v.Initial, v.Max = true, true, 2*time.Second, 2*time.Second }},
+		{name: "backoff, factor 2", give: with("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "2s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "30s", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "2"),
+			want: func(v *xdsView) {
+				v.Enabled, v.AllowEmpty, v.Initial, v.Max = true, true, 2*time.Second, 30*time.Second
+			}},
+		// jpillora/backoff takes a factor of 0 or less as 2.
+		{name: "backoff, factor 0", give: with("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0"),
+			want: func(v *xdsView) { v.Enabled, v.AllowEmpty = true, true }},
+		// ... and an initial wait at or above the longest as the longest.
+		{name: "backoff, initial above max", give: with("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "90s", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "2"),
+			want: func(v *xdsView) { v.Enabled, v.AllowEmpty, v.Initial, v.Max = true, true, time.Minute, time.Minute }},
+		{name: "backoff without jitter", give: with("XDS_CLIENT_BACKOFF_JITTER", "false"),
+			want: func(v *xdsView) { v.Enabled, v.AllowEmpty, v.Max, v.Jitter = true, true, 10*time.Second, 0 }},
+		{name: "max message size", give: with("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "16777216"),
+			want: func(v *xdsView) { v.Enabled, v.AllowEmpty, v.MaxMessageBytes = true, true, 16<<20 }},
+		// envconfig skips an empty value: gRPC's default.
+		{name: "max message size empty", give: with("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", ""),
+			want: func(v *xdsView) { v.Enabled, v.AllowEmpty = true, true }},
+		{name: "force start", give: with("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+			want: func(v *xdsView) { v.Enabled, v.AllowEmpty, v.ForceStart = true, true, true }},
+		// With rule files the reference reads them at start whatever
+		// FORCE_START_WITHOUT_INITIAL_CONFIG says, and so does the sidecar.
+		{name: "force start with files", give: map[string]string{"CONFIG_TYPE": "FILE", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true"}, want: func(*xdsView) {}},
+		// The reference's retry interceptor never retries (it is given no
+		// retry count), so the interval changes nothing there either.
+		{name: "connect retry interval", give: with("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "1s"),
+			want: func(v *xdsView) { v.Enabled, v.AllowEmpty = true, true }},
+		// Run as ratelimit, the reference's default factor applies.
+		{name: "run as ratelimit", argv0: "ratelimit", give: with("USE_STATSD", "false", "REDIS_URL", "r:6379"),
+			want: func(v *xdsView) { v.Enabled, v.AllowEmpty, v.Max = true, true, 10*time.Second }},
+		// A flag, or its RLS_ variable, comes first.
+		{name: "RLS_ first", give: with("RLS_ALLOW_EMPTY_RULES", "false", "RLS_XDS_BACKOFF_MAX", "5m", "CONFIG_GRPC_XDS_SERVER_URL", "a:1", "RLS_XDS_SERVER", "b:2"),
+			want: func(v *xdsView) { v.Enabled, v.Max, v.Server = true, 5*time.Minute, "b:2" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			argv0 := tt.argv0
+			if argv0 == "" {
+				argv0 = "ratelimit-sidecar"
+			}
+			c := mustParseEnv(t, argv0, tt.give)
+			want := ourXDS()
+			tt.want(&want)
+			if diff := cmp.Diff(want, viewXDS(c)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			for _, r := range c.env.refused {
+				if strings.Contains(r, "XDS") || strings.HasPrefix(r, "CONFIG_") || strings.HasPrefix(r, "FORCE_START") {
+					t.Errorf("refused: %s", r)
+				}
+			}
+		})
+	}
+}
+
+// TestRefEnvXDSErrors: a value the reference could not use stops the
+// start, naming its variable.
+func TestRefEnvXDSErrors(t *testing.T) {
+	tests := []struct {
+		give map[string]string
+		want string
+	}{
+		// The reference compares CONFIG_TYPE exactly.
+		{map[string]string{"CONFIG_TYPE": "grpc_xds_sotw"}, `CONFIG_TYPE: want FILE or GRPC_XDS_SOTW, got "grpc_xds_sotw"`},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "zone=a,rack"},
+			`CONFIG_GRPC_XDS_NODE_METADATA: want key=value entries, got "rack"`},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-token=abc"},
+			`--xds-headers: want name:value, got "x-token=abc" (--xds-headers is set from CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS)`},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "yes"}, `CONFIG_GRPC_XDS_SERVER_USE_TLS: want true or false, got "yes"`},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "3"},
+			`CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL: want a duration such as 10s or 1h30m, got "3"`},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "fast"}, `XDS_CLIENT_BACKOFF_RANDOM_FACTOR: want a number, got "fast"`},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "-1"}, "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES: want 0 or more bytes, got -1"},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "FORCE_START_WITHOUT_INITIAL_CONFIG": "y"}, `FORCE_START_WITHOUT_INITIAL_CONFIG: want true or false, got "y"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(slices.Sorted(maps.Keys(tt.give)), ","), func(t *testing.T) {
+			_, err := parseEnv("ratelimit-sidecar", tt.give)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want it to contain %q", err, tt.want)
+			}
+			if n := strings.Count(err.Error(), tt.want); n != 1 {
+				t.Errorf("error %q names the problem %d times, want once", err, n)
+			}
+		})
+	}
+}
+
+// TestRefEnvXDSBackoffFactor: a growth factor above 1 other than 2 is
+// named in the start warning: the waits double.
+func TestRefEnvXDSBackoffFactor(t *testing.T) {
+	c := mustParseEnv(t, "ratelimit-sidecar", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "1.5"})
+	want := []string{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR: reconnect waits double at each failure; a growth factor above 1 other than 2 is not honoured"}
+	if diff := cmp.Diff(want, c.env.refused); diff != "" {
+		t.Errorf("refused (-want +got):\n%s", diff)
+	}
+}

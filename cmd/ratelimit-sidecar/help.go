@@ -1,0 +1,185 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// command is a subcommand: `ratelimit-sidecar <name> <args>`.
+type command struct {
+	name    string
+	summary string // one line for help
+	run     func(args []string, stdout, stderr io.Writer) error
+}
+
+// commands returns the subcommands, in the order help lists them. It is a
+// function, not a variable, because help is one of them.
+func commands() []command {
+	return []command{
+		{"check", "validate rule files and print their rules as a tree, or every problem", runCheck},
+		{"explain", "show how descriptors match the rules, the limits that apply and their keys", runExplain},
+		{"version", "print the version, commit, Go version and platform", runVersion},
+		{"help", "print this help, or a command's flags: help <command>", runHelp},
+	}
+}
+
+// lookupCommand returns the subcommand name, if there is one.
+func lookupCommand(name string) (command, bool) {
+	i := slices.IndexFunc(commands(), func(c command) bool { return c.name == name })
+	if i < 0 {
+		return command{}, false
+	}
+	return commands()[i], true
+}
+
+// isHelpFlag reports whether a asks for help: -h, -help or --help.
+func isHelpFlag(a string) bool {
+	switch a {
+	case "-h", "-help", "--help":
+		return true
+	}
+	return false
+}
+
+// runHelp implements `ratelimit-sidecar help [command]`: the usage, or a
+// command's own (its -h), on stdout.
+func runHelp(args []string, stdout, _ io.Writer) error {
+	switch len(args) {
+	case 0:
+		writeUsage(stdout)
+		return nil
+	case 1:
+	default:
+		return fmt.Errorf("help: want at most one command, got %q", args)
+	}
+	c, ok := lookupCommand(args[0])
+	if !ok && !isHelpFlag(args[0]) {
+		return unknownCommand(args[0])
+	}
+	if !ok || c.name == "help" {
+		writeUsage(stdout)
+		return nil
+	}
+	if err := c.run([]string{"-h"}, stdout, stdout); !errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return nil
+}
+
+// writeUsage writes the program's help: the server and each command, one
+// line each, the environment, and the server's flags.
+func writeUsage(w io.Writer) {
+	fmt.Fprint(w, `ratelimit-sidecar: Envoy's rate-limit service (RLS v3), to run beside Envoy.
+
+Usage:
+  ratelimit-sidecar [flags]                the server
+  ratelimit-sidecar <command> [arguments]
+
+Commands:
+`)
+	fmt.Fprintf(w, "  %-9s %s\n", "(none)", "serve Envoy's ShouldRateLimit calls (gRPC), /healthz, /readyz and /metrics")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `
+Run 'ratelimit-sidecar help <command>' for a command's flags.
+
+Every server flag can also be set by an environment variable: RLS_ and the
+flag's name in upper case with _ for - (RLS_GRPC_ADDR for --grpc-addr); the
+command line wins. envoyproxy/ratelimit's variables (GRPC_PORT, REDIS_URL,
+...) come below those: see docs/migration.md.
+
+Server flags:
+`)
+	fs := flag.NewFlagSet("ratelimit-sidecar", flag.ContinueOnError)
+	(&settings{}).define(fs)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+// unknownCommand is the error for a first argument that is neither a flag
+// nor a command: with the nearest command, if one is near.
+func unknownCommand(name string) error {
+	var names []string
+	for _, c := range commands() {
+		names = append(names, c.name)
+	}
+	if near, ok := nearest(name, names); ok {
+		return fmt.Errorf("unknown command %q; did you mean %q?", name, near)
+	}
+	list := strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+	return fmt.Errorf("unknown command %q; the commands are %s, and with none the server runs (ratelimit-sidecar help)", name, list)
+}
+
+// nearest returns the candidate closest to word, if one is close enough
+// to be a slip: one that word begins (at least two letters), else one
+// within an edit distance of a third of word's length (at least 1, at
+// most 2), counting a swap of neighbours as one edit. Ties go to the
+// earlier candidate.
+func nearest(word string, candidates []string) (string, bool) {
+	if len(word) >= 2 {
+		var prefixed []string
+		for _, c := range candidates {
+			if strings.HasPrefix(c, word) {
+				prefixed = append(prefixed, c)
+			}
+		}
+		if len(prefixed) == 1 {
+			return prefixed[0], true
+		}
+	}
+	limit := min(max(len(word)/3, 1), 2)
+	best, bestD := "", limit+1
+	for _, c := range candidates {
+		if d := editDistance(word, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best, best != ""
+}
+
+// editDistance is the optimal string alignment distance between a and b,
+// by bytes: insertions, deletions, substitutions and swaps of neighbours
+// each cost one.
+func editDistance(a, b string) int {
+	// d[i][j] is the distance between a[:i] and b[:j]; three rows suffice.
+	prev2 := make([]int, len(b)+1)
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
+}
+
+// rlsHints returns, for each of the unknown RLS_ variables that is near a
+// known one, "RLS_X: RLS_Y".
+func rlsHints(fs *flag.FlagSet, unknown []string) []string {
+	known := slices.Clone(rlsSecrets)
+	fs.VisitAll(func(f *flag.Flag) { known = append(known, rlsEnvName(f.Name)) })
+	var out []string
+	for _, name := range unknown {
+		if near, ok := nearest(name, known); ok {
+			out = append(out, name+": "+near)
+		}
+	}
+	return out
+}

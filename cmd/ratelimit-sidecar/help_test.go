@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+)
+
+// runCLI runs the program with args, in an environment of env alone, and
+// returns what it wrote and its error.
+func runCLI(t *testing.T, env []string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errw bytes.Buffer
+	err = runAs(context.Background(), "ratelimit-sidecar", args, env, &out, &errw)
+	return out.String(), errw.String(), err
+}
+
+// TestHelp: help, -h and --help list every subcommand, the server, and
+// the server's flags, on stdout, and succeed. They once printed only the
+// server's flags, to stderr, and `help` failed with "unexpected argument".
+func TestHelp(t *testing.T) {
+	tests := [][]string{
+		{"help"},
+		{"--help"},
+		{"-help"},
+		{"-h"},
+		{"--config", "rules/", "-h"},
+		{"--config=/etc/ratelimit-sidecar/", "--grpc-addr=0.0.0.0:8081", "help"}, // after an image's entrypoint
+	}
+	for _, give := range tests {
+		t.Run(strings.Join(give, " "), func(t *testing.T) {
+			stdout, _, err := runCLI(t, nil, give...)
+			if err != nil {
+				t.Fatalf("err = %v, want nil", err)
+			}
+			for _, want := range []string{
+				"\n  (none)    serve Envoy's",
+				"\n  check     ",
+				"\n  explain   ",
+				"\n  version   ",
+				"\n  help      ",
+				"\n  -grpc-addr string\n",
+				"RLS_GRPC_ADDR",
+			} {
+				if !strings.Contains(stdout, want) {
+					t.Errorf("stdout lacks %q:\n%s", want, stdout)
+				}
+			}
+		})
+	}
+}
+
+// TestHelpOfACommand: `help check` is `check -h`, on stdout.
+func TestHelpOfACommand(t *testing.T) {
+	for _, name := range []string{"check", "explain", "version"} {
+		t.Run(name, func(t *testing.T) {
+			stdout, _, err := runCLI(t, nil, "help", name)
+			if err != nil {
+				t.Fatalf("err = %v, want nil", err)
+			}
+			if want := "Usage: ratelimit-sidecar " + name; !strings.Contains(stdout, want) {
+				t.Errorf("stdout lacks %q:\n%s", want, stdout)
+			}
+		})
+	}
+	if _, _, err := runCLI(t, nil, "help", "chek"); err == nil || !strings.Contains(err.Error(), `did you mean "check"?`) {
+		t.Errorf("help chek: err = %v, want a suggestion of check", err)
+	}
+}
+
+// TestUnknownCommand: a first argument that is not a flag and not a
+// command is named, with the nearest command when one is near, or the
+// list of commands. It was "unexpected argument", with no hint.
+func TestUnknownCommand(t *testing.T) {
+	tests := []struct {
+		give []string
+		want string
+	}{
+		{[]string{"chek"}, `unknown command "chek"; did you mean "check"?`},
+		{[]string{"cehck", "--config", "x"}, `unknown command "cehck"; did you mean "check"?`},
+		{[]string{"explian"}, `unknown command "explian"; did you mean "explain"?`},
+		{[]string{"verison"}, `unknown command "verison"; did you mean "version"?`},
+		{[]string{"hlep"}, `unknown command "hlep"; did you mean "help"?`},
+		{[]string{"ver"}, `unknown command "ver"; did you mean "version"?`},
+		{[]string{"--config=/etc/ratelimit-sidecar/", "chek"}, `unknown command "chek"; did you mean "check"?`},
+		{[]string{"serve"}, `unknown command "serve"; the commands are check, explain, version and help, and with none the server runs`},
+		{[]string{"config/"}, `unknown command "config/"; the commands are`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
+			_, _, err := runCLI(t, nil, tt.give...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want one containing %q", err, tt.want)
+			}
+			if errors.Is(err, flag.ErrHelp) {
+				t.Errorf("err is flag.ErrHelp, which exits 0")
+			}
+		})
+	}
+}
+
+// TestUnknownRLSAtStart: an RLS_ variable that no setting reads is named
+// in a warning as the server starts, with the nearest setting's variable
+// when one is near. The warning was there; the hint was not.
+func TestUnknownRLSAtStart(t *testing.T) {
+	env := []string{"RLS_GRPC_ADR=127.0.0.1:1", "RLS_NOTHING_LIKE_IT=1", "RLS_LOG_LEVEL=info"}
+	// A missing rule directory stops the server after the start log.
+	_, stderr, err := runCLI(t, env, "--config", t.TempDir()+"/missing", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0")
+	if err == nil {
+		t.Fatal("started with a missing rule directory")
+	}
+	for _, want := range []string{
+		`"msg":"RLS_ environment variables that no setting reads: misspelt?"`,
+		`"variables":["RLS_GRPC_ADR","RLS_NOTHING_LIKE_IT"]`,
+		`"did_you_mean":["RLS_GRPC_ADR: RLS_GRPC_ADDR"]`,
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("log lacks %s:\n%s", want, stderr)
+		}
+	}
+}
+
+// TestHelpListsEveryCommand: help has a line for every command the
+// program dispatches, since both come from one table.
+func TestHelpListsEveryCommand(t *testing.T) {
+	stdout, _, err := runCLI(t, nil, "help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range commands() {
+		if !strings.Contains(stdout, "\n  "+c.name+strings.Repeat(" ", 10-len(c.name))+c.summary+"\n") {
+			t.Errorf("help lacks the line of %s:\n%s", c.name, stdout)
+		}
+		if _, _, err := runCLI(t, nil, c.name, "-h"); !errors.Is(err, flag.ErrHelp) && err != nil {
+			t.Errorf("%s -h: %v", c.name, err)
+		}
+	}
+}
+
+// TestNearest: what counts as a slip of a command's name.
+func TestNearest(t *testing.T) {
+	names := []string{"check", "explain", "version", "help"}
+	tests := []struct {
+		give string
+		want string // "" for no suggestion
+	}{
+		{"chek", "check"},   // a letter missing
+		{"checkk", "check"}, // one too many
+		{"cheque", ""},      // three edits
+		{"cehck", "check"},  // neighbours swapped
+		{"chcek", "check"},  // neighbours swapped
+		{"xheck", "check"},  // one wrong
+		{"explian", "explain"},
+		{"expalin", "explain"},
+		{"explnai", "explain"}, // two edits in a 7-letter word
+		{"expxxxn", ""},        // three
+		{"verison", "version"},
+		{"vresion", "version"},
+		{"ver", "version"}, // a prefix
+		{"v", ""},          // too short a prefix to say
+		{"e", ""},
+		{"hlep", "help"},
+		{"halp", "help"},
+		{"serve", ""},
+		{"run", ""},
+		{"", ""},
+		{"CHECK", ""}, // not one edit: bytes differ in case
+	}
+	for _, tt := range tests {
+		t.Run(tt.give, func(t *testing.T) {
+			got, ok := nearest(tt.give, names)
+			if ok != (tt.want != "") || got != tt.want {
+				t.Errorf("nearest(%q) = %q, %v; want %q", tt.give, got, ok, tt.want)
+			}
+		})
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want int
+	}{
+		{"", "", 0},
+		{"", "abc", 3},
+		{"abc", "", 3},
+		{"abc", "abc", 0},
+		{"abc", "abd", 1},
+		{"abc", "acb", 1},
+		{"abcd", "badc", 2},
+		{"kitten", "sitting", 3},
+		{"RLS_GRPC_ADR", "RLS_GRPC_ADDR", 1},
+	}
+	for _, tt := range tests {
+		if got := editDistance(tt.a, tt.b); got != tt.want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tt.a, tt.b, got, tt.want)
+		}
+		if got := editDistance(tt.b, tt.a); got != tt.want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tt.b, tt.a, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certreload"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+)
+
+// tlsSettings are the --grpc-tls-* flags: TLS on the gRPC listener. The
+// HTTP listener stays plaintext: it serves the kubelet's probes and
+// Prometheus, not Envoy.
+type tlsSettings struct {
+	cert, key  string // both or neither; both turn TLS on
+	clientCA   string // client certificates required, signed by these CAs
+	clientSAN  string // and holding this name
+	minVersion string // "1.2" or "1.3"
+	min        uint16 // minVersion, parsed by check
+}
+
+// on reports whether the gRPC listener serves TLS.
+func (t *tlsSettings) on() bool { return t.cert != "" }
+
+// check reports flags that do not fit together, and parses the version.
+func (t *tlsSettings) check() error {
+	switch {
+	case (t.cert == "") != (t.key == ""):
+		return errors.New("--grpc-tls-cert and --grpc-tls-key: set both or neither")
+	case t.clientSAN != "" && t.clientCA == "":
+		return errors.New("--grpc-tls-client-san: needs --grpc-tls-client-ca (only a client certificate holds a SAN)")
+	case t.clientCA != "" && !t.on():
+		return errors.New("--grpc-tls-client-ca: needs --grpc-tls-cert and --grpc-tls-key (client certificates are asked for only over TLS)")
+	}
+	switch t.minVersion {
+	case "1.2":
+		t.min = tls.VersionTLS12
+	case "1.3":
+		t.min = tls.VersionTLS13
+	default:
+		return fmt.Errorf("--grpc-tls-min-version: want 1.2 or 1.3, got %q", t.minVersion)
+	}
+	return nil
+}
+
+// grpcTLS is the gRPC listener's TLS: its files, reloaded when they
+// change, and its metrics.
+type grpcTLS struct {
+	files *certreload.Reloader
+	m     *metrics.TLS
+	log   *zap.Logger
+}
+
+// openTLS reads the TLS files, or returns nil when TLS is off.
+func openTLS(c *settings, log *zap.Logger, m *metrics.Metrics) (*grpcTLS, error) {
+	t := &c.tls
+	if !t.on() {
+		return nil, nil
+	}
+	g := &grpcTLS{log: log}
+	files, err := certreload.New(log, certreload.Options{
+		CertFile:     t.cert,
+		KeyFile:      t.key,
+		ClientCAFile: t.clientCA,
+		ClientSAN:    t.clientSAN,
+		MinVersion:   t.min,
+		OnReload: func(leaf *x509.Certificate, err error) {
+			g.m.Reloaded(leaf, err)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("grpc tls: %w", err)
+	}
+	g.files = files
+	leaf := files.Certificate()
+	g.m = m.TLS(leaf)
+	log.Info("grpc serves tls",
+		zap.String("cert", t.cert), zap.String("serial", fmt.Sprintf("%X", leaf.SerialNumber)), zap.Time("not_after", leaf.NotAfter),
+		zap.String("client_ca", t.clientCA), zap.String("client_san", t.clientSAN), zap.String("min_version", t.minVersion))
+	return g, nil
+}
+
+// serverOptions returns the gRPC server's options for TLS; none when g is
+// nil. The handshake runs within grpc.ConnectionTimeout (see bounds.go),
+// like the HTTP/2 handshake after it.
+func (g *grpcTLS) serverOptions() []grpc.ServerOption {
+	if g == nil {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.Creds(countedCreds{TransportCredentials: credentials.NewTLS(g.files.Config()), failed: g.failed})}
+}
+
+// watch reloads the files when they change, until ctx ends.
+func (g *grpcTLS) watch(ctx context.Context) {
+	if g != nil {
+		g.files.Watch(ctx)
+	}
+}
+
+// reload reads the files now (SIGHUP).
+func (g *grpcTLS) reload() {
+	if g != nil {
+		g.files.Reload() //nolint:errcheck // Reload logs and reports its errors
+	}
+}
+
+// failed counts and logs a failed handshake. The log's sampler bounds the
+// lines a flood of them makes; the metric counts every one.
+func (g *grpcTLS) failed(remote net.Addr, err error) {
+	g.m.HandshakeFailed()
+	g.log.Warn("tls handshake failed", zap.Stringer("remote", remote), zap.Error(err))
+}
+
+// countedCreds reports the server handshakes that fail, except those of
+// clients that close before sending anything: TCP probes of the port.
+type countedCreds struct {
+	credentials.TransportCredentials
+	failed func(net.Addr, error)
+}
+
+func (c countedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	out, info, err := c.TransportCredentials.ServerHandshake(conn)
+	if err != nil && !errors.Is(err, io.EOF) {
+		c.failed(conn.RemoteAddr(), err)
+	}
+	return out, info, err
+}
+
+func (c countedCreds) Clone() credentials.TransportCredentials {
+	return countedCreds{TransportCredentials: c.TransportCredentials.Clone(), failed: c.failed}
+}

@@ -1,0 +1,579 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certtest"
+)
+
+// tlsSidecar is a sidecar serving gRPC over TLS, whose log a test reads.
+type tlsSidecar struct {
+	grpcAddr, httpAddr string
+	logs               *lockedBuffer
+}
+
+// startTLS starts serve with userRules, the environment env and args.
+func startTLS(t *testing.T, env map[string]string, args ...string) *tlsSidecar {
+	t.Helper()
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "rules.yaml"), strings.Replace(userRules, "requests_per_unit: 3", "requests_per_unit: 1000", 1))
+	args = append([]string{"--config", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
+	getenv := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	c, err := parseFlags(args, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &tlsSidecar{logs: &lockedBuffer{}}
+	ready := make(chan [2]string, 1)
+	c.onReady = func(g, h, _ string) { ready <- [2]string{g, h} }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, c, s.logs) }()
+	select {
+	case a := <-ready:
+		s.grpcAddr, s.httpAddr = a[0], a[1]
+	case err := <-done:
+		cancel()
+		t.Fatalf("serve returned early: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("serve did not stop within 15s")
+		}
+	})
+	return s
+}
+
+// dial returns a gRPC client of s over TLS with cfg, or plaintext if cfg
+// is nil.
+func (s *tlsSidecar) dial(t *testing.T, cfg *tls.Config) *grpc.ClientConn {
+	t.Helper()
+	creds := insecure.NewCredentials()
+	if cfg != nil {
+		creds = credentials.NewTLS(cfg)
+	}
+	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// decide calls ShouldRateLimit on conn and returns the serial of the
+// server certificate of the connection the call went over.
+func decide(t *testing.T, conn *grpc.ClientConn) (*big.Int, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var p peer.Peer
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, userRequest("alice", 1), grpc.Peer(&p))
+	if err != nil {
+		return nil, err
+	}
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Errorf("ShouldRateLimit: %v, want OK", resp)
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return nil, fmt.Errorf("the call's peer has no TLS: %T", p.AuthInfo)
+	}
+	return info.State.PeerCertificates[0].SerialNumber, nil
+}
+
+// served makes a new TLS connection to s with cfg and returns the serial
+// of the certificate the server presented.
+func (s *tlsSidecar) served(t *testing.T, cfg *tls.Config) (*big.Int, error) {
+	t.Helper()
+	cfg = cfg.Clone()
+	cfg.NextProtos = []string{"h2"}
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", s.grpcAddr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber, nil
+}
+
+// hasSample reports whether the exposition body holds the sample line.
+func hasSample(body, line string) bool {
+	return strings.Contains(body, "\n"+line+"\n")
+}
+
+func (s *tlsSidecar) metrics(t *testing.T) string {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second}
+	r, err := client.Get("http://" + s.httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestTLSFlagsInvalid(t *testing.T) {
+	pair := []string{"--grpc-tls-cert", "tls.crt", "--grpc-tls-key", "tls.key"}
+	tests := []struct {
+		give []string
+		want string
+	}{
+		{[]string{"--grpc-tls-cert", "tls.crt"}, "--grpc-tls-cert and --grpc-tls-key: set both or neither"},
+		{[]string{"--grpc-tls-key", "tls.key"}, "--grpc-tls-cert and --grpc-tls-key: set both or neither"},
+		{[]string{"--grpc-tls-client-ca", "ca.crt"}, "--grpc-tls-client-ca: needs --grpc-tls-cert and --grpc-tls-key"},
+		{[]string{"--grpc-tls-client-san", "envoy"}, "--grpc-tls-client-san: needs --grpc-tls-client-ca"},
+		{append([]string{"--grpc-tls-client-san", "envoy"}, pair...), "--grpc-tls-client-san: needs --grpc-tls-client-ca"},
+		{append([]string{"--grpc-tls-min-version", "1.1"}, pair...), `--grpc-tls-min-version: want 1.2 or 1.3, got "1.1"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
+			if _, err := parseFlags(tt.give, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want one with %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestTLSStartErrors: files that do not load stop startup, naming the
+// file and what is wrong.
+func TestTLSStartErrors(t *testing.T) {
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, dir, "ca")
+	pair, other := ca.Issue(t, "server"), ca.Issue(t, "other")
+	expired := ca.IssueWith(t, "expired", certtest.Options{NotAfter: time.Now().Add(-time.Hour)})
+	missing := filepath.Join(dir, "missing.pem")
+	tests := []struct {
+		name string
+		give []string
+		want string
+	}{
+		{"missing key", []string{"--grpc-tls-cert", pair.CertFile, "--grpc-tls-key", missing}, "open " + missing + ": no such file"},
+		{"key of another certificate", []string{"--grpc-tls-cert", pair.CertFile, "--grpc-tls-key", other.KeyFile}, "private key does not match public key"},
+		{"expired", []string{"--grpc-tls-cert", expired.CertFile, "--grpc-tls-key", expired.KeyFile}, expired.CertFile + ": certificate expired at"},
+		{"client CA without certificates", []string{"--grpc-tls-cert", pair.CertFile, "--grpc-tls-key", pair.KeyFile, "--grpc-tls-client-ca", pair.KeyFile}, pair.KeyFile + ": no PEM certificates"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			args := append([]string{"--config", "../../config/", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, tt.give...)
+			err := run(ctx, args, io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), "grpc tls: ") || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("run: %v, want an error with %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestTLS: with a certificate and key, RLS, health and reflection answer
+// over TLS and plaintext is refused. The certificate and key come from the
+// environment; Envoy Gateway's GRPC_SERVER_TLS_CA_CERT, which
+// envoyproxy/ratelimit never reads, does not make client certificates
+// required.
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, dir, "ca")
+	pair := ca.Issue(t, "server")
+	s := startTLS(t, map[string]string{
+		"RLS_GRPC_TLS_CERT":       pair.CertFile,
+		"RLS_GRPC_TLS_KEY":        pair.KeyFile,
+		"GRPC_SERVER_TLS_CA_CERT": ca.File,
+	})
+	conn := s.dial(t, ca.ClientConfig(t, nil))
+	serial, err := decide(t, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if serial.Cmp(pair.Cert.SerialNumber) != 0 {
+		t.Errorf("served serial %X, want %X", serial, pair.Cert.SerialNumber)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
+	if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health over TLS: %v, %v", h, err)
+	}
+	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := stream.Recv()
+	if err != nil || !strings.Contains(list.String(), "envoy.service.ratelimit.v3.RateLimitService") {
+		t.Errorf("reflection over TLS: %v, %v", list, err)
+	}
+	stream.CloseSend() //nolint:errcheck // the test is done with it
+
+	plain := s.dial(t, nil)
+	_, err = healthpb.NewHealthClient(plain).Check(ctx, &healthpb.HealthCheckRequest{})
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("plaintext health check: %v, want Unavailable", err)
+	}
+	// A client that does not trust the certificate: the server hears of
+	// it through the client's alert.
+	other := certtest.NewCA(t, dir, "other")
+	if _, err := decide(t, s.dial(t, other.ClientConfig(t, nil))); status.Code(err) != codes.Unavailable {
+		t.Errorf("a client trusting another CA: %v, want Unavailable", err)
+	}
+	waitFor(t, func() bool {
+		return hasSample(s.metrics(t), "ratelimit_sidecar_tls_handshake_failures_total 2")
+	})
+	body := s.metrics(t)
+	for _, want := range []string{
+		fmt.Sprintf("ratelimit_sidecar_tls_certificate_expiry_timestamp_seconds %g", float64(pair.Cert.NotAfter.Unix())),
+		"ratelimit_sidecar_tls_last_reload_successful 1",
+		`ratelimit_sidecar_tls_reloads_total{result="failure"} 0`,
+	} {
+		if !hasSample(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	logs := s.logs.String()
+	for _, want := range []string{"first record does not look like a TLS handshake", "remote error: tls: bad certificate"} {
+		if !strings.Contains(logs, `"msg":"tls handshake failed"`) || !strings.Contains(logs, want) {
+			t.Errorf("no Warn about a failed handshake with %q:\n%s", want, logs)
+		}
+	}
+}
+
+// TestMutualTLS: with a client CA, a client needs a certificate the CA
+// signed, and with a client SAN one that holds it.
+func TestMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, other := certtest.NewCA(t, dir, "ca"), certtest.NewCA(t, dir, "other")
+	server := ca.Issue(t, "server")
+	envoy := ca.IssueWith(t, "envoy", certtest.Options{DNSNames: []string{"envoy.edge.svc"}})
+	intruder := ca.IssueWith(t, "intruder", certtest.Options{DNSNames: []string{"intruder.edge.svc"}})
+	stranger := other.IssueWith(t, "stranger", certtest.Options{DNSNames: []string{"envoy.edge.svc"}})
+	s := startTLS(t, nil, "--grpc-tls-cert", server.CertFile, "--grpc-tls-key", server.KeyFile,
+		"--grpc-tls-client-ca", ca.File, "--grpc-tls-client-san", "envoy.edge.svc")
+
+	if _, err := decide(t, s.dial(t, ca.ClientConfig(t, &envoy))); err != nil {
+		t.Errorf("client certificate of the CA with the SAN: %v", err)
+	}
+	refused := []struct {
+		name   string
+		client *certtest.Pair
+		log    string
+	}{
+		{"no client certificate", nil, "client didn't provide a certificate"},
+		{"certificate of another CA", &stranger, "certificate signed by unknown authority"},
+		{"certificate without the SAN", &intruder, `does not hold the name \"envoy.edge.svc\"`},
+	}
+	for i, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := decide(t, s.dial(t, ca.ClientConfig(t, tt.client)))
+			if status.Code(err) != codes.Unavailable {
+				t.Errorf("ShouldRateLimit: %v, want Unavailable", err)
+			}
+			waitFor(t, func() bool {
+				return hasSample(s.metrics(t), fmt.Sprintf("ratelimit_sidecar_tls_handshake_failures_total %d", i+1))
+			})
+			if logs := s.logs.String(); !strings.Contains(logs, tt.log) {
+				t.Errorf("log lacks %q:\n%s", tt.log, logs)
+			}
+		})
+	}
+}
+
+// TestTLSRotation: the files change as cert-manager and the kubelet change
+// a mounted Secret. New handshakes present the new certificate while a
+// connection made before keeps working; a pair that does not load keeps
+// the one in use, logged and counted; a new client CA is used.
+func TestTLSRotation(t *testing.T) {
+	dir := t.TempDir()
+	ca, nextCA := certtest.NewCA(t, dir, "ca"), certtest.NewCA(t, dir, "next-ca")
+	first, second, third := ca.Issue(t, "first"), ca.Issue(t, "second"), nextCA.Issue(t, "third")
+	envoy, nextEnvoy := ca.Issue(t, "envoy"), nextCA.Issue(t, "next-envoy")
+	secretDir := filepath.Join(dir, "certs")
+	if err := os.Mkdir(secretDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	secret := certtest.NewSecretDir(t, secretDir, first.Secret(t, ca))
+	s := startTLS(t, nil, "--grpc-tls-cert", secret.Path("tls.crt"), "--grpc-tls-key", secret.Path("tls.key"),
+		"--grpc-tls-client-ca", secret.Path("ca.crt"))
+	client := ca.ClientConfig(t, &envoy)
+	old := s.dial(t, client)
+	if serial, err := decide(t, old); err != nil || serial.Cmp(first.Cert.SerialNumber) != 0 {
+		t.Fatalf("before the rotation: serial %X, %v; want %X", serial, err, first.Cert.SerialNumber)
+	}
+
+	secret.Update(t, second.Secret(t, ca))
+	waitFor(t, func() bool {
+		serial, err := s.served(t, client)
+		return err == nil && serial.Cmp(second.Cert.SerialNumber) == 0
+	})
+	if serial, err := decide(t, old); err != nil || serial.Cmp(first.Cert.SerialNumber) != 0 {
+		t.Errorf("the connection made before the rotation: serial %X, %v; want it still up, with %X", serial, err, first.Cert.SerialNumber)
+	}
+	if serial, err := decide(t, s.dial(t, client)); err != nil || serial.Cmp(second.Cert.SerialNumber) != 0 {
+		t.Errorf("a new gRPC client: serial %X, %v; want %X", serial, err, second.Cert.SerialNumber)
+	}
+	body := s.metrics(t)
+	for _, want := range []string{
+		fmt.Sprintf("ratelimit_sidecar_tls_certificate_expiry_timestamp_seconds %g", float64(second.Cert.NotAfter.Unix())),
+		`ratelimit_sidecar_tls_reloads_total{result="success"} 1`,
+	} {
+		if !hasSample(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	// A key that is not the certificate's: the second pair stays.
+	bad := third.Secret(t, ca)
+	bad["tls.key"] = second.Secret(t, nil)["tls.key"]
+	secret.Update(t, bad)
+	waitFor(t, func() bool {
+		return hasSample(s.metrics(t), "ratelimit_sidecar_tls_last_reload_successful 0")
+	})
+	if serial, err := s.served(t, client); err != nil || serial.Cmp(second.Cert.SerialNumber) != 0 {
+		t.Errorf("after a bad pair: serial %X, %v; want the second, %X", serial, err, second.Cert.SerialNumber)
+	}
+	body = s.metrics(t)
+	for _, want := range []string{
+		fmt.Sprintf("ratelimit_sidecar_tls_certificate_expiry_timestamp_seconds %g", float64(second.Cert.NotAfter.Unix())),
+		`ratelimit_sidecar_tls_reloads_total{result="failure"} 1`,
+	} {
+		if !hasSample(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	var errorLines []string
+	for _, line := range strings.Split(s.logs.String(), "\n") {
+		if strings.Contains(line, `"level":"error"`) {
+			errorLines = append(errorLines, line)
+		}
+	}
+	if len(errorLines) != 1 || !strings.Contains(errorLines[0], "tls files did not load") ||
+		!strings.Contains(errorLines[0], secret.Path("tls.crt")) || !strings.Contains(errorLines[0], "private key does not match public key") {
+		t.Errorf("want one Error line naming the files and the reason; got:\n%s\n%s", strings.Join(errorLines, "\n"), s.logs.String())
+	}
+
+	// A new CA, and a pair it signed: clients of the new CA only.
+	secret.Update(t, third.Secret(t, nextCA))
+	nextClient := nextCA.ClientConfig(t, &nextEnvoy)
+	waitFor(t, func() bool {
+		serial, err := s.served(t, nextClient)
+		return err == nil && serial.Cmp(third.Cert.SerialNumber) == 0
+	})
+	if _, err := decide(t, s.dial(t, nextClient)); err != nil {
+		t.Errorf("a client of the new CA: %v", err)
+	}
+	stale := nextCA.ClientConfig(t, &envoy)
+	if _, err := decide(t, s.dial(t, stale)); status.Code(err) != codes.Unavailable {
+		t.Errorf("a client of the old CA: %v, want Unavailable", err)
+	}
+	if !hasSample(s.metrics(t), "ratelimit_sidecar_tls_last_reload_successful 1") {
+		t.Error("/metrics: the last reload is not reported successful")
+	}
+}
+
+// TestTLSBounds: the gRPC bounds hold over TLS: a connection must finish
+// its TLS handshake within --grpc-request-timeout, as its HTTP/2 one, and
+// --grpc-max-conns counts TLS connections.
+func TestTLSBounds(t *testing.T) {
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, dir, "ca")
+	pair := ca.Issue(t, "server")
+	flags := []string{"--grpc-tls-cert", pair.CertFile, "--grpc-tls-key", pair.KeyFile}
+
+	t.Run("handshake", func(t *testing.T) {
+		s := startTLS(t, nil, append(flags, "--grpc-request-timeout", "300ms")...)
+		shapes := []struct {
+			name string
+			send func(t *testing.T, conn net.Conn) net.Conn // returns the connection to read from
+		}{
+			{"no ClientHello", func(t *testing.T, conn net.Conn) net.Conn { return conn }},
+			{"part of a ClientHello", func(t *testing.T, conn net.Conn) net.Conn {
+				// A handshake record's header announcing 512 bytes, and 3.
+				if _, err := conn.Write([]byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01}); err != nil {
+					t.Fatal(err)
+				}
+				return conn
+			}},
+			{"TLS but no HTTP/2 preface", func(t *testing.T, conn net.Conn) net.Conn {
+				cfg := ca.ClientConfig(t, nil)
+				cfg.ServerName, cfg.NextProtos = "localhost", []string{"h2"}
+				tc := tls.Client(conn, cfg)
+				tc.SetDeadline(time.Now().Add(5 * time.Second))
+				if err := tc.Handshake(); err != nil {
+					t.Fatal(err)
+				}
+				return tc
+			}},
+		}
+		for _, tt := range shapes {
+			t.Run(tt.name, func(t *testing.T) {
+				conn, err := net.DialTimeout("tcp", s.grpcAddr, 5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				r := tt.send(t, conn)
+				// The server sends nothing we wait for: only its close
+				// ends the read, before the deadline.
+				r.SetReadDeadline(time.Now().Add(5 * time.Second))
+				start := time.Now()
+				buf := make([]byte, 4096)
+				for {
+					_, err := r.Read(buf)
+					if err == nil {
+						continue // a TLS server's flight, or its SETTINGS
+					}
+					var ne net.Error
+					if errors.As(err, &ne) && ne.Timeout() {
+						t.Fatalf("the connection is still open after %v; want it closed after --grpc-request-timeout (300ms)", time.Since(start).Round(time.Millisecond))
+					}
+					break
+				}
+			})
+		}
+	})
+
+	t.Run("max conns", func(t *testing.T) {
+		const max = 2
+		s := startTLS(t, nil, append(flags, "--grpc-max-conns", fmt.Sprint(max))...)
+		var held []*grpc.ClientConn
+		for range max {
+			conn := s.dial(t, ca.ClientConfig(t, nil))
+			if _, err := decide(t, conn); err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, conn)
+		}
+		over := ca.ClientConfig(t, nil)
+		over.ServerName, over.NextProtos = "localhost", []string{"h2"}
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		conn, err := net.DialTimeout("tcp", s.grpcAddr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		tc := tls.Client(conn, over)
+		handshook := make(chan error, 1)
+		tc.SetDeadline(time.Now().Add(10 * time.Second))
+		wg.Go(func() { handshook <- tc.Handshake() })
+		select {
+		case err := <-handshook:
+			t.Fatalf("connection %d of a cap of %d: handshake done at once (%v)", max+1, max, err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		held[0].Close()
+		select {
+		case err := <-handshook:
+			if err != nil {
+				t.Errorf("connection %d, once another closed: %v", max+1, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("connection %d, once another closed: no handshake within 5s", max+1)
+		}
+	})
+}
+
+// TestTLSReloadOnSIGHUP: SIGHUP reads the TLS files too. Here they change
+// where no watch sees them: behind links to a directory that is not
+// watched, written in place; the next poll is a minute away.
+func TestTLSReloadOnSIGHUP(t *testing.T) {
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, dir, "ca")
+	first, second := ca.Issue(t, "first"), ca.Issue(t, "second")
+	real, linked := filepath.Join(dir, "real"), filepath.Join(dir, "linked")
+	for _, d := range []string{real, linked} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, data := range first.Secret(t, nil) {
+		if err := os.WriteFile(filepath.Join(real, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join(real, name), filepath.Join(linked, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startTLS(t, nil, "--grpc-tls-cert", filepath.Join(linked, "tls.crt"), "--grpc-tls-key", filepath.Join(linked, "tls.key"))
+	// A call answered: the server runs, and so SIGHUP is caught.
+	if _, err := decide(t, s.dial(t, ca.ClientConfig(t, nil))); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range second.Secret(t, nil) {
+		if err := os.WriteFile(filepath.Join(real, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		serial, err := s.served(t, ca.ClientConfig(t, nil))
+		return err == nil && serial.Cmp(second.Cert.SerialNumber) == 0
+	})
+}
+
+// TestTLSFromReferenceEnv: envoyproxy/ratelimit's variables turn TLS on as
+// they do there. Envoy Gateway's set (GRPC_SERVER_TLS_CA_CERT, which the
+// reference never reads) serves TLS without client certificates;
+// GRPC_CLIENT_TLS_CACERT requires them.
+func TestTLSFromReferenceEnv(t *testing.T) {
+	dir := t.TempDir()
+	ca, other := certtest.NewCA(t, dir, "ca"), certtest.NewCA(t, dir, "other")
+	server, envoy, stranger := ca.Issue(t, "server"), ca.Issue(t, "envoy"), other.Issue(t, "stranger")
+	env := map[string]string{
+		"GRPC_SERVER_USE_TLS":     "true",
+		"GRPC_SERVER_TLS_CERT":    server.CertFile,
+		"GRPC_SERVER_TLS_KEY":     server.KeyFile,
+		"GRPC_SERVER_TLS_CA_CERT": ca.File,
+	}
+	s := startTLS(t, env)
+	if _, err := decide(t, s.dial(t, ca.ClientConfig(t, nil))); err != nil {
+		t.Errorf("Envoy Gateway's settings, no client certificate: %v", err)
+	}
+	if _, err := decide(t, s.dial(t, nil)); status.Code(err) != codes.Unavailable {
+		t.Errorf("Envoy Gateway's settings, plaintext: %v, want Unavailable", err)
+	}
+
+	env["GRPC_CLIENT_TLS_CACERT"] = ca.File
+	s = startTLS(t, env)
+	if _, err := decide(t, s.dial(t, ca.ClientConfig(t, &envoy))); err != nil {
+		t.Errorf("GRPC_CLIENT_TLS_CACERT, a client certificate of the CA: %v", err)
+	}
+	if _, err := decide(t, s.dial(t, ca.ClientConfig(t, &stranger))); status.Code(err) != codes.Unavailable {
+		t.Errorf("GRPC_CLIENT_TLS_CACERT, a client certificate of another CA: %v, want Unavailable", err)
+	}
+}
