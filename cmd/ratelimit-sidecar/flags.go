@@ -64,6 +64,8 @@ type settings struct {
 	ref refSettings // what envoyproxy/ratelimit's deployments rely on: reference.go
 	env envReport   // where the settings came from: environ.go
 
+	tracing tracingSettings // --tracing*: see tracing.go
+
 	// onReady, if set, is called with the listeners' addresses once the
 	// servers are about to serve. Tests use it to find ports chosen by :0.
 	onReady func(grpcAddr, httpAddr, adminAddr string)
@@ -201,6 +203,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.Float64Var(&c.xds.backoff.jitter, "xds-backoff-jitter", xds.DefaultBackoffJitter, "spread of each reconnect wait, as a share of it (0 to 1)")
 	fs.IntVar(&c.xds.maxMessageBytes, "xds-max-message-bytes", 0, "largest push accepted from the xDS server, in bytes (0: gRPC's default, 4 MiB)")
 	fs.BoolVar(&c.xds.forceStart, "force-start-without-rules", false, "with --config-type xds, be ready before the first push, with no rules until it arrives (envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, health and /readyz report not serving until the first good push")
+	c.tracing.define(fs)
 	c.defineRef(fs)
 	return &failure
 }
@@ -258,6 +261,9 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 		return err
 	}
 	if err := c.xds.finish(); err != nil {
+		return err
+	}
+	if err := c.tracing.check(getenv); err != nil {
 		return err
 	}
 	if c.request.MaxDescriptors < 1 || c.request.MaxEntries < 1 || c.request.MaxValueBytes < 1 || c.request.MaxHits < 1 {

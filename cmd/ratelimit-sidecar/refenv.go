@@ -47,7 +47,8 @@ type refVar struct {
 // src/settings/settings.go), with the reference's default. A name not in
 // it is not the reference's: Envoy Gateway sets some of those
 // (GRPC_SERVER_TLS_CA_CERT, OTEL_EXPORTER_OTLP_ENDPOINT), which the
-// reference never reads, and neither do we.
+// reference's settings never read, and neither do ours; the OTLP
+// exporter reads OTEL_EXPORTER_OTLP_* itself once tracing is on.
 var refVars = map[string]refVar{
 	"HOST":                          {"0.0.0.0", refString},
 	"PORT":                          {"8080", refInt},
@@ -304,6 +305,10 @@ var refMappings = []refMapping{
 				out.set("reference-metrics", "true")
 			}
 		}},
+	{vars: []string{"TRACING_ENABLED", "TRACING_EXPORTER_PROTOCOL", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE",
+		"TRACING_SERVICE_INSTANCE_ID", "TRACING_SAMPLING_RATE"},
+		flags: []string{"tracing", "tracing-protocol", "tracing-service-name", "tracing-service-namespace",
+			"tracing-service-instance-id", "tracing-sampling-rate"}, defaults: true, apply: mapTracing},
 	// No variable: the reference fails a request it cannot decide (a
 	// Redis error is a gRPC error, and Envoy's failure_mode_deny decides),
 	// which is our failure mode error.
@@ -387,9 +392,6 @@ var refRefusals = []refRefusal{
 			f, err := strconv.ParseFloat(s, 64)
 			return ok && err == nil && f > 1 && f != 2
 		}},
-	{vars: []string{"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
-		"TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE"},
-		reason: notBuilt + "no tracing"},
 	{vars: []string{"USE_STATSD"}, reason: "no statsd: metrics are served in Prometheus format (see docs/migration.md for the names)",
 		active: func(v *refValues) bool {
 			// The reference sends statsd unless told not to.
@@ -838,6 +840,30 @@ func mapHeaders(v *refValues, out *refOut) {
 	if v.anySetNonDefault("LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER") {
 		out.set("response-header-names", v.str("LIMIT_LIMIT_HEADER")+","+v.str("LIMIT_REMAINING_HEADER")+","+v.str("LIMIT_RESET_HEADER"))
 	}
+}
+
+// mapTracing maps the reference's OTLP tracing. Its protocol is only
+// set when TRACING_EXPORTER_PROTOCOL is, so that without it
+// OTEL_EXPORTER_OTLP_PROTOCOL may choose (http by default either way). The
+// reference samples every trace at a rate of 1 or more and none at 0 or
+// less, where --tracing-sampling-rate refuses such rates.
+func mapTracing(v *refValues, out *refOut) {
+	out.set("tracing", v.boolText("TRACING_ENABLED"))
+	if v.isSet("TRACING_EXPORTER_PROTOCOL") {
+		switch p := v.str("TRACING_EXPORTER_PROTOCOL"); p {
+		case "http", "":
+			out.set("tracing-protocol", "http")
+		case "grpc":
+			out.set("tracing-protocol", "grpc")
+		default:
+			v.fail("TRACING_EXPORTER_PROTOCOL", "want http or grpc, got %q", p)
+		}
+	}
+	out.set("tracing-service-name", v.str("TRACING_SERVICE_NAME"))
+	out.set("tracing-service-namespace", v.str("TRACING_SERVICE_NAMESPACE"))
+	out.set("tracing-service-instance-id", v.str("TRACING_SERVICE_INSTANCE_ID"))
+	rate := min(max(v.float("TRACING_SAMPLING_RATE"), 0), 1)
+	out.set("tracing-sampling-rate", strconv.FormatFloat(rate, 'g', -1, 64))
 }
 
 // isRefMode reports whether the program runs as the reference's image

@@ -129,6 +129,15 @@ func TestRefEnvMapping(t *testing.T) {
 			func(c *settings) any { return []any{c.ref.metricsAddr, c.ref.metricsPath, c.ref.referenceMetrics} }, []any{":19001", "/stats/prometheus", true}},
 		{"PROMETHEUS_* without USE_PROMETHEUS", map[string]string{"PROMETHEUS_ADDR": ":19001"},
 			func(c *settings) any { return []any{c.ref.metricsAddr, c.ref.metricsPath, c.ref.referenceMetrics} }, []any{"", "/metrics", false}},
+		{"TRACING_*", map[string]string{"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "grpc", "TRACING_SERVICE_NAME": "rl",
+			"TRACING_SERVICE_NAMESPACE": "edge", "TRACING_SERVICE_INSTANCE_ID": "pod-1", "TRACING_SAMPLING_RATE": "0.25"},
+			func(c *settings) any { return tracingView(c) }, []any{true, "grpc", "rl", "edge", "pod-1", 0.25}},
+		{"TRACING_ENABLED alone: the reference's defaults", map[string]string{"TRACING_ENABLED": "true"},
+			func(c *settings) any { return tracingView(c) }, []any{true, "http", "RateLimit", "", "", 1.0}},
+		{"TRACING_SAMPLING_RATE above 1: every trace, as the reference", map[string]string{"TRACING_ENABLED": "1", "TRACING_SAMPLING_RATE": "5"},
+			func(c *settings) any { return tracingView(c) }, []any{true, "http", "RateLimit", "", "", 1.0}},
+		{"TRACING_SAMPLING_RATE below 0: none", map[string]string{"TRACING_ENABLED": "1", "TRACING_SAMPLING_RATE": "-1"},
+			func(c *settings) any { return tracingView(c) }, []any{true, "http", "RateLimit", "", "", 0.0}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -275,6 +284,9 @@ func TestRefEnvInvalid(t *testing.T) {
 		{map[string]string{"REDIS_URL": "a:1,b", "REDIS_TYPE": "cluster"}, []string{`REDIS_URL: want host:port addresses, got "b"`}},
 		{map[string]string{"BACKEND_TYPE": "etcd"}, []string{`BACKEND_TYPE: want redis or memcache, got "etcd"`}},
 		{map[string]string{"CONFIG_TYPE": "CONSUL"}, []string{`CONFIG_TYPE: want FILE or GRPC_XDS_SOTW, got "CONSUL"`}},
+		{map[string]string{"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "thrift"}, []string{`TRACING_EXPORTER_PROTOCOL: want http or grpc, got "thrift"`}},
+		{map[string]string{"TRACING_ENABLED": "on"}, []string{`TRACING_ENABLED: want true or false, got "on"`}},
+		{map[string]string{"TRACING_ENABLED": "true", "TRACING_SAMPLING_RATE": "half"}, []string{`TRACING_SAMPLING_RATE: want a number, got "half"`}},
 		{map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "-1"}, []string{"LOCAL_CACHE_SIZE_IN_BYTES: want 0 or more bytes, got -1"}},
 		{map[string]string{"PORT": "x", "GRPC_PORT": "y"}, []string{`PORT: want an integer, got "x"`, `GRPC_PORT: want an integer, got "y"`}},
 		// Checked as our flags, with the variable named.
@@ -315,7 +327,6 @@ func TestRefEnvRefused(t *testing.T) {
 	}
 	c := mustParseEnv(t, "ratelimit-sidecar", env)
 	want := []string{
-		"TRACING_ENABLED: not built yet: no tracing",
 		"USE_STATSD: no statsd: metrics are served in Prometheus format (see docs/migration.md for the names)",
 		"STATSD_HOST: no statsd: metrics are served in Prometheus format (see docs/migration.md for the names)",
 		"DISABLE_STATS: metrics are always served; nothing is pushed anywhere",
@@ -474,6 +485,12 @@ func TestRefVarsCoverSettings(t *testing.T) {
 			t.Errorf("docs/migration.md: %s is not built yet, its row does not say so: %s", name, row)
 		}
 	}
+}
+
+// tracingView is the tracing settings, in order.
+func tracingView(c *settings) []any {
+	t := c.tracing
+	return []any{t.enabled, t.protocol, t.serviceName, t.serviceNamespace, t.serviceInstanceID, t.samplingRate}
 }
 
 func refusalReason(name string) string {

@@ -66,6 +66,11 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	}
 	m := metrics.NewBuild(buildInfo().metrics(), c.nearLimitRatio, c.metricMaxValues)
 	m.Loaded(rs.Checksum, time.Now())
+	tr, err := startTracing(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	defer tr.shutdown(c.shutdownTimeout) // on a startup error; else below
 
 	st, err := openStore(ctx, c, log, m)
 	if err != nil {
@@ -107,7 +112,7 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv = newServers(ctx, c, log, engine, rules, st, m, certs)
+	srv = newServers(ctx, c, log, engine, rules, st, m, certs, tr)
 	logStarted(log, c, lis, st, rs)
 	if c.onReady != nil {
 		c.onReady(lis.grpc.Addr().String(), lis.http.Addr().String(), lis.adminAddr())
@@ -119,6 +124,9 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	// No request is being decided any more: give what leases hold back,
 	// within a second.
 	st.releaseLeases(ctx, time.Second, log)
+	// The calls have ended, and their spans with them: send what is
+	// queued before the store closes.
+	tr.shutdown(c.shutdownTimeout)
 	log.Info("stopped", zap.Error(err))
 	return err
 }
@@ -266,8 +274,8 @@ type servers struct {
 
 // newServers builds the servers. ctx is serve's: once it ends, /readyz
 // says the sidecar is shutting down. certs is nil unless gRPC is served
-// over TLS.
-func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics, certs *grpcTLS) *servers {
+// over TLS, and tr without --tracing.
+func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics, certs *grpcTLS, tr *sidecarTracing) *servers {
 	s := &servers{c: c, log: log, certs: certs}
 	stopping, stopStreams := context.WithCancel(context.Background())
 	s.stopStreams = stopStreams
@@ -293,6 +301,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 		rlsOpts.Rejections = rej
 	}
 	m.RejectionLog(rej.Suppressed)
+	rlsOpts.Tracing = tr.rls(st.name)
 	rls := envoy.NewServer(engine, log, rlsOpts)
 	rls.Register(s.grpc)
 	registerRLQS(s.grpc, engine, st, log)

@@ -50,6 +50,8 @@ type work struct {
 	// bad is why the request's wire bytes could not be decoded (a
 	// *limits.RequestError), or nil.
 	bad error
+	// md is scratch for Tracing.start.
+	md incoming
 }
 
 // Options tunes a Server. The zero value is ready to use.
@@ -69,6 +71,9 @@ type Options struct {
 	DynamicMetadata bool
 	// Rejections, if set, is told of every request answered OVER_LIMIT.
 	Rejections Rejections
+	// Tracing, if set, traces every call (see Tracing); nil traces
+	// nothing and costs nothing.
+	Tracing *Tracing
 }
 
 // Rejections is told of the requests a Server answers OVER_LIMIT, for a
@@ -107,6 +112,17 @@ func (s *Server) answer(ctx context.Context, w *work) (*rlsv3.RateLimitResponse,
 
 // decide decides w's request into w.dec; its error is a gRPC status.
 func (s *Server) decide(ctx context.Context, w *work) error {
+	if t := s.opts.Tracing; t != nil {
+		ctx, span := t.start(ctx, w)
+		err := s.decideIn(ctx, w)
+		t.end(span, w, err)
+		return err
+	}
+	return s.decideIn(ctx, w)
+}
+
+// decideIn is decide under ctx, which carries the call's span if traced.
+func (s *Server) decideIn(ctx context.Context, w *work) error {
 	if err := s.engine.Decide(ctx, &w.req, &w.dec); err != nil {
 		return s.statusError(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // pipe sends apply.lua calls that are made at the same time to Redis
@@ -145,6 +146,10 @@ type call struct {
 	// live and cmds are scratch for the batch the call leads, reused.
 	live []*call
 	cmds []goredis.Cmder
+	// span is where a traced call's caller takes facts, the call's
+	// round trip as exec saw it (see trace.go); nil when untraced.
+	span  *spanFacts
+	facts spanFacts
 }
 
 var calls = sync.Pool{New: func() any {
@@ -171,6 +176,7 @@ func putCall(c *call) {
 	c.start, c.leads, c.gathers = 0, false, false
 	c.now, c.mode, c.spec = "", "", ""
 	c.checks, c.grants, c.slot = 0, false, 0
+	c.span, c.facts = nil, spanFacts{}
 	c.argv, c.keys, c.args = c.argv[:0], c.keys[:0], c.args[:0]
 	clear(c.live)
 	clear(c.cmds)
@@ -263,6 +269,11 @@ func (c *call) joins(o *call, keys int, cross bool) bool {
 // Redis, as any call whose reply is lost may. c.ctx's deadline bounds the
 // call even when its Done channel does not close at it (see deadlineCtx).
 func (p *pipe) do(c *call) ([]int64, error) {
+	if c.span == nil {
+		if span := trace.SpanFromContext(c.ctx); span.IsRecording() {
+			return p.traced(c, span)
+		}
+	}
 	p.mu.Lock()
 	now := clock()
 	if p.out < p.max {
@@ -321,6 +332,9 @@ func (p *pipe) one(c *call) ([]int64, error) {
 // queue still wait then, tries at flush (on clock) to start a round trip
 // for it (see adapt.go).
 func (p *pipe) wait(c *call, flush time.Duration) ([]int64, error) {
+	if c.span != nil {
+		*c.span = spanFacts{queued: true} // unless it is sent
+	}
 	ctx := c.ctx
 	deadline, bounded := ctx.Deadline()
 	var expired <-chan time.Time
@@ -379,6 +393,12 @@ func (p *pipe) wait(c *call, flush time.Duration) ([]int64, error) {
 		p.send(c, q)
 		p.pass(c.start)
 		<-c.wake // its own reply, delivered as the others'
+		c.facts.led = true
+	}
+	if c.span != nil {
+		f := c.facts
+		f.queued = true
+		*c.span = f
 	}
 	reply, err := c.reply, c.err
 	putCall(c)
@@ -570,6 +590,11 @@ func (p *pipe) exec(ctx context.Context, lead *call, q []*call) (noscript []*cal
 		a = b
 	}
 	_ = pl.BatchProcess(ctx, cmds...)
+	for _, c := range q {
+		if c.span != nil {
+			c.facts = spanFacts{batch: len(q), scripts: len(cmds), sent: lead.start}
+		}
+	}
 	clear(cmds)
 	lead.cmds = cmds[:0]
 	_, _ = pl.Exec(ctx) // each command carries its own error
