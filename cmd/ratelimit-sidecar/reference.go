@@ -343,6 +343,9 @@ func watchLink(ctx context.Context, path string, reload func(), log *zap.Logger)
 	if err := w.Add(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("watch --watch-link: %w", err)
 	}
+	// A swap between the rules' first load and this watch has no event:
+	// reload once (a no-op if the files are the same).
+	reload()
 	for {
 		select {
 		case <-ctx.Done():

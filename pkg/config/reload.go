@@ -203,6 +203,10 @@ func (r *Reloader) Watch(ctx context.Context) error {
 			parent = ""
 		}
 	}
+	// The rules were loaded before the watches existed: a change made in
+	// between (a ConfigMap swapped while the sidecar started) has no
+	// event. Read once more; unchanged files cost a checksum.
+	r.Reload() //nolint:errcheck // Reload logs its own errors
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
