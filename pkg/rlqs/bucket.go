@@ -64,6 +64,12 @@ func (s *Server) report(ctx context.Context, st *streamState, u *rlqspb.RateLimi
 		if len(st.buckets) >= s.o.MaxBuckets {
 			return nil, fmt.Errorf("bucket_id: more than %d buckets on one stream", s.o.MaxBuckets)
 		}
+		// What a stream holds is bounded by MaxBuckets times what one
+		// bucket may hold: the RLS path's bounds on entries and bytes.
+		req := limits.Request{Domain: st.domain, Descriptors: []limits.Descriptor{{Entries: ents}}}
+		if err := s.rules.Validate(&req); err != nil {
+			return nil, fmt.Errorf("bucket_id, matched as a descriptor: %w", err)
+		}
 		b = &bucket{id: u.GetBucketId(), entries: ents}
 		st.buckets[k] = b
 	}

@@ -20,6 +20,9 @@ import (
 type Rules interface {
 	Rules() *limits.Ruleset
 	FailureMode(domain string) limits.FailureMode
+	// Validate checks a request against the RLS path's request limits;
+	// a new bucket is checked as the descriptor it is matched as.
+	Validate(req *limits.Request) error
 }
 
 // Returner takes back hits granted for quota that was not assigned
