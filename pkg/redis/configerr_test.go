@@ -240,19 +240,7 @@ func redisErrors(t *testing.T, c *goredis.Client) int {
 // plain-text port, and plain text to a TLS port, are reported too,
 // although they fail as a timeout and a closed connection do.
 func TestConfigErrorsTLS(t *testing.T) {
-	dir := t.TempDir()
-	ca, caKey := newCert(t, dir, "ca", nil, nil)
-	newCert(t, dir, "server", ca, caKey)
-	newCert(t, dir, "client", ca, caKey)
-	newCert(t, dir, "other-ca", nil, nil)
-	tlsPort := freePort(t)
-	args := []string{
-		"--tls-port", strconv.Itoa(tlsPort),
-		"--tls-cert-file", filepath.Join(dir, "server.pem"),
-		"--tls-key-file", filepath.Join(dir, "server-key.pem"),
-		"--tls-ca-cert-file", filepath.Join(dir, "ca.pem"),
-		"--tls-auth-clients", "yes",
-	}
+	dir, tlsPort, args := tlsFiles(t, "yes")
 	good := redis.TLSOptions{
 		CAFile:   filepath.Join(dir, "ca.pem"),
 		CertFile: filepath.Join(dir, "client.pem"),

@@ -20,18 +20,8 @@ import (
 // to the CA, since only the name is skipped, as envoyproxy/ratelimit's
 // REDIS_TLS_SKIP_HOSTNAME_VERIFICATION does.
 func TestTLSSkipHostnameVerification(t *testing.T) {
-	dir := t.TempDir()
-	ca, caKey := newCert(t, dir, "ca", nil, nil)
-	newCert(t, dir, "server", ca, caKey)
-	newCert(t, dir, "other-ca", nil, nil)
-	port := freePort(t)
-	redistest.StartServer(t, redistest.WithArgs(
-		"--tls-port", strconv.Itoa(port),
-		"--tls-cert-file", filepath.Join(dir, "server.pem"),
-		"--tls-key-file", filepath.Join(dir, "server-key.pem"),
-		"--tls-ca-cert-file", filepath.Join(dir, "ca.pem"),
-		"--tls-auth-clients", "no",
-	))
+	dir, port, args := tlsFiles(t, "no")
+	redistest.StartServer(t, redistest.WithArgs(args...))
 	url := "rediss://" + net.JoinHostPort("localhost", strconv.Itoa(port))
 
 	s := newStore(t, redis.Options{URL: url, TLS: redis.TLSOptions{CAFile: filepath.Join(dir, "ca.pem"), SkipHostnameVerification: true}})

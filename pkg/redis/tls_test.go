@@ -24,19 +24,8 @@ import (
 // TestTLS connects over TLS to a Redis that requires client certificates:
 // with the right CA and certificate it decides; without them it cannot.
 func TestTLS(t *testing.T) {
-	dir := t.TempDir()
-	ca, caKey := newCert(t, dir, "ca", nil, nil)
-	newCert(t, dir, "server", ca, caKey)
-	newCert(t, dir, "client", ca, caKey)
-	newCert(t, dir, "other-ca", nil, nil)
-	port := freePort(t)
-	redistest.StartServer(t, redistest.WithArgs(
-		"--tls-port", strconv.Itoa(port),
-		"--tls-cert-file", filepath.Join(dir, "server.pem"),
-		"--tls-key-file", filepath.Join(dir, "server-key.pem"),
-		"--tls-ca-cert-file", filepath.Join(dir, "ca.pem"),
-		"--tls-auth-clients", "yes",
-	))
+	dir, port, args := tlsFiles(t, "yes")
+	redistest.StartServer(t, redistest.WithArgs(args...))
 	url := "rediss://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	good := redis.TLSOptions{
 		CAFile:   filepath.Join(dir, "ca.pem"),
@@ -122,6 +111,28 @@ func newCert(t *testing.T, dir, name string, parent *x509.Certificate, parentKey
 }
 
 // freePort returns a loopback port that was free a moment ago.
+// tlsFiles writes, in a new directory, a CA (ca.pem), a server and a
+// client certificate it signs (server.pem, client.pem and their -key.pem)
+// and a second CA's certificate (other-ca.pem), and returns the directory,
+// a free port and the redis-server arguments that serve TLS there with
+// them, requiring client certificates as authClients says (yes or no).
+func tlsFiles(t *testing.T, authClients string) (dir string, port int, args []string) {
+	t.Helper()
+	dir = t.TempDir()
+	ca, caKey := newCert(t, dir, "ca", nil, nil)
+	newCert(t, dir, "server", ca, caKey)
+	newCert(t, dir, "client", ca, caKey)
+	newCert(t, dir, "other-ca", nil, nil)
+	port = freePort(t)
+	return dir, port, []string{
+		"--tls-port", strconv.Itoa(port),
+		"--tls-cert-file", filepath.Join(dir, "server.pem"),
+		"--tls-key-file", filepath.Join(dir, "server-key.pem"),
+		"--tls-ca-cert-file", filepath.Join(dir, "ca.pem"),
+		"--tls-auth-clients", authClients,
+	}
+}
+
 func freePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
