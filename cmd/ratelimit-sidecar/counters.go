@@ -211,18 +211,29 @@ func (cs *counters) storeKey(key string) string {
 	return key
 }
 
-// read serves GET /debug/counters.
-func (cs *counters) read(w http.ResponseWriter, r *http.Request) {
+// begin starts a counters request: the store must be able to verb its
+// counters, and the query must parse. When it cannot go on, begin has
+// answered and reports false; else the caller must call cancel.
+func (cs *counters) begin(w http.ResponseWriter, r *http.Request, verb string) (counterQuery, context.Context, context.CancelFunc, bool) {
 	if cs.store == nil {
-		http.Error(w, "the "+cs.name+" store cannot show its counters", http.StatusNotImplemented)
-		return
+		http.Error(w, "the "+cs.name+" store cannot "+verb+" its counters", http.StatusNotImplemented)
+		return counterQuery{}, nil, nil, false
 	}
 	q, err := cs.parseQuery(w, r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+		return counterQuery{}, nil, nil, false
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), counterTimeout)
+	return q, ctx, cancel, true
+}
+
+// read serves GET /debug/counters.
+func (cs *counters) read(w http.ResponseWriter, r *http.Request) {
+	q, ctx, cancel, ok := cs.begin(w, r, "show")
+	if !ok {
+		return
+	}
 	defer cancel()
 	rs := cs.engine.Rules()
 	v := countersView{Domain: q.domain, Store: cs.name, Descriptors: []counterDescriptorView{}}
@@ -315,16 +326,10 @@ func (cs *counters) reset(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "counter reset is off: start the sidecar with --admin-counter-reset to allow it", http.StatusForbidden)
 		return
 	}
-	if cs.store == nil {
-		http.Error(w, "the "+cs.name+" store cannot reset its counters", http.StatusNotImplemented)
+	q, ctx, cancel, ok := cs.begin(w, r, "reset")
+	if !ok {
 		return
 	}
-	q, err := cs.parseQuery(w, r)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), counterTimeout)
 	defer cancel()
 	rs := cs.engine.Rules()
 	v := resetView{Domain: q.domain, Store: cs.name, Descriptors: []resetDescriptorView{}}
@@ -338,7 +343,8 @@ func (cs *counters) reset(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 			rv := resetCounterView{Limit: formatLimit(k.Limit), Key: cs.storeKey(k.Key)}
-			rv.Deleted, err = cs.store.Reset(ctx, k.Key, k.Limit)
+			gone, err := cs.store.Reset(ctx, k.Key, k.Limit)
+			rv.Deleted = gone
 			if err != nil {
 				// The store still holds the counter: what this sidecar
 				// remembers of it stays true.
