@@ -9,8 +9,10 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rlqstest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
@@ -73,7 +75,7 @@ func startSidecar(t *testing.T, rules string, srv *redistest.Server, prefix stri
 func TestFleetFixedWindow(t *testing.T) {
 	srv := redistest.StartServer(t)
 	clk := storetest.NewClock(storetest.Epoch.Add(time.Second))
-	var envoys []*fakeEnvoy
+	var envoys []*rlqstest.Envoy
 	for range 3 {
 		addr := startSidecar(t, fleetRules, srv, "rlqs:fleet:", clk)
 		envoys = append(envoys, dialEnvoy(t, addr, "rlqs", clk.Now))
@@ -89,14 +91,20 @@ func TestFleetFixedWindow(t *testing.T) {
 	for range seconds {
 		for _, e := range envoys {
 			for range perSecond {
-				if e.request(bucket) {
+				ok, err := e.Request(bucket)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok {
 					admitted[int64(clk.Now().Sub(storetest.Epoch)/time.Minute)]++
 				}
 			}
 		}
 		clk.Advance(time.Second)
 		for _, e := range envoys {
-			e.reportAll()
+			if err := e.Report(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	for m := range int64(seconds / 60) {
@@ -109,4 +117,21 @@ func TestFleetFixedWindow(t *testing.T) {
 			t.Errorf("minute %d: %d admitted, fewer than %d", m, got, floor)
 		}
 	}
+}
+
+// dialEnvoy opens an RLQS stream to addr for domain, as Envoy's filter
+// with no_assignment_behavior DENY_ALL, on the clock now.
+func dialEnvoy(t testing.TB, addr, domain string, now func() time.Time) *rlqstest.Envoy {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	e, err := rlqstest.Dial(context.Background(), conn, domain, rlqstest.Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
 }

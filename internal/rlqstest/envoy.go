@@ -1,0 +1,222 @@
+// Package rlqstest plays Envoy's rate_limit_quota HTTP filter on one
+// Rate Limit Quota Service stream, for tests and benchmarks of the
+// server.
+package rlqstest
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+)
+
+// Envoy plays the filter as its source (global_client_impl.cc) does: a
+// bucket's first request is decided by no_assignment_behavior and sends
+// the bucket's first report, its subscription; Report sends every
+// bucket's usage, as the reporting timer does. A token bucket assignment
+// starts full and is kept when an assignment repeats it exactly
+// (max_tokens, tokens_per_fill and fill_interval's nanos); it refills at
+// tokens_per_fill per whole seconds of fill_interval. An assignment
+// expires after the whole seconds of its time to live, and the bucket
+// then falls back to no_assignment_behavior (no
+// expired_assignment_behavior is configured). requests_per_time_unit is
+// ignored by Envoy; receiving one is an error here.
+//
+// Time is what Now returns. An Envoy is not safe for concurrent use: the
+// server answers each report with one response, which Report waits for.
+type Envoy struct {
+	now    func() time.Time
+	domain string
+	allow  bool // no_assignment_behavior is ALLOW_ALL
+	stream rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient
+	cancel context.CancelFunc
+	sent   bool // the domain went out in the first message
+	bucks  map[string]*bucket
+	// Reports counts the reports sent (subscriptions included) and
+	// Assignments the quota assignments received.
+	Reports, Assignments int
+}
+
+// Options tunes an Envoy. The zero value is ready to use.
+type Options struct {
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// AllowWithoutAssignment makes no_assignment_behavior ALLOW_ALL
+	// instead of DENY_ALL.
+	AllowWithoutAssignment bool
+}
+
+type bucket struct {
+	id              map[string]string
+	allowed, denied uint64
+	assigned        bool
+	expires         time.Time
+	strategy        *typev3.RateLimitStrategy
+	tokens          float64 // of a token bucket strategy
+	rate            float64 // tokens per second
+	last            time.Time
+}
+
+// Dial opens a stream on conn for domain.
+func Dial(ctx context.Context, conn grpc.ClientConnInterface, domain string, o Options) (*Envoy, error) {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &Envoy{now: o.Now, domain: domain, allow: o.AllowWithoutAssignment, stream: stream, cancel: cancel,
+		bucks: make(map[string]*bucket)}, nil
+}
+
+// Close ends the stream.
+func (e *Envoy) Close() {
+	_ = e.stream.CloseSend()
+	e.cancel()
+}
+
+// Request decides one request into the bucket id and reports whether it
+// was allowed. A bucket's first request subscribes it, and returns the
+// error of that exchange.
+func (e *Envoy) Request(id map[string]string) (bool, error) {
+	k := Key(id)
+	b := e.bucks[k]
+	if b == nil {
+		b = &bucket{id: id}
+		e.bucks[k] = b
+		ok := e.allow
+		if ok {
+			b.allowed = 1
+		} else {
+			b.denied = 1
+		}
+		return ok, e.send([]*bucket{b})
+	}
+	ok := b.decide(e.now(), e.allow)
+	if ok {
+		b.allowed++
+	} else {
+		b.denied++
+	}
+	return ok, nil
+}
+
+// Report sends every bucket's usage since its last report and applies
+// the server's answer.
+func (e *Envoy) Report() error {
+	bs := make([]*bucket, 0, len(e.bucks))
+	for _, b := range e.bucks {
+		bs = append(bs, b)
+	}
+	if len(bs) == 0 {
+		return nil
+	}
+	return e.send(bs)
+}
+
+// Strategy returns the bucket's assignment in force, or nil.
+func (e *Envoy) Strategy(id map[string]string) *typev3.RateLimitStrategy {
+	b := e.bucks[Key(id)]
+	if b == nil || !b.assigned || !e.now().Before(b.expires) {
+		return nil
+	}
+	return b.strategy
+}
+
+// Buckets returns how many buckets the Envoy holds.
+func (e *Envoy) Buckets() int { return len(e.bucks) }
+
+func (e *Envoy) send(bs []*bucket) error {
+	msg := &rlqspb.RateLimitQuotaUsageReports{}
+	if !e.sent {
+		msg.Domain, e.sent = e.domain, true
+	}
+	for _, b := range bs {
+		msg.BucketQuotaUsages = append(msg.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId: &rlqspb.BucketId{Bucket: b.id}, NumRequestsAllowed: b.allowed, NumRequestsDenied: b.denied,
+		})
+		b.allowed, b.denied = 0, 0
+	}
+	e.Reports++
+	if err := e.stream.Send(msg); err != nil {
+		return fmt.Errorf("send report: %w", err)
+	}
+	resp, err := e.stream.Recv()
+	if err != nil {
+		return fmt.Errorf("receive response: %w", err)
+	}
+	for _, a := range resp.GetBucketAction() {
+		if err := e.apply(a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *Envoy) apply(a *rlqspb.RateLimitQuotaResponse_BucketAction) error {
+	k := Key(a.GetBucketId().GetBucket())
+	b := e.bucks[k]
+	if b == nil {
+		return fmt.Errorf("action for a bucket never reported: %v", a.GetBucketId())
+	}
+	if a.GetAbandonAction() != nil {
+		delete(e.bucks, k)
+		return nil
+	}
+	qa := a.GetQuotaAssignmentAction()
+	s := qa.GetRateLimitStrategy()
+	switch s.GetStrategy().(type) {
+	case *typev3.RateLimitStrategy_BlanketRule_, *typev3.RateLimitStrategy_TokenBucket:
+	default:
+		return fmt.Errorf("bucket %v assigned %v: Envoy applies only blanket_rule and token_bucket", b.id, s)
+	}
+	now := e.now()
+	if tb := s.GetTokenBucket(); tb != nil {
+		if tb.GetFillInterval().GetSeconds() < 1 || tb.GetTokensPerFill().GetValue() == 0 {
+			return fmt.Errorf("bucket %v: token bucket %v refills in under a second or never", b.id, tb)
+		}
+		old := b.strategy.GetTokenBucket()
+		if !b.assigned || old == nil || old.GetMaxTokens() != tb.GetMaxTokens() ||
+			old.GetTokensPerFill().GetValue() != tb.GetTokensPerFill().GetValue() ||
+			old.GetFillInterval().GetNanos() != tb.GetFillInterval().GetNanos() {
+			b.tokens = float64(tb.GetMaxTokens())
+			b.rate = float64(tb.GetTokensPerFill().GetValue()) / float64(tb.GetFillInterval().GetSeconds())
+			b.last = now
+		}
+	}
+	e.Assignments++
+	b.assigned, b.strategy = true, s
+	b.expires = now.Add(time.Duration(qa.GetAssignmentTimeToLive().GetSeconds()) * time.Second)
+	return nil
+}
+
+// decide decides one request as the bucket's assignment says.
+func (b *bucket) decide(now time.Time, allow bool) bool {
+	if b.assigned && !now.Before(b.expires) {
+		b.assigned, b.strategy = false, nil
+	}
+	if !b.assigned {
+		return allow // no_assignment_behavior
+	}
+	if tb := b.strategy.GetTokenBucket(); tb != nil {
+		b.tokens = min(float64(tb.GetMaxTokens()), b.tokens+now.Sub(b.last).Seconds()*b.rate)
+		b.last = now
+		if b.tokens < 1 {
+			return false
+		}
+		b.tokens--
+		return true
+	}
+	return b.strategy.GetBlanketRule() == typev3.RateLimitStrategy_ALLOW_ALL
+}
+
+// Key is a string that names a bucket id.
+func Key(id map[string]string) string {
+	return (&rlqspb.BucketId{Bucket: id}).String()
+}
