@@ -166,6 +166,16 @@ func (l *Limit) compile() error {
 	return nil
 }
 
+// WithBurst returns a copy of l, a token or leaky bucket, that admits at
+// most burst hits at once, with l's rate, tick and identity, so that it
+// reads and writes l's state in the same units. burst must be at least 1
+// and at most l.Burst.
+func (l *Limit) WithBurst(burst uint64) *Limit {
+	c := *l
+	c.Burst = burst
+	return &c
+}
+
 // CountsLike reports whether l and o decide alike from the same state:
 // the same algorithm, window, requests and burst. What is remembered of
 // one limit's answers holds for the other; compare limits with it rather

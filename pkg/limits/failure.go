@@ -1,6 +1,8 @@
 package limits
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -73,4 +75,18 @@ func (l *Limit) divided(n uint64) *Limit {
 		c.Burst = max(1, c.Burst/n)
 	}
 	return &c
+}
+
+// ApplyLocal decides b on the engine's local store, each limit divided
+// by the replicas that share it, as failure mode local decides a request
+// while the shared store cannot. It fails when the engine has no local
+// store.
+func (e *Engine) ApplyLocal(ctx context.Context, b *Batch) error {
+	if e.local == nil {
+		return errors.New("no local store for failure mode local")
+	}
+	for j := range b.Checks {
+		b.Checks[j].Limit = b.Checks[j].Limit.divided(e.divisor)
+	}
+	return e.local.Apply(ctx, b)
 }

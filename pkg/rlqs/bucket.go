@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,16 +25,21 @@ type planKind uint8
 
 const (
 	planAllow planKind = iota // no limit applies: ALLOW_ALL
-	planDeny                  // the rule cannot be served and its domain fails closed: DENY_ALL
+	planDeny                  // the rule cannot be served and its domain does not fail open: DENY_ALL
 	planGrant                 // quota granted from the limit's counter
 )
 
 // plan is what a bucket's entries matched under one ruleset.
 type plan struct {
-	kind  planKind
-	limit *limits.Limit // planGrant only
-	key   string        // the limit's store key, as the RLS path builds it
-	why   string        // for planAllow and planDeny: why, for the log
+	kind planKind
+	// rule is the rule's limit and limit the one grants are taken under:
+	// the same, but for a token or leaky bucket, whose burst is less the
+	// reserve (see bucketPlan).
+	rule, limit *limits.Limit
+	key         string        // the limit's store key, as the RLS path builds it
+	ttl         time.Duration // of every grant on a bucket; 0 on a window
+	why         string        // for planAllow and planDeny: why, for the log
+	reason      string        // for planAllow and planDeny: the metrics' reason
 }
 
 // bucket is one subscribed bucket of one stream.
@@ -42,8 +48,10 @@ type bucket struct {
 	entries []limits.Entry // sorted by key
 	rules   *limits.Ruleset
 	plan    plan
+	active  time.Time // the last report with requests in it, or the subscription
+	last    time.Time // the last report
 	// The live grant: a token bucket of granted tokens that Envoy may
-	// spend until until (local time), by which its window has not ended.
+	// spend until until (local time).
 	live    bool
 	granted uint64
 	used    uint64 // allowed reported since the grant was sent
@@ -58,6 +66,7 @@ func (s *Server) report(ctx context.Context, st *streamState, u *rlqspb.RateLimi
 	if err != nil {
 		return nil, err
 	}
+	now := s.o.Now()
 	k := bucketKey(ents)
 	b := st.buckets[k]
 	if b == nil {
@@ -70,13 +79,29 @@ func (s *Server) report(ctx context.Context, st *streamState, u *rlqspb.RateLimi
 		if err := s.rules.Validate(&req); err != nil {
 			return nil, fmt.Errorf("bucket_id, matched as a descriptor: %w", err)
 		}
-		b = &bucket{id: u.GetBucketId(), entries: ents}
+		b = &bucket{id: u.GetBucketId(), entries: ents, active: now, last: now}
 		st.buckets[k] = b
+		s.m.Buckets(1)
+	}
+	allowed, denied := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
+	s.m.Usage(st.label, allowed, denied)
+	interval := now.Sub(b.last)
+	b.last = now
+	if allowed+denied > 0 {
+		b.active = now
+	} else if now.Sub(b.active) >= s.o.IdleAfter {
+		// Idle: Envoy drops the bucket and subscribes again at its next
+		// request, and the stream's room for buckets is kept for busy ones.
+		delete(st.buckets, k)
+		s.m.Buckets(-1)
+		s.m.Assigned(st.label, "abandon", "idle")
+		return abandon(b.id), nil
 	}
 	if rs := s.rules.Rules(); rs != b.rules {
 		p := s.match(rs, st.domain, ents)
-		if p.kind != b.plan.kind || p.key != b.plan.key || (p.limit != nil && !sameLimit(p.limit, b.plan.limit)) {
-			if p.kind != planGrant {
+		if p.kind != b.plan.kind || p.key != b.plan.key || p.ttl != b.plan.ttl ||
+			(p.rule != nil && !sameLimit(p.rule, b.plan.rule)) {
+			if p.kind != planGrant && p.reason != "no_rule" {
 				s.log.Warn("rlqs bucket not served from a limit", zap.String("domain", st.domain),
 					zap.String("bucket", k), zap.String("reason", p.why))
 			}
@@ -86,49 +111,106 @@ func (s *Server) report(ctx context.Context, st *streamState, u *rlqspb.RateLimi
 	}
 	switch b.plan.kind {
 	case planAllow:
+		s.m.Assigned(st.label, "allow_all", b.plan.reason)
 		return blanket(b.id, typev3.RateLimitStrategy_ALLOW_ALL, s.o.BlanketTTL), nil
 	case planDeny:
+		s.m.Assigned(st.label, "deny_all", b.plan.reason)
 		return blanket(b.id, typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL), nil
 	}
-	return s.grant(ctx, st.domain, b, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()), nil
+	return s.grant(ctx, st, b, allowed, denied, interval), nil
 }
 
 // grant charges a report against b's live grant and, when the grant is
 // spent or ends, takes a new one from the store.
-func (s *Server) grant(ctx context.Context, domain string, b *bucket, allowed, denied uint64) *rlqspb.RateLimitQuotaResponse_BucketAction {
+//
+// A grant is replaced only once Envoy has reported all of it used, or
+// when it ends: a new token bucket replaces Envoy's, and the tokens left
+// in the old one would be lost.
+func (s *Server) grant(ctx context.Context, st *streamState, b *bucket, allowed, denied uint64, interval time.Duration) *rlqspb.RateLimitQuotaResponse_BucketAction {
 	now := s.o.Now()
 	b.used += allowed
-	if b.live && now.Before(b.until.Add(-s.o.Margin)) && b.used < b.granted-b.granted/4 {
-		return nil // three quarters or more of it left
+	if b.live && now.Before(b.until.Add(-s.o.Margin)) && b.used < b.granted {
+		return nil
 	}
 	b.live = false
-	l := b.plan.limit
-	cap := leaseOf(l)
-	// Size the grant from the report rate: twice what the last report
-	// asked for (allowed and denied), at least a quarter of the cap.
-	want := min(max(2*(allowed+denied), cap/4, 1), cap)
-	sent := now
-	batch := limits.Batch{Checks: []limits.Check{{Key: b.plan.key, Limit: l, Extra: want}}}
+	p := &b.plan
+	most := leaseOf(p.rule)
+	// Size the grant from the report rate: on a window, twice what the
+	// last report asked for (allowed and denied), so that a steady Envoy
+	// spends it over two reports; on a bucket, what it asks for in one
+	// grant's time to live, and a quarter more, since what it does not
+	// spend is lost. At least a quarter of the lease, at most all of it.
+	want := 2 * (allowed + denied)
+	if p.ttl > 0 {
+		interval = max(interval, time.Second)
+		want = mulDiv(allowed+denied, uint64(p.ttl+p.ttl/4), uint64(interval))
+	}
+	want = min(max(want, most/4, 1), most)
+	batch := limits.Batch{Checks: []limits.Check{{Key: p.key, Limit: p.limit, Extra: want}}}
+	how := "grant"
 	if err := s.store.Apply(ctx, &batch); err != nil {
-		return s.storeFailed(domain, b, err)
+		mode := s.rules.FailureMode(st.domain)
+		s.log.Warn("rlqs grant failed", zap.String("domain", st.domain), zap.Stringer("failure_mode", mode), zap.Error(err))
+		switch mode {
+		case limits.FailOpen:
+			s.m.Assigned(st.label, "allow_all", "store_error")
+			return blanket(b.id, typev3.RateLimitStrategy_ALLOW_ALL, s.o.BlanketTTL)
+		case limits.FailLocal:
+			batch = limits.Batch{Checks: []limits.Check{{Key: p.key, Limit: p.limit, Extra: want}}}
+			if err := s.rules.ApplyLocal(ctx, &batch); err == nil {
+				how = "local"
+				break
+			}
+			fallthrough
+		default:
+			s.m.Assigned(st.label, "deny_all", "store_error")
+			return blanket(b.id, typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL)
+		}
 	}
 	out := batch.Outcomes[0]
 	if out.Over || out.Granted == 0 {
-		// Run dry (a grant never takes the last hit): deny until it resets.
-		return blanket(b.id, typev3.RateLimitStrategy_DENY_ALL, max(out.Reset, time.Second))
+		// Run dry (a grant never takes the last hit): deny until a grant
+		// can be taken again.
+		s.m.Assigned(st.label, "deny_all", "dry")
+		return blanket(b.id, typev3.RateLimitStrategy_DENY_ALL, dryFor(batch.Checks[0].Limit, out))
 	}
-	until := sent.Add(out.GrantFor)
-	ttl := until.Sub(s.o.Now()) - s.o.Margin
-	if ttl < time.Second {
-		// Too close to the window's end for a whole-second time to live:
-		// the hits go back, and Envoy is denied until the next window.
-		s.giveBack(ctx, b, out)
-		return blanket(b.id, typev3.RateLimitStrategy_DENY_ALL, max(until.Sub(s.o.Now()), time.Second))
+	var ttl time.Duration
+	if p.ttl > 0 {
+		ttl = p.ttl
+		b.until = now.Add(ttl)
+	} else {
+		b.until = now.Add(out.GrantFor)
+		ttl = b.until.Sub(s.o.Now()) - s.o.Margin
+		if ttl < time.Second {
+			// Too close to the window's end for a whole-second time to
+			// live: the hits go back (if they were taken from the shared
+			// store), and Envoy is denied until the next window.
+			if how == "grant" {
+				s.giveBack(ctx, b, out)
+			}
+			s.m.Assigned(st.label, "deny_all", "window_ending")
+			return blanket(b.id, typev3.RateLimitStrategy_DENY_ALL, b.until.Sub(s.o.Now()))
+		}
 	}
 	g := min(out.Granted, math.MaxUint32)
-	b.live, b.granted, b.used, b.until = true, g, 0, until
+	b.live, b.granted, b.used = true, g, 0
 	b.gen = b.gen%999_999_999 + 1
-	return tokenBucket(b.id, g, l.Window(), b.gen, ttl)
+	s.m.Granted(st.label, g, how == "local")
+	s.m.Assigned(st.label, "token_bucket", how)
+	return tokenBucket(b.id, g, max(p.limit.Window(), ttl), b.gen, ttl)
+}
+
+// dryFor is how long a limit that granted nothing is denied: until its
+// window resets, or, on a bucket, until two hits have refilled (a grant
+// takes at most half of what is left); whole seconds, at least one.
+func dryFor(l *limits.Limit, out limits.Outcome) time.Duration {
+	if !l.Algorithm.Bucketed() || out.Over {
+		return out.Reset
+	}
+	need := 2 - min(out.Remaining, 2)
+	per := l.Window() / time.Duration(max(l.Requests, 1))
+	d := time.Duration(need) * per
+	return (d + time.Second - 1).Truncate(time.Second)
 }
 
 // giveBack returns a grant that was not assigned, if the store takes
@@ -143,18 +225,6 @@ func (s *Server) giveBack(ctx context.Context, b *bucket, out limits.Outcome) {
 	}
 }
 
-// storeFailed answers b by its domain's failure mode while the store
-// cannot grant: open allows all, every other mode denies all (the local
-// fallback is not built for RLQS yet), for BlanketTTL.
-func (s *Server) storeFailed(domain string, b *bucket, err error) *rlqspb.RateLimitQuotaResponse_BucketAction {
-	mode := s.rules.FailureMode(domain)
-	s.log.Warn("rlqs grant failed", zap.String("domain", domain), zap.Stringer("failure_mode", mode), zap.Error(err))
-	if mode == limits.FailOpen {
-		return blanket(b.id, typev3.RateLimitStrategy_ALLOW_ALL, s.o.BlanketTTL)
-	}
-	return blanket(b.id, typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL)
-}
-
 // match maps a bucket's entries, as a descriptor, to a plan under rs.
 func (s *Server) match(rs *limits.Ruleset, domain string, ents []limits.Entry) plan {
 	x := rs.Explain(domain, ents)
@@ -166,28 +236,89 @@ func (s *Server) match(rs *limits.Ruleset, domain string, ents []limits.Entry) p
 	}
 	fail := func(why string) plan {
 		if s.rules.FailureMode(domain) == limits.FailOpen {
-			return plan{kind: planAllow, why: why}
+			return plan{kind: planAllow, why: why, reason: "unsupported"}
 		}
-		return plan{kind: planDeny, why: why}
+		return plan{kind: planDeny, why: why, reason: "unsupported"}
 	}
 	switch {
 	case x.Result != limits.MatchLimited:
-		return plan{kind: planAllow, why: x.Reason}
+		return plan{kind: planAllow, why: x.Reason, reason: "no_rule"}
 	case len(enforced) == 0:
-		return plan{kind: planAllow, why: "only shadow limits apply"}
+		return plan{kind: planAllow, why: "only shadow limits apply", reason: "no_rule"}
 	case len(enforced) > 1:
 		return fail(fmt.Sprintf("%d limits apply; RLQS serves one limit per bucket", len(enforced)))
 	}
 	l := enforced[0].Limit
 	switch {
 	case l.Unlimited:
-		return plan{kind: planAllow, why: "the rule is unlimited"}
-	case l.Algorithm != limits.FixedWindow:
-		return fail(fmt.Sprintf("algorithm %s is not served over RLQS yet (fixed_window is)", l.Algorithm))
-	case l.Window() < 3*time.Second:
-		return fail(fmt.Sprintf("window %s is too short for Envoy's whole-second assignments", l.Window()))
+		return plan{kind: planAllow, why: "the rule is unlimited", reason: "no_rule"}
+	case l.Requests == 0:
+		return plan{kind: planDeny, why: "the rule bans every request", reason: "dry"}
+	case l.Algorithm == limits.FixedWindow || l.Algorithm == limits.SlidingWindow:
+		if l.Window() < 3*time.Second {
+			return fail(fmt.Sprintf("window %s is too short for Envoy's whole-second assignments", l.Window()))
+		}
+		return plan{kind: planGrant, rule: l, limit: l, key: enforced[0].Key}
+	case l.Algorithm.Bucketed():
+		p, err := s.bucketPlan(l)
+		if err != nil {
+			return fail(err.Error())
+		}
+		p.key = enforced[0].Key
+		return p
 	}
-	return plan{kind: planGrant, limit: l, key: enforced[0].Key}
+	return fail(fmt.Sprintf("algorithm %s cannot be served exactly over RLQS", l.Algorithm))
+}
+
+// bucketPlan plans grants on a token or leaky bucket l.
+//
+// Hits granted at t are counted in the store at t, but Envoy may spend
+// them until t + Margin + ttl, and in between the bucket refills: spent
+// late, they could come on top of hits the refill let others take. So
+// grants are taken under l with its burst less a reserve: what l refills
+// in ttl + Margin. Whatever the fleet spends in any span of time is then
+// within the burst and the rate of l.
+//
+// ttl is the longest whole-second time to live, up to Options.BucketTTL,
+// whose reserve is at most half the burst. It depends only on l and the
+// options, so that every sidecar of a fleet (with the same options)
+// reserves the same.
+func (s *Server) bucketPlan(l *limits.Limit) (plan, error) {
+	refill := func(d time.Duration) uint64 { // hits l refills in d, rounded up
+		return ceilMulDiv(l.Requests, uint64(d), uint64(l.Window()))
+	}
+	for ttl := s.o.BucketTTL.Truncate(time.Second); ttl >= time.Second; ttl -= time.Second {
+		reserve := refill(ttl + s.o.Margin)
+		if reserve <= l.Burst/2 && l.Burst-reserve >= 2 {
+			return plan{kind: planGrant, rule: l, limit: l.WithBurst(l.Burst - reserve), ttl: ttl}, nil
+		}
+	}
+	return plan{}, fmt.Errorf("burst %d is too small to serve over RLQS: it must be at least twice the %d hits %s refills in %s (a one-second assignment and its margin)",
+		l.Burst, refill(time.Second+s.o.Margin), l.Algorithm, time.Second+s.o.Margin)
+}
+
+// mulDiv is a×b/c rounded down, saturating.
+func mulDiv(a, b, c uint64) uint64 {
+	q, _ := divMul(a, b, c)
+	return q
+}
+
+// ceilMulDiv is a×b/c rounded up, saturating.
+func ceilMulDiv(a, b, c uint64) uint64 {
+	q, exact := divMul(a, b, c)
+	if !exact && q < math.MaxUint64 {
+		q++
+	}
+	return q
+}
+
+func divMul(a, b, c uint64) (q uint64, exact bool) {
+	hi, lo := bits.Mul64(a, b)
+	if c == 0 || hi >= c {
+		return math.MaxUint64, false
+	}
+	q, r := bits.Div64(hi, lo, c)
+	return q, r == 0
 }
 
 // sameLimit reports whether a and b are the same limit's numbers.
@@ -243,17 +374,26 @@ func blanket(id *rlqspb.BucketId, rule typev3.RateLimitStrategy_BlanketRule, ttl
 
 // tokenBucket assigns a token bucket of n tokens that Envoy can spend
 // once: it starts full and refills one token per fill interval, which is
-// longer than the window, so within the time to live (shorter than the
-// window) it refills none. gen, in the interval's nanoseconds, makes
-// every grant a new strategy: Envoy keeps its current token bucket when
-// an assignment repeats it.
-func tokenBucket(id *rlqspb.BucketId, n uint64, window time.Duration, gen int32, ttl time.Duration) *rlqspb.RateLimitQuotaResponse_BucketAction {
+// longer than the time to live (every is), so within it it refills none.
+// gen, in the interval's nanoseconds, makes every grant a new strategy:
+// Envoy keeps its current token bucket when an assignment repeats it.
+func tokenBucket(id *rlqspb.BucketId, n uint64, every time.Duration, gen int32, ttl time.Duration) *rlqspb.RateLimitQuotaResponse_BucketAction {
 	tb := &typev3.TokenBucket{
 		MaxTokens:     uint32(n),
 		TokensPerFill: wrapperspb.UInt32(1),
-		FillInterval:  &durationpb.Duration{Seconds: int64(window/time.Second) + 1, Nanos: gen},
+		FillInterval:  &durationpb.Duration{Seconds: int64(every/time.Second) + 1, Nanos: gen},
 	}
 	return assign(id, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: tb}}, ttl)
+}
+
+// abandon tells Envoy to drop a bucket.
+func abandon(id *rlqspb.BucketId) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	return &rlqspb.RateLimitQuotaResponse_BucketAction{
+		BucketId: id,
+		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction_{
+			AbandonAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction{},
+		},
+	}
 }
 
 func assign(id *rlqspb.BucketId, strategy *typev3.RateLimitStrategy, ttl time.Duration) *rlqspb.RateLimitQuotaResponse_BucketAction {

@@ -2,6 +2,7 @@ package rlqs_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -32,10 +33,10 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 100, lease: 10}
 `
 
-// startSidecar serves RLQS for rules on its own Redis store (on srv,
-// under prefix, deciding by clk) and its own loopback listener, and
-// returns the listener's address.
-func startSidecar(t *testing.T, rules string, srv *redistest.Server, prefix string, clk *storetest.Clock) string {
+// startSidecar serves RLQS for rules on its own Redis store (o, deciding
+// by clk) and its own loopback listener, and returns the listener's
+// address.
+func startSidecar(t *testing.T, rules string, o redis.Options, clk *storetest.Clock) string {
 	t.Helper()
 	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(rules)}}, config.Options{})
 	if err != nil {
@@ -43,7 +44,8 @@ func startSidecar(t *testing.T, rules string, srv *redistest.Server, prefix stri
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := redis.New(ctx, redis.Options{URL: "redis://" + srv.Addr, KeyPrefix: prefix, Timeout: 5 * time.Second, Now: clk.Now})
+	o.Timeout, o.Now = 5*time.Second, clk.Now
+	st, err := redis.New(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,36 +69,171 @@ func startSidecar(t *testing.T, rules string, srv *redistest.Server, prefix stri
 	return lis.Addr().String()
 }
 
-// TestFleetFixedWindow runs three Envoys, each on its own sidecar, all on
-// one Redis, over two and a half minutes of the test's clock, each
-// trying five requests a second into one bucket of a fixed window of 100
-// a minute (lease 10): in every minute the fleet admits at most 100, and
-// at least 100 less one lease per Envoy and the hit a grant never takes.
-func TestFleetFixedWindow(t *testing.T) {
+// fleetCase is one limit that three Envoys, each on its own sidecar, all
+// on one Redis, run into.
+type fleetCase struct {
+	algorithm string
+	extra     string // more fields of the rate_limit
+	check     func(t *testing.T, adm []uint64)
+}
+
+const (
+	fleetEnvoys    = 3
+	fleetLimit     = 100 // a minute
+	fleetLease     = 10
+	fleetPerSecond = 5 // requests each Envoy tries each second
+	fleetSeconds   = 150
+	fleetBurst     = 40
+)
+
+// The bounds RLQS promises (docs/rlqs.md), for each algorithm. adm[i] is
+// what the fleet admitted in the test's second i, which starts at
+// Epoch + 1s + i.
+var fleetCases = []fleetCase{
+	{
+		// In every window: at most the limit, and at least the limit
+		// less one lease per Envoy (what each holds unspent when the
+		// window ends) and the last hit, which a grant never takes.
+		algorithm: "fixed_window",
+		check: func(t *testing.T, adm []uint64) {
+			for m, got := range perMinute(adm) {
+				t.Logf("minute %d: %d admitted", m, got)
+				if got > fleetLimit {
+					t.Errorf("minute %d: %d admitted, more than the limit %d", m, got, fleetLimit)
+				}
+				if floor := uint64(fleetLimit - fleetEnvoys*fleetLease - 1); got < floor {
+					t.Errorf("minute %d: %d admitted, fewer than %d", m, got, floor)
+				}
+			}
+		},
+	},
+	{
+		// At every moment the sliding estimate of what the fleet
+		// admitted (the previous window's count, weighted by how much of
+		// it the sliding window still covers, and the current one's) is
+		// within the limit; each window's own count reaches the same
+		// floor as a fixed window's once the previous window's weight is
+		// gone, at its end.
+		algorithm: "sliding_window",
+		check: func(t *testing.T, adm []uint64) {
+			mins := perMinute(adm)
+			for i := range adm {
+				at := i + 1 // seconds since Epoch
+				m, e := at/60, uint64(at%60)
+				var prev, cur uint64
+				if m > 0 {
+					prev = mins[m-1]
+				}
+				for j := m*60 - 1; j <= i; j++ {
+					if j >= 0 {
+						cur += adm[j]
+					}
+				}
+				if est := prev*(60-e) + cur*60; est > fleetLimit*60 {
+					t.Errorf("at %ds: estimate (%d×%d/60 + %d) over the limit %d", at, prev, 60-e, cur, fleetLimit)
+				}
+			}
+			for m, got := range mins {
+				t.Logf("minute %d: %d admitted", m, got)
+				if floor := uint64(fleetLimit - fleetEnvoys*fleetLease - 1); m > 0 && got+mins[m-1] < floor {
+					t.Errorf("minutes %d and %d: %d admitted, fewer than %d", m-1, m, got+mins[m-1], floor)
+				}
+			}
+		},
+	},
+	{algorithm: "token_bucket", extra: fmt.Sprintf("burst: %d", fleetBurst), check: checkBucket},
+	{algorithm: "leaky_bucket", extra: fmt.Sprintf("burst: %d", fleetBurst), check: checkBucket},
+}
+
+// checkBucket: in any span of the run, the fleet admits at most the
+// burst and the rate over the span; over the run, at least the rate over
+// it and the burst, less one lease per Envoy and the reserve (what the
+// bucket refills in a grant's time to live and its margin).
+func checkBucket(t *testing.T, adm []uint64) {
+	const rate = fleetLimit / 60.0 // a second
+	for i := range adm {
+		var sum uint64
+		for j := i; j < len(adm); j++ {
+			sum += adm[j]
+			if most := fleetBurst + rate*float64(j-i); float64(sum) > most {
+				t.Fatalf("seconds %d..%d: %d admitted, more than the burst and the rate allow (%.1f)", i, j, sum, most)
+			}
+		}
+	}
+	var total uint64
+	for _, n := range adm {
+		total += n
+	}
+	const reserve = 10 // 100 a minute over 5s + 1s, rounded up
+	floor := fleetBurst - reserve + rate*float64(len(adm)-1) - fleetEnvoys*fleetLease
+	t.Logf("%d admitted over %ds; at least %.0f expected", total, len(adm), floor)
+	if float64(total) < floor {
+		t.Errorf("%d admitted over %ds, fewer than %.0f", total, len(adm), floor)
+	}
+}
+
+func perMinute(adm []uint64) []uint64 {
+	mins := make([]uint64, (len(adm)+1)/60)
+	for i, n := range adm {
+		if m := (i + 1) / 60; m < len(mins) {
+			mins[m] += n
+		}
+	}
+	return mins
+}
+
+// TestFleet runs three Envoys, each on its own sidecar, all on one Redis
+// (standalone, then a 3-master Cluster), over two and a half minutes of
+// the test's clock, each trying five requests a second into one bucket
+// whose rule is a limit of 100 a minute (lease 10) of each algorithm
+// served over RLQS, and checks the bounds of docs/rlqs.md.
+func TestFleet(t *testing.T) {
 	srv := redistest.StartServer(t)
+	cluster := redistest.StartCluster(t)
+	for _, topo := range []struct {
+		name string
+		o    redis.Options
+	}{
+		{"standalone", redis.Options{URL: "redis://" + srv.Addr}},
+		{"cluster", redis.Options{ClusterAddrs: cluster.Addrs}},
+	} {
+		for _, tt := range fleetCases {
+			t.Run(topo.name+"/"+tt.algorithm, func(t *testing.T) {
+				rules := fmt.Sprintf(`
+domain: rlqs
+descriptors:
+  - key: route
+    value: api
+    rate_limit: {algorithm: %s, unit: minute, requests_per_unit: %d, lease: %d, %s}
+`, tt.algorithm, fleetLimit, fleetLease, tt.extra)
+				o := topo.o
+				o.KeyPrefix = "rlqs:" + t.Name() + ":"
+				tt.check(t, runFleet(t, rules, o))
+			})
+		}
+	}
+}
+
+// runFleet runs the load of TestFleet and returns what the fleet
+// admitted in each second.
+func runFleet(t *testing.T, rules string, o redis.Options) []uint64 {
 	clk := storetest.NewClock(storetest.Epoch.Add(time.Second))
 	var envoys []*rlqstest.Envoy
-	for range 3 {
-		addr := startSidecar(t, fleetRules, srv, "rlqs:fleet:", clk)
+	for range fleetEnvoys {
+		addr := startSidecar(t, rules, o, clk)
 		envoys = append(envoys, dialEnvoy(t, addr, "rlqs", clk.Now))
 	}
-	const (
-		limit     = 100
-		lease     = 10
-		perSecond = 5
-		seconds   = 150
-	)
 	bucket := map[string]string{"route": "api"}
-	admitted := map[int64]uint64{} // by minute since Epoch
-	for range seconds {
+	adm := make([]uint64, fleetSeconds)
+	for i := range fleetSeconds {
 		for _, e := range envoys {
-			for range perSecond {
+			for range fleetPerSecond {
 				ok, err := e.Request(bucket)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if ok {
-					admitted[int64(clk.Now().Sub(storetest.Epoch)/time.Minute)]++
+					adm[i]++
 				}
 			}
 		}
@@ -107,16 +244,7 @@ func TestFleetFixedWindow(t *testing.T) {
 			}
 		}
 	}
-	for m := range int64(seconds / 60) {
-		got := admitted[m]
-		t.Logf("minute %d: %d admitted", m, got)
-		if got > limit {
-			t.Errorf("minute %d: %d admitted, more than the limit %d", m, got, limit)
-		}
-		if floor := uint64(limit - len(envoys)*lease - 1); got < floor {
-			t.Errorf("minute %d: %d admitted, fewer than %d", m, got, floor)
-		}
-	}
+	return adm
 }
 
 // dialEnvoy opens an RLQS stream to addr for domain, as Envoy's filter

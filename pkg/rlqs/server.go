@@ -23,7 +23,39 @@ type Rules interface {
 	// Validate checks a request against the RLS path's request limits;
 	// a new bucket is checked as the descriptor it is matched as.
 	Validate(req *limits.Request) error
+	// ApplyLocal decides a batch on the local store, each limit divided
+	// by the replicas sharing it, as failure mode local does.
+	ApplyLocal(ctx context.Context, b *limits.Batch) error
 }
+
+// Metrics is told what the server does. Its methods must be fast and
+// safe for concurrent use. domain is a domain of the rules in use, or ""
+// for one they do not define (Envoy names domains, so a label made of
+// any name it sends would be unbounded).
+type Metrics interface {
+	// Streams and Buckets count streams and subscribed buckets, up by 1
+	// or down by 1 or more.
+	Streams(delta int)
+	Buckets(delta int)
+	// Usage is what a report says Envoy decided by itself.
+	Usage(domain string, allowed, denied uint64)
+	// Assigned counts an action sent: token_bucket, allow_all, deny_all
+	// or abandon, and why: grant or local (a token bucket from the
+	// shared or the local store), dry, window_ending, store_error,
+	// no_rule, unsupported, idle.
+	Assigned(domain, action, reason string)
+	// Granted counts hits assigned in token buckets, from the local
+	// store when local is true.
+	Granted(domain string, hits uint64, local bool)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) Streams(int)                     {}
+func (noMetrics) Buckets(int)                     {}
+func (noMetrics) Usage(string, uint64, uint64)    {}
+func (noMetrics) Assigned(string, string, string) {}
+func (noMetrics) Granted(string, uint64, bool)    {}
 
 // Returner takes back hits granted for quota that was not assigned
 // (store.Returner's contract); the Redis store is one.
@@ -44,9 +76,21 @@ type Options struct {
 	// rule, the store down). They are sent again with every report, so
 	// it only matters when the stream stops. Zero means 10s.
 	BlanketTTL time.Duration
+	// BucketTTL is the longest time to live of a grant on a token or
+	// leaky bucket (whole seconds; see bucketPlan): Envoy's
+	// reporting_interval should be at most this, or its buckets go
+	// without an assignment between a grant's end and the next report.
+	// Every sidecar of a fleet must use the same. Zero means 5s.
+	BucketTTL time.Duration
 	// MaxBuckets bounds the buckets one stream may subscribe to. Zero
 	// means 10,000.
 	MaxBuckets int
+	// IdleAfter is how long a bucket may report no requests before it is
+	// abandoned: Envoy drops it, and subscribes again at its next
+	// request. Zero means 10 minutes.
+	IdleAfter time.Duration
+	// Metrics, if set, is told what the server does.
+	Metrics Metrics
 	// Return, if set, takes back quota taken from the store but not
 	// assigned (a grant too close to its window's end); nil: those hits
 	// end with their window.
@@ -62,6 +106,7 @@ type Server struct {
 	ret   Returner // nil: hits of grants too late to assign end with their window
 	log   *zap.Logger
 	o     Options
+	m     Metrics
 }
 
 // NewServer returns a Server that assigns quota taken from st, a shared
@@ -77,10 +122,20 @@ func NewServer(rules Rules, st limits.Store, log *zap.Logger, o Options) *Server
 	if o.BlanketTTL <= 0 {
 		o.BlanketTTL = 10 * time.Second
 	}
+	if o.BucketTTL < time.Second {
+		o.BucketTTL = 5 * time.Second
+	}
 	if o.MaxBuckets <= 0 {
 		o.MaxBuckets = 10_000
 	}
-	return &Server{rules: rules, store: st, ret: o.Return, log: log, o: o}
+	if o.IdleAfter <= 0 {
+		o.IdleAfter = 10 * time.Minute
+	}
+	m := o.Metrics
+	if m == nil {
+		m = noMetrics{}
+	}
+	return &Server{rules: rules, store: st, ret: o.Return, log: log, o: o, m: m}
 }
 
 // Register registers the service on g.
@@ -94,6 +149,11 @@ func (s *Server) Register(g *grpc.Server) {
 func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	ctx := stream.Context()
 	st := &streamState{buckets: make(map[string]*bucket)}
+	s.m.Streams(1)
+	defer func() {
+		s.m.Streams(-1)
+		s.m.Buckets(-len(st.buckets))
+	}()
 	for {
 		msg, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -107,6 +167,11 @@ func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_Strea
 				return status.Error(codes.InvalidArgument, "domain: must be set in the first message")
 			}
 			st.domain = msg.GetDomain()
+		}
+		if s.rules.Rules().HasDomain(st.domain) {
+			st.label = st.domain
+		} else {
+			st.label = ""
 		}
 		resp := &rlqspb.RateLimitQuotaResponse{}
 		for i, u := range msg.GetBucketQuotaUsages() {
@@ -128,5 +193,6 @@ func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_Strea
 // touches it.
 type streamState struct {
 	domain  string
+	label   string             // domain for metrics: "" when the rules do not define it
 	buckets map[string]*bucket // by bucketKey
 }

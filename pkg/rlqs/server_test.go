@@ -1,0 +1,319 @@
+package rlqs_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rlqstest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
+)
+
+// server is an RLQS server on a shared store and an engine, for tests
+// that need no Redis: the memory store grants hits as Redis does.
+type server struct {
+	addr   string
+	clk    *storetest.Clock
+	shared *failing
+	m      *recorder
+}
+
+// failing is a store that fails every call while down is set.
+type failing struct {
+	next limits.Store
+	mu   sync.Mutex
+	down bool
+}
+
+func (f *failing) Apply(ctx context.Context, b *limits.Batch) error {
+	f.mu.Lock()
+	down := f.down
+	f.mu.Unlock()
+	if down {
+		return errors.New("store down")
+	}
+	return f.next.Apply(ctx, b)
+}
+
+func (f *failing) setDown(d bool) {
+	f.mu.Lock()
+	f.down = d
+	f.mu.Unlock()
+}
+
+// recorder counts the actions the server reports to its Metrics.
+type recorder struct {
+	mu       sync.Mutex
+	assigned map[string]int // "action/reason"
+	granted  uint64
+	buckets  int
+	streams  int
+}
+
+func (r *recorder) Streams(d int) { r.mu.Lock(); r.streams += d; r.mu.Unlock() }
+func (r *recorder) Buckets(d int) { r.mu.Lock(); r.buckets += d; r.mu.Unlock() }
+func (r *recorder) Usage(string, uint64, uint64) {}
+func (r *recorder) Assigned(_, action, reason string) {
+	r.mu.Lock()
+	r.assigned[action+"/"+reason]++
+	r.mu.Unlock()
+}
+func (r *recorder) Granted(_ string, hits uint64, _ bool) {
+	r.mu.Lock()
+	r.granted += hits
+	r.mu.Unlock()
+}
+func (r *recorder) count(k string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.assigned[k]
+}
+
+func startServer(t *testing.T, rules string, eo limits.EngineOptions, o rlqs.Options) *server {
+	t.Helper()
+	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(rules)}}, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{clk: storetest.NewClock(storetest.Epoch.Add(time.Second)), m: &recorder{assigned: map[string]int{}}}
+	s.shared = &failing{next: memory.New(memory.Options{Now: s.clk.Now})}
+	if eo.Local != nil {
+		eo.Local = memory.New(memory.Options{Now: s.clk.Now})
+	}
+	engine := limits.NewEngine(rs, s.shared, eo)
+	o.Now, o.Metrics = s.clk.Now, s.m
+	g := grpc.NewServer()
+	rlqs.NewServer(engine, s.shared, zaptest.NewLogger(t), o).Register(g)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = g.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		g.Stop()
+		<-done
+	})
+	s.addr = lis.Addr().String()
+	return s
+}
+
+func mustRequest(t *testing.T, e *rlqstest.Envoy, id map[string]string) bool {
+	t.Helper()
+	ok, err := e.Request(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func mustReport(t *testing.T, e *rlqstest.Envoy) {
+	t.Helper()
+	if err := e.Report(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// spend makes up to n requests and returns how many were allowed.
+func spend(t *testing.T, e *rlqstest.Envoy, id map[string]string, n int) int {
+	t.Helper()
+	got := 0
+	for range n {
+		if mustRequest(t, e, id) {
+			got++
+		}
+	}
+	return got
+}
+
+// TestBucketLateSpend: an Envoy may spend a grant on a bucket until its
+// time to live ends, seconds after the store counted it, while the bucket
+// refills and other Envoys take the refill. The reserve keeps what the
+// fleet spends at any moment within the burst: here one Envoy takes a
+// grant, the bucket refills for four seconds, a second Envoy takes all
+// it can, and then both spend everything at once.
+func TestBucketLateSpend(t *testing.T) {
+	for _, alg := range []string{"token_bucket", "leaky_bucket"} {
+		t.Run(alg, func(t *testing.T) {
+			const burst = 40
+			s := startServer(t, `
+domain: rlqs
+descriptors:
+  - key: route
+    value: api
+    rate_limit: {algorithm: `+alg+`, unit: minute, requests_per_unit: 60, burst: 40, lease: 40}
+`, limits.EngineOptions{}, rlqs.Options{})
+			id := map[string]string{"route": "api"}
+			a := dialEnvoy(t, s.addr, "rlqs", s.clk.Now)
+			b := dialEnvoy(t, s.addr, "rlqs", s.clk.Now)
+			mustRequest(t, a, id) // subscribes: A holds a grant
+			s.clk.Advance(4 * time.Second)
+			mustRequest(t, b, id)
+			total := 0
+			for range 20 { // B spends and asks again until the bucket is dry
+				n := spend(t, b, id, burst)
+				total += n
+				mustReport(t, b)
+				if n == 0 {
+					break
+				}
+			}
+			late := spend(t, a, id, burst)
+			t.Logf("B took %d after the refill; A spent %d granted four seconds earlier", total, late)
+			if late == 0 || total == 0 {
+				t.Fatalf("A spent %d and B %d: the test needs both to hold quota", late, total)
+			}
+			if total+late > burst {
+				t.Errorf("%d admitted at one moment, more than the burst %d", total+late, burst)
+			}
+		})
+	}
+}
+
+// TestNotServed: a bucket whose rule RLQS cannot serve exactly is
+// answered by its domain's failure mode, and the reason is counted.
+func TestNotServed(t *testing.T) {
+	tests := []struct {
+		name, limit, mode string
+		want              typev3.RateLimitStrategy_BlanketRule
+	}{
+		{"sliding log", "{algorithm: sliding_log, unit: minute, requests_per_unit: 10}", "closed", typev3.RateLimitStrategy_DENY_ALL},
+		{"sliding log, failing open", "{algorithm: sliding_log, unit: minute, requests_per_unit: 10}", "open", typev3.RateLimitStrategy_ALLOW_ALL},
+		{"burst too small", "{algorithm: token_bucket, unit: second, requests_per_unit: 10, burst: 20}", "closed", typev3.RateLimitStrategy_DENY_ALL},
+		{"window too short", "{unit: second, requests_per_unit: 10}", "closed", typev3.RateLimitStrategy_DENY_ALL},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := startServer(t, "domain: rlqs\nfailure_mode: "+tt.mode+"\ndescriptors:\n  - key: route\n    rate_limit: "+tt.limit+"\n",
+				limits.EngineOptions{}, rlqs.Options{})
+			e := dialEnvoy(t, s.addr, "rlqs", s.clk.Now)
+			id := map[string]string{"route": "x"}
+			mustRequest(t, e, id)
+			got := e.Strategy(id)
+			if got.GetBlanketRule() != tt.want || got.GetTokenBucket() != nil {
+				t.Errorf("assigned %v, want %v", got, tt.want)
+			}
+			if n := s.m.count(map[bool]string{true: "allow_all", false: "deny_all"}[tt.mode == "open"] + "/unsupported"); n != 1 {
+				t.Errorf("%d assignments counted as unsupported, want 1", n)
+			}
+		})
+	}
+}
+
+// TestStoreDown: while the shared store fails, grants follow the
+// domain's failure mode: open allows all, closed denies all, local
+// grants from the local store, each limit divided by the replicas.
+func TestStoreDown(t *testing.T) {
+	for _, tt := range []struct {
+		mode string
+		want string // assigned action/reason
+	}{
+		{"open", "allow_all/store_error"},
+		{"closed", "deny_all/store_error"},
+		{"local", "token_bucket/local"},
+	} {
+		t.Run(tt.mode, func(t *testing.T) {
+			s := startServer(t, "domain: rlqs\nfailure_mode: "+tt.mode+"\ndescriptors:\n  - key: route\n    rate_limit: {unit: minute, requests_per_unit: 90, lease: 90}\n",
+				limits.EngineOptions{Local: memory.New(memory.Options{}), LocalDivisor: 3}, rlqs.Options{})
+			s.shared.setDown(true)
+			e := dialEnvoy(t, s.addr, "rlqs", s.clk.Now)
+			id := map[string]string{"route": "api"}
+			mustRequest(t, e, id)
+			if n := s.m.count(tt.want); n != 1 {
+				t.Fatalf("assignments %v; want one %s", s.m.assigned, tt.want)
+			}
+			if tt.mode != "local" {
+				return
+			}
+			// The local share is 90/3 = 30 a minute; a grant takes at
+			// most half of what is left, so the Envoy spends at most 29.
+			total := 0
+			for range 10 {
+				total += spend(t, e, id, 30)
+				mustReport(t, e)
+			}
+			if total == 0 || total > 30 {
+				t.Errorf("%d admitted from the local store, want 1..30 (the share)", total)
+			}
+			// The store back: grants come from it again.
+			s.shared.setDown(false)
+			s.clk.Advance(time.Minute)
+			spend(t, e, id, 1)
+			mustReport(t, e)
+			if n := s.m.count("token_bucket/grant"); n == 0 {
+				t.Errorf("assignments %v; want a grant from the shared store once it is back", s.m.assigned)
+			}
+		})
+	}
+}
+
+// TestIdleAbandon: a bucket with no requests for IdleAfter is abandoned,
+// which frees its room on the stream.
+func TestIdleAbandon(t *testing.T) {
+	s := startServer(t, fleetRules, limits.EngineOptions{}, rlqs.Options{IdleAfter: 30 * time.Second})
+	e := dialEnvoy(t, s.addr, "rlqs", s.clk.Now)
+	id := map[string]string{"route": "api"}
+	mustRequest(t, e, id)
+	for range 3 {
+		s.clk.Advance(10 * time.Second)
+		mustReport(t, e)
+	}
+	if e.Buckets() != 0 || s.m.count("abandon/idle") != 1 {
+		t.Fatalf("after 30s idle: the Envoy holds %d buckets, %d abandoned; want 0 and 1", e.Buckets(), s.m.count("abandon/idle"))
+	}
+	if s.m.buckets != 0 {
+		t.Errorf("the server counts %d buckets, want 0", s.m.buckets)
+	}
+	if !mustRequest(t, e, id) && e.Strategy(id) == nil {
+		t.Errorf("a request after the abandon did not subscribe the bucket again")
+	}
+}
+
+// TestWindowLateSpend: hits granted on a fixed window are counted in the
+// window they were granted in, so Envoy must not be able to spend them in
+// the next: the grant's time to live ends before its window does. Here
+// one Envoy takes a grant and waits for the next window, in which a
+// second Envoy takes all it can; then the first tries to spend.
+func TestWindowLateSpend(t *testing.T) {
+	const limit = 100
+	s := startServer(t, fleetRules, limits.EngineOptions{}, rlqs.Options{})
+	id := map[string]string{"route": "api"}
+	a := dialEnvoy(t, s.addr, "rlqs", s.clk.Now)
+	b := dialEnvoy(t, s.addr, "rlqs", s.clk.Now)
+	mustRequest(t, a, id)
+	if a.Strategy(id).GetTokenBucket() == nil {
+		t.Fatalf("A was assigned %v, want a token bucket", a.Strategy(id))
+	}
+	s.clk.Advance(time.Minute)
+	mustRequest(t, b, id)
+	total := 0
+	for range 40 {
+		n := spend(t, b, id, limit)
+		total += n
+		mustReport(t, b)
+		if n == 0 && b.Strategy(id).GetTokenBucket() == nil {
+			break
+		}
+	}
+	late := spend(t, a, id, limit)
+	if total+late > limit {
+		t.Errorf("%d admitted in one window (B %d, A %d from the window before), more than the limit %d", total+late, total, late, limit)
+	}
+	if total < limit-2*10 {
+		t.Errorf("B took %d of the window's %d", total, limit)
+	}
+}
