@@ -61,8 +61,8 @@ type recorder struct {
 	streams  int
 }
 
-func (r *recorder) Streams(d int) { r.mu.Lock(); r.streams += d; r.mu.Unlock() }
-func (r *recorder) Buckets(d int) { r.mu.Lock(); r.buckets += d; r.mu.Unlock() }
+func (r *recorder) Streams(d int)                { r.mu.Lock(); r.streams += d; r.mu.Unlock() }
+func (r *recorder) Buckets(d int)                { r.mu.Lock(); r.buckets += d; r.mu.Unlock() }
 func (r *recorder) Usage(string, uint64, uint64) {}
 func (r *recorder) Assigned(_, action, reason string) {
 	r.mu.Lock()
