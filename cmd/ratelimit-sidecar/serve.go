@@ -304,7 +304,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	rlsOpts.Tracing = tr.rls(st.name)
 	rls := envoy.NewServer(engine, log, rlsOpts)
 	rls.Register(s.grpc)
-	registerRLQS(s.grpc, engine, st, log)
+	registerRLQS(s.grpc, c, engine, st, m, log)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)

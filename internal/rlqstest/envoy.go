@@ -81,6 +81,21 @@ func (e *Envoy) Close() {
 	e.cancel()
 }
 
+// Reconnect ends the stream and opens a new one on conn, keeping the
+// buckets and their assignments, as Envoy does when its stream breaks:
+// the next report goes out on the new stream, with the domain.
+func (e *Envoy) Reconnect(ctx context.Context, conn grpc.ClientConnInterface) error {
+	e.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		cancel()
+		return err
+	}
+	e.stream, e.cancel, e.sent = stream, cancel, false
+	return nil
+}
+
 // Request decides one request into the bucket id and reports whether it
 // was allowed. A bucket's first request subscribes it, and returns the
 // error of that exchange.

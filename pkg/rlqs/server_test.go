@@ -11,6 +11,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rlqstest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
@@ -315,5 +316,61 @@ func TestWindowLateSpend(t *testing.T) {
 	}
 	if total < limit-2*10 {
 		t.Errorf("B took %d of the window's %d", total, limit)
+	}
+}
+
+// TestSidecarRestart: Envoy holds its grants, so a sidecar that stops
+// loses none of them: Envoy keeps its assignment while its stream is
+// down and spends it until its time to live, then reports on a stream to
+// the sidecar that replaced it. The window still admits at most its
+// limit.
+func TestSidecarRestart(t *testing.T) {
+	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(fleetRules)}}, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := storetest.NewClock(storetest.Epoch.Add(time.Second))
+	shared := memory.New(memory.Options{Now: clk.Now})
+	serve := func() (*grpc.Server, string) {
+		g := grpc.NewServer()
+		engine := limits.NewEngine(rs, shared, limits.EngineOptions{})
+		rlqs.NewServer(engine, shared, zaptest.NewLogger(t), rlqs.Options{Now: clk.Now}).Register(g)
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go g.Serve(lis) //nolint:errcheck // ends with Stop
+		t.Cleanup(g.Stop)
+		return g, lis.Addr().String()
+	}
+	first, addr := serve()
+	e := dialEnvoy(t, addr, "rlqs", clk.Now)
+	id := map[string]string{"route": "api"}
+	mustRequest(t, e, id)
+	admitted := spend(t, e, id, 1)
+	mustReport(t, e)
+	first.Stop()
+	// The stream is gone; the assignment is not.
+	held := spend(t, e, id, 100)
+	if held == 0 {
+		t.Fatalf("nothing admitted from the assignment after the sidecar stopped (%v)", e.Strategy(id))
+	}
+	admitted += held
+	_, addr = serve()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	if err := e.Reconnect(context.Background(), conn); err != nil {
+		t.Fatal(err)
+	}
+	for range 40 {
+		admitted += spend(t, e, id, 100)
+		mustReport(t, e)
+	}
+	t.Logf("%d admitted in the window, %d of them while the sidecar was down", admitted, held)
+	if admitted > 100 || admitted < 100-10-1 {
+		t.Errorf("%d admitted in the window across the restart, want 89..100", admitted)
 	}
 }
