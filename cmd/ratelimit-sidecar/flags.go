@@ -148,7 +148,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", 0.8, "share of a limit past which admitted hits count as near the limit in metrics")
 	fs.Var(&c.overrideKeys, "override-keys", "`mode` of the counters of Envoy's per-request limits (descriptor.limit): shared with the rules' fixed windows of the same window, as envoyproxy/ratelimit, or separate, one per override's requests and unit (default shared)")
 	fs.IntVar(&c.metricMaxValues, "metric-max-values", metrics.DefaultMaxValues, "how many distinct value names each detailed_metric or value_to_metric rule gets series for; later ones share the rule's rule=\"_other.<rule>\" series (0: all do)")
-	fs.DurationVar(&c.rlqsBucketTTL, "rlqs-bucket-ttl", 5*time.Second, "RLQS: the longest time to live of a quota assignment on a token or leaky bucket, in whole seconds; set Envoy's reporting_interval to at most this, and the same on every sidecar (see docs/rlqs.md)")
+	fs.DurationVar(&c.rlqsBucketTTL, "rlqs-bucket-ttl", 6*time.Second, "RLQS: the longest time to live of a quota assignment on a token or leaky bucket, in whole seconds; set Envoy's reporting_interval to at most this, and the same on every sidecar (see docs/rlqs.md)")
 	fs.DurationVar(&c.rlqsIdleAfter, "rlqs-idle-after", 10*time.Minute, "RLQS: abandon a bucket that has reported no requests for this long; Envoy subscribes to it again at its next request")
 	fs.DurationVar(&c.reloadDebounce, "reload-debounce", 200*time.Millisecond, "how long file changes must settle before rules are reloaded")
 	fs.IntVar(&c.gc.percent, "gc-percent", defaultGCPercent, "the Go garbage collector's GOGC, unless the GOGC environment variable is set")

@@ -27,7 +27,7 @@ func (m *Metrics) RLQS() *RLQS {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "rlqs_requests_total",
 			Help: "Requests Envoy decided by itself and reported over RLQS, by result: allowed or denied."}, []string{"domain", "result"}),
 		assigned: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "rlqs_assignments_total",
-			Help: "Actions sent to Envoy, by action (token_bucket, allow_all, deny_all, abandon) and reason (grant, local, dry, window_ending, store_error, no_rule, unsupported, idle)."}, []string{"domain", "action", "reason"}),
+			Help: "Actions sent to Envoy, by action (token_bucket, allow_all, deny_all, abandon) and reason (grant, local, dry, window_ending, store_error, no_rule, unsupported, refused, idle)."}, []string{"domain", "action", "reason"}),
 		granted: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "rlqs_granted_hits_total",
 			Help: "Hits assigned to Envoy in token buckets, by store: shared (taken from Redis) or local (failure mode local)."}, []string{"domain", "store"}),
 	}

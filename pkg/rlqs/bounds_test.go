@@ -2,70 +2,60 @@ package rlqs_test
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	"go.uber.org/zap/zaptest"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
 )
 
 // TestStreamBounds: what one stream makes the server hold is bounded. A
 // stream may subscribe to at most MaxBuckets buckets, and a bucket id is
-// held to the RLS path's bounds on entries and bytes; past either the
-// stream ends with InvalidArgument naming the bucket.
+// held to the RLS path's bounds on entries and bytes. A bucket past
+// either is refused: answered by the domain's failure mode (here
+// DENY_ALL) and not kept, while the stream goes on serving the others.
+// A stream without a domain ends with InvalidArgument.
 func TestStreamBounds(t *testing.T) {
-	rs, err := config.Parse([]config.File{{Name: "r.yaml", Data: []byte(fleetRules)}}, config.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	engine := limits.NewEngine(rs, memory.New(memory.Options{}), limits.EngineOptions{
+	s := startServer(t, fleetRules, limits.EngineOptions{
 		Limits: limits.RequestLimits{MaxDescriptors: 1, MaxEntries: 2, MaxValueBytes: 16, MaxHits: 10},
-	})
-	g := grpc.NewServer()
-	rlqs.NewServer(engine, memory.New(memory.Options{}), zaptest.NewLogger(t), rlqs.Options{MaxBuckets: 3}).Register(g)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go g.Serve(lis) //nolint:errcheck // ends with Stop
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}, rlqs.Options{MaxBuckets: 3})
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 
 	tests := []struct {
-		name string
-		ids  []map[string]string
-		want string // in the error; empty: every report answered
+		name    string
+		ids     []map[string]string
+		refused int // reports refused, of the ids and the first one again
 	}{
-		{"within the bounds", []map[string]string{{"route": "a"}, {"route": "b"}, {"route": "c"}, {"route": "a"}}, ""},
-		{"one bucket too many", []map[string]string{{"route": "a"}, {"route": "b"}, {"route": "c"}, {"route": "d"}}, "more than 3 buckets on one stream"},
-		{"a value too long", []map[string]string{{"route": strings.Repeat("x", 17)}}, "bucket_id, matched as a descriptor: descriptors[0].entries[0].value: longer than 16 bytes"},
-		{"too many entries", []map[string]string{{"a": "1", "b": "2", "c": "3"}}, "3 entries, more than the maximum 2"},
+		{"within the bounds", []map[string]string{{"route": "a"}, {"route": "b"}, {"route": "c"}, {"route": "a"}}, 0},
+		{"one bucket too many", []map[string]string{{"route": "a"}, {"route": "b"}, {"route": "c"}, {"route": "d"}}, 1},
+		{"a value too long", []map[string]string{{"route": strings.Repeat("x", 17)}}, 2},
+		{"too many entries", []map[string]string{{"a": "1", "b": "2", "c": "3"}}, 2},
+		{"an empty bucket id", []map[string]string{{}}, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			before := s.m.count("deny_all/refused")
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			stream, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got error
-			for i, id := range tt.ids {
+			var last *rlqspb.RateLimitQuotaResponse
+			// Each bucket, then the first one again: the stream goes on.
+			for i, id := range append(tt.ids, tt.ids[0]) {
 				msg := &rlqspb.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
 					{BucketId: &rlqspb.BucketId{Bucket: id}, NumRequestsAllowed: 1},
 				}}
@@ -73,22 +63,42 @@ func TestStreamBounds(t *testing.T) {
 					msg.Domain = "rlqs"
 				}
 				if err := stream.Send(msg); err != nil {
-					got = err
-					break
+					t.Fatalf("report %d: %v", i, err)
 				}
-				if _, err := stream.Recv(); err != nil {
-					got = err
-					break
+				resp, err := stream.Recv()
+				if err != nil {
+					t.Fatalf("report %d: %v", i, err)
+				}
+				if i == len(tt.ids)-1 {
+					last = resp
 				}
 			}
-			switch {
-			case tt.want == "" && got != nil:
-				t.Fatalf("stream failed: %v", got)
-			case tt.want == "":
-				return
-			case status.Code(got) != codes.InvalidArgument || !strings.Contains(status.Convert(got).Message(), tt.want):
-				t.Fatalf("stream ended with %v; want InvalidArgument with %q", got, tt.want)
+			got := s.m.count("deny_all/refused") - before
+			if got != tt.refused {
+				t.Errorf("%d reports refused, want %d", got, tt.refused)
+			}
+			if tt.refused > 0 {
+				a := last.GetBucketAction()
+				if len(a) != 1 || a[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL {
+					t.Errorf("refused bucket answered %v, want DENY_ALL", a)
+				}
 			}
 		})
 	}
+
+	t.Run("no domain", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		stream, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = stream.Send(&rlqspb.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			{BucketId: &rlqspb.BucketId{Bucket: map[string]string{"route": "a"}}},
+		}})
+		_, err = stream.Recv()
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "domain: must be set") {
+			t.Fatalf("stream without a domain: %v; want InvalidArgument naming domain", err)
+		}
+	})
 }

@@ -164,7 +164,7 @@ func checkBucket(t *testing.T, adm []uint64) {
 	for _, n := range adm {
 		total += n
 	}
-	const reserve = 10 // 100 a minute over 5s + 1s, rounded up
+	const reserve = 12 // 100 a minute over 6s + 1s, rounded up
 	floor := fleetBurst - reserve + rate*float64(len(adm)-1) - fleetEnvoys*fleetLease
 	t.Logf("%d admitted over %ds; at least %.0f expected", total, len(adm), floor)
 	if float64(total) < floor {

@@ -3,10 +3,12 @@ package rlqs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -42,7 +44,8 @@ type Metrics interface {
 	// Assigned counts an action sent: token_bucket, allow_all, deny_all
 	// or abandon, and why: grant or local (a token bucket from the
 	// shared or the local store), dry, window_ending, store_error,
-	// no_rule, unsupported, idle.
+	// no_rule, unsupported, refused (past MaxBuckets or the request
+	// bounds), idle.
 	Assigned(domain, action, reason string)
 	// Granted counts hits assigned in token buckets, from the local
 	// store when local is true.
@@ -80,7 +83,8 @@ type Options struct {
 	// leaky bucket (whole seconds; see bucketPlan): Envoy's
 	// reporting_interval should be at most this, or its buckets go
 	// without an assignment between a grant's end and the next report.
-	// Every sidecar of a fleet must use the same. Zero means 5s.
+	// Every sidecar of a fleet must use the same. Zero means 6s: Envoy
+	// reports every 5s, and a second more bridges to the next report.
 	BucketTTL time.Duration
 	// MaxBuckets bounds the buckets one stream may subscribe to. Zero
 	// means 10,000.
@@ -123,7 +127,7 @@ func NewServer(rules Rules, st limits.Store, log *zap.Logger, o Options) *Server
 		o.BlanketTTL = 10 * time.Second
 	}
 	if o.BucketTTL < time.Second {
-		o.BucketTTL = 5 * time.Second
+		o.BucketTTL = 6 * time.Second
 	}
 	if o.MaxBuckets <= 0 {
 		o.MaxBuckets = 10_000
@@ -177,7 +181,10 @@ func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_Strea
 		for i, u := range msg.GetBucketQuotaUsages() {
 			a, err := s.report(ctx, st, u)
 			if err != nil {
-				return status.Errorf(codes.InvalidArgument, "bucket_quota_usages[%d].%v", i, err)
+				// One bucket Envoy cannot be served for does not end the
+				// stream: Envoy would send it again with every report, and
+				// every other bucket would go without quota.
+				a = s.refuse(st, u.GetBucketId(), fmt.Errorf("bucket_quota_usages[%d].%w", i, err))
 			}
 			if a != nil {
 				resp.BucketAction = append(resp.BucketAction, a)
@@ -189,9 +196,28 @@ func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_Strea
 	}
 }
 
+// refuse answers a bucket the stream cannot hold (past MaxBuckets) or
+// whose id breaks the request bounds by the domain's failure mode, for
+// BlanketTTL, without keeping it. The first refusal of a stream is
+// logged; all are counted.
+func (s *Server) refuse(st *streamState, id *rlqspb.BucketId, err error) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	if !st.refused {
+		st.refused = true
+		s.log.Warn("rlqs bucket refused; later refusals on this stream are only counted",
+			zap.String("domain", st.domain), zap.Error(err))
+	}
+	if s.rules.FailureMode(st.domain) == limits.FailOpen {
+		s.m.Assigned(st.label, "allow_all", "refused")
+		return blanket(id, typev3.RateLimitStrategy_ALLOW_ALL, s.o.BlanketTTL)
+	}
+	s.m.Assigned(st.label, "deny_all", "refused")
+	return blanket(id, typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL)
+}
+
 // streamState is one stream's buckets. Only the stream's goroutine
 // touches it.
 type streamState struct {
+	refused bool // a refusal was logged
 	domain  string
 	label   string             // domain for metrics: "" when the rules do not define it
 	buckets map[string]*bucket // by bucketKey
