@@ -151,4 +151,3 @@ func dialEnvoy(t *testing.T, addr, domain string, now func() time.Time) *rlqstes
 	t.Cleanup(e.Close)
 	return e
 }
-
