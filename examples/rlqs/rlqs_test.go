@@ -62,7 +62,7 @@ const (
 // served) so that it stays valid.
 var servedAlgorithms = []limits.Algorithm{limits.FixedWindow}
 
-// minWindow is the shortest window RLQS serves (docs/rlqs.md): Envoy reads
+// minWindowSeconds is the shortest window RLQS serves (docs/rlqs.md): Envoy reads
 // assignment TTLs in whole seconds.
 const minWindowSeconds = 3
 
