@@ -222,3 +222,18 @@ type streamState struct {
 	label   string             // domain for metrics: "" when the rules do not define it
 	buckets map[string]*bucket // by bucketKey
 }
+
+// Serves reports how the server answers a bucket of domain under rs:
+// nil when it assigns quota granted from the bucket's limit, else an
+// error saying why not (no rule applies, the rule cannot be served
+// exactly, the bucket id is empty). Configuration checks use it.
+func (s *Server) Serves(rs *limits.Ruleset, domain string, bucket map[string]string) error {
+	ents, err := entriesOf(&rlqspb.BucketId{Bucket: bucket})
+	if err != nil {
+		return err
+	}
+	if p := s.match(rs, domain, ents); p.kind != planGrant {
+		return fmt.Errorf("not served from a limit (%s): %s", p.reason, p.why)
+	}
+	return nil
+}

@@ -1,0 +1,153 @@
+package rlqsexample_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rlqstest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
+)
+
+// TestExampleServed runs the example's buckets through the sidecar's RLQS
+// server on the example's rules.yaml and a real Redis, with a test Envoy
+// that denies without quota as envoy.yaml does and reports every 5 s as
+// Envoy does: tenant t1, sending 20 requests a second, runs through its
+// 600 a minute and is denied, while tenant acme, well under its limit, is
+// still admitted. The run stays inside one minute: near a window's end
+// every bucket is denied until the next window's grant (README.md).
+func TestExampleServed(t *testing.T) {
+	b, rs := loadPair(t, readFile("envoy.yaml"))
+	placedBy := map[string]placed{}
+	got, err := checkAgreement(b, rs, samples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range got {
+		placedBy[p.sample] = p
+	}
+	t1, acme, anon := placedBy["tenant t1"], placedBy["tenant acme"], placedBy["anonymous"]
+
+	srv := redistest.StartServer(t)
+	clk := storetest.NewClock(storetest.Epoch.Add(time.Second))
+	addr := startSidecar(t, rs, srv, clk)
+	envoy := dialEnvoy(t, addr, t1.domain, clk.Now)
+
+	const (
+		t1PerSecond   = 20
+		acmePerSecond = 2
+		seconds       = 50 // within the first minute, so one window
+		report        = 5  // seconds between reports, as Envoy's filter
+	)
+	var t1Admitted, t1Denied, acmeDenied, anonDenied int
+	var t1DryAt int // the second t1 was first denied after being admitted
+	for sec := range seconds {
+		for range t1PerSecond {
+			ok, err := envoy.Request(t1.bucket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				t1Admitted++
+			} else {
+				t1Denied++
+				if uint64(t1Admitted) >= t1.limit.Requests/2 && t1DryAt == 0 {
+					t1DryAt = sec
+				}
+			}
+		}
+		for i := range acmePerSecond {
+			ok, err := envoy.Request(acme.bucket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The bucket's very first request has no quota yet.
+			if !ok && !(sec == 0 && i == 0) {
+				acmeDenied++
+				t.Errorf("second %d: acme denied, at %d of its %d a minute", sec, sec*acmePerSecond+i, acme.limit.Requests)
+			}
+		}
+		ok, err := envoy.Request(anon.bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Not asserted: at this rate the server's first grants (a quarter
+		// of the default lease, 7 hits) run out before the report that
+		// would renew them, so a few requests under the limit are denied.
+		// Counted for the report to the lead, who is reworking grant sizing.
+		if !ok && sec > 0 {
+			anonDenied++
+		}
+		clk.Advance(time.Second)
+		if (sec+1)%report == 0 {
+			if err := envoy.Report(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Logf("t1: %d admitted, %d denied (dry at second %d); acme: %d denied; anonymous: %d denied; %d reports, %d assignments",
+		t1Admitted, t1Denied, t1DryAt, acmeDenied, anonDenied, envoy.Reports, envoy.Assignments)
+	if t1Admitted > int(t1.limit.Requests) {
+		t.Errorf("t1: %d admitted in one minute, more than its limit %d", t1Admitted, t1.limit.Requests)
+	}
+	if t1DryAt == 0 {
+		t.Errorf("t1: never denied after half its limit; %d admitted of %d sent", t1Admitted, seconds*t1PerSecond)
+	}
+}
+
+// startSidecar serves RLQS for rs on a Redis store on srv, deciding by
+// clk, as the sidecar does when its store is Redis, and returns the
+// listener's address.
+func startSidecar(t *testing.T, rs *limits.Ruleset, srv *redistest.Server, clk *storetest.Clock) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := redis.New(ctx, redis.Options{URL: "redis://" + srv.Addr, KeyPrefix: "example:", Timeout: 5 * time.Second, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	engine := limits.NewEngine(rs, st, limits.EngineOptions{})
+	g := grpc.NewServer()
+	rlqs.NewServer(engine, st, zaptest.NewLogger(t), rlqs.Options{Now: clk.Now, Return: st}).Register(g)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = g.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		g.Stop()
+		<-done
+	})
+	return lis.Addr().String()
+}
+
+// dialEnvoy opens an RLQS stream to addr for domain, as Envoy's filter
+// with no_assignment_behavior DENY_ALL, on the clock now.
+func dialEnvoy(t *testing.T, addr, domain string, now func() time.Time) *rlqstest.Envoy {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	e, err := rlqstest.Dial(context.Background(), conn, domain, rlqstest.Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
