@@ -39,7 +39,7 @@ func TestExampleServed(t *testing.T) {
 
 	srv := redistest.StartServer(t)
 	clk := storetest.NewClock(storetest.Epoch.Add(time.Second))
-	addr := startSidecar(t, rs, srv, clk)
+	addr, m := startSidecar(t, rs, srv, clk)
 	envoy := dialEnvoy(t, addr, t1.domain, clk.Now)
 
 	const (
@@ -87,15 +87,19 @@ func TestExampleServed(t *testing.T) {
 		if !ok && sec > 0 {
 			anonDenied++
 		}
-		clk.Advance(time.Second)
+		clk.Advance(time.Second) // pushes what is due
+		if err := envoy.Sync(m.Pushes()); err != nil {
+			t.Fatal(err)
+		}
 		if (sec+1)%report == 0 {
 			if err := envoy.Report(); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	t.Logf("t1: %d admitted, %d denied (dry at second %d); acme: %d denied; anonymous: %d denied; %d reports, %d assignments",
-		t1Admitted, t1Denied, t1DryAt, acmeDenied, anonDenied, envoy.Reports, envoy.Assignments)
+	reports, _, assignments := envoy.Counts()
+	t.Logf("t1: %d admitted, %d denied (dry at second %d); acme: %d denied; anonymous: %d denied; %d reports, %d assignments, %d pushed",
+		t1Admitted, t1Denied, t1DryAt, acmeDenied, anonDenied, reports, assignments, m.Pushes())
 	if t1Admitted > int(t1.limit.Requests) {
 		t.Errorf("t1: %d admitted in one minute, more than its limit %d", t1Admitted, t1.limit.Requests)
 	}
@@ -107,7 +111,7 @@ func TestExampleServed(t *testing.T) {
 // startSidecar serves RLQS for rs on a Redis store on srv, deciding by
 // clk, as the sidecar does when its store is Redis, and returns the
 // listener's address.
-func startSidecar(t *testing.T, rs *limits.Ruleset, srv *redistest.Server, clk *storetest.Clock) string {
+func startSidecar(t *testing.T, rs *limits.Ruleset, srv *redistest.Server, clk *storetest.Clock) (string, *rlqstest.Metrics) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -118,7 +122,8 @@ func startSidecar(t *testing.T, rs *limits.Ruleset, srv *redistest.Server, clk *
 	t.Cleanup(func() { _ = st.Close() })
 	engine := limits.NewEngine(rs, st, limits.EngineOptions{})
 	g := grpc.NewServer()
-	rlqs.NewServer(engine, st, zaptest.NewLogger(t), rlqs.Options{Now: clk.Now, Return: st}).Register(g)
+	m := &rlqstest.Metrics{}
+	rlqs.NewServer(engine, st, zaptest.NewLogger(t), rlqs.Options{Now: clk.Now, Return: st, Metrics: m, AfterFunc: clk.AfterFunc}).Register(g)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +137,7 @@ func startSidecar(t *testing.T, rs *limits.Ruleset, srv *redistest.Server, clk *
 		g.Stop()
 		<-done
 	})
-	return lis.Addr().String()
+	return lis.Addr().String(), m
 }
 
 // dialEnvoy opens an RLQS stream to addr for domain, as Envoy's filter

@@ -15,6 +15,7 @@ type RLQS struct {
 	requests *prometheus.CounterVec
 	assigned *prometheus.CounterVec
 	granted  *prometheus.CounterVec
+	pushes   prometheus.Counter
 }
 
 // RLQS registers the RLQS metrics. Call it once.
@@ -30,8 +31,10 @@ func (m *Metrics) RLQS() *RLQS {
 			Help: "Actions sent to Envoy, by action (token_bucket, allow_all, deny_all, abandon) and reason (grant, local, dry, window_ending, store_error, no_rule, unsupported, refused, idle)."}, []string{"domain", "action", "reason"}),
 		granted: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "rlqs_granted_hits_total",
 			Help: "Hits assigned to Envoy in token buckets, by store: shared (taken from Redis) or local (failure mode local)."}, []string{"domain", "store"}),
+		pushes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "rlqs_pushes_total",
+			Help: "Messages of new assignments sent between reports: when a busy bucket's grant ends, its window turns, or a limit that ran dry can grant again."}),
 	}
-	m.Registry.MustRegister(r.streams, r.buckets, r.requests, r.assigned, r.granted)
+	m.Registry.MustRegister(r.streams, r.buckets, r.requests, r.assigned, r.granted, r.pushes)
 	return r
 }
 
@@ -64,3 +67,6 @@ func (r *RLQS) Granted(domain string, hits uint64, local bool) {
 	}
 	r.granted.WithLabelValues(domain, store).Add(float64(hits))
 }
+
+// Pushed counts a message sent between reports.
+func (r *RLQS) Pushed() { r.pushes.Inc() }

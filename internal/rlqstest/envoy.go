@@ -6,6 +6,7 @@ package rlqstest
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -25,19 +26,29 @@ import (
 // expired_assignment_behavior is configured). requests_per_time_unit is
 // ignored by Envoy; receiving one is an error here.
 //
-// Time is what Now returns. An Envoy is not safe for concurrent use: the
-// server answers each report with one response, which Report waits for.
+// Time is what Now returns. Every message the server sends is applied as
+// it arrives, by a goroutine of the Envoy's own: answers to reports, and
+// assignments the server pushes at any time. Report waits for a message
+// after it sends, normally the answer. An Envoy is safe for concurrent
+// use.
 type Envoy struct {
 	now    func() time.Time
 	domain string
 	allow  bool // no_assignment_behavior is ALLOW_ALL
-	stream rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient
-	cancel context.CancelFunc
-	sent   bool // the domain went out in the first message
-	bucks  map[string]*bucket
-	// Reports counts the reports sent (subscriptions included) and
-	// Assignments the quota assignments received.
-	Reports, Assignments int
+
+	mu       sync.Mutex
+	cond     *sync.Cond // signalled when a message is applied or the stream ends
+	stream   rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient
+	cancel   context.CancelFunc
+	done     chan struct{} // closed when the receiving goroutine ends
+	recvErr  error         // why the stream ended, once it has
+	sent     bool          // the domain went out in the first message
+	bucks    map[string]*bucket
+	received int // messages applied
+	pushes   int // messages the server pushed, as Sync was told
+	// reports counts the reports sent (subscriptions included) and
+	// assignments the quota assignments received.
+	reports, assignments int
 }
 
 // Options tunes an Envoy. The zero value is ready to use.
@@ -65,20 +76,61 @@ func Dial(ctx context.Context, conn grpc.ClientConnInterface, domain string, o O
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	e := &Envoy{now: o.Now, domain: domain, allow: o.AllowWithoutAssignment, bucks: make(map[string]*bucket)}
+	e.cond = sync.NewCond(&e.mu)
+	if err := e.open(ctx, conn); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// open starts a stream on conn and the goroutine that receives on it.
+func (e *Envoy) open(ctx context.Context, conn grpc.ClientConnInterface) error {
 	ctx, cancel := context.WithCancel(ctx)
 	stream, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
 	if err != nil {
 		cancel()
-		return nil, err
+		return err
 	}
-	return &Envoy{now: o.Now, domain: domain, allow: o.AllowWithoutAssignment, stream: stream, cancel: cancel,
-		bucks: make(map[string]*bucket)}, nil
+	done := make(chan struct{})
+	e.mu.Lock()
+	e.stream, e.cancel, e.done, e.sent, e.recvErr = stream, cancel, done, false, nil
+	e.mu.Unlock()
+	go e.receive(stream, done)
+	return nil
+}
+
+// receive applies every message of stream until it ends.
+func (e *Envoy) receive(stream rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient, done chan struct{}) {
+	defer close(done)
+	for {
+		resp, err := stream.Recv()
+		e.mu.Lock()
+		if err != nil {
+			e.recvErr = fmt.Errorf("receive: %w", err)
+			e.cond.Broadcast()
+			e.mu.Unlock()
+			return
+		}
+		for _, a := range resp.GetBucketAction() {
+			if err := e.apply(a); err != nil && e.recvErr == nil {
+				e.recvErr = err
+			}
+		}
+		e.received++
+		e.cond.Broadcast()
+		e.mu.Unlock()
+	}
 }
 
 // Close ends the stream.
 func (e *Envoy) Close() {
-	_ = e.stream.CloseSend()
-	e.cancel()
+	e.mu.Lock()
+	stream, cancel, done := e.stream, e.cancel, e.done
+	e.mu.Unlock()
+	_ = stream.CloseSend()
+	cancel()
+	<-done
 }
 
 // Reconnect ends the stream and opens a new one on conn, keeping the
@@ -86,20 +138,52 @@ func (e *Envoy) Close() {
 // the next report goes out on the new stream, with the domain.
 func (e *Envoy) Reconnect(ctx context.Context, conn grpc.ClientConnInterface) error {
 	e.Close()
-	ctx, cancel := context.WithCancel(ctx)
-	stream, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
-	if err != nil {
-		cancel()
-		return err
+	return e.open(ctx, conn)
+}
+
+// Counts returns the reports sent (subscriptions included), the
+// messages received, and the quota assignments among them.
+func (e *Envoy) Counts() (reports, received, assignments int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.reports, e.received, e.assignments
+}
+
+// WaitReceived waits until n messages have been received in all, up to
+// timeout.
+func (e *Envoy) WaitReceived(n int, timeout time.Duration) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.waitLocked(n, timeout)
+}
+
+// waitLocked waits, with mu held, until n messages have been received.
+func (e *Envoy) waitLocked(n int, timeout time.Duration) error {
+	t := time.AfterFunc(timeout, func() {
+		e.mu.Lock()
+		e.cond.Broadcast()
+		e.mu.Unlock()
+	})
+	defer t.Stop()
+	deadline := time.Now().Add(timeout)
+	for e.received < n {
+		if e.recvErr != nil {
+			return e.recvErr
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("%d messages received after %s, want %d", e.received, timeout, n)
+		}
+		e.cond.Wait()
 	}
-	e.stream, e.cancel, e.sent = stream, cancel, false
-	return nil
+	return e.recvErr
 }
 
 // Request decides one request into the bucket id and reports whether it
 // was allowed. A bucket's first request subscribes it, and returns the
 // error of that exchange.
 func (e *Envoy) Request(id map[string]string) (bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	k := Key(id)
 	b := e.bucks[k]
 	if b == nil {
@@ -125,6 +209,8 @@ func (e *Envoy) Request(id map[string]string) (bool, error) {
 // Report sends every bucket's usage since its last report and applies
 // the server's answer.
 func (e *Envoy) Report() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	bs := make([]*bucket, 0, len(e.bucks))
 	for _, b := range e.bucks {
 		bs = append(bs, b)
@@ -137,6 +223,8 @@ func (e *Envoy) Report() error {
 
 // Strategy returns the bucket's assignment in force, or nil.
 func (e *Envoy) Strategy(id map[string]string) *typev3.RateLimitStrategy {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	b := e.bucks[Key(id)]
 	if b == nil || !b.assigned || !e.now().Before(b.expires) {
 		return nil
@@ -145,8 +233,13 @@ func (e *Envoy) Strategy(id map[string]string) *typev3.RateLimitStrategy {
 }
 
 // Buckets returns how many buckets the Envoy holds.
-func (e *Envoy) Buckets() int { return len(e.bucks) }
+func (e *Envoy) Buckets() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.bucks)
+}
 
+// send reports bs, with mu held, and waits for a message in answer.
 func (e *Envoy) send(bs []*bucket) error {
 	msg := &rlqspb.RateLimitQuotaUsageReports{}
 	if !e.sent {
@@ -158,20 +251,23 @@ func (e *Envoy) send(bs []*bucket) error {
 		})
 		b.allowed, b.denied = 0, 0
 	}
-	e.Reports++
+	e.reports++
 	if err := e.stream.Send(msg); err != nil {
 		return fmt.Errorf("send report: %w", err)
 	}
-	resp, err := e.stream.Recv()
-	if err != nil {
-		return fmt.Errorf("receive response: %w", err)
-	}
-	for _, a := range resp.GetBucketAction() {
-		if err := e.apply(a); err != nil {
-			return err
-		}
-	}
-	return nil
+	// The server answers every report, and may push between reports: a
+	// test that knows how many it pushed (Sync) waits for exactly the
+	// answer; otherwise a push can stand for it.
+	return e.waitLocked(max(e.reports+e.pushes, e.received+1), 10*time.Second)
+}
+
+// Sync waits until the server's answers to every report, and pushes
+// messages pushed in all to this Envoy's streams, have been applied.
+func (e *Envoy) Sync(pushes int) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.pushes = pushes
+	return e.waitLocked(e.reports+pushes, 10*time.Second)
 }
 
 func (e *Envoy) apply(a *rlqspb.RateLimitQuotaResponse_BucketAction) error {
@@ -205,7 +301,7 @@ func (e *Envoy) apply(a *rlqspb.RateLimitQuotaResponse_BucketAction) error {
 			b.last = now
 		}
 	}
-	e.Assignments++
+	e.assignments++
 	b.assigned, b.strategy = true, s
 	b.expires = now.Add(time.Duration(qa.GetAssignmentTimeToLive().GetSeconds()) * time.Second)
 	return nil

@@ -8,6 +8,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,8 +28,15 @@ var IgnoreReceipts = cmpopts.IgnoreFields(limits.Outcome{}, "GrantReceipt")
 // Clock is a settable clock for stores under test. It is safe for
 // concurrent use.
 type Clock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu     sync.Mutex
+	t      time.Time
+	timers []*clockTimer // guarded by mu
+}
+
+type clockTimer struct {
+	at      time.Time
+	f       func()
+	stopped bool // guarded by Clock.mu
 }
 
 // NewClock returns a clock set to t.
@@ -48,11 +56,46 @@ func (c *Clock) Set(t time.Time) {
 	c.t = t
 }
 
-// Advance moves the clock forward by d.
+// Advance moves the clock forward by d, and then runs, in the caller's
+// goroutine and in the order they are due, the functions of AfterFunc
+// that are due by the new time (those they add that are due run too).
 func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
+	c.mu.Unlock()
+	for {
+		c.mu.Lock()
+		var next *clockTimer
+		for _, tm := range c.timers {
+			if !tm.stopped && !tm.at.After(c.t) && (next == nil || tm.at.Before(next.at)) {
+				next = tm
+			}
+		}
+		if next == nil {
+			c.timers = slices.DeleteFunc(c.timers, func(tm *clockTimer) bool { return tm.stopped })
+			c.mu.Unlock()
+			return
+		}
+		next.stopped = true
+		c.mu.Unlock()
+		next.f()
+	}
+}
+
+// AfterFunc runs f once the clock has been advanced by d or more (see
+// Advance); stop keeps it from running and reports whether it did.
+func (c *Clock) AfterFunc(d time.Duration, f func()) (stop func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tm := &clockTimer{at: c.t.Add(d), f: f}
+	c.timers = append(c.timers, tm)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		was := !tm.stopped
+		tm.stopped = true
+		return was
+	}
 }
 
 // Epoch is where every case starts: a multiple of every unit (second to

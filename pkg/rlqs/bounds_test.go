@@ -46,7 +46,7 @@ func TestStreamBounds(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := s.m.count("deny_all/refused")
+			before := s.m.Count("deny_all/refused")
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			stream, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
@@ -73,7 +73,7 @@ func TestStreamBounds(t *testing.T) {
 					last = resp
 				}
 			}
-			got := s.m.count("deny_all/refused") - before
+			got := s.m.Count("deny_all/refused") - before
 			if got != tt.refused {
 				t.Errorf("%d reports refused, want %d", got, tt.refused)
 			}

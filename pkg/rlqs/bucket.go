@@ -50,18 +50,30 @@ type bucket struct {
 	plan    plan
 	active  time.Time // the last report with requests in it, or the subscription
 	last    time.Time // the last report
+	// What the last report asked for (allowed and denied), and the time
+	// since the one before: grants are sized from them.
+	demand   uint64
+	interval time.Duration
 	// The live grant: a token bucket of granted tokens that Envoy may
 	// spend until until (local time).
 	live    bool
 	granted uint64
 	used    uint64 // allowed reported since the grant was sent
 	until   time.Time
-	gen     int32 // grants sent, to tell Envoy each one is new
+	gen     int32     // grants sent, to tell Envoy each one is new
+	push    time.Time // when to assign anew without a report; zero: never
+	topUp   bool      // the push replaces the live grant, expected spent by then
+	capped  bool      // the store granted less than asked: the limit is running out
+	// carry is what the grants pushed since the last report replaced may
+	// still have held: the next report's allowed requests may have been
+	// spent from them, and are not charged to the grant that replaced
+	// them as far as they go.
+	carry uint64
 }
 
 // report handles one bucket's usage report and returns the action to
 // send for it, or nil when its assignment stands.
-func (s *Server) report(ctx context.Context, st *streamState, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) (*rlqspb.RateLimitQuotaResponse_BucketAction, error) {
+func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) (*rlqspb.RateLimitQuotaResponse_BucketAction, error) {
 	ents, err := entriesOf(u.GetBucketId())
 	if err != nil {
 		return nil, err
@@ -85,8 +97,10 @@ func (s *Server) report(ctx context.Context, st *streamState, u *rlqspb.RateLimi
 	}
 	allowed, denied := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
 	s.m.Usage(st.label, allowed, denied)
-	interval := now.Sub(b.last)
-	b.last = now
+	b.demand, b.interval, b.last = allowed+denied, now.Sub(b.last), now
+	old := min(allowed, b.carry)
+	b.used += allowed - old
+	b.carry = 0
 	if allowed+denied > 0 {
 		b.active = now
 	} else if now.Sub(b.active) >= s.o.IdleAfter {
@@ -97,18 +111,7 @@ func (s *Server) report(ctx context.Context, st *streamState, u *rlqspb.RateLimi
 		s.m.Assigned(st.label, "abandon", "idle")
 		return abandon(b.id), nil
 	}
-	if rs := s.rules.Rules(); rs != b.rules {
-		p := s.match(rs, st.domain, ents)
-		if p.kind != b.plan.kind || p.key != b.plan.key || p.ttl != b.plan.ttl ||
-			(p.rule != nil && !sameLimit(p.rule, b.plan.rule)) {
-			if p.kind != planGrant && p.reason != "no_rule" {
-				s.log.Warn("rlqs bucket not served from a limit", zap.String("domain", st.domain),
-					zap.String("bucket", k), zap.String("reason", p.why))
-			}
-			b.live = false // re-assign under the new plan
-		}
-		b.rules, b.plan = rs, p
-	}
+	s.rematch(st, b)
 	switch b.plan.kind {
 	case planAllow:
 		s.m.Assigned(st.label, "allow_all", b.plan.reason)
@@ -117,22 +120,51 @@ func (s *Server) report(ctx context.Context, st *streamState, u *rlqspb.RateLimi
 		s.m.Assigned(st.label, "deny_all", b.plan.reason)
 		return blanket(b.id, typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL), nil
 	}
-	return s.grant(ctx, st, b, allowed, denied, interval), nil
+	return s.grant(st, b, false), nil
 }
 
-// grant charges a report against b's live grant and, when the grant is
-// spent or ends, takes a new one from the store.
-//
-// A grant is replaced only once Envoy has reported all of it used, or
-// when it ends: a new token bucket replaces Envoy's, and the tokens left
-// in the old one would be lost.
-func (s *Server) grant(ctx context.Context, st *streamState, b *bucket, allowed, denied uint64, interval time.Duration) *rlqspb.RateLimitQuotaResponse_BucketAction {
+// rematch matches b again when the rules changed since it last was; a
+// bucket whose limit changed is assigned anew.
+func (s *Server) rematch(st *streamState, b *bucket) {
+	rs := s.rules.Rules()
+	if rs == b.rules {
+		return
+	}
+	p := s.match(rs, st.domain, b.entries)
+	if p.kind != b.plan.kind || p.key != b.plan.key || p.ttl != b.plan.ttl ||
+		(p.rule != nil && !sameLimit(p.rule, b.plan.rule)) {
+		if p.kind != planGrant && p.reason != "no_rule" {
+			s.log.Warn("rlqs bucket not served from a limit", zap.String("domain", st.domain),
+				zap.String("bucket", bucketKey(b.entries)), zap.String("reason", p.why))
+		}
+		b.live, b.push = false, time.Time{} // assign anew under the new plan
+	}
+	b.rules, b.plan = rs, p
+}
+
+// grant takes a new grant from the store for b, unless its live grant
+// stands: a grant is replaced only once Envoy has reported all of it
+// used, when it ends, or (topUp, from a push) when the rate of the last
+// report says it is spent, since a new token bucket replaces Envoy's and
+// the tokens left in the old one are lost. It also sets when b wants a
+// push.
+func (s *Server) grant(st *streamState, b *bucket, topUp bool) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	ctx := st.ctx
 	now := s.o.Now()
-	b.used += allowed
-	if b.live && now.Before(b.until.Add(-s.o.Margin)) && b.used < b.granted {
+	if b.live && !topUp && now.Before(b.until.Add(-s.o.Margin)) && b.used < b.granted {
+		// It stands; but if at the last report's rate it runs out before
+		// the next report, replace it a little before it is expected to
+		// (at three quarters of the time), losing what is left then,
+		// unless the limit is running out: there what is lost counts.
+		if left := b.granted - b.used; b.demand > left && !b.capped {
+			at := now.Add(time.Duration(mulDiv(uint64(max(b.interval, time.Second)), 3*left, 4*b.demand)))
+			if at.Before(b.push) || b.push.IsZero() {
+				b.push, b.topUp = at, true
+			}
+		}
 		return nil
 	}
-	b.live = false
+	b.live, b.push, b.topUp = false, time.Time{}, false
 	p := &b.plan
 	most := leaseOf(p.rule)
 	// Size the grant from the report rate: on a window, twice what the
@@ -140,10 +172,9 @@ func (s *Server) grant(ctx context.Context, st *streamState, b *bucket, allowed,
 	// spends it over two reports; on a bucket, what it asks for in one
 	// grant's time to live, and a quarter more, since what it does not
 	// spend is lost. At least a quarter of the lease, at most all of it.
-	want := 2 * (allowed + denied)
+	want := 2 * b.demand
 	if p.ttl > 0 {
-		interval = max(interval, time.Second)
-		want = mulDiv(allowed+denied, uint64(p.ttl+p.ttl/4), uint64(interval))
+		want = mulDiv(b.demand, uint64(p.ttl+p.ttl/4), uint64(max(b.interval, time.Second)))
 	}
 	want = min(max(want, most/4, 1), most)
 	batch := limits.Batch{Checks: []limits.Check{{Key: p.key, Limit: p.limit, Extra: want}}}
@@ -172,13 +203,17 @@ func (s *Server) grant(ctx context.Context, st *streamState, b *bucket, allowed,
 		// Run dry (a grant never takes the last hit): deny until a grant
 		// can be taken again.
 		s.m.Assigned(st.label, "deny_all", "dry")
-		return blanket(b.id, typev3.RateLimitStrategy_DENY_ALL, dryFor(batch.Checks[0].Limit, out))
+		d := max(dryFor(batch.Checks[0].Limit, out), time.Second)
+		b.push = now.Add(d + pushDelay)
+		return blanket(b.id, typev3.RateLimitStrategy_DENY_ALL, d)
 	}
 	var ttl time.Duration
 	if p.ttl > 0 {
 		ttl = p.ttl
 		b.until = now.Add(ttl)
+		b.push = b.until.Add(-s.o.Margin)
 	} else {
+		b.push = now.Add(out.GrantFor + pushDelay)
 		b.until = now.Add(out.GrantFor)
 		ttl = b.until.Sub(s.o.Now()) - s.o.Margin
 		if ttl < time.Second {
@@ -193,7 +228,7 @@ func (s *Server) grant(ctx context.Context, st *streamState, b *bucket, allowed,
 		}
 	}
 	g := min(out.Granted, math.MaxUint32)
-	b.live, b.granted, b.used = true, g, 0
+	b.live, b.granted, b.used, b.capped = true, g, 0, out.Granted < want
 	b.gen = b.gen%999_999_999 + 1
 	s.m.Granted(st.label, g, how == "local")
 	s.m.Assigned(st.label, "token_bucket", how)

@@ -34,9 +34,9 @@ descriptors:
 `
 
 // startSidecar serves RLQS for rules on its own Redis store (o, deciding
-// by clk) and its own loopback listener, and returns the listener's
-// address.
-func startSidecar(t *testing.T, rules string, o redis.Options, clk *storetest.Clock) string {
+// by clk, and timing its pushes by it) and its own loopback listener, and
+// returns the listener's address and the server's metrics.
+func startSidecar(t *testing.T, rules string, o redis.Options, clk *storetest.Clock) (string, *rlqstest.Metrics) {
 	t.Helper()
 	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(rules)}}, config.Options{})
 	if err != nil {
@@ -52,7 +52,8 @@ func startSidecar(t *testing.T, rules string, o redis.Options, clk *storetest.Cl
 	t.Cleanup(func() { _ = st.Close() })
 	engine := limits.NewEngine(rs, st, limits.EngineOptions{})
 	g := grpc.NewServer()
-	rlqs.NewServer(engine, st, zaptest.NewLogger(t), rlqs.Options{Now: clk.Now, Return: st}).Register(g)
+	m := &rlqstest.Metrics{}
+	rlqs.NewServer(engine, st, zaptest.NewLogger(t), rlqs.Options{Now: clk.Now, Return: st, Metrics: m, AfterFunc: clk.AfterFunc}).Register(g)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +67,7 @@ func startSidecar(t *testing.T, rules string, o redis.Options, clk *storetest.Cl
 		g.Stop()
 		<-done
 	})
-	return lis.Addr().String()
+	return lis.Addr().String(), m
 }
 
 // fleetCase is one limit that three Envoys, each on its own sidecar, all
@@ -219,9 +220,11 @@ descriptors:
 func runFleet(t *testing.T, rules string, o redis.Options) []uint64 {
 	clk := storetest.NewClock(storetest.Epoch.Add(time.Second))
 	var envoys []*rlqstest.Envoy
+	var ms []*rlqstest.Metrics
 	for range fleetEnvoys {
-		addr := startSidecar(t, rules, o, clk)
+		addr, m := startSidecar(t, rules, o, clk)
 		envoys = append(envoys, dialEnvoy(t, addr, "rlqs", clk.Now))
+		ms = append(ms, m)
 	}
 	bucket := map[string]string{"route": "api"}
 	adm := make([]uint64, fleetSeconds)
@@ -237,8 +240,11 @@ func runFleet(t *testing.T, rules string, o redis.Options) []uint64 {
 				}
 			}
 		}
-		clk.Advance(time.Second)
-		for _, e := range envoys {
+		clk.Advance(time.Second) // pushes what is due
+		for i, e := range envoys {
+			if err := e.Sync(ms[i].Pushes()); err != nil {
+				t.Fatal(err)
+			}
 			if err := e.Report(); err != nil {
 				t.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -50,6 +51,8 @@ type Metrics interface {
 	// Granted counts hits assigned in token buckets, from the local
 	// store when local is true.
 	Granted(domain string, hits uint64, local bool)
+	// Pushed counts a message sent between reports.
+	Pushed()
 }
 
 type noMetrics struct{}
@@ -59,6 +62,7 @@ func (noMetrics) Buckets(int)                     {}
 func (noMetrics) Usage(string, uint64, uint64)    {}
 func (noMetrics) Assigned(string, string, string) {}
 func (noMetrics) Granted(string, uint64, bool)    {}
+func (noMetrics) Pushed()                         {}
 
 // Returner takes back hits granted for quota that was not assigned
 // (store.Returner's contract); the Redis store is one.
@@ -95,6 +99,10 @@ type Options struct {
 	IdleAfter time.Duration
 	// Metrics, if set, is told what the server does.
 	Metrics Metrics
+	// AfterFunc runs f after d, on Now's clock, unless stop is called
+	// first; nil means time.AfterFunc. Pushes between reports are timed
+	// by it.
+	AfterFunc func(d time.Duration, f func()) (stop func() bool)
 	// Return, if set, takes back quota taken from the store but not
 	// assigned (a grant too close to its window's end); nil: those hits
 	// end with their window.
@@ -135,6 +143,9 @@ func NewServer(rules Rules, st limits.Store, log *zap.Logger, o Options) *Server
 	if o.IdleAfter <= 0 {
 		o.IdleAfter = 10 * time.Minute
 	}
+	if o.AfterFunc == nil {
+		o.AfterFunc = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+	}
 	m := o.Metrics
 	if m == nil {
 		m = noMetrics{}
@@ -149,14 +160,22 @@ func (s *Server) Register(g *grpc.Server) {
 
 // StreamRateLimitQuotas serves one Envoy's stream: it answers every
 // usage report with one response, holding the actions for the buckets
-// whose assignment changed (none when nothing did).
+// whose assignment changed (none when nothing did), and pushes new
+// assignments when a busy bucket's grant ends between reports (see
+// push).
 func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
-	ctx := stream.Context()
-	st := &streamState{buckets: make(map[string]*bucket)}
+	st := &streamState{ctx: stream.Context(), send: stream.Send, buckets: make(map[string]*bucket)}
 	s.m.Streams(1)
 	defer func() {
+		st.mu.Lock()
+		st.closed = true
+		if st.stop != nil {
+			st.stop()
+		}
+		n := len(st.buckets)
+		st.mu.Unlock()
 		s.m.Streams(-1)
-		s.m.Buckets(-len(st.buckets))
+		s.m.Buckets(-n)
 	}()
 	for {
 		msg, err := stream.Recv()
@@ -166,34 +185,119 @@ func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_Strea
 		if err != nil {
 			return err
 		}
-		if st.domain == "" {
-			if msg.GetDomain() == "" {
-				return status.Error(codes.InvalidArgument, "domain: must be set in the first message")
-			}
-			st.domain = msg.GetDomain()
-		}
-		if s.rules.Rules().HasDomain(st.domain) {
-			st.label = st.domain
-		} else {
-			st.label = ""
-		}
-		resp := &rlqspb.RateLimitQuotaResponse{}
-		for i, u := range msg.GetBucketQuotaUsages() {
-			a, err := s.report(ctx, st, u)
-			if err != nil {
-				// One bucket Envoy cannot be served for does not end the
-				// stream: Envoy would send it again with every report, and
-				// every other bucket would go without quota.
-				a = s.refuse(st, u.GetBucketId(), fmt.Errorf("bucket_quota_usages[%d].%w", i, err))
-			}
-			if a != nil {
-				resp.BucketAction = append(resp.BucketAction, a)
-			}
-		}
-		if err := stream.Send(resp); err != nil {
+		if err := s.serveReport(st, msg); err != nil {
 			return err
 		}
 	}
+}
+
+// serveReport answers one message of usage reports.
+func (s *Server) serveReport(st *streamState, msg *rlqspb.RateLimitQuotaUsageReports) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.domain == "" {
+		if msg.GetDomain() == "" {
+			return status.Error(codes.InvalidArgument, "domain: must be set in the first message")
+		}
+		st.domain = msg.GetDomain()
+	}
+	if s.rules.Rules().HasDomain(st.domain) {
+		st.label = st.domain
+	} else {
+		st.label = ""
+	}
+	resp := &rlqspb.RateLimitQuotaResponse{}
+	for i, u := range msg.GetBucketQuotaUsages() {
+		a, err := s.report(st, u)
+		if err != nil {
+			// One bucket Envoy cannot be served for does not end the
+			// stream: Envoy would send it again with every report, and
+			// every other bucket would go without quota.
+			a = s.refuse(st, u.GetBucketId(), fmt.Errorf("bucket_quota_usages[%d].%w", i, err))
+		}
+		if a != nil {
+			resp.BucketAction = append(resp.BucketAction, a)
+		}
+	}
+	err := st.send(resp)
+	s.arm(st)
+	return err
+}
+
+// pushDelay is how long after a window's end, as the sidecar's clock
+// puts it, a new grant is pushed: the store decides by its own clock,
+// which the window's end was read from one round trip before.
+const pushDelay = 50 * time.Millisecond
+
+// arm sets the stream's timer to the earliest time a bucket wants a push.
+// It requires st.mu.
+func (s *Server) arm(st *streamState) {
+	var next time.Time
+	for _, b := range st.buckets {
+		if !b.push.IsZero() && (next.IsZero() || b.push.Before(next)) {
+			next = b.push
+		}
+	}
+	if st.stop != nil {
+		if next.Equal(st.due) {
+			return
+		}
+		st.stop()
+		st.stop = nil
+	}
+	if next.IsZero() || st.closed {
+		return
+	}
+	st.due = next
+	st.stop = s.o.AfterFunc(max(next.Sub(s.o.Now()), 0), func() { s.push(st) })
+}
+
+// push sends, between reports, a new assignment for each busy bucket
+// whose time has come: a window's grant when its window ends, a bucket's
+// before its grant's time to live does, either when a limit that ran dry
+// can grant again, and a grant that the last report's rate says is
+// spent before the next report, when it is. A bucket whose last report held no requests gets
+// none: it needs no quota until it asks.
+func (s *Server) push(st *streamState) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.stop = nil
+	if st.closed {
+		return
+	}
+	now := s.o.Now()
+	resp := &rlqspb.RateLimitQuotaResponse{}
+	for _, b := range st.buckets {
+		if b.push.IsZero() || b.push.After(now) {
+			continue
+		}
+		b.push = time.Time{}
+		topUp := b.topUp
+		b.topUp = false
+		if b.demand == 0 {
+			continue // idle at its last report
+		}
+		s.rematch(st, b)
+		if b.plan.kind != planGrant {
+			continue // blanket answers are sent again with every report
+		}
+		left := uint64(0)
+		if b.live {
+			left = b.granted - min(b.used, b.granted)
+		}
+		if a := s.grant(st, b, topUp); a != nil {
+			if b.live {
+				b.carry += left // a new grant replaced what was left
+			}
+			resp.BucketAction = append(resp.BucketAction, a)
+		}
+	}
+	if len(resp.BucketAction) > 0 {
+		s.m.Pushed()
+		// An error ends the stream, which its handler sees.
+		_ = st.send(resp)
+	}
+	s.arm(st)
 }
 
 // refuse answers a bucket the stream cannot hold (past MaxBuckets) or
@@ -214,9 +318,16 @@ func (s *Server) refuse(st *streamState, id *rlqspb.BucketId, err error) *rlqspb
 	return blanket(id, typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL)
 }
 
-// streamState is one stream's buckets. Only the stream's goroutine
-// touches it.
+// streamState is one stream's buckets.
 type streamState struct {
+	ctx  context.Context
+	mu   sync.Mutex // guards what follows, and send
+	send func(*rlqspb.RateLimitQuotaResponse) error
+	// closed is set when the stream's handler returns; stop, when set,
+	// stops the timer armed to push at due.
+	closed  bool
+	stop    func() bool
+	due     time.Time
 	refused bool // a refusal was logged
 	domain  string
 	label   string             // domain for metrics: "" when the rules do not define it

@@ -27,7 +27,7 @@ type server struct {
 	addr   string
 	clk    *storetest.Clock
 	shared *failing
-	m      *recorder
+	m      *rlqstest.Metrics
 }
 
 // failing is a store that fails every call while down is set.
@@ -53,47 +53,19 @@ func (f *failing) setDown(d bool) {
 	f.mu.Unlock()
 }
 
-// recorder counts the actions the server reports to its Metrics.
-type recorder struct {
-	mu       sync.Mutex
-	assigned map[string]int // "action/reason"
-	granted  uint64
-	buckets  int
-	streams  int
-}
-
-func (r *recorder) Streams(d int)                { r.mu.Lock(); r.streams += d; r.mu.Unlock() }
-func (r *recorder) Buckets(d int)                { r.mu.Lock(); r.buckets += d; r.mu.Unlock() }
-func (r *recorder) Usage(string, uint64, uint64) {}
-func (r *recorder) Assigned(_, action, reason string) {
-	r.mu.Lock()
-	r.assigned[action+"/"+reason]++
-	r.mu.Unlock()
-}
-func (r *recorder) Granted(_ string, hits uint64, _ bool) {
-	r.mu.Lock()
-	r.granted += hits
-	r.mu.Unlock()
-}
-func (r *recorder) count(k string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.assigned[k]
-}
-
 func startServer(t *testing.T, rules string, eo limits.EngineOptions, o rlqs.Options) *server {
 	t.Helper()
 	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(rules)}}, config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{clk: storetest.NewClock(storetest.Epoch.Add(time.Second)), m: &recorder{assigned: map[string]int{}}}
+	s := &server{clk: storetest.NewClock(storetest.Epoch.Add(time.Second)), m: &rlqstest.Metrics{}}
 	s.shared = &failing{next: memory.New(memory.Options{Now: s.clk.Now})}
 	if eo.Local != nil {
 		eo.Local = memory.New(memory.Options{Now: s.clk.Now})
 	}
 	engine := limits.NewEngine(rs, s.shared, eo)
-	o.Now, o.Metrics = s.clk.Now, s.m
+	o.Now, o.Metrics, o.AfterFunc = s.clk.Now, s.m, s.clk.AfterFunc
 	g := grpc.NewServer()
 	rlqs.NewServer(engine, s.shared, zaptest.NewLogger(t), o).Register(g)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -208,7 +180,7 @@ func TestNotServed(t *testing.T) {
 			if got.GetBlanketRule() != tt.want || got.GetTokenBucket() != nil {
 				t.Errorf("assigned %v, want %v", got, tt.want)
 			}
-			if n := s.m.count(map[bool]string{true: "allow_all", false: "deny_all"}[tt.mode == "open"] + "/unsupported"); n != 1 {
+			if n := s.m.Count(map[bool]string{true: "allow_all", false: "deny_all"}[tt.mode == "open"] + "/unsupported"); n != 1 {
 				t.Errorf("%d assignments counted as unsupported, want 1", n)
 			}
 		})
@@ -234,8 +206,8 @@ func TestStoreDown(t *testing.T) {
 			e := dialEnvoy(t, s.addr, "rlqs", s.clk.Now)
 			id := map[string]string{"route": "api"}
 			mustRequest(t, e, id)
-			if n := s.m.count(tt.want); n != 1 {
-				t.Fatalf("assignments %v; want one %s", s.m.assigned, tt.want)
+			if n := s.m.Count(tt.want); n != 1 {
+				t.Fatalf("assignments %v; want one %s", s.m.Assignments(), tt.want)
 			}
 			if tt.mode != "local" {
 				return
@@ -255,8 +227,8 @@ func TestStoreDown(t *testing.T) {
 			s.clk.Advance(time.Minute)
 			spend(t, e, id, 1)
 			mustReport(t, e)
-			if n := s.m.count("token_bucket/grant"); n == 0 {
-				t.Errorf("assignments %v; want a grant from the shared store once it is back", s.m.assigned)
+			if n := s.m.Count("token_bucket/grant"); n == 0 {
+				t.Errorf("assignments %v; want a grant from the shared store once it is back", s.m.Assignments())
 			}
 		})
 	}
@@ -273,11 +245,11 @@ func TestIdleAbandon(t *testing.T) {
 		s.clk.Advance(10 * time.Second)
 		mustReport(t, e)
 	}
-	if e.Buckets() != 0 || s.m.count("abandon/idle") != 1 {
-		t.Fatalf("after 30s idle: the Envoy holds %d buckets, %d abandoned; want 0 and 1", e.Buckets(), s.m.count("abandon/idle"))
+	if e.Buckets() != 0 || s.m.Count("abandon/idle") != 1 {
+		t.Fatalf("after 30s idle: the Envoy holds %d buckets, %d abandoned; want 0 and 1", e.Buckets(), s.m.Count("abandon/idle"))
 	}
-	if s.m.buckets != 0 {
-		t.Errorf("the server counts %d buckets, want 0", s.m.buckets)
+	if s.m.BucketsHeld() != 0 {
+		t.Errorf("the server counts %d buckets, want 0", s.m.BucketsHeld())
 	}
 	if !mustRequest(t, e, id) && e.Strategy(id) == nil {
 		t.Errorf("a request after the abandon did not subscribe the bucket again")
@@ -299,6 +271,7 @@ func TestWindowLateSpend(t *testing.T) {
 	if a.Strategy(id).GetTokenBucket() == nil {
 		t.Fatalf("A was assigned %v, want a token bucket", a.Strategy(id))
 	}
+	mustReport(t, a) // nothing used: A is idle, and gets no grant pushed in the next window
 	s.clk.Advance(time.Minute)
 	mustRequest(t, b, id)
 	total := 0
@@ -311,6 +284,7 @@ func TestWindowLateSpend(t *testing.T) {
 		}
 	}
 	late := spend(t, a, id, limit)
+	t.Logf("B took %d in the window; A spent %d granted in the window before; A now holds %v", total, late, a.Strategy(id))
 	if total+late > limit {
 		t.Errorf("%d admitted in one window (B %d, A %d from the window before), more than the limit %d", total+late, total, late, limit)
 	}
@@ -373,4 +347,71 @@ func TestSidecarRestart(t *testing.T) {
 	if admitted > 100 || admitted < 100-10-1 {
 		t.Errorf("%d admitted in the window across the restart, want 89..100", admitted)
 	}
+}
+
+// TestPush: between reports the server pushes a new grant to a busy
+// bucket when its window turns (here a second after the Envoy's last
+// report), and before a bucket's grant ends when Envoy reports less
+// often than grants live; a bucket whose last report held no requests
+// gets none.
+func TestPush(t *testing.T) {
+	t.Run("window", func(t *testing.T) {
+		s := startServer(t, `
+domain: rlqs
+descriptors:
+  - key: route
+    rate_limit: {unit: minute, requests_per_unit: 100, lease: 10}
+`, limits.EngineOptions{}, rlqs.Options{})
+		busy, idle := map[string]string{"route": "api"}, map[string]string{"route": "idle"}
+		e := dialEnvoy(t, s.addr, "rlqs", s.clk.Now)
+		mustRequest(t, e, busy)
+		mustRequest(t, e, idle)
+		for s.clk.Now().Sub(storetest.Epoch) < 59*time.Second {
+			s.clk.Advance(time.Second)
+			spend(t, e, busy, 1)
+			mustReport(t, e)
+		}
+		before := s.m.Pushes()
+		s.clk.Advance(1100 * time.Millisecond) // 100 ms into the next window
+		if err := e.Sync(s.m.Pushes()); err != nil {
+			t.Fatal(err)
+		}
+		if s.m.Pushes() != before+1 {
+			t.Errorf("%d messages pushed at the window's turn, want 1", s.m.Pushes()-before)
+		}
+		if got := e.Strategy(busy); got.GetTokenBucket() == nil || !mustRequest(t, e, busy) {
+			t.Errorf("busy bucket 100 ms into the window, before any report: assigned %v; want a grant it can spend", got)
+		}
+		if got := e.Strategy(idle); got != nil {
+			t.Errorf("idle bucket was pushed %v", got)
+		}
+	})
+	t.Run("bucket", func(t *testing.T) {
+		s := startServer(t, `
+domain: rlqs
+descriptors:
+  - key: route
+    rate_limit: {algorithm: token_bucket, unit: minute, requests_per_unit: 600, burst: 600, lease: 100}
+`, limits.EngineOptions{}, rlqs.Options{})
+		id := map[string]string{"route": "api"}
+		e := dialEnvoy(t, s.addr, "rlqs", s.clk.Now)
+		mustRequest(t, e, id)
+		pushes := 0
+		for i := range 60 {
+			s.clk.Advance(time.Second)
+			if err := e.Sync(s.m.Pushes()); err != nil {
+				t.Fatal(err)
+			}
+			if !mustRequest(t, e, id) {
+				t.Errorf("second %d: denied at 1 request a second against 10 a second", i+1)
+			}
+			if i%10 == 9 { // Envoy reports every 10 s, grants live 6 s
+				mustReport(t, e)
+			}
+			pushes = s.m.Pushes()
+		}
+		if pushes == 0 {
+			t.Errorf("no push in a minute of reports every 10 s")
+		}
+	})
 }
