@@ -415,3 +415,27 @@ descriptors:
 		}
 	})
 }
+
+// TestPushesLoseNothing: a report after a push may hold requests spent
+// from the grant the push replaced; they must not be charged to the new
+// grant, which would then be replaced before it is spent, losing what it
+// held. One Envoy past its limit every second of a window admits the
+// whole limit but the last hit, which a grant never takes.
+func TestPushesLoseNothing(t *testing.T) {
+	s := startServer(t, fleetRules, limits.EngineOptions{}, rlqs.Options{})
+	e := dialEnvoy(t, s.addr, "rlqs", s.clk.Now)
+	id := map[string]string{"route": "api"}
+	admitted := 0
+	for range 58 {
+		admitted += spend(t, e, id, 5)
+		s.clk.Advance(time.Second)
+		if err := e.Sync(s.m.Pushes()); err != nil {
+			t.Fatal(err)
+		}
+		mustReport(t, e)
+	}
+	t.Logf("%d admitted, %d pushes", admitted, s.m.Pushes())
+	if admitted != 99 {
+		t.Errorf("%d admitted in the window, want 99", admitted)
+	}
+}
