@@ -130,6 +130,7 @@ func (s *Server) rematch(st *streamState, b *bucket) {
 	if rs == b.rules {
 		return
 	}
+	s.noteRules(rs)
 	p := s.match(rs, st.domain, b.entries)
 	if p.kind != b.plan.kind || p.key != b.plan.key || p.ttl != b.plan.ttl ||
 		(p.rule != nil && !sameLimit(p.rule, b.plan.rule)) {
@@ -283,26 +284,66 @@ func (s *Server) match(rs *limits.Ruleset, domain string, ents []limits.Entry) p
 	case len(enforced) > 1:
 		return fail(fmt.Sprintf("%d limits apply; RLQS serves one limit per bucket", len(enforced)))
 	}
-	l := enforced[0].Limit
+	p, err := s.planLimit(enforced[0].Limit)
+	if err != nil {
+		return fail(err.Error())
+	}
+	p.key = enforced[0].Key
+	return p
+}
+
+// planLimit plans a bucket whose one enforced limit is l, or says why
+// RLQS cannot serve it exactly.
+func (s *Server) planLimit(l *limits.Limit) (plan, error) {
 	switch {
 	case l.Unlimited:
-		return plan{kind: planAllow, why: "the rule is unlimited", reason: "no_rule"}
+		return plan{kind: planAllow, why: "the rule is unlimited", reason: "no_rule"}, nil
 	case l.Requests == 0:
-		return plan{kind: planDeny, why: "the rule bans every request", reason: "dry"}
+		return plan{kind: planDeny, why: "the rule bans every request", reason: "dry"}, nil
 	case l.Algorithm == limits.FixedWindow || l.Algorithm == limits.SlidingWindow:
 		if l.Window() < 3*time.Second {
-			return fail(fmt.Sprintf("window %s is too short for Envoy's whole-second assignments", l.Window()))
+			return plan{}, fmt.Errorf("window %s is too short for Envoy's whole-second assignments", l.Window())
 		}
-		return plan{kind: planGrant, rule: l, limit: l, key: enforced[0].Key}
+		return plan{kind: planGrant, rule: l, limit: l}, nil
 	case l.Algorithm.Bucketed():
-		p, err := s.bucketPlan(l)
-		if err != nil {
-			return fail(err.Error())
-		}
-		p.key = enforced[0].Key
-		return p
+		return s.bucketPlan(l)
 	}
-	return fail(fmt.Sprintf("algorithm %s cannot be served exactly over RLQS", l.Algorithm))
+	return plan{}, fmt.Errorf("algorithm %s cannot be served exactly over RLQS", l.Algorithm)
+}
+
+// Unserved lists the rules of rs that RLQS cannot serve from a limit,
+// each as "file:line path: reason"; buckets that match them get their
+// domain's failure mode.
+func (s *Server) Unserved(rs *limits.Ruleset) []string {
+	var out []string
+	var walk func(r *limits.Rule)
+	walk = func(r *limits.Rule) {
+		var enforced []*limits.Limit
+		for _, l := range r.Limits {
+			if !l.Shadow && !l.Unlimited {
+				enforced = append(enforced, l)
+			}
+		}
+		var err error
+		switch {
+		case len(enforced) > 1:
+			err = fmt.Errorf("%d limits apply; RLQS serves one limit per bucket", len(enforced))
+		case len(enforced) == 1:
+			_, err = s.planLimit(enforced[0])
+		}
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s:%d %s: %v", r.File, r.Line, r.Path, err))
+		}
+		for _, c := range r.Children {
+			walk(c)
+		}
+	}
+	for _, d := range rs.Domains() {
+		for _, r := range rs.Rules(d) {
+			walk(r)
+		}
+	}
+	return out
 }
 
 // bucketPlan plans grants on a token or leaky bucket l.

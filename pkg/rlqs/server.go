@@ -119,6 +119,27 @@ type Server struct {
 	log   *zap.Logger
 	o     Options
 	m     Metrics
+
+	mu    sync.Mutex
+	noted *limits.Ruleset // the last ruleset noteRules logged about
+}
+
+// noteRules logs, once per ruleset, the rules RLQS cannot serve from a
+// limit, when a stream first uses it: their buckets get the domain's
+// failure mode, which an operator should learn at deploy, not from the
+// first bucket that matches one.
+func (s *Server) noteRules(rs *limits.Ruleset) {
+	s.mu.Lock()
+	if s.noted == rs {
+		s.mu.Unlock()
+		return
+	}
+	s.noted = rs
+	s.mu.Unlock()
+	if u := s.Unserved(rs); len(u) > 0 {
+		s.log.Warn("rlqs cannot serve these rules from their limits; buckets that match them get the domain's failure mode",
+			zap.Strings("rules", u))
+	}
 }
 
 // NewServer returns a Server that assigns quota taken from st, a shared
