@@ -7,9 +7,14 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
 )
 
 // runCheck implements `ratelimit-sidecar check --config DIR
@@ -21,13 +26,15 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ratelimit-sidecar check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: ratelimit-sidecar check [--config PATH] [--merge-domains] [--allow-empty-rules]")
+		fmt.Fprintln(fs.Output(), "Usage: ratelimit-sidecar check [--config PATH] [--merge-domains] [--allow-empty-rules] [--rlqs]")
 		fmt.Fprintln(fs.Output(), "Validates the rule files and prints their rules, or every problem found.")
 		fs.PrintDefaults()
 	}
 	path := fs.String("config", "config/", "rule file or directory of *.yaml/*.yml rule files")
 	merge := fs.Bool("merge-domains", false, "let several rule files add to one domain")
 	allowEmpty := fs.Bool("allow-empty-rules", false, "accept a path with no rule files, as the server does with this flag")
+	withRLQS := fs.Bool("rlqs", false, "also list the rules Envoy's rate_limit_quota filter (RLQS) cannot be served from: their buckets get the domain's failure mode")
+	bucketTTL := fs.Duration("rlqs-bucket-ttl", 6*time.Second, "with --rlqs: the sidecar's --rlqs-bucket-ttl")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -42,6 +49,14 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	checkPrint(stdout, rs, *path)
+	if *withRLQS {
+		srv := rlqs.NewServer(limits.NewEngine(rs, memory.New(memory.Options{}), limits.EngineOptions{}), nil, zap.NewNop(), rlqs.Options{BucketTTL: *bucketTTL})
+		unserved := srv.Unserved(rs)
+		fmt.Fprintf(stdout, "rlqs: %d rules not served from their limits\n", len(unserved))
+		for _, u := range unserved {
+			fmt.Fprintf(stdout, "  %s\n", u)
+		}
+	}
 	return nil
 }
 
