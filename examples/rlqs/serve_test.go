@@ -2,13 +2,10 @@ package rlqsexample_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	"go.uber.org/zap/zaptest"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rlqstest"
@@ -40,7 +37,7 @@ func TestExampleServed(t *testing.T) {
 	srv := redistest.StartServer(t)
 	clk := storetest.NewClock(storetest.Epoch.Add(time.Second))
 	addr, m := startSidecar(t, rs, srv, clk)
-	envoy := dialEnvoy(t, addr, t1.domain, clk.Now)
+	envoy := rlqstest.DialT(t, addr, t1.domain, clk.Now)
 
 	const (
 		t1PerSecond   = 20
@@ -122,38 +119,7 @@ func startSidecar(t *testing.T, rs *limits.Ruleset, srv *redistest.Server, clk *
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	engine := limits.NewEngine(rs, st, limits.EngineOptions{})
-	g := grpc.NewServer()
 	m := &rlqstest.Metrics{}
-	rlqs.NewServer(engine, st, zaptest.NewLogger(t), rlqs.Options{Now: clk.Now, Return: st, Metrics: m, AfterFunc: clk.AfterFunc}).Register(g)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = g.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		g.Stop()
-		<-done
-	})
-	return lis.Addr().String(), m
-}
-
-// dialEnvoy opens an RLQS stream to addr for domain, as Envoy's filter
-// with no_assignment_behavior DENY_ALL, on the clock now.
-func dialEnvoy(t *testing.T, addr, domain string, now func() time.Time) *rlqstest.Envoy {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	e, err := rlqstest.Dial(context.Background(), conn, domain, rlqstest.Options{Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	return e
+	q := rlqs.NewServer(engine, st, zaptest.NewLogger(t), rlqs.Options{Now: clk.Now, Return: st, Metrics: m, AfterFunc: clk.AfterFunc})
+	return rlqstest.Serve(t, q.Register), m
 }

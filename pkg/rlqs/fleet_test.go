@@ -3,14 +3,11 @@ package rlqs_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rlqstest"
@@ -51,23 +48,9 @@ func startSidecar(t *testing.T, rules string, o redis.Options, clk *storetest.Cl
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	engine := limits.NewEngine(rs, st, limits.EngineOptions{})
-	g := grpc.NewServer()
 	m := &rlqstest.Metrics{}
-	rlqs.NewServer(engine, st, zaptest.NewLogger(t), rlqs.Options{Now: clk.Now, Return: st, Metrics: m, AfterFunc: clk.AfterFunc}).Register(g)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = g.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		g.Stop()
-		<-done
-	})
-	return lis.Addr().String(), m
+	srv := rlqs.NewServer(engine, st, zaptest.NewLogger(t), rlqs.Options{Now: clk.Now, Return: st, Metrics: m, AfterFunc: clk.AfterFunc})
+	return rlqstest.Serve(t, srv.Register), m
 }
 
 // fleetCase is one limit that three Envoys, each on its own sidecar, all
@@ -257,15 +240,5 @@ func runFleet(t *testing.T, rules string, o redis.Options) []uint64 {
 // with no_assignment_behavior DENY_ALL, on the clock now.
 func dialEnvoy(t testing.TB, addr, domain string, now func() time.Time) *rlqstest.Envoy {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	e, err := rlqstest.Dial(context.Background(), conn, domain, rlqstest.Options{Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	return e
+	return rlqstest.DialT(t, addr, domain, now)
 }

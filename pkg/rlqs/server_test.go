@@ -67,22 +67,7 @@ func startServer(t *testing.T, rules string, eo limits.EngineOptions, o rlqs.Opt
 	}
 	engine := limits.NewEngine(rs, s.shared, eo)
 	o.Now, o.Metrics, o.AfterFunc = s.clk.Now, s.m, s.clk.AfterFunc
-	g := grpc.NewServer()
-	rlqs.NewServer(engine, s.shared, zaptest.NewLogger(t), o).Register(g)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = g.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		g.Stop()
-		<-done
-	})
-	s.addr = lis.Addr().String()
+	s.addr = rlqstest.Serve(t, rlqs.NewServer(engine, s.shared, zaptest.NewLogger(t), o).Register)
 	return s
 }
 
