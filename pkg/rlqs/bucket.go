@@ -230,6 +230,17 @@ func (s *Server) grant(st *streamState, b *bucket, topUp bool) *rlqspb.RateLimit
 	}
 	g := min(out.Granted, math.MaxUint32)
 	b.live, b.granted, b.used, b.capped = true, g, 0, out.Granted < want
+	// A grant the last report's rate spends before the next report (the
+	// lease is smaller than what Envoy spends in an interval) is topped
+	// up at three quarters of that time, and so on, so that one Envoy's
+	// rate is not capped at a lease per report.
+	if !b.capped && b.demand > g {
+		iv := max(b.interval, time.Second)
+		at := now.Add(time.Duration(mulDiv(uint64(iv), 3*g, 4*b.demand)))
+		if b.push.IsZero() || at.Before(b.push) {
+			b.push, b.topUp = at, true
+		}
+	}
 	b.gen = b.gen%999_999_999 + 1
 	s.m.Granted(st.label, g, how == "local")
 	s.m.Assigned(st.label, "token_bucket", how)

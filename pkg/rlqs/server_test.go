@@ -463,3 +463,38 @@ descriptors:
 		}
 	}
 }
+
+// TestTopUpBeyondTheLease: one Envoy spending twice a lease per second,
+// reporting every 5 s, against a limit far away: grants are topped up
+// as the reported rate spends them, so the lease does not cap its rate.
+func TestTopUpBeyondTheLease(t *testing.T) {
+	s := startServer(t, `
+domain: rlqs
+descriptors:
+  - key: route
+    rate_limit: {unit: hour, requests_per_unit: 1000000, lease: 10}
+`, limits.EngineOptions{}, rlqs.Options{})
+	e := dialEnvoy(t, s.addr, "rlqs", s.clk.Now)
+	id := map[string]string{"route": "api"}
+	mustRequest(t, e, id)
+	var admitted, sent int
+	for i := range 600 { // a minute in steps of 100 ms, 2 requests each: 20/s
+		if i >= 50 { // after the first report, which tells the rate
+			sent += 2
+			admitted += spend(t, e, id, 2)
+		} else {
+			spend(t, e, id, 2)
+		}
+		s.clk.Advance(100 * time.Millisecond)
+		if err := e.Sync(s.m.Pushes()); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 49 {
+			mustReport(t, e)
+		}
+	}
+	t.Logf("%d of %d admitted after the first report; %d pushes", admitted, sent, s.m.Pushes())
+	if admitted < sent*9/10 {
+		t.Errorf("%d of %d admitted at 20/s with a lease of 10 and a limit far away, want 90%% or more", admitted, sent)
+	}
+}
