@@ -72,9 +72,9 @@ descriptors:
 // served over RLS and over RLQS. Each iteration is one round of three
 // phases, side by side (A B C A B C, since the machine is noisy):
 //
-//   - RLS: N = rlqsBenchRate × -rlqsbench.run ShouldRateLimit calls for the descriptor
-//     [route=api] from 8 concurrent gRPC clients, as fast as the sidecar
-//     answers;
+//   - RLS: N = rlqsBenchRate × -rlqsbench.run ShouldRateLimit calls for
+//     the descriptor [route=api] from 8 concurrent gRPC clients, as fast
+//     as the sidecar answers;
 //   - RLQS: 3 rlqstest Envoys, on streams opened once and warmed up
 //     before the first round, decide N requests locally into the bucket
 //     {route: api}, paced evenly over -rlqsbench.run, and report at its
