@@ -16,6 +16,7 @@ type RLQS struct {
 	assigned *prometheus.CounterVec
 	granted  *prometheus.CounterVec
 	pushes   prometheus.Counter
+	returned *prometheus.CounterVec
 }
 
 // RLQS registers the RLQS metrics. Call it once.
@@ -33,8 +34,10 @@ func (m *Metrics) RLQS() *RLQS {
 			Help: "Hits assigned to Envoy in token buckets, by store: shared (taken from Redis) or local (failure mode local)."}, []string{"domain", "store"}),
 		pushes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "rlqs_pushes_total",
 			Help: "Messages of new assignments sent between reports: when a busy bucket's grant ends, its window turns, or a limit that ran dry can grant again."}),
+		returned: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "rlqs_returned_hits_total",
+			Help: "Hits of grants given back to Redis unspent: replaced grants, once a report shows what they still held, bucket grants that ended, and grants too late to assign."}, []string{"domain"}),
 	}
-	m.Registry.MustRegister(r.streams, r.buckets, r.requests, r.assigned, r.granted, r.pushes)
+	m.Registry.MustRegister(r.streams, r.buckets, r.requests, r.assigned, r.granted, r.pushes, r.returned)
 	return r
 }
 
@@ -70,3 +73,8 @@ func (r *RLQS) Granted(domain string, hits uint64, local bool) {
 
 // Pushed counts a message sent between reports.
 func (r *RLQS) Pushed() { r.pushes.Inc() }
+
+// Returned counts hits given back to Redis.
+func (r *RLQS) Returned(domain string, hits uint64) {
+	r.returned.WithLabelValues(domain).Add(float64(hits))
+}

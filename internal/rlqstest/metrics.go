@@ -12,6 +12,7 @@ type Metrics struct {
 	buckets  int
 	streams  int
 	pushes   int
+	returned uint64
 }
 
 // Streams implements rlqs.Metrics.
@@ -67,3 +68,9 @@ func (m *Metrics) Pushes() int { m.mu.Lock(); defer m.mu.Unlock(); return m.push
 
 // BucketsHeld returns the buckets the server holds.
 func (m *Metrics) BucketsHeld() int { m.mu.Lock(); defer m.mu.Unlock(); return m.buckets }
+
+// Returned implements rlqs.Metrics.
+func (m *Metrics) Returned(_ string, hits uint64) { m.mu.Lock(); m.returned += hits; m.mu.Unlock() }
+
+// ReturnedHits returns the hits given back to the store.
+func (m *Metrics) ReturnedHits() uint64 { m.mu.Lock(); defer m.mu.Unlock(); return m.returned }

@@ -1,7 +1,6 @@
 package rlqs
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -64,11 +63,30 @@ type bucket struct {
 	push    time.Time // when to assign anew without a report; zero: never
 	topUp   bool      // the push replaces the live grant, expected spent by then
 	capped  bool      // the store granted less than asked: the limit is running out
-	// carry is what the grants pushed since the last report replaced may
-	// still have held: the next report's allowed requests may have been
-	// spent from them, and are not charged to the grant that replaced
-	// them as far as they go.
+	// carry is what the grants replaced since the last report may still
+	// have held: the next report's allowed requests may have been spent
+	// from them, and are not charged to the grant that replaced them as
+	// far as they go.
 	carry uint64
+	// Where the live grant's hits were counted, to give back what Envoy
+	// did not spend: its key and limit, the store's receipt, and whether
+	// it came from the local store (failure mode local), which takes
+	// nothing back.
+	gKey     string
+	gLimit   *limits.Limit
+	gReceipt int64
+	gLocal   bool
+	// ret is the last grant replaced since the last report: the next
+	// report tells how much of it, at least, was never spent.
+	ret giveBack
+}
+
+// giveBack is hits of a grant that may be given back to the store.
+type giveBack struct {
+	hits    uint64
+	key     string
+	limit   *limits.Limit
+	receipt int64
 }
 
 // report handles one bucket's usage report and returns the action to
@@ -101,6 +119,21 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 	old := min(allowed, b.carry)
 	b.used += allowed - old
 	b.carry = 0
+	if r := b.ret; r.hits > 0 {
+		// At most allowed of its hits were spent after it was last
+		// reported on: the rest never will be.
+		b.ret = giveBack{}
+		r.hits -= min(allowed, r.hits)
+		s.giveBack(st, r)
+	}
+	if b.live && !b.gLocal && b.plan.ttl > 0 && now.After(b.until.Add(s.o.Margin)) {
+		// A bucket's grant that Envoy can no longer spend, every
+		// request of which this report has counted: what is left goes
+		// back. (A window's grant ends with its window, where a return
+		// takes nothing back.)
+		b.live = false
+		s.giveBack(st, giveBack{hits: b.granted - min(b.used, b.granted), key: b.gKey, limit: b.gLimit, receipt: b.gReceipt})
+	}
 	if allowed+denied > 0 {
 		b.active = now
 	} else if now.Sub(b.active) >= s.o.IdleAfter {
@@ -138,6 +171,7 @@ func (s *Server) rematch(st *streamState, b *bucket) {
 			s.log.Warn("rlqs bucket not served from a limit", zap.String("domain", st.domain),
 				zap.String("bucket", bucketKey(b.entries)), zap.String("reason", p.why))
 		}
+		b.replaced()
 		b.live, b.push = false, time.Time{} // assign anew under the new plan
 	}
 	b.rules, b.plan = rs, p
@@ -165,19 +199,28 @@ func (s *Server) grant(st *streamState, b *bucket, topUp bool) *rlqspb.RateLimit
 		}
 		return nil
 	}
+	b.replaced()
 	b.live, b.push, b.topUp = false, time.Time{}, false
 	p := &b.plan
 	most := leaseOf(p.rule)
 	// Size the grant from the report rate: on a window, twice what the
 	// last report asked for (allowed and denied), so that a steady Envoy
 	// spends it over two reports; on a bucket, what it asks for in one
-	// grant's time to live, and a quarter more, since what it does not
-	// spend is lost. At least a quarter of the lease, at most all of it.
+	// grant's time to live, and a quarter more. At least a quarter of the
+	// lease (one hit if nothing was asked), at most all of it.
 	want := 2 * b.demand
 	if p.ttl > 0 {
 		want = mulDiv(b.demand, uint64(p.ttl+p.ttl/4), uint64(max(b.interval, time.Second)))
 	}
-	want = min(max(want, most/4, 1), most)
+	if b.demand == 0 {
+		// Nothing asked since the last report: one hit, so that the next
+		// request is not denied while a bucket that is not used holds
+		// little.
+		want = 1
+	} else {
+		want = max(want, most/4)
+	}
+	want = min(max(want, 1), most)
 	batch := limits.Batch{Checks: []limits.Check{{Key: p.key, Limit: p.limit, Extra: want}}}
 	how := "grant"
 	if err := s.store.Apply(ctx, &batch); err != nil {
@@ -222,7 +265,7 @@ func (s *Server) grant(st *streamState, b *bucket, topUp bool) *rlqspb.RateLimit
 			// live: the hits go back (if they were taken from the shared
 			// store), and Envoy is denied until the next window.
 			if how == "grant" {
-				s.giveBack(ctx, b, out)
+				s.giveBack(st, giveBack{hits: out.Granted, key: p.key, limit: p.limit, receipt: out.GrantReceipt})
 			}
 			s.m.Assigned(st.label, "deny_all", "window_ending")
 			return blanket(b.id, typev3.RateLimitStrategy_DENY_ALL, b.until.Sub(s.o.Now()))
@@ -230,6 +273,7 @@ func (s *Server) grant(st *streamState, b *bucket, topUp bool) *rlqspb.RateLimit
 	}
 	g := min(out.Granted, math.MaxUint32)
 	b.live, b.granted, b.used, b.capped = true, g, 0, out.Granted < want
+	b.gKey, b.gLimit, b.gReceipt, b.gLocal = p.key, batch.Checks[0].Limit, out.GrantReceipt, how == "local"
 	// A grant the last report's rate spends before the next report (the
 	// lease is smaller than what Envoy spends in an interval) is topped
 	// up at three quarters of that time, and so on, so that one Envoy's
@@ -247,6 +291,20 @@ func (s *Server) grant(st *streamState, b *bucket, topUp bool) *rlqspb.RateLimit
 	return tokenBucket(b.id, g, max(p.limit.Window(), ttl), b.gen, ttl)
 }
 
+// replaced notes that b's live grant, if any, is being replaced: what it
+// had left may have been spent since the last report, which the next
+// report tells.
+func (b *bucket) replaced() {
+	if !b.live {
+		return
+	}
+	left := b.granted - min(b.used, b.granted)
+	b.carry += left
+	if !b.gLocal && left > 0 {
+		b.ret = giveBack{hits: left, key: b.gKey, limit: b.gLimit, receipt: b.gReceipt}
+	}
+}
+
 // dryFor is how long a limit that granted nothing is denied: until its
 // window resets, or, on a bucket, until two hits have refilled (a grant
 // takes at most half of what is left); whole seconds, at least one.
@@ -260,16 +318,17 @@ func dryFor(l *limits.Limit, out limits.Outcome) time.Duration {
 	return (d + time.Second - 1).Truncate(time.Second)
 }
 
-// giveBack returns a grant that was not assigned, if the store takes
-// hits back.
-func (s *Server) giveBack(ctx context.Context, b *bucket, out limits.Outcome) {
-	if s.ret == nil {
+// giveBack returns r's hits to the shared store, if it takes hits back.
+func (s *Server) giveBack(st *streamState, r giveBack) {
+	if s.ret == nil || r.hits == 0 {
 		return
 	}
-	c := []limits.Check{{Key: b.plan.key, Limit: b.plan.limit, Hits: out.Granted}}
-	if err := s.ret.Return(ctx, c, []int64{out.GrantReceipt}); err != nil {
-		s.log.Warn("rlqs return of an unassigned grant failed", zap.Error(err))
+	c := []limits.Check{{Key: r.key, Limit: r.limit, Hits: r.hits}}
+	if err := s.ret.Return(st.ctx, c, []int64{r.receipt}); err != nil {
+		s.log.Warn("rlqs return of unspent quota failed", zap.String("domain", st.domain), zap.Error(err))
+		return
 	}
+	s.m.Returned(st.label, r.hits)
 }
 
 // match maps a bucket's entries, as a descriptor, to a plan under rs.

@@ -242,3 +242,97 @@ func dialEnvoy(t testing.TB, addr, domain string, now func() time.Time) *rlqstes
 	t.Helper()
 	return rlqstest.DialT(t, addr, domain, now)
 }
+
+// TestReturns: what Envoy did not spend of a grant goes back to Redis,
+// once a report shows it cannot be spent any more: a bucket's grant that
+// ended, and a grant replaced by a top-up, less what the next report
+// says may have been spent from it. The Redis counter then shows the
+// hits back.
+func TestReturns(t *testing.T) {
+	srv := redistest.StartServer(t)
+	id := map[string]string{"route": "api"}
+	// remaining is what a zero-hit check of the bucket's limit under
+	// rules finds left in Redis.
+	remaining := func(t *testing.T, o redis.Options, clk *storetest.Clock, rules string) uint64 {
+		t.Helper()
+		rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(rules)}}, config.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kl := rs.Explain("rlqs", []limits.Entry{{Key: "route", Value: "api"}}).Limits[0]
+		key, l := kl.Key, kl.Limit
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		o.Now = clk.Now
+		st, err := redis.New(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		b := limits.Batch{Checks: []limits.Check{{Key: key, Limit: l}}}
+		if err := st.Apply(ctx, &b); err != nil {
+			t.Fatal(err)
+		}
+		return b.Outcomes[0].Remaining
+	}
+	t.Run("bucket grant ended", func(t *testing.T) {
+		const rules = `
+domain: rlqs
+descriptors:
+  - key: route
+    rate_limit: {algorithm: token_bucket, unit: hour, requests_per_unit: 3600, burst: 1000, lease: 100}
+`
+		clk := storetest.NewClock(storetest.Epoch.Add(time.Second))
+		o := redis.Options{URL: "redis://" + srv.Addr, KeyPrefix: "rlqs:" + t.Name() + ":"}
+		addr, m := startSidecar(t, rules, o, clk)
+		e := dialEnvoy(t, addr, "rlqs", clk.Now)
+		mustRequest(t, e, id) // subscribes: a grant of a quarter of the lease
+		if got := spend(t, e, id, 5); got != 5 {
+			t.Fatalf("spent %d of 5", got)
+		}
+		mustReport(t, e) // 5 used; nothing asked after this, so no push
+		mustReport(t, e) // idle: no push, no top-up
+		clk.Advance(10 * time.Second)
+		if err := e.Sync(m.Pushes()); err != nil {
+			t.Fatal(err)
+		}
+		mustReport(t, e) // the grant has ended: 25 - 5 go back
+		if got := m.ReturnedHits(); got != 20 {
+			t.Errorf("%d hits returned, want 20 of the grant of 25 with 5 spent", got)
+		}
+	})
+	t.Run("grant replaced by a top-up", func(t *testing.T) {
+		clk := storetest.NewClock(storetest.Epoch.Add(time.Second))
+		o := redis.Options{URL: "redis://" + srv.Addr, KeyPrefix: "rlqs:" + t.Name() + ":"}
+		const rules2 = `
+domain: rlqs
+descriptors:
+  - key: route
+    rate_limit: {unit: hour, requests_per_unit: 10000, lease: 100}
+`
+		addr, m := startSidecar(t, rules2, o, clk)
+		e := dialEnvoy(t, addr, "rlqs", clk.Now)
+		mustRequest(t, e, id) // a grant of 25
+		spend(t, e, id, 20)
+		clk.Advance(5 * time.Second)
+		mustReport(t, e) // 20 of 25 used in 5 s: a top-up within a second
+		clk.Advance(time.Second)
+		if err := e.Sync(m.Pushes()); err != nil {
+			t.Fatal(err)
+		}
+		if m.Pushes() != 1 {
+			t.Fatalf("%d pushes, want the top-up", m.Pushes())
+		}
+		spend(t, e, id, 2) // from the new grant; the 5 left of the old are lost to Envoy
+		clk.Advance(4 * time.Second)
+		mustReport(t, e) // allowed 2: at least 3 of the old 5 were never spent
+		if got := m.ReturnedHits(); got != 3 {
+			t.Errorf("%d hits returned, want 3", got)
+		}
+		// Redis counted 25 and 40 (twice the 20 asked in 5 s), and took
+		// back 3.
+		if got := remaining(t, o, clk, rules2); got != 10000-25-40+3 {
+			t.Errorf("Redis has %d left, want %d", got, 10000-25-40+3)
+		}
+	})
+}

@@ -53,6 +53,9 @@ type Metrics interface {
 	Granted(domain string, hits uint64, local bool)
 	// Pushed counts a message sent between reports.
 	Pushed()
+	// Returned counts hits of grants given back to the shared store,
+	// unspent.
+	Returned(domain string, hits uint64)
 }
 
 type noMetrics struct{}
@@ -63,6 +66,7 @@ func (noMetrics) Usage(string, uint64, uint64)    {}
 func (noMetrics) Assigned(string, string, string) {}
 func (noMetrics) Granted(string, uint64, bool)    {}
 func (noMetrics) Pushed()                         {}
+func (noMetrics) Returned(string, uint64)         {}
 
 // Returner takes back hits granted for quota that was not assigned
 // (store.Returner's contract); the Redis store is one.
@@ -302,14 +306,7 @@ func (s *Server) push(st *streamState) {
 		if b.plan.kind != planGrant {
 			continue // blanket answers are sent again with every report
 		}
-		left := uint64(0)
-		if b.live {
-			left = b.granted - min(b.used, b.granted)
-		}
 		if a := s.grant(st, b, topUp); a != nil {
-			if b.live {
-				b.carry += left // a new grant replaced what was left
-			}
 			resp.BucketAction = append(resp.BucketAction, a)
 		}
 	}
