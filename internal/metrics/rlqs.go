@@ -33,7 +33,7 @@ func (m *Metrics) RLQS() *RLQS {
 		granted: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "rlqs_granted_hits_total",
 			Help: "Hits assigned to Envoy in token buckets, by store: shared (taken from Redis) or local (failure mode local)."}, []string{"domain", "store"}),
 		pushes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "rlqs_pushes_total",
-			Help: "Messages of new assignments sent between reports: when a busy bucket's grant ends, its window turns, or a limit that ran dry can grant again."}),
+			Help: "Messages of new assignments sent between reports: when a busy bucket's grant ends or runs out before the next report, its window turns, or a limit that ran dry can grant again."}),
 		returned: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "rlqs_returned_hits_total",
 			Help: "Hits of grants given back to Redis unspent: replaced grants, once a report shows what they still held, bucket grants that ended, and grants too late to assign."}, []string{"domain"}),
 	}
