@@ -472,3 +472,50 @@ func TestRLQSBuckets(t *testing.T) {
 		t.Errorf("10,001 buckets on one stream: %v; want InvalidArgument %q", err, want)
 	}
 }
+
+// TestRLQSStreamsAreStreams: the sidecar bounds a unary call by
+// --grpc-request-timeout and a streaming call only until its first
+// message. An RLQS stream is one of the streaming calls, so it outlives
+// the timeout: Envoy keeps one stream open for as long as it runs.
+func TestRLQSStreamsAreStreams(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s, _ := startRLQS(t, srv, fmt.Sprintf(rlqsRules, ""), "--grpc-request-timeout", "100ms")
+	e, err := rlqsEnvoy(t, grpcConn(t, s.grpcAddr, nil), "edge", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := subscribe(e, alice); err != nil || tokens(got) == 0 {
+		t.Fatalf("subscription: %s, %v; want a token bucket", describe(got), err)
+	}
+	time.Sleep(300 * time.Millisecond) // three request timeouts
+	if err := e.Report(); err != nil {
+		t.Errorf("report 300 ms after the subscription, with --grpc-request-timeout 100ms: %v; want the stream open", err)
+	}
+}
+
+// TestRLQSShutdown stops a sidecar while an Envoy's stream is open: the
+// stream is one of the streaming calls shutdown ends, so it does not hold
+// the graceful stop until --shutdown-timeout, and Envoy sees it end.
+func TestRLQSShutdown(t *testing.T) {
+	srv := redistest.StartServer(t)
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "rules.yaml"), fmt.Sprintf(rlqsRules, ""))
+	logs := &lockedBuffer{}
+	s := startSidecarLog(t, logs, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--drain-delay", "0s", "--shutdown-timeout", "3s", "--grpc-request-timeout", "1m")
+	e, err := rlqsEnvoy(t, grpcConn(t, s.grpcAddr, nil), "edge", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := subscribe(e, alice); err != nil || tokens(got) == 0 {
+		t.Fatalf("subscription: %s, %v; want a token bucket", describe(got), err)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if l := logs.String(); strings.Contains(l, "in-flight requests did not finish in time") {
+		t.Errorf("the open RLQS stream held the graceful stop until --shutdown-timeout:\n%s", l)
+	}
+	if err := e.Report(); err == nil {
+		t.Error("a report after the sidecar stopped was answered; want the stream ended")
+	}
+}
