@@ -251,7 +251,6 @@ func TestRLQSRedisDown(t *testing.T) {
 		domain string // the rule file's failure_mode, or empty
 		flag   string
 		want   string // describe() of the assignment while Redis is down
-		skip   string
 	}{
 		{name: "domain open", domain: "open", flag: "closed", want: "ALLOW_ALL"},
 		{name: "flag open", flag: "open", want: "ALLOW_ALL"},
@@ -260,14 +259,11 @@ func TestRLQSRedisDown(t *testing.T) {
 		// docs/rlqs.md: every mode but open denies all.
 		{name: "domain error", domain: "error", flag: "open", want: "DENY_ALL"},
 		// The memory store's share: 1000 a day over 4 replicas.
-		{name: "domain local", domain: "local", flag: "open", want: "a token bucket of 1 to 250 tokens",
-			skip: "local failure mode for RLQS: not built yet"},
+		{name: "domain local", domain: "local", flag: "open", want: "a token bucket of 1 to 250 tokens"},
 	}
+	const granted = `ratelimit_sidecar_rlqs_granted_hits_total{domain="edge",store=`
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.skip != "" {
-				t.Skip(tt.skip)
-			}
 			srv := redistest.StartServer(t)
 			mode := ""
 			if tt.domain != "" {
@@ -296,24 +292,34 @@ func TestRLQSRedisDown(t *testing.T) {
 			if !ok {
 				t.Fatalf("with Redis down: %s; want %s", describe(got), tt.want)
 			}
-			clk.Advance(10 * time.Second)
-			if got := e.Strategy(alice); got != nil && tt.domain != "local" {
-				t.Errorf("10 s after the report: %s still in force; want a time to live of at most 10 s", describe(got))
-			}
-			if err := e.Report(); err != nil {
-				t.Fatalf("second report with Redis down: %v", err)
-			}
-			if got := e.Strategy(alice); tt.domain != "local" && describe(got) != tt.want {
-				t.Errorf("second report with Redis down: %s; want %s again", describe(got), tt.want)
+			if tt.domain == "local" {
+				if n := metricValue(t, s, granted+`"local"}`); n < float64(tokens(got)) {
+					t.Errorf("with Redis down: %g hits granted from the local store; want the %d assigned", n, tokens(got))
+				}
+			} else {
+				clk.Advance(10 * time.Second)
+				if got := e.Strategy(alice); got != nil {
+					t.Errorf("10 s after the report: %s still in force; want a time to live of at most 10 s", describe(got))
+				}
+				if err := e.Report(); err != nil {
+					t.Fatalf("second report with Redis down: %v", err)
+				}
+				if got := e.Strategy(alice); describe(got) != tt.want {
+					t.Errorf("second report with Redis down: %s; want %s again", describe(got), tt.want)
+				}
 			}
 
+			shared := metricValue(t, s, granted+`"shared"}`)
 			srv.Restart(t)
 			deadline := time.Now().Add(15 * time.Second)
-			for tokens(e.Strategy(alice)) == 0 {
+			for tokens(e.Strategy(alice)) == 0 || metricValue(t, s, granted+`"shared"}`) <= shared {
 				if time.Now().After(deadline) {
-					t.Fatalf("15 s after Redis came back: %s; want a token bucket", describe(e.Strategy(alice)))
+					t.Fatalf("15 s after Redis came back: %s, and no hits granted from Redis; want a grant", describe(e.Strategy(alice)))
 				}
 				time.Sleep(50 * time.Millisecond)
+				if tokens(e.Strategy(alice)) > 0 {
+					spend(t, e, alice)
+				}
 				if err := e.Report(); err != nil {
 					t.Fatalf("report after Redis came back: %v", err)
 				}
@@ -347,9 +353,12 @@ func TestRLQSRulesReload(t *testing.T) {
 		t.Fatalf("subscription under 1000 a day: %s, %v; want a token bucket of 25 tokens", describe(got), err)
 	}
 	// Without a reload, the unspent grant stands: no new assignment.
-	assigned := e.Assignments
-	if err := e.Report(); err != nil || e.Assignments != assigned {
-		t.Fatalf("report without a reload: %v, %d new assignments; want the grant to stand", err, e.Assignments-assigned)
+	_, _, assigned := e.Counts()
+	if err := e.Report(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, n := e.Counts(); n != assigned {
+		t.Fatalf("report without a reload: %d new assignments; want the grant to stand", n-assigned)
 	}
 
 	reload(t, fmt.Sprintf(rules, "user", 40)) // leases a tenth: 4
@@ -380,12 +389,20 @@ func TestRLQSRulesReload(t *testing.T) {
 // TestRLQSBuckets: what a bucket id maps to, through the sidecar's flags.
 // A bucket no rule matches, or of a domain without rules, is assigned
 // ALLOW_ALL (as RLS answers OK), for 10 s. A bucket id past the RLS
-// path's request bounds (--max-value-bytes, --max-entries), an empty one
-// or a stream without a domain ends the stream with InvalidArgument that
-// says what is wrong.
+// path's request bounds (--max-value-bytes, --max-entries) or empty, and
+// a bucket past the 10,000 a stream holds, is refused alone: answered by
+// its domain's failure mode (closed: DENY_ALL, open: ALLOW_ALL), again at
+// every report, while the stream serves its other buckets; the stream's
+// first refusal is logged at Warn with the reason, and each is counted. A
+// stream without a domain ends with InvalidArgument.
 func TestRLQSBuckets(t *testing.T) {
 	srv := redistest.StartServer(t)
-	s, _ := startRLQS(t, srv, fmt.Sprintf(rlqsRules, ""), "--max-value-bytes", "16", "--max-entries", "2")
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "rules.yaml"), fmt.Sprintf(rlqsRules, ""))
+	write(t, filepath.Join(dir, "open.yaml"), "domain: opened\nfailure_mode: open\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 1000, lease: 8}\n")
+	logs := &lockedBuffer{}
+	s := startSidecarLog(t, logs, "--config", dir, "--redis-url", "redis://"+srv.Addr,
+		"--failure-mode", "closed", "--max-value-bytes", "16", "--max-entries", "2")
 	conn := grpcConn(t, s.grpcAddr, nil)
 
 	assigned := []struct {
@@ -424,53 +441,111 @@ func TestRLQSBuckets(t *testing.T) {
 		name   string
 		domain string
 		id     map[string]string
-		want   string
+		want   string // the assignment
+		reason string // in the log
 	}{
-		{"a value over --max-value-bytes", "edge", map[string]string{"user": strings.Repeat("x", 17)},
+		{"a value over --max-value-bytes", "edge", map[string]string{"user": strings.Repeat("x", 17)}, "DENY_ALL",
 			"bucket_quota_usages[0].bucket_id, matched as a descriptor: descriptors[0].entries[0].value: longer than 16 bytes"},
-		{"a key over --max-value-bytes", "edge", map[string]string{strings.Repeat("k", 17): "v"},
+		{"a key over --max-value-bytes", "edge", map[string]string{strings.Repeat("k", 17): "v"}, "DENY_ALL",
 			"bucket_quota_usages[0].bucket_id, matched as a descriptor: descriptors[0].entries[0].key: longer than 16 bytes"},
-		{"a domain over --max-value-bytes", strings.Repeat("d", 17), alice,
-			"bucket_quota_usages[0].bucket_id, matched as a descriptor: domain: longer than 16 bytes"},
-		{"more entries than --max-entries", "edge", map[string]string{"a": "1", "b": "2", "user": "alice"},
+		{"more entries than --max-entries", "edge", map[string]string{"a": "1", "b": "2", "user": "alice"}, "DENY_ALL",
 			"bucket_quota_usages[0].bucket_id, matched as a descriptor: descriptors[0].entries: 3 entries, more than the maximum 2"},
-		{"an empty bucket id", "edge", map[string]string{}, "bucket_quota_usages[0].bucket_id.bucket: must not be empty"},
-		{"an empty key", "edge", map[string]string{"": "v"}, "bucket_quota_usages[0].bucket_id.bucket: empty key"},
-		{"no domain", "", alice, "domain: must be set in the first message"},
+		{"an empty bucket id", "edge", map[string]string{}, "DENY_ALL", "bucket_quota_usages[0].bucket_id.bucket: must not be empty"},
+		{"an empty key", "edge", map[string]string{"": "v"}, "DENY_ALL", "bucket_quota_usages[0].bucket_id.bucket: empty key"},
+		{"a domain that fails open", "opened", map[string]string{"user": strings.Repeat("y", 17)}, "ALLOW_ALL",
+			"bucket_quota_usages[0].bucket_id, matched as a descriptor: descriptors[0].entries[0].value: longer than 16 bytes"},
 	}
-	for _, tt := range refused {
+	const series = `ratelimit_sidecar_rlqs_assignments_total{action="%s",domain="%s",reason="refused"}`
+	for i, tt := range refused {
 		t.Run(tt.name, func(t *testing.T) {
+			counted := metricValue(t, s, fmt.Sprintf(series, strings.ToLower(tt.want), tt.domain))
 			e, err := rlqsEnvoy(t, conn, tt.domain, nil)
-			if err == nil {
-				_, err = subscribe(e, tt.id)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if status.Code(err) != codes.InvalidArgument || !strings.HasSuffix(err.Error(), "desc = "+tt.want) {
-				t.Errorf("bucket %q of domain %q: %v; want InvalidArgument %q", tt.id, tt.domain, err, tt.want)
+			got, err := subscribe(e, tt.id)
+			if err != nil || describe(got) != tt.want {
+				t.Fatalf("bucket %q of domain %q: %s, %v; want %s", tt.id, tt.domain, describe(got), err, tt.want)
+			}
+			if got, err := subscribe(e, alice); err != nil || tokens(got) == 0 {
+				t.Fatalf("a good bucket on the stream after the refusal: %s, %v; want a token bucket", describe(got), err)
+			}
+			if err := e.Report(); err != nil {
+				t.Fatalf("report of both buckets: %v; want the stream to go on", err)
+			}
+			if got := e.Strategy(tt.id); describe(got) != tt.want {
+				t.Errorf("refused bucket at the next report: %s; want %s again", describe(got), tt.want)
+			}
+			if got := e.Strategy(alice); tokens(got) == 0 {
+				t.Errorf("good bucket at the next report: %s; want its token bucket", describe(got))
+			}
+			if n := metricValue(t, s, fmt.Sprintf(series, strings.ToLower(tt.want), tt.domain)) - max(counted, 0); n != 2 {
+				t.Errorf("%g refusals counted; want 2 (the subscription and the report)", n)
+			}
+			var lines int
+			for _, l := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(l, `"level":"warn"`) && strings.Contains(l, "rlqs bucket refused") && strings.Contains(l, fmt.Sprintf("%q", tt.reason)) {
+					lines++
+				}
+			}
+			want := 0 // one per stream: this one's, and those of earlier cases with the same reason
+			for _, c := range refused[:i+1] {
+				if c.reason == tt.reason {
+					want++
+				}
+			}
+			if lines != want {
+				t.Errorf("%d Warn lines refusing with %q; want %d, one per stream", lines, tt.reason, want)
 			}
 		})
 	}
 
-	// The stream holds at most 10,000 buckets (rlqs.Options.MaxBuckets,
-	// which no flag sets): one report of 10,001 ends it.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	stream, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg := &rlqspb.RateLimitQuotaUsageReports{Domain: "edge"}
-	for i := range 10_001 {
-		msg.BucketQuotaUsages = append(msg.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
-			BucketId: &rlqspb.BucketId{Bucket: map[string]string{"path": strconv.Itoa(i)}}, NumRequestsDenied: 1,
-		})
-	}
-	if err := stream.Send(msg); err != nil {
-		t.Fatal(err)
-	}
-	_, err = stream.Recv()
-	if want := "bucket_quota_usages[10000].bucket_id: more than 10000 buckets on one stream"; status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != want {
-		t.Errorf("10,001 buckets on one stream: %v; want InvalidArgument %q", err, want)
-	}
+	t.Run("no domain", func(t *testing.T) {
+		e, err := rlqsEnvoy(t, conn, "", nil)
+		if err == nil {
+			_, err = subscribe(e, alice)
+		}
+		if want := "domain: must be set in the first message"; status.Code(err) != codes.InvalidArgument || !strings.HasSuffix(err.Error(), "desc = "+want) {
+			t.Errorf("a stream without a domain: %v; want InvalidArgument %q", err, want)
+		}
+	})
+
+	// A stream holds at most 10,000 buckets (rlqs.Options.MaxBuckets,
+	// which no flag sets): of one report of 10,001 new buckets, the last
+	// is refused.
+	t.Run("bucket 10,001", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		stream, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := &rlqspb.RateLimitQuotaUsageReports{Domain: "edge"}
+		for i := range 10_001 {
+			msg.BucketQuotaUsages = append(msg.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+				BucketId: &rlqspb.BucketId{Bucket: map[string]string{"path": strconv.Itoa(i)}}, NumRequestsDenied: 1,
+			})
+		}
+		if err := stream.Send(msg); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("10,001 buckets on one stream: %v; want an answer", err)
+		}
+		got := map[string]int{}
+		for _, a := range resp.GetBucketAction() {
+			s := describe(a.GetQuotaAssignmentAction().GetRateLimitStrategy())
+			if a.GetBucketId().GetBucket()["path"] == "10000" {
+				s = "last: " + s
+			}
+			got[s]++
+		}
+		if want := map[string]int{"ALLOW_ALL": 10_000, "last: DENY_ALL": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("answers to 10,001 buckets without a rule: %v; want %v", got, want)
+		}
+		_ = stream.CloseSend()
+	})
 }
 
 // TestRLQSStreamsAreStreams: the sidecar bounds a unary call by
