@@ -66,8 +66,9 @@ type settings struct {
 
 	tracing tracingSettings // --tracing*: see tracing.go
 
-	rlqsBucketTTL time.Duration // --rlqs-bucket-ttl
-	rlqsIdleAfter time.Duration // --rlqs-idle-after
+	rlqsBucketTTL  time.Duration // --rlqs-bucket-ttl
+	rlqsIdleAfter  time.Duration // --rlqs-idle-after
+	rlqsMaxBuckets int           // --rlqs-max-buckets
 
 	// onReady, if set, is called with the listeners' addresses once the
 	// servers are about to serve. Tests use it to find ports chosen by :0.
@@ -149,6 +150,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.Var(&c.overrideKeys, "override-keys", "`mode` of the counters of Envoy's per-request limits (descriptor.limit): shared with the rules' fixed windows of the same window, as envoyproxy/ratelimit, or separate, one per override's requests and unit (default shared)")
 	fs.IntVar(&c.metricMaxValues, "metric-max-values", metrics.DefaultMaxValues, "how many distinct value names each detailed_metric or value_to_metric rule gets series for; later ones share the rule's rule=\"_other.<rule>\" series (0: all do)")
 	fs.DurationVar(&c.rlqsBucketTTL, "rlqs-bucket-ttl", 6*time.Second, "RLQS: the longest time to live of a quota assignment on a token or leaky bucket, in whole seconds; set Envoy's reporting_interval to at most this, and the same on every sidecar (see docs/rlqs.md)")
+	fs.IntVar(&c.rlqsMaxBuckets, "rlqs-max-buckets", 10_000, "RLQS: most buckets one stream may hold; a bucket past it is answered by its domain's failure mode and not kept")
 	fs.DurationVar(&c.rlqsIdleAfter, "rlqs-idle-after", 10*time.Minute, "RLQS: abandon a bucket that has reported no requests for this long; Envoy subscribes to it again at its next request")
 	fs.DurationVar(&c.reloadDebounce, "reload-debounce", 200*time.Millisecond, "how long file changes must settle before rules are reloaded")
 	fs.IntVar(&c.gc.percent, "gc-percent", defaultGCPercent, "the Go garbage collector's GOGC, unless the GOGC environment variable is set")
@@ -276,6 +278,9 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	}
 	if c.rlqsBucketTTL < time.Second || c.rlqsBucketTTL%time.Second != 0 {
 		return fmt.Errorf("--rlqs-bucket-ttl %s: must be whole seconds, at least 1s (Envoy reads an assignment's time to live in whole seconds)", c.rlqsBucketTTL)
+	}
+	if c.rlqsMaxBuckets < 1 {
+		return fmt.Errorf("--rlqs-max-buckets %d: must be at least 1", c.rlqsMaxBuckets)
 	}
 	if c.rlqsIdleAfter <= 0 {
 		return fmt.Errorf("--rlqs-idle-after %s: must be above 0", c.rlqsIdleAfter)

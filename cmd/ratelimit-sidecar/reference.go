@@ -18,7 +18,6 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"go.uber.org/zap"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
@@ -216,18 +215,19 @@ func addrOf(l net.Listener) string {
 }
 
 // healthNames are the gRPC health service names the sidecar reports: the
-// server's, the RLS service's and the reference's.
+// server's, the RLS service's and the reference's; servers.healthNames
+// adds RLQS's when it is served.
 var healthNames = []string{"", envoy.ServiceName, refHealthName}
 
-// setHealth reports every health name serving, unless rules must be
+// setHealth reports every health name of s serving, unless rules must be
 // loaded and none is.
-func setHealth(h *health.Server, c *settings, rs *limits.Ruleset) {
+func setHealth(s *servers, c *settings, rs *limits.Ruleset) {
 	st := healthpb.HealthCheckResponse_SERVING
 	if !servingRules(c, rs) {
 		st = healthpb.HealthCheckResponse_NOT_SERVING
 	}
-	for _, name := range healthNames {
-		h.SetServingStatus(name, st)
+	for _, name := range s.healthNames {
+		s.health.SetServingStatus(name, st)
 	}
 }
 

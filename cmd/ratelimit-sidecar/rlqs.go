@@ -12,17 +12,21 @@ import (
 
 // registerRLQS serves Envoy's Rate Limit Quota Service on g, beside RLS
 // and under the same TLS, when the store is shared: quota is taken from
-// it, past the deny cache and the leases. A local store cannot grant
-// quota, so the service is not served then (Envoy gets Unimplemented).
-func registerRLQS(g *grpc.Server, c *settings, engine *limits.Engine, st *sidecarStore, m *metrics.Metrics, log *zap.Logger) {
+// it, past the deny cache and the leases, and it reports whether it
+// does. A local store has no fleet to share quota with, so the service is
+// not served then (Envoy gets Unimplemented), which the log says.
+func registerRLQS(g *grpc.Server, c *settings, engine *limits.Engine, st *sidecarStore, m *metrics.Metrics, log *zap.Logger) bool {
 	if st.shared == nil {
-		return
+		log.Info("rlqs not served: quota is shared through Redis; set --redis-url (or Sentinel or Cluster) to serve Envoy's rate_limit_quota filter")
+		return false
 	}
 	ret, _ := st.counters.(store.Returner)
 	rlqs.NewServer(engine, st.shared, log.Named("rlqs"), rlqs.Options{
-		Return:    ret,
-		BucketTTL: c.rlqsBucketTTL,
-		IdleAfter: c.rlqsIdleAfter,
-		Metrics:   m.RLQS(),
+		Return:     ret,
+		BucketTTL:  c.rlqsBucketTTL,
+		IdleAfter:  c.rlqsIdleAfter,
+		MaxBuckets: c.rlqsMaxBuckets,
+		Metrics:    m.RLQS(),
 	}).Register(g)
+	return true
 }

@@ -18,12 +18,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rlqstest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
 )
 
 // These tests drive RLQS through the whole sidecar (flags, store wiring,
@@ -592,5 +594,29 @@ func TestRLQSShutdown(t *testing.T) {
 	}
 	if err := e.Report(); err == nil {
 		t.Error("a report after the sidecar stopped was answered; want the stream ended")
+	}
+}
+
+// TestRLQSHealth: the gRPC health service answers for RLQS's service name
+// when RLQS is served (Redis), and knows no such service when it is not
+// (the memory store), as for any service the server does not have.
+func TestRLQSHealth(t *testing.T) {
+	check := func(t *testing.T, s *sidecar) (healthpb.HealthCheckResponse_ServingStatus, error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := healthpb.NewHealthClient(grpcConn(t, s.grpcAddr, nil)).Check(ctx, &healthpb.HealthCheckRequest{Service: rlqs.ServiceName})
+		return resp.GetStatus(), err
+	}
+	srv := redistest.StartServer(t)
+	s, _ := startRLQS(t, srv, fmt.Sprintf(rlqsRules, ""))
+	if got, err := check(t, s); err != nil || got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health of %s with Redis: %v, %v; want SERVING", rlqs.ServiceName, got, err)
+	}
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "rules.yaml"), fmt.Sprintf(rlqsRules, ""))
+	mem := startSidecar(t, "--config", dir)
+	if _, err := check(t, mem); status.Code(err) != codes.NotFound {
+		t.Errorf("health of %s on the memory store: %v; want NotFound", rlqs.ServiceName, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
 )
 
 // serve runs the sidecar until ctx is cancelled, then shuts down in order:
@@ -90,7 +92,7 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	onRules := func(rs config.ReloadStatus, err error) {
 		if err == nil {
 			st.rulesChanged()
-			setHealth(srv.health, c, engine.Rules())
+			setHealth(srv, c, engine.Rules())
 		}
 		m.Reloaded(rs, err)
 	}
@@ -259,9 +261,12 @@ type servers struct {
 	log    *zap.Logger
 	grpc   *grpc.Server
 	health *health.Server
-	http   *http.Server // health probes and metrics
-	admin  *http.Server // nil: the admin endpoints are on http
-	certs  *grpcTLS     // nil: gRPC is plaintext
+	// healthNames are the service names health reports: healthNames,
+	// and RLQS's when it is served.
+	healthNames []string
+	http        *http.Server // health probes and metrics
+	admin       *http.Server // nil: the admin endpoints are on http
+	certs       *grpcTLS     // nil: gRPC is plaintext
 
 	// stopStreams ends the streaming RPCs (health Watch, reflection),
 	// which would otherwise hold GracefulStop for as long as their
@@ -304,13 +309,16 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	rlsOpts.Tracing = tr.rls(st.name)
 	rls := envoy.NewServer(engine, log, rlsOpts)
 	rls.Register(s.grpc)
-	registerRLQS(s.grpc, c, engine, st, m, log)
+	s.healthNames = healthNames
+	if registerRLQS(s.grpc, c, engine, st, m, log) {
+		s.healthNames = append(slices.Clip(healthNames), rlqs.ServiceName)
+	}
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	sb.streaming = streamingMethods(s.grpc)
-	setHealth(s.health, c, engine.Rules())
-	holdHealth(s.health, reloader)
+	setHealth(s, c, engine.Rules())
+	holdHealth(s, reloader)
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -382,7 +390,7 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		serveWhenReady(gctx, s.health, reloader)
+		serveWhenReady(gctx, s, reloader)
 		return nil
 	})
 	g.Go(func() error {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -199,7 +198,7 @@ func pending(src ruleSource) (<-chan struct{}, string) {
 
 // holdHealth reports NOT_SERVING for every service while src waits for
 // its first rules; serveWhenReady ends it.
-func holdHealth(h *health.Server, src ruleSource) {
+func holdHealth(s *servers, src ruleSource) {
 	ready, _ := pending(src)
 	if ready == nil {
 		return
@@ -207,15 +206,15 @@ func holdHealth(h *health.Server, src ruleSource) {
 	select {
 	case <-ready:
 	default:
-		for _, name := range healthNames {
-			h.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
+		for _, name := range s.healthNames {
+			s.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
 		}
 	}
 }
 
 // serveWhenReady reports SERVING once src has its first rules, unless ctx
 // ends first. After shutdown began, health.Server ignores it.
-func serveWhenReady(ctx context.Context, h *health.Server, src ruleSource) {
+func serveWhenReady(ctx context.Context, s *servers, src ruleSource) {
 	ready, _ := pending(src)
 	if ready == nil {
 		return
@@ -223,8 +222,8 @@ func serveWhenReady(ctx context.Context, h *health.Server, src ruleSource) {
 	select {
 	case <-ctx.Done():
 	case <-ready:
-		for _, name := range healthNames {
-			h.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+		for _, name := range s.healthNames {
+			s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 		}
 	}
 }

@@ -178,6 +178,9 @@ func NewServer(rules Rules, st limits.Store, log *zap.Logger, o Options) *Server
 	return &Server{rules: rules, store: st, ret: o.Return, log: log, o: o, m: m}
 }
 
+// ServiceName is the service's full name, for gRPC health checks.
+const ServiceName = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
+
 // Register registers the service on g.
 func (s *Server) Register(g *grpc.Server) {
 	rlqspb.RegisterRateLimitQuotaServiceServer(g, s)
