@@ -56,27 +56,32 @@ func (c *Clock) Set(t time.Time) {
 	c.t = t
 }
 
-// Advance moves the clock forward by d, and then runs, in the caller's
-// goroutine and in the order they are due, the functions of AfterFunc
-// that are due by the new time (those they add that are due run too).
+// Advance moves the clock forward by d. The functions of AfterFunc that
+// come due on the way run in the caller's goroutine, in the order they
+// are due, each with the clock set to its time (and those they add that
+// come due run too).
 func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
-	c.t = c.t.Add(d)
+	end := c.t.Add(d)
 	c.mu.Unlock()
 	for {
 		c.mu.Lock()
 		var next *clockTimer
 		for _, tm := range c.timers {
-			if !tm.stopped && !tm.at.After(c.t) && (next == nil || tm.at.Before(next.at)) {
+			if !tm.stopped && !tm.at.After(end) && (next == nil || tm.at.Before(next.at)) {
 				next = tm
 			}
 		}
 		if next == nil {
+			c.t = end
 			c.timers = slices.DeleteFunc(c.timers, func(tm *clockTimer) bool { return tm.stopped })
 			c.mu.Unlock()
 			return
 		}
 		next.stopped = true
+		if next.at.After(c.t) {
+			c.t = next.at
+		}
 		c.mu.Unlock()
 		next.f()
 	}

@@ -59,10 +59,12 @@ type bucket struct {
 	granted uint64
 	used    uint64 // allowed reported since the grant was sent
 	until   time.Time
-	gen     int32     // grants sent, to tell Envoy each one is new
-	push    time.Time // when to assign anew without a report; zero: never
-	topUp   bool      // the push replaces the live grant, expected spent by then
-	capped  bool      // the store granted less than asked: the limit is running out
+	gen     int32         // grants sent, to tell Envoy each one is new
+	every   time.Duration // the live grant's token bucket's fill interval, less a second
+	push    time.Time     // when to assign anew without a report; zero: never
+	refresh time.Time     // when to send the live grant again (see grant); zero: never
+	topUp   bool          // the push replaces the live grant, expected spent by then
+	capped  bool          // the store granted less than asked: the limit is running out
 	// carry is what the grants replaced since the last report may still
 	// have held: the next report's allowed requests may have been spent
 	// from them, and are not charged to the grant that replaced them as
@@ -200,7 +202,7 @@ func (s *Server) grant(st *streamState, b *bucket, topUp bool) *rlqspb.RateLimit
 		return nil
 	}
 	b.replaced()
-	b.live, b.push, b.topUp = false, time.Time{}, false
+	b.live, b.push, b.topUp, b.refresh = false, time.Time{}, false, time.Time{}
 	p := &b.plan
 	most := leaseOf(p.rule)
 	// Size the grant from the report rate: on a window, twice what the
@@ -286,9 +288,32 @@ func (s *Server) grant(st *streamState, b *bucket, topUp bool) *rlqspb.RateLimit
 		}
 	}
 	b.gen = b.gen%999_999_999 + 1
+	b.every = max(p.limit.Window(), ttl)
+	b.refresh = time.Time{}
+	if p.ttl == 0 && ttl-ttl.Truncate(time.Second) > 100*time.Millisecond {
+		// Envoy reads whole seconds, so the assignment lapses up to a
+		// second before it must: a second before that, the same token
+		// bucket is sent again for one second, which Envoy applies
+		// keeping its tokens, to live until the margin before the
+		// window's end.
+		b.refresh = b.until.Add(-s.o.Margin - time.Second)
+	}
 	s.m.Granted(st.label, g, how == "local")
 	s.m.Assigned(st.label, "token_bucket", how)
-	return tokenBucket(b.id, g, max(p.limit.Window(), ttl), b.gen, ttl)
+	return tokenBucket(b.id, g, b.every, b.gen, ttl)
+}
+
+// refreshed sends b's live grant again, unchanged but for a time to live
+// that ends the margin before its window does (see grant), or nil when
+// it is too late for a whole second.
+func (s *Server) refreshed(st *streamState, b *bucket) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	b.refresh = time.Time{}
+	ttl := b.until.Sub(s.o.Now()) - s.o.Margin
+	if !b.live || ttl < time.Second {
+		return nil
+	}
+	s.m.Assigned(st.label, "token_bucket", "refresh")
+	return tokenBucket(b.id, b.granted, b.every, b.gen, ttl)
 }
 
 // replaced notes that b's live grant, if any, is being replaced: what it

@@ -262,8 +262,10 @@ const pushDelay = 50 * time.Millisecond
 func (s *Server) arm(st *streamState) {
 	var next time.Time
 	for _, b := range st.buckets {
-		if !b.push.IsZero() && (next.IsZero() || b.push.Before(next)) {
-			next = b.push
+		for _, at := range [2]time.Time{b.push, b.refresh} {
+			if !at.IsZero() && (next.IsZero() || at.Before(next)) {
+				next = at
+			}
 		}
 	}
 	if st.stop != nil {
@@ -296,6 +298,12 @@ func (s *Server) push(st *streamState) {
 	now := s.o.Now()
 	resp := &rlqspb.RateLimitQuotaResponse{}
 	for _, b := range st.buckets {
+		if !b.refresh.IsZero() && !b.refresh.After(now) && (b.push.IsZero() || b.push.After(now)) {
+			if a := s.refreshed(st, b); a != nil {
+				resp.BucketAction = append(resp.BucketAction, a)
+			}
+			continue
+		}
 		if b.push.IsZero() || b.push.After(now) {
 			continue
 		}
