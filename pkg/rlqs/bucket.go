@@ -78,6 +78,15 @@ type bucket struct {
 	gLimit   *limits.Limit
 	gReceipt int64
 	gLocal   bool
+	// gDead is when Envoy can no longer spend the live grant: its
+	// window's end, or a bucket grant's time to live and the margin;
+	// gEnd when it is expected to stop: the margin before the window's
+	// end, or the time to live.
+	gDead, gEnd time.Time
+	// allowed is what the last report allowed, and pushed whether a push
+	// replaced the live grant since.
+	allowed uint64
+	pushed  bool
 	// ret is the last grant replaced since the last report: the next
 	// report tells how much of it, at least, was never spent.
 	ret giveBack
@@ -117,10 +126,16 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 	}
 	allowed, denied := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
 	s.m.Usage(st.label, allowed, denied)
-	b.demand, b.interval, b.last = allowed+denied, now.Sub(b.last), now
+	b.demand, b.interval, b.last, b.allowed = allowed+denied, now.Sub(b.last), now, allowed
 	old := min(allowed, b.carry)
 	b.used += allowed - old
-	b.carry = 0
+	if denied > 0 && b.live && !b.pushed {
+		// Envoy denies only once its token bucket is empty (or its
+		// assignment ended): whatever the count says, the grant is spent.
+		// (After a push, the denials may be from before it.)
+		b.used = max(b.used, b.granted)
+	}
+	b.carry, b.pushed = 0, false
 	if r := b.ret; r.hits > 0 {
 		// At most allowed of its hits were spent after it was last
 		// reported on: the rest never will be.
@@ -128,13 +143,14 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 		r.hits -= min(allowed, r.hits)
 		s.giveBack(st, r)
 	}
-	if b.live && !b.gLocal && b.plan.ttl > 0 && now.After(b.until.Add(s.o.Margin)) {
-		// A bucket's grant that Envoy can no longer spend, every
-		// request of which this report has counted: what is left goes
-		// back. (A window's grant ends with its window, where a return
-		// takes nothing back.)
+	if b.live && !now.Before(b.gDead) {
+		// A grant Envoy can no longer spend, every request of which
+		// this report has counted: what is left goes back (but a
+		// window's, whose window has ended, where nothing is taken back).
 		b.live = false
-		s.giveBack(st, giveBack{hits: b.granted - min(b.used, b.granted), key: b.gKey, limit: b.gLimit, receipt: b.gReceipt})
+		if !b.gLocal && b.gLimit.Algorithm.Bucketed() {
+			s.giveBack(st, giveBack{hits: b.granted - min(b.used, b.granted), key: b.gKey, limit: b.gLimit, receipt: b.gReceipt})
+		}
 	}
 	if allowed+denied > 0 {
 		b.active = now
@@ -155,7 +171,7 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 		s.m.Assigned(st.label, "deny_all", b.plan.reason)
 		return blanket(b.id, typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL), nil
 	}
-	return s.grant(st, b, false), nil
+	return s.grant(st, b, false, false), nil
 }
 
 // rematch matches b again when the rules changed since it last was; a
@@ -173,7 +189,7 @@ func (s *Server) rematch(st *streamState, b *bucket) {
 			s.log.Warn("rlqs bucket not served from a limit", zap.String("domain", st.domain),
 				zap.String("bucket", bucketKey(b.entries)), zap.String("reason", p.why))
 		}
-		b.replaced()
+		b.replaced(s.o.Now(), false)
 		b.live, b.push = false, time.Time{} // assign anew under the new plan
 	}
 	b.rules, b.plan = rs, p
@@ -185,7 +201,7 @@ func (s *Server) rematch(st *streamState, b *bucket) {
 // report says it is spent, since a new token bucket replaces Envoy's and
 // the tokens left in the old one are lost. It also sets when b wants a
 // push.
-func (s *Server) grant(st *streamState, b *bucket, topUp bool) *rlqspb.RateLimitQuotaResponse_BucketAction {
+func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.RateLimitQuotaResponse_BucketAction {
 	ctx := st.ctx
 	now := s.o.Now()
 	if b.live && !topUp && now.Before(b.until.Add(-s.o.Margin)) && b.used < b.granted {
@@ -201,7 +217,7 @@ func (s *Server) grant(st *streamState, b *bucket, topUp bool) *rlqspb.RateLimit
 		}
 		return nil
 	}
-	b.replaced()
+	b.replaced(now, pushed)
 	b.live, b.push, b.topUp, b.refresh = false, time.Time{}, false, time.Time{}
 	p := &b.plan
 	most := leaseOf(p.rule)
@@ -276,6 +292,10 @@ func (s *Server) grant(st *streamState, b *bucket, topUp bool) *rlqspb.RateLimit
 	g := min(out.Granted, math.MaxUint32)
 	b.live, b.granted, b.used, b.capped = true, g, 0, out.Granted < want
 	b.gKey, b.gLimit, b.gReceipt, b.gLocal = p.key, batch.Checks[0].Limit, out.GrantReceipt, how == "local"
+	b.gDead, b.gEnd = b.until, b.until.Add(-s.o.Margin)
+	if p.ttl > 0 {
+		b.gDead, b.gEnd = b.until.Add(s.o.Margin), b.until
+	}
 	// A grant the last report's rate spends before the next report (the
 	// lease is smaller than what Envoy spends in an interval) is topped
 	// up at three quarters of that time, and so on, so that one Envoy's
@@ -316,15 +336,29 @@ func (s *Server) refreshed(st *streamState, b *bucket) *rlqspb.RateLimitQuotaRes
 	return tokenBucket(b.id, b.granted, b.every, b.gen, ttl)
 }
 
-// replaced notes that b's live grant, if any, is being replaced: what it
-// had left may have been spent since the last report, which the next
-// report tells.
-func (b *bucket) replaced() {
+// replaced notes that b's live grant, if any, is being replaced (by a
+// push when pushed): what it had left may have been spent since the last
+// report, which the next report tells. Envoy spent from it, after the
+// last report, about what the report allowed per second until it could
+// spend no more: those requests of the next report are not charged to
+// the new grant (carry). Too little carry charges the new grant early
+// and replaces it early (what it held goes back); too much would leave
+// Envoy denied while the server thinks it holds quota.
+func (b *bucket) replaced(now time.Time, pushed bool) {
 	if !b.live {
 		return
 	}
 	left := b.granted - min(b.used, b.granted)
-	b.carry += left
+	if pushed {
+		b.pushed = true
+		end := now
+		if b.gEnd.Before(end) {
+			end = b.gEnd
+		}
+		if spent := end.Sub(b.last); spent > 0 {
+			b.carry += min(left, mulDiv(b.allowed, uint64(spent), uint64(max(b.interval, time.Second))))
+		}
+	}
 	if !b.gLocal && left > 0 {
 		b.ret = giveBack{hits: left, key: b.gKey, limit: b.gLimit, receipt: b.gReceipt}
 	}

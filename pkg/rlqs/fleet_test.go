@@ -336,3 +336,61 @@ descriptors:
 		}
 	})
 }
+
+// TestSteadyAcrossWindows: three Envoys well under a limit, each at a
+// steady 670 requests a second in steps of 100 ms, reporting every
+// second, over 100 s: they are denied only in the margin before each
+// window's end, never in between (where a grant whose spending was
+// charged to the grant before it would leave an Envoy without quota
+// while the server thought it had some).
+func TestSteadyAcrossWindows(t *testing.T) {
+	srv := redistest.StartServer(t)
+	clk := storetest.NewClock(storetest.Epoch.Add(time.Second))
+	o := redis.Options{URL: "redis://" + srv.Addr, KeyPrefix: "rlqs:" + t.Name() + ":"}
+	const rules = `
+domain: rlqs
+descriptors:
+  - key: route
+    rate_limit: {unit: minute, requests_per_unit: 10000000, lease: 100000}
+`
+	var es []*rlqstest.Envoy
+	var ms []*rlqstest.Metrics
+	for range 3 {
+		addr, m := startSidecar(t, rules, o, clk)
+		es = append(es, dialEnvoy(t, addr, "rlqs", clk.Now))
+		ms = append(ms, m)
+	}
+	id := map[string]string{"route": "api"}
+	for i := range 1000 {
+		at := clk.Now().Sub(storetest.Epoch)
+		denied := 0
+		for _, e := range es {
+			for range 67 {
+				ok, err := e.Request(id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !ok {
+					denied++
+				}
+			}
+		}
+		// The margin (1 s) before a window's end, and the first step of
+		// each Envoy's first request.
+		edge := at%time.Minute >= time.Minute-time.Second || i == 0
+		if denied > 0 && !edge {
+			t.Errorf("%.1f s: %d of 201 requests denied, under the limit and away from a window's end", at.Seconds(), denied)
+		}
+		clk.Advance(100 * time.Millisecond) // pushes what is due
+		for j, e := range es {
+			if err := e.Sync(ms[j].Pushes()); err != nil {
+				t.Fatal(err)
+			}
+			if i%10 == 9 {
+				if err := e.Report(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}

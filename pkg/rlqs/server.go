@@ -317,7 +317,7 @@ func (s *Server) push(st *streamState) {
 		if b.plan.kind != planGrant {
 			continue // blanket answers are sent again with every report
 		}
-		if a := s.grant(st, b, topUp); a != nil {
+		if a := s.grant(st, b, topUp, true); a != nil {
 			resp.BucketAction = append(resp.BucketAction, a)
 		}
 	}
