@@ -69,6 +69,7 @@ type settings struct {
 	rlqsBucketTTL  time.Duration // --rlqs-bucket-ttl
 	rlqsIdleAfter  time.Duration // --rlqs-idle-after
 	rlqsMaxBuckets int           // --rlqs-max-buckets
+	rlqsMargin     time.Duration // --rlqs-margin
 
 	// onReady, if set, is called with the listeners' addresses once the
 	// servers are about to serve. Tests use it to find ports chosen by :0.
@@ -150,6 +151,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.Var(&c.overrideKeys, "override-keys", "`mode` of the counters of Envoy's per-request limits (descriptor.limit): shared with the rules' fixed windows of the same window, as envoyproxy/ratelimit, or separate, one per override's requests and unit (default shared)")
 	fs.IntVar(&c.metricMaxValues, "metric-max-values", metrics.DefaultMaxValues, "how many distinct value names each detailed_metric or value_to_metric rule gets series for; later ones share the rule's rule=\"_other.<rule>\" series (0: all do)")
 	fs.DurationVar(&c.rlqsBucketTTL, "rlqs-bucket-ttl", 6*time.Second, "RLQS: the longest time to live of a quota assignment on a token or leaky bucket, in whole seconds; set Envoy's reporting_interval to at most this, and the same on every sidecar (see docs/rlqs.md)")
+	fs.DurationVar(&c.rlqsMargin, "rlqs-margin", time.Second, "RLQS: how long an assignment may take to reach Envoy; a window's grant ends this long before its window, so quota is never spent in the window after it was counted in (lower: shorter denials at window ends, if answers reach Envoy faster)")
 	fs.IntVar(&c.rlqsMaxBuckets, "rlqs-max-buckets", 10_000, "RLQS: most buckets one stream may hold; a bucket past it is answered by its domain's failure mode and not kept")
 	fs.DurationVar(&c.rlqsIdleAfter, "rlqs-idle-after", 10*time.Minute, "RLQS: abandon a bucket that has reported no requests for this long; Envoy subscribes to it again at its next request")
 	fs.DurationVar(&c.reloadDebounce, "reload-debounce", 200*time.Millisecond, "how long file changes must settle before rules are reloaded")
@@ -278,6 +280,9 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	}
 	if c.rlqsBucketTTL < time.Second || c.rlqsBucketTTL%time.Second != 0 {
 		return fmt.Errorf("--rlqs-bucket-ttl %s: must be whole seconds, at least 1s (Envoy reads an assignment's time to live in whole seconds)", c.rlqsBucketTTL)
+	}
+	if c.rlqsMargin < 10*time.Millisecond || c.rlqsMargin > time.Minute {
+		return fmt.Errorf("--rlqs-margin %s: must be from 10ms to 1m", c.rlqsMargin)
 	}
 	if c.rlqsMaxBuckets < 1 {
 		return fmt.Errorf("--rlqs-max-buckets %d: must be at least 1", c.rlqsMaxBuckets)

@@ -26,6 +26,7 @@ func registerRLQS(g *grpc.Server, c *settings, engine *limits.Engine, st *sideca
 		BucketTTL:  c.rlqsBucketTTL,
 		IdleAfter:  c.rlqsIdleAfter,
 		MaxBuckets: c.rlqsMaxBuckets,
+		Margin:     c.rlqsMargin,
 		Metrics:    m.RLQS(),
 	}).Register(g)
 	return true

@@ -14,6 +14,8 @@ func TestRLQSFlagsInvalid(t *testing.T) {
 		{[]string{"--rlqs-bucket-ttl", "1500ms"}, "--rlqs-bucket-ttl 1.5s: must be whole seconds, at least 1s"},
 		{[]string{"--rlqs-bucket-ttl", "0s"}, "--rlqs-bucket-ttl 0s: must be whole seconds, at least 1s"},
 		{[]string{"--rlqs-idle-after", "0s"}, "--rlqs-idle-after 0s: must be above 0"},
+		{[]string{"--rlqs-margin", "1ms"}, "--rlqs-margin 1ms: must be from 10ms to 1m"},
+		{[]string{"--rlqs-max-buckets", "0"}, "--rlqs-max-buckets 0: must be at least 1"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
