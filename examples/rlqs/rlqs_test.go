@@ -7,7 +7,6 @@
 package rlqsexample_test
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -22,18 +21,14 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	rlqv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
-	"gopkg.in/yaml.v3"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/envoyconf"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
@@ -51,13 +46,10 @@ func TestMain(m *testing.M) {
 
 // The names Envoy knows the filters by, and the protocol options key.
 const (
-	quotaFilter    = "envoy.filters.http.rate_limit_quota"
-	hcmFilter      = "envoy.filters.network.http_connection_manager"
-	routerType     = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
-	httpOptionsKey = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+	quotaFilter = "envoy.filters.http.rate_limit_quota"
+	hcmFilter   = "envoy.filters.network.http_connection_manager"
+	routerType  = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
 )
-
-var unknownField = regexp.MustCompile(`unknown field "([^"]+)"`)
 
 // sample is a request to put in a bucket.
 type sample struct {
@@ -99,7 +91,7 @@ func TestBootstrapIsValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := decodeBootstrap(data)
+	b, err := envoyconf.DecodeBootstrap(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +206,7 @@ func TestBrokenBootstrapsFail(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = decodeBootstrap(data)
+			_, err = envoyconf.DecodeBootstrap(data)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("decodeBootstrap: got error %v, want one containing %q", err, tt.want)
 			}
@@ -250,7 +242,7 @@ func TestBrokenReferencesFail(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := decodeBootstrap(data)
+			b, err := envoyconf.DecodeBootstrap(data)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -340,7 +332,7 @@ func TestBrokenAgreementFails(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := decodeBootstrap(data)
+			b, err := envoyconf.DecodeBootstrap(data)
 			if err != nil {
 				if strings.Contains(err.Error(), tt.want) {
 					return
@@ -410,7 +402,7 @@ func loadPair(t *testing.T, envoy func() ([]byte, error)) (*bootstrapv3.Bootstra
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := decodeBootstrap(data)
+	b, err := envoyconf.DecodeBootstrap(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,89 +415,6 @@ func loadPair(t *testing.T, envoy func() ([]byte, error)) (*bootstrapv3.Bootstra
 		t.Fatal(err)
 	}
 	return b, rs
-}
-
-// decodeBootstrap decodes an Envoy bootstrap written in YAML as Envoy does:
-// YAML to JSON, then the proto JSON mapping, rejecting unknown fields
-// (also inside typed_config) and types it cannot resolve. Then it checks
-// Envoy's validation constraints, inside every typed_config too.
-func decodeBootstrap(data []byte) (*bootstrapv3.Bootstrap, error) {
-	var doc any
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("yaml: %w", err)
-	}
-	js, err := json.Marshal(doc)
-	if err != nil {
-		return nil, fmt.Errorf("yaml to json: %w", err)
-	}
-	b := &bootstrapv3.Bootstrap{}
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(js, b); err != nil {
-		// protojson places the error in the JSON; point at the YAML.
-		if m := unknownField.FindStringSubmatch(err.Error()); m != nil {
-			for i, line := range strings.Split(string(data), "\n") {
-				if k, _, ok := strings.Cut(strings.TrimLeft(line, " -{"), ":"); ok && k == m[1] {
-					return nil, fmt.Errorf("decode bootstrap: line %d: %w", i+1, err)
-				}
-			}
-		}
-		return nil, fmt.Errorf("decode bootstrap: %w", err)
-	}
-	if err := validate(b, "bootstrap"); err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
-// validate runs m's generated ValidateAll and that of every message packed
-// in an Any below it. ValidateAll alone stops at an Any: it would never
-// look inside a typed_config, and the bucket matchers are Anys in an Any.
-func validate(m proto.Message, path string) error {
-	var errs []error
-	if v, ok := m.(interface{ ValidateAll() error }); ok {
-		if err := v.ValidateAll(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", path, err))
-		}
-	}
-	errs = append(errs, validateAnys(m.ProtoReflect(), path)...)
-	return errors.Join(errs...)
-}
-
-func validateAnys(m protoreflect.Message, path string) []error {
-	if a, ok := m.Interface().(*anypb.Any); ok {
-		inner, err := a.UnmarshalNew()
-		if err != nil {
-			return []error{fmt.Errorf("%s: %w", path, err)}
-		}
-		if err := validate(inner, path+"<"+string(inner.ProtoReflect().Descriptor().Name())+">"); err != nil {
-			return []error{err}
-		}
-		return nil
-	}
-	var errs []error
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		p := path + "." + string(fd.Name())
-		switch {
-		case fd.IsMap():
-			if fd.MapValue().Message() == nil {
-				break
-			}
-			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-				errs = append(errs, validateAnys(mv.Message(), fmt.Sprintf("%s[%s]", p, k.String()))...)
-				return true
-			})
-		case fd.IsList():
-			if fd.Message() == nil {
-				break
-			}
-			for i := range v.List().Len() {
-				errs = append(errs, validateAnys(v.List().Get(i).Message(), fmt.Sprintf("%s[%d]", p, i))...)
-			}
-		case fd.Message() != nil:
-			errs = append(errs, validateAnys(v.Message(), p)...)
-		}
-		return true
-	})
-	return errs
 }
 
 // quotaFilterConfig is one rate_limit_quota filter of a bootstrap.
@@ -597,7 +506,7 @@ func checkReferences(b *bootstrapv3.Bootstrap) error {
 		case c == nil:
 			errs = append(errs, fmt.Errorf("%s: rlqs_server: cluster %q is not defined", q.where, name))
 		default:
-			if ok, err := speaksHTTP2(c); err != nil {
+			if ok, err := envoyconf.SpeaksHTTP2(c); err != nil {
 				errs = append(errs, err)
 			} else if !ok {
 				errs = append(errs, fmt.Errorf("%s: rlqs_server: cluster %q does not speak HTTP/2, which gRPC needs", q.where, name))
@@ -608,18 +517,6 @@ func checkReferences(b *bootstrapv3.Bootstrap) error {
 		errs = append(errs, fmt.Errorf("no %s filter in any listener", quotaFilter))
 	}
 	return errors.Join(errs...)
-}
-
-func speaksHTTP2(c *clusterv3.Cluster) (bool, error) {
-	a, ok := c.GetTypedExtensionProtocolOptions()[httpOptionsKey]
-	if !ok {
-		return false, nil
-	}
-	o := &httpv3.HttpProtocolOptions{}
-	if err := a.UnmarshalTo(o); err != nil {
-		return false, fmt.Errorf("cluster %q: %w", c.GetName(), err)
-	}
-	return o.GetExplicitHttpConfig().GetHttp2ProtocolOptions() != nil, nil
 }
 
 // placed is the bucket one sample request lands in and the rule it
