@@ -57,7 +57,12 @@ type bucket struct {
 	// spend until until (local time).
 	live    bool
 	granted uint64
-	used    uint64 // allowed reported since the grant was sent
+	used    uint64 // allowed reported since the grant was sent, less carried
+	// carried is what of those allowed was charged to the grants it
+	// replaced (carry) instead: an estimate, so Envoy may have spent up
+	// to used + carried of this grant, and returns count that.
+	carried uint64
+	spent   bool // a report said Envoy ran out of it
 	until   time.Time
 	gen     int32         // grants sent, to tell Envoy each one is new
 	every   time.Duration // the live grant's token bucket's fill interval, less a second
@@ -129,11 +134,12 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 	b.demand, b.interval, b.last, b.allowed = allowed+denied, now.Sub(b.last), now, allowed
 	old := min(allowed, b.carry)
 	b.used += allowed - old
+	b.carried += old
 	if denied > 0 && b.live && !b.pushed {
 		// Envoy denies only once its token bucket is empty (or its
-		// assignment ended): whatever the count says, the grant is spent.
-		// (After a push, the denials may be from before it.)
-		b.used = max(b.used, b.granted)
+		// assignment ended): whatever the count says, the grant is spent,
+		// and replaced. (After a push, the denials may be from before it.)
+		b.spent = true
 	}
 	b.carry, b.pushed = 0, false
 	if r := b.ret; r.hits > 0 {
@@ -149,7 +155,7 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 		// window's, whose window has ended, where nothing is taken back).
 		b.live = false
 		if !b.gLocal && b.gLimit.Algorithm.Bucketed() {
-			s.giveBack(st, giveBack{hits: b.granted - min(b.used, b.granted), key: b.gKey, limit: b.gLimit, receipt: b.gReceipt})
+			s.giveBack(st, giveBack{hits: b.unspent(), key: b.gKey, limit: b.gLimit, receipt: b.gReceipt})
 		}
 	}
 	if allowed+denied > 0 {
@@ -204,7 +210,7 @@ func (s *Server) rematch(st *streamState, b *bucket) {
 func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.RateLimitQuotaResponse_BucketAction {
 	ctx := st.ctx
 	now := s.o.Now()
-	if b.live && !topUp && now.Before(b.until.Add(-s.o.Margin)) && b.used < b.granted {
+	if b.live && !topUp && !b.spent && now.Before(b.until.Add(-s.o.Margin)) && b.used < b.granted {
 		// It stands; but if at the last report's rate it runs out before
 		// the next report, replace it a little before it is expected to
 		// (at three quarters of the time), losing what is left then,
@@ -290,7 +296,7 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 		}
 	}
 	g := min(out.Granted, math.MaxUint32)
-	b.live, b.granted, b.used, b.capped = true, g, 0, out.Granted < want
+	b.live, b.granted, b.used, b.carried, b.spent, b.capped = true, g, 0, 0, false, out.Granted < want
 	b.gKey, b.gLimit, b.gReceipt, b.gLocal = p.key, batch.Checks[0].Limit, out.GrantReceipt, how == "local"
 	b.gDead, b.gEnd = b.until, b.until.Add(-s.o.Margin)
 	if p.ttl > 0 {
@@ -349,6 +355,7 @@ func (b *bucket) replaced(now time.Time, pushed bool) {
 		return
 	}
 	left := b.granted - min(b.used, b.granted)
+	b.spent = false
 	if pushed {
 		b.pushed = true
 		end := now
@@ -359,9 +366,16 @@ func (b *bucket) replaced(now time.Time, pushed bool) {
 			b.carry += min(left, mulDiv(b.allowed, uint64(spent), uint64(max(b.interval, time.Second))))
 		}
 	}
-	if !b.gLocal && left > 0 {
-		b.ret = giveBack{hits: left, key: b.gKey, limit: b.gLimit, receipt: b.gReceipt}
+	if r := b.unspent(); !b.gLocal && r > 0 {
+		b.ret = giveBack{hits: r, key: b.gKey, limit: b.gLimit, receipt: b.gReceipt}
 	}
+}
+
+// unspent is what Envoy has surely not spent of b's live grant as of the
+// last report: the grant less every request allowed since it was sent,
+// those charged to the grant before it included.
+func (b *bucket) unspent() uint64 {
+	return b.granted - min(b.used+b.carried, b.granted)
 }
 
 // dryFor is how long a limit that granted nothing is denied: until its
