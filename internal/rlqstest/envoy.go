@@ -19,8 +19,11 @@ import (
 // the bucket's first report, its subscription; Report sends every
 // bucket's usage, as the reporting timer does. A token bucket assignment
 // starts full and is kept when an assignment repeats it exactly
-// (max_tokens, tokens_per_fill and fill_interval's nanos); it refills at
-// tokens_per_fill per whole seconds of fill_interval. An assignment
+// (max_tokens, tokens_per_fill and fill_interval's nanos); one that
+// replaces another token bucket starts as full as that one was (Envoy
+// since 1.33); it refills at tokens_per_fill per whole seconds of
+// fill_interval. Actions apply in order, so a blanket rule before a token
+// bucket in one message makes it start full. An assignment
 // expires after the whole seconds of its time to live, and the bucket
 // then falls back to no_assignment_behavior (no
 // expired_assignment_behavior is configured). requests_per_time_unit is
@@ -296,7 +299,15 @@ func (e *Envoy) apply(a *rlqspb.RateLimitQuotaResponse_BucketAction) error {
 		if !b.assigned || old == nil || old.GetMaxTokens() != tb.GetMaxTokens() ||
 			old.GetTokensPerFill().GetValue() != tb.GetTokensPerFill().GetValue() ||
 			old.GetFillInterval().GetNanos() != tb.GetFillInterval().GetNanos() {
-			b.tokens = float64(tb.GetMaxTokens())
+			// A new token bucket starts full, unless it replaces one: then,
+			// as Envoy does since 1.33, it starts as full as the old one
+			// was (its tokens over its max).
+			fill := 1.0
+			if b.assigned && old != nil {
+				b.refill(now)
+				fill = b.tokens / float64(old.GetMaxTokens())
+			}
+			b.tokens = fill * float64(tb.GetMaxTokens())
 			b.rate = float64(tb.GetTokensPerFill().GetValue()) / float64(tb.GetFillInterval().GetSeconds())
 			b.last = now
 		}
@@ -316,8 +327,7 @@ func (b *bucket) decide(now time.Time, allow bool) bool {
 		return allow // no_assignment_behavior
 	}
 	if tb := b.strategy.GetTokenBucket(); tb != nil {
-		b.tokens = min(float64(tb.GetMaxTokens()), b.tokens+now.Sub(b.last).Seconds()*b.rate)
-		b.last = now
+		b.refill(now)
 		if b.tokens < 1 {
 			return false
 		}
@@ -325,6 +335,14 @@ func (b *bucket) decide(now time.Time, allow bool) bool {
 		return true
 	}
 	return b.strategy.GetBlanketRule() == typev3.RateLimitStrategy_ALLOW_ALL
+}
+
+// refill adds the tokens a token bucket strategy refilled since last.
+func (b *bucket) refill(now time.Time) {
+	if tb := b.strategy.GetTokenBucket(); tb != nil {
+		b.tokens = min(float64(tb.GetMaxTokens()), b.tokens+now.Sub(b.last).Seconds()*b.rate)
+		b.last = now
+	}
 }
 
 // Key is a string that names a bucket id.

@@ -326,7 +326,9 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 	}
 	s.m.Granted(st.label, g, how == "local")
 	s.m.Assigned(st.label, "token_bucket", how)
-	return tokenBucket(b.id, g, b.every, b.gen, ttl)
+	a := tokenBucket(b.id, g, b.every, b.gen, ttl)
+	st.fresh = append(st.fresh, a)
+	return a
 }
 
 // refreshed sends b's live grant again, unchanged but for a time to live

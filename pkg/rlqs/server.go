@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -247,7 +248,7 @@ func (s *Server) serveReport(st *streamState, msg *rlqspb.RateLimitQuotaUsageRep
 			resp.BucketAction = append(resp.BucketAction, a)
 		}
 	}
-	err := st.send(resp)
+	err := st.send(fresh(st, resp))
 	s.arm(st)
 	return err
 }
@@ -324,9 +325,32 @@ func (s *Server) push(st *streamState) {
 	if len(resp.BucketAction) > 0 {
 		s.m.Pushed()
 		// An error ends the stream, which its handler sees.
-		_ = st.send(resp)
+		_ = st.send(fresh(st, resp))
 	}
 	s.arm(st)
+}
+
+// fresh puts, before each new token bucket of resp (st.fresh), a blanket
+// rule for its bucket. Envoy (since 1.33) starts a token bucket that
+// replaces another as full as the old one was: a grant that follows one
+// Envoy ran dry would start empty. Envoy applies a message's actions in
+// order and uses the result once all are applied, so the blanket is
+// never in force; the token bucket after it replaces no token bucket and
+// starts full. A refresh (the same token bucket again) is not new.
+func fresh(st *streamState, resp *rlqspb.RateLimitQuotaResponse) *rlqspb.RateLimitQuotaResponse {
+	if len(st.fresh) == 0 {
+		return resp
+	}
+	out := make([]*rlqspb.RateLimitQuotaResponse_BucketAction, 0, len(resp.BucketAction)+len(st.fresh))
+	for _, a := range resp.BucketAction {
+		if slices.Contains(st.fresh, a) {
+			out = append(out, blanket(a.GetBucketId(), typev3.RateLimitStrategy_DENY_ALL, time.Second))
+		}
+		out = append(out, a)
+	}
+	st.fresh = st.fresh[:0]
+	resp.BucketAction = out
+	return resp
 }
 
 // refuse answers a bucket the stream cannot hold (past MaxBuckets) or
@@ -358,6 +382,8 @@ type streamState struct {
 	stop    func() bool
 	due     time.Time
 	refused bool // a refusal was logged
+	// fresh are the new token buckets of the message being built.
+	fresh   []*rlqspb.RateLimitQuotaResponse_BucketAction
 	domain  string
 	label   string             // domain for metrics: "" when the rules do not define it
 	buckets map[string]*bucket // by bucketKey
