@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -103,6 +104,11 @@ type giveBack struct {
 	key     string
 	limit   *limits.Limit
 	receipt int64
+	// after is when a report surely tells all Envoy spent of them: a
+	// margin after Envoy stopped spending them (its assignment was
+	// replaced, or ended), so that the report was sent after that.
+	// Reports before it take what they allowed off hits, and wait.
+	after time.Time
 }
 
 // report handles one bucket's usage report and returns the action to
@@ -125,7 +131,10 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 		if err := s.rules.Validate(&req); err != nil {
 			return nil, fmt.Errorf("bucket_id, matched as a descriptor: %w", err)
 		}
-		b = &bucket{id: u.GetBucketId(), entries: ents, active: now, last: now}
+		// Grants are told apart by a number (see tokenBucket); it starts
+		// anywhere, so that a new stream's first grant does not repeat the
+		// one Envoy still holds from a stream before.
+		b = &bucket{id: u.GetBucketId(), entries: ents, active: now, last: now, gen: rand.Int32N(999_999_999)}
 		st.buckets[k] = b
 		s.m.Buckets(1)
 	}
@@ -143,19 +152,28 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 	}
 	b.carry, b.pushed = 0, false
 	if r := b.ret; r.hits > 0 {
-		// At most allowed of its hits were spent after it was last
-		// reported on: the rest never will be.
-		b.ret = giveBack{}
+		// At most allowed of its hits were spent since it was last
+		// reported on; once a report is surely later than the last
+		// spending, the rest never will be.
 		r.hits -= min(allowed, r.hits)
-		s.giveBack(st, r)
+		b.ret = r
+		if !now.Before(r.after) {
+			b.ret = giveBack{}
+			s.giveBack(st, r)
+		}
 	}
 	if b.live && !now.Before(b.gDead) {
-		// A grant Envoy can no longer spend, every request of which
-		// this report has counted: what is left goes back (but a
-		// window's, whose window has ended, where nothing is taken back).
+		// A grant Envoy can no longer spend: what is left goes back once
+		// a report surely tells all it spent (but a window's, whose
+		// window has ended, where nothing is taken back).
 		b.live = false
-		if !b.gLocal && b.gLimit.Algorithm.Bucketed() {
-			s.giveBack(st, giveBack{hits: b.unspent(), key: b.gKey, limit: b.gLimit, receipt: b.gReceipt})
+		if r := b.unspent(); !b.gLocal && b.gLimit.Algorithm.Bucketed() && r > 0 && b.ret.hits == 0 {
+			g := giveBack{hits: r, key: b.gKey, limit: b.gLimit, receipt: b.gReceipt, after: b.gDead.Add(s.o.Margin)}
+			if now.Before(g.after) {
+				b.ret = g // this report may have been sent before the end
+			} else {
+				s.giveBack(st, g)
+			}
 		}
 	}
 	if allowed+denied > 0 {
@@ -168,7 +186,7 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 		s.m.Assigned(st.label, "abandon", "idle")
 		return abandon(b.id), nil
 	}
-	s.rematch(st, b)
+	s.rematch(st, b, false)
 	switch b.plan.kind {
 	case planAllow:
 		s.m.Assigned(st.label, "allow_all", b.plan.reason)
@@ -181,8 +199,8 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 }
 
 // rematch matches b again when the rules changed since it last was; a
-// bucket whose limit changed is assigned anew.
-func (s *Server) rematch(st *streamState, b *bucket) {
+// bucket whose limit changed is assigned anew (by a push when pushed).
+func (s *Server) rematch(st *streamState, b *bucket, pushed bool) {
 	rs := s.rules.Rules()
 	if rs == b.rules {
 		return
@@ -195,7 +213,7 @@ func (s *Server) rematch(st *streamState, b *bucket) {
 			s.log.Warn("rlqs bucket not served from a limit", zap.String("domain", st.domain),
 				zap.String("bucket", bucketKey(b.entries)), zap.String("reason", p.why))
 		}
-		b.replaced(s.o.Now(), false)
+		b.replaced(s.o.Now(), pushed, s.o.Margin)
 		b.live, b.push = false, time.Time{} // assign anew under the new plan
 	}
 	b.rules, b.plan = rs, p
@@ -223,7 +241,7 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 		}
 		return nil
 	}
-	b.replaced(now, pushed)
+	b.replaced(now, pushed, s.o.Margin)
 	b.live, b.push, b.topUp, b.refresh = false, time.Time{}, false, time.Time{}
 	p := &b.plan
 	most := leaseOf(p.rule)
@@ -316,20 +334,26 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 	b.gen = b.gen%999_999_999 + 1
 	b.every = max(p.limit.Window(), ttl)
 	b.refresh = time.Time{}
-	if p.ttl == 0 && ttl-ttl.Truncate(time.Second) > 100*time.Millisecond {
+	if p.ttl == 0 && ttl-ttl.Truncate(time.Second) > 2*refreshEarly {
 		// Envoy reads whole seconds, so the assignment lapses up to a
-		// second before it must: a second before that, the same token
-		// bucket is sent again for one second, which Envoy applies
-		// keeping its tokens, to live until the margin before the
-		// window's end.
-		b.refresh = b.until.Add(-s.o.Margin - time.Second)
+		// second before it must: a second (and a little: timers fire
+		// late) before that, the same token bucket is sent again for one
+		// second, which Envoy applies keeping its tokens, to live until
+		// about the margin before the window's end.
+		b.refresh = b.until.Add(-s.o.Margin - time.Second - refreshEarly)
 	}
 	s.m.Granted(st.label, g, how == "local")
 	s.m.Assigned(st.label, "token_bucket", how)
 	a := tokenBucket(b.id, g, b.every, b.gen, ttl)
 	st.fresh = append(st.fresh, a)
+	st.timed = append(st.timed, timed{a: a, at: now, window: p.ttl == 0, until: b.until, ttl: ttl})
 	return a
 }
+
+// refreshEarly is how much sooner than exactly a second before the margin
+// a refresh is timed: a timer that fires a little late still finds a
+// whole second to send.
+const refreshEarly = 100 * time.Millisecond
 
 // refreshed sends b's live grant again, unchanged but for a time to live
 // that ends the margin before its window does (see grant), or nil when
@@ -341,7 +365,9 @@ func (s *Server) refreshed(st *streamState, b *bucket) *rlqspb.RateLimitQuotaRes
 		return nil
 	}
 	s.m.Assigned(st.label, "token_bucket", "refresh")
-	return tokenBucket(b.id, b.granted, b.every, b.gen, ttl)
+	a := tokenBucket(b.id, b.granted, b.every, b.gen, ttl)
+	st.timed = append(st.timed, timed{a: a, at: s.o.Now(), window: true, until: b.until, ttl: ttl})
+	return a
 }
 
 // replaced notes that b's live grant, if any, is being replaced (by a
@@ -352,7 +378,7 @@ func (s *Server) refreshed(st *streamState, b *bucket) *rlqspb.RateLimitQuotaRes
 // the new grant (carry). Too little carry charges the new grant early
 // and replaces it early (what it held goes back); too much would leave
 // Envoy denied while the server thinks it holds quota.
-func (b *bucket) replaced(now time.Time, pushed bool) {
+func (b *bucket) replaced(now time.Time, pushed bool, margin time.Duration) {
 	if !b.live {
 		return
 	}
@@ -369,7 +395,7 @@ func (b *bucket) replaced(now time.Time, pushed bool) {
 		}
 	}
 	if r := b.unspent(); !b.gLocal && r > 0 {
-		b.ret = giveBack{hits: r, key: b.gKey, limit: b.gLimit, receipt: b.gReceipt}
+		b.ret = giveBack{hits: r, key: b.gKey, limit: b.gLimit, receipt: b.gReceipt, after: now.Add(margin)}
 	}
 }
 

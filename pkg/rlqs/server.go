@@ -248,7 +248,7 @@ func (s *Server) serveReport(st *streamState, msg *rlqspb.RateLimitQuotaUsageRep
 			resp.BucketAction = append(resp.BucketAction, a)
 		}
 	}
-	err := st.send(fresh(st, resp))
+	err := st.send(s.fresh(st, resp))
 	s.arm(st)
 	return err
 }
@@ -280,7 +280,9 @@ func (s *Server) arm(st *streamState) {
 		return
 	}
 	st.due = next
-	st.stop = s.o.AfterFunc(max(next.Sub(s.o.Now()), 0), func() { s.push(st) })
+	st.timer++
+	gen := st.timer
+	st.stop = s.o.AfterFunc(max(next.Sub(s.o.Now()), 0), func() { s.push(st, gen) })
 }
 
 // push sends, between reports, a new assignment for each busy bucket
@@ -289,13 +291,15 @@ func (s *Server) arm(st *streamState) {
 // can grant again, and a grant that the last report's rate says is
 // spent before the next report, when it is. A bucket whose last report held no requests gets
 // none: it needs no quota until it asks.
-func (s *Server) push(st *streamState) {
+func (s *Server) push(st *streamState, gen uint64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.stop = nil
-	if st.closed {
+	if st.closed || gen != st.timer {
+		// A timer that fired while arm replaced it, which it could not
+		// stop any more: the one armed after it stands.
 		return
 	}
+	st.stop = nil
 	now := s.o.Now()
 	resp := &rlqspb.RateLimitQuotaResponse{}
 	for _, b := range st.buckets {
@@ -314,7 +318,7 @@ func (s *Server) push(st *streamState) {
 		if b.demand == 0 {
 			continue // idle at its last report
 		}
-		s.rematch(st, b)
+		s.rematch(st, b, true)
 		if b.plan.kind != planGrant {
 			continue // blanket answers are sent again with every report
 		}
@@ -325,7 +329,7 @@ func (s *Server) push(st *streamState) {
 	if len(resp.BucketAction) > 0 {
 		s.m.Pushed()
 		// An error ends the stream, which its handler sees.
-		_ = st.send(fresh(st, resp))
+		_ = st.send(s.fresh(st, resp))
 	}
 	s.arm(st)
 }
@@ -337,7 +341,8 @@ func (s *Server) push(st *streamState) {
 // order and uses the result once all are applied, so the blanket is
 // never in force; the token bucket after it replaces no token bucket and
 // starts full. A refresh (the same token bucket again) is not new.
-func fresh(st *streamState, resp *rlqspb.RateLimitQuotaResponse) *rlqspb.RateLimitQuotaResponse {
+func (s *Server) fresh(st *streamState, resp *rlqspb.RateLimitQuotaResponse) *rlqspb.RateLimitQuotaResponse {
+	s.retime(st)
 	if len(st.fresh) == 0 {
 		return resp
 	}
@@ -351,6 +356,44 @@ func fresh(st *streamState, resp *rlqspb.RateLimitQuotaResponse) *rlqspb.RateLim
 	st.fresh = st.fresh[:0]
 	resp.BucketAction = out
 	return resp
+}
+
+// timed is a token bucket action of the message being built, and what
+// its time to live was computed from.
+type timed struct {
+	a      *rlqspb.RateLimitQuotaResponse_BucketAction
+	at     time.Time     // when
+	window bool          // a window's grant, which must end the margin before until
+	until  time.Time     // its window's end
+	ttl    time.Duration // a bucket grant's time to live from at
+}
+
+// sendSlack is how long a message may take to build before the times to
+// live in it are computed again: the margin allows for the answer's way
+// to Envoy, and a message of many buckets, each a Redis call, can take
+// longer than that.
+const sendSlack = 50 * time.Millisecond
+
+// retime shortens the times to live of st.timed by the time spent since
+// they were computed, once that is more than sendSlack, so that a grant
+// sent late cannot be spent later than it was counted for: a window's
+// must still end the margin before its window, and a bucket's within
+// its time to live of being counted. A time to live under a second
+// becomes zero: Envoy drops it at once.
+func (s *Server) retime(st *streamState) {
+	now := s.o.Now()
+	for _, t := range st.timed {
+		late := now.Sub(t.at)
+		if late <= sendSlack {
+			continue
+		}
+		ttl := t.ttl - late
+		if t.window {
+			ttl = t.until.Sub(now) - s.o.Margin
+		}
+		t.a.GetQuotaAssignmentAction().AssignmentTimeToLive.Seconds = int64(max(ttl, 0) / time.Second)
+	}
+	st.timed = st.timed[:0]
 }
 
 // refuse answers a bucket the stream cannot hold (past MaxBuckets) or
@@ -381,9 +424,12 @@ type streamState struct {
 	closed  bool
 	stop    func() bool
 	due     time.Time
-	refused bool // a refusal was logged
-	// fresh are the new token buckets of the message being built.
+	timer   uint64 // the armed timer's number; an older one that fires does nothing
+	refused bool   // a refusal was logged
+	// fresh are the new token buckets of the message being built, and
+	// timed all its token buckets.
 	fresh   []*rlqspb.RateLimitQuotaResponse_BucketAction
+	timed   []timed
 	domain  string
 	label   string             // domain for metrics: "" when the rules do not define it
 	buckets map[string]*bucket // by bucketKey

@@ -375,21 +375,21 @@ descriptors:
 	t.Run("refresh", func(t *testing.T) {
 		// A grant at 1.5 s into a minute may live 57.5 s (to the margin
 		// before the window's end), which Envoy reads as 57: sent again
-		// at 58 s for one second, it lives to 59 s.
+		// at 57.9 s for one second, it lives to 58.9 s.
 		s := startServer(t, fleetRules, limits.EngineOptions{}, rlqs.Options{})
 		s.clk.Advance(500 * time.Millisecond)
 		e := dialEnvoy(t, s.addr, "rlqs", s.clk.Now)
 		id := map[string]string{"route": "api"}
 		mustRequest(t, e, id)
-		s.clk.Advance(57*time.Second + 400*time.Millisecond) // 58.9 s into the window
+		s.clk.Advance(57*time.Second + 300*time.Millisecond) // 58.8 s into the window
 		if err := e.Sync(s.m.Pushes()); err != nil {
 			t.Fatal(err)
 		}
 		if got := e.Strategy(id); got.GetTokenBucket() == nil || s.m.Count("token_bucket/refresh") != 1 {
-			t.Errorf("58.9 s into the window: assigned %v after %d refreshes; want the grant, refreshed once", got, s.m.Count("token_bucket/refresh"))
+			t.Errorf("58.8 s into the window: assigned %v after %d refreshes; want the grant, refreshed once", got, s.m.Count("token_bucket/refresh"))
 		}
 		if !mustRequest(t, e, id) {
-			t.Errorf("58.9 s into the window: the refreshed grant lost its tokens")
+			t.Errorf("58.8 s into the window: the refreshed grant lost its tokens")
 		}
 	})
 	t.Run("bucket", func(t *testing.T) {
