@@ -5,7 +5,10 @@ package rlqstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"math"
 	"sync"
 	"time"
 
@@ -256,6 +259,12 @@ func (e *Envoy) send(bs []*bucket) error {
 	}
 	e.reports++
 	if err := e.stream.Send(msg); err != nil {
+		if errors.Is(err, io.EOF) {
+			// The server ended the stream; why is for Recv to tell.
+			if err := e.waitLocked(math.MaxInt, 10*time.Second); err != nil {
+				return err
+			}
+		}
 		return fmt.Errorf("send report: %w", err)
 	}
 	// The server answers every report, and may push between reports: a
