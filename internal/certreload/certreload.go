@@ -136,7 +136,18 @@ func (r *Reloader) Certificate() *x509.Certificate {
 func (r *Reloader) Reload() (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// The files are read one after the other: a Secret's ..data swap
+	// between two reads gives the old certificate and the new key. Read
+	// until two reads agree (a few times at most), so that a swap under
+	// way is not reported as a pair that does not match.
 	f := r.read()
+	for range 3 {
+		g := r.read()
+		if g.sum == f.sum {
+			break
+		}
+		f = g
+	}
 	if f.sum == r.seen {
 		return false, nil
 	}
