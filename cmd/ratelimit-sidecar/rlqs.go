@@ -15,7 +15,7 @@ import (
 // it, past the deny cache and the leases, and it reports whether it
 // does. A local store has no fleet to share quota with, so the service is
 // not served then (Envoy gets Unimplemented), which the log says.
-func registerRLQS(g *grpc.Server, c *settings, engine *limits.Engine, st *sidecarStore, m *metrics.Metrics, log *zap.Logger) bool {
+func registerRLQS(g *grpc.Server, c *settings, engine *limits.Engine, st *sidecarStore, m *metrics.Metrics, tr *sidecarTracing, log *zap.Logger) bool {
 	if st.shared == nil {
 		log.Info("rlqs not served: quota is shared through Redis; set --redis-url (or Sentinel or Cluster) to serve Envoy's rate_limit_quota filter")
 		return false
@@ -28,6 +28,7 @@ func registerRLQS(g *grpc.Server, c *settings, engine *limits.Engine, st *sideca
 		MaxBuckets: c.rlqsMaxBuckets,
 		Margin:     c.rlqsMargin,
 		Metrics:    m.RLQS(),
+		Tracer:     tr.rlqs(),
 	}).Register(g)
 	return true
 }

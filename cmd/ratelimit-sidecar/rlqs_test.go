@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certtest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/otlptest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rlqstest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
@@ -618,5 +620,41 @@ func TestRLQSHealth(t *testing.T) {
 	mem := startSidecar(t, "--config", dir)
 	if _, err := check(t, mem); status.Code(err) != codes.NotFound {
 		t.Errorf("health of %s on the memory store: %v; want NotFound", rlqs.ServiceName, err)
+	}
+}
+
+// TestRLQSTracing: with --tracing, each RLQS message the sidecar handles
+// sends a span, "rlqs report" for a report, with the domain, the buckets
+// reported and the actions sent, and the Redis round trip of its grant
+// as a child span.
+func TestRLQSTracing(t *testing.T) {
+	srv := redistest.StartServer(t)
+	r := otlptest.StartGRPC(t)
+	s, _ := startRLQS(t, srv, fmt.Sprintf(rlqsRules, ""), "--tracing", "--tracing-protocol", "grpc",
+		"--tracing-endpoint", r.URL, "--tracing-sampling-rate", "1")
+	e, err := rlqsEnvoy(t, grpcConn(t, s.grpcAddr, nil), "edge", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := subscribe(e, alice); err != nil || tokens(got) == 0 {
+		t.Fatalf("subscription: %s, %v; want a token bucket", describe(got), err)
+	}
+	e.Close()
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	spans := r.WaitSpans(2, exportWait)
+	reports := byName(spans, "rlqs report")
+	if len(reports) != 1 {
+		t.Fatalf("received %d spans, %d named rlqs report; want one", len(spans), len(reports))
+	}
+	sp := reports[0]
+	for k, v := range map[string]any{"ratelimit.domain": "edge", "rlqs.buckets": int64(1), "rlqs.actions": int64(1)} {
+		if got := sp.Attrs()[k]; got != v {
+			t.Errorf("rlqs report span: %s = %v, want %v", k, got, v)
+		}
+	}
+	if !slices.ContainsFunc(byName(spans, redisSpanName), func(c otlptest.Span) bool { return c.ParentID() == sp.SpanID() }) {
+		t.Errorf("no %s span is the child of the rlqs report span (spans: %d)", redisSpanName, len(spans))
 	}
 }

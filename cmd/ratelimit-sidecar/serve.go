@@ -310,7 +310,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	rls := envoy.NewServer(engine, log, rlsOpts)
 	rls.Register(s.grpc)
 	s.healthNames = healthNames
-	if registerRLQS(s.grpc, c, engine, st, m, log) {
+	if registerRLQS(s.grpc, c, engine, st, m, tr, log) {
 		s.healthNames = append(slices.Clip(healthNames), rlqs.ServiceName)
 	}
 	s.health = health.NewServer()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"net/url"
 	"time"
 
@@ -133,6 +134,14 @@ func (t *sidecarTracing) rls(store string) *envoy.Tracing {
 		return nil
 	}
 	return &envoy.Tracing{Tracer: t.p.Tracer("github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"), Propagator: t.p.Propagator(), Store: store}
+}
+
+// rlqs returns the tracer of the RLQS server; nil without --tracing.
+func (t *sidecarTracing) rlqs() trace.Tracer {
+	if t == nil {
+		return nil
+	}
+	return t.p.Tracer("github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs")
 }
 
 // shutdown sends the spans still queued, within timeout, and stops the

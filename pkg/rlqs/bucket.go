@@ -226,7 +226,7 @@ func (s *Server) rematch(st *streamState, b *bucket, pushed bool) {
 // the tokens left in the old one are lost. It also sets when b wants a
 // push.
 func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.RateLimitQuotaResponse_BucketAction {
-	ctx := st.ctx
+	ctx := st.ctxOf()
 	now := s.o.Now()
 	if b.live && !topUp && !b.spent && now.Before(b.until.Add(-s.o.Margin)) && b.used < b.granted {
 		// It stands; but if at the last report's rate it runs out before
@@ -425,7 +425,7 @@ func (s *Server) giveBack(st *streamState, r giveBack) {
 		return
 	}
 	c := []limits.Check{{Key: r.key, Limit: r.limit, Hits: r.hits}}
-	if err := s.ret.Return(st.ctx, c, []int64{r.receipt}); err != nil {
+	if err := s.ret.Return(st.ctxOf(), c, []int64{r.receipt}); err != nil {
 		s.log.Warn("rlqs return of unspent quota failed", zap.String("domain", st.domain), zap.Error(err))
 		return
 	}

@@ -11,6 +11,9 @@ import (
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -108,6 +111,13 @@ type Options struct {
 	// first; nil means time.AfterFunc. Pushes between reports are timed
 	// by it.
 	AfterFunc func(d time.Duration, f func()) (stop func() bool)
+	// Tracer, if set, traces each message the server handles (a report,
+	// or the pushes of one timer): a span named "rlqs report" or "rlqs
+	// push" with the attributes ratelimit.domain, rlqs.buckets (the
+	// buckets the message reports or the push considered) and
+	// rlqs.actions (the actions sent). The store's calls get its context,
+	// so that a store traces its round trips beneath it.
+	Tracer trace.Tracer
 	// Return, if set, takes back quota taken from the store but not
 	// assigned (a grant too close to its window's end); nil: those hits
 	// end with their window.
@@ -221,9 +231,17 @@ func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_Strea
 }
 
 // serveReport answers one message of usage reports.
-func (s *Server) serveReport(st *streamState, msg *rlqspb.RateLimitQuotaUsageReports) error {
+func (s *Server) serveReport(st *streamState, msg *rlqspb.RateLimitQuotaUsageReports) (err error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if s.o.Tracer != nil {
+		var span trace.Span
+		st.op, span = s.o.Tracer.Start(st.ctx, "rlqs report", trace.WithSpanKind(trace.SpanKindServer))
+		defer func() {
+			s.endSpan(span, st, len(msg.GetBucketQuotaUsages()), err)
+			st.op = nil
+		}()
+	}
 	if st.domain == "" {
 		if msg.GetDomain() == "" {
 			return status.Error(codes.InvalidArgument, "domain: must be set in the first message")
@@ -248,9 +266,32 @@ func (s *Server) serveReport(st *streamState, msg *rlqspb.RateLimitQuotaUsageRep
 			resp.BucketAction = append(resp.BucketAction, a)
 		}
 	}
-	err := st.send(s.fresh(st, resp))
+	st.sent = len(resp.BucketAction)
+	err = st.send(s.fresh(st, resp))
 	s.arm(st)
 	return err
+}
+
+// endSpan ends the span of a message of st that considered buckets.
+func (s *Server) endSpan(span trace.Span, st *streamState, buckets int, err error) {
+	span.SetAttributes(
+		attribute.String("ratelimit.domain", st.domain),
+		attribute.Int("rlqs.buckets", buckets),
+		attribute.Int("rlqs.actions", st.sent),
+	)
+	if err != nil {
+		span.SetStatus(otelcodes.Error, err.Error())
+	}
+	span.End()
+}
+
+// ctxOf is the context of st's store calls: the span of the message
+// being handled, if traced, else the stream's.
+func (st *streamState) ctxOf() context.Context {
+	if st.op != nil {
+		return st.op
+	}
+	return st.ctx
 }
 
 // pushDelay is how long after a window's end, as the sidecar's clock
@@ -300,6 +341,15 @@ func (s *Server) push(st *streamState, gen uint64) {
 		return
 	}
 	st.stop = nil
+	if s.o.Tracer != nil {
+		var span trace.Span
+		st.op, span = s.o.Tracer.Start(st.ctx, "rlqs push", trace.WithSpanKind(trace.SpanKindServer))
+		st.sent = 0
+		defer func() {
+			s.endSpan(span, st, len(st.buckets), nil)
+			st.op = nil
+		}()
+	}
 	now := s.o.Now()
 	resp := &rlqspb.RateLimitQuotaResponse{}
 	for _, b := range st.buckets {
@@ -327,6 +377,7 @@ func (s *Server) push(st *streamState, gen uint64) {
 		}
 	}
 	if len(resp.BucketAction) > 0 {
+		st.sent = len(resp.BucketAction)
 		s.m.Pushed()
 		// An error ends the stream, which its handler sees.
 		_ = st.send(s.fresh(st, resp))
@@ -426,6 +477,10 @@ type streamState struct {
 	due     time.Time
 	timer   uint64 // the armed timer's number; an older one that fires does nothing
 	refused bool   // a refusal was logged
+	// op is the context of the message being handled, when traced; sent
+	// the actions it sent (blankets before new grants aside).
+	op   context.Context
+	sent int
 	// fresh are the new token buckets of the message being built, and
 	// timed all its token buckets.
 	fresh   []*rlqspb.RateLimitQuotaResponse_BucketAction
