@@ -155,14 +155,6 @@ func (e *Envoy) Counts() (reports, received, assignments int) {
 	return e.reports, e.received, e.assignments
 }
 
-// WaitReceived waits until n messages have been received in all, up to
-// timeout.
-func (e *Envoy) WaitReceived(n int, timeout time.Duration) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.waitLocked(n, timeout)
-}
-
 // waitLocked waits, with mu held, until n messages have been received.
 func (e *Envoy) waitLocked(n int, timeout time.Duration) error {
 	t := time.AfterFunc(timeout, func() {

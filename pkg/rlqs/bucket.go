@@ -345,8 +345,7 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 	s.m.Granted(st.label, g, how == "local")
 	s.m.Assigned(st.label, "token_bucket", how)
 	a := tokenBucket(b.id, g, b.every, b.gen, ttl)
-	st.fresh = append(st.fresh, a)
-	st.timed = append(st.timed, timed{a: a, at: now, window: p.ttl == 0, until: b.until, ttl: ttl})
+	st.timed = append(st.timed, timed{a: a, fresh: true, at: now, window: p.ttl == 0, until: b.until, ttl: ttl})
 	return a
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sync"
 	"time"
 
@@ -267,7 +266,7 @@ func (s *Server) serveReport(st *streamState, msg *rlqspb.RateLimitQuotaUsageRep
 		}
 	}
 	st.sent = len(resp.BucketAction)
-	err = st.send(s.fresh(st, resp))
+	err = st.send(s.finish(st, resp))
 	s.arm(st)
 	return err
 }
@@ -380,32 +379,60 @@ func (s *Server) push(st *streamState, gen uint64) {
 		st.sent = len(resp.BucketAction)
 		s.m.Pushed()
 		// An error ends the stream, which its handler sees.
-		_ = st.send(s.fresh(st, resp))
+		_ = st.send(s.finish(st, resp))
 	}
 	s.arm(st)
 }
 
-// fresh puts, before each new token bucket of resp (st.fresh), a blanket
-// rule for its bucket. Envoy (since 1.33) starts a token bucket that
-// replaces another as full as the old one was: a grant that follows one
-// Envoy ran dry would start empty. Envoy applies a message's actions in
-// order and uses the result once all are applied, so the blanket is
-// never in force; the token bucket after it replaces no token bucket and
-// starts full. A refresh (the same token bucket again) is not new.
-func (s *Server) fresh(st *streamState, resp *rlqspb.RateLimitQuotaResponse) *rlqspb.RateLimitQuotaResponse {
-	s.retime(st)
-	if len(st.fresh) == 0 {
-		return resp
-	}
-	out := make([]*rlqspb.RateLimitQuotaResponse_BucketAction, 0, len(resp.BucketAction)+len(st.fresh))
-	for _, a := range resp.BucketAction {
-		if slices.Contains(st.fresh, a) {
-			out = append(out, blanket(a.GetBucketId(), typev3.RateLimitStrategy_DENY_ALL, time.Second))
+// finish readies resp, the message of st being built, to be sent.
+//
+// The times to live of its token buckets (st.timed) are shortened by the
+// time spent since they were computed, once that is more than sendSlack,
+// so that a grant sent late cannot be spent later than it was counted
+// for: a window's must still end the margin before its window, and a
+// bucket's within its time to live of being counted. A time to live under
+// a second becomes zero: Envoy drops it at once.
+//
+// Before each new token bucket goes a blanket rule for its bucket. Envoy
+// (since 1.33) starts a token bucket that replaces another as full as the
+// old one was: a grant that follows one Envoy ran dry would start empty.
+// Envoy applies a message's actions in order and uses the result once all
+// are applied, so the blanket is never in force; the token bucket after
+// it replaces no token bucket and starts full. A refresh (the same token
+// bucket again) is not new.
+func (s *Server) finish(st *streamState, resp *rlqspb.RateLimitQuotaResponse) *rlqspb.RateLimitQuotaResponse {
+	now := s.o.Now()
+	fresh := 0
+	for _, t := range st.timed {
+		if t.fresh {
+			fresh++
 		}
-		out = append(out, a)
+		late := now.Sub(t.at)
+		if late <= sendSlack {
+			continue
+		}
+		ttl := t.ttl - late
+		if t.window {
+			ttl = t.until.Sub(now) - s.o.Margin
+		}
+		t.a.GetQuotaAssignmentAction().AssignmentTimeToLive.Seconds = int64(max(ttl, 0) / time.Second)
 	}
-	st.fresh = st.fresh[:0]
-	resp.BucketAction = out
+	if fresh > 0 {
+		// st.timed is in the order its actions were added to resp.
+		out := make([]*rlqspb.RateLimitQuotaResponse_BucketAction, 0, len(resp.BucketAction)+fresh)
+		j := 0
+		for _, a := range resp.BucketAction {
+			if j < len(st.timed) && st.timed[j].a == a {
+				if st.timed[j].fresh {
+					out = append(out, blanket(a.GetBucketId(), typev3.RateLimitStrategy_DENY_ALL, time.Second))
+				}
+				j++
+			}
+			out = append(out, a)
+		}
+		resp.BucketAction = out
+	}
+	st.timed = st.timed[:0]
 	return resp
 }
 
@@ -413,6 +440,7 @@ func (s *Server) fresh(st *streamState, resp *rlqspb.RateLimitQuotaResponse) *rl
 // its time to live was computed from.
 type timed struct {
 	a      *rlqspb.RateLimitQuotaResponse_BucketAction
+	fresh  bool          // a new grant, not a refresh
 	at     time.Time     // when
 	window bool          // a window's grant, which must end the margin before until
 	until  time.Time     // its window's end
@@ -424,28 +452,6 @@ type timed struct {
 // to Envoy, and a message of many buckets, each a Redis call, can take
 // longer than that.
 const sendSlack = 50 * time.Millisecond
-
-// retime shortens the times to live of st.timed by the time spent since
-// they were computed, once that is more than sendSlack, so that a grant
-// sent late cannot be spent later than it was counted for: a window's
-// must still end the margin before its window, and a bucket's within
-// its time to live of being counted. A time to live under a second
-// becomes zero: Envoy drops it at once.
-func (s *Server) retime(st *streamState) {
-	now := s.o.Now()
-	for _, t := range st.timed {
-		late := now.Sub(t.at)
-		if late <= sendSlack {
-			continue
-		}
-		ttl := t.ttl - late
-		if t.window {
-			ttl = t.until.Sub(now) - s.o.Margin
-		}
-		t.a.GetQuotaAssignmentAction().AssignmentTimeToLive.Seconds = int64(max(ttl, 0) / time.Second)
-	}
-	st.timed = st.timed[:0]
-}
 
 // refuse answers a bucket the stream cannot hold (past MaxBuckets) or
 // whose id breaks the request bounds by the domain's failure mode, for
@@ -481,9 +487,7 @@ type streamState struct {
 	// the actions it sent (blankets before new grants aside).
 	op   context.Context
 	sent int
-	// fresh are the new token buckets of the message being built, and
-	// timed all its token buckets.
-	fresh   []*rlqspb.RateLimitQuotaResponse_BucketAction
+	// timed are the token buckets of the message being built.
 	timed   []timed
 	domain  string
 	label   string             // domain for metrics: "" when the rules do not define it

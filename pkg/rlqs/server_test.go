@@ -54,7 +54,7 @@ func (f *failing) setDown(d bool) {
 	f.mu.Unlock()
 }
 
-func startServer(t *testing.T, rules string, eo limits.EngineOptions, o rlqs.Options) *server {
+func startServer(t testing.TB, rules string, eo limits.EngineOptions, o rlqs.Options) *server {
 	t.Helper()
 	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(rules)}}, config.Options{})
 	if err != nil {
