@@ -298,7 +298,14 @@ func (st *streamState) ctxOf() context.Context {
 // which the window's end was read from one round trip before.
 const pushDelay = 50 * time.Millisecond
 
-// arm sets the stream's timer to the earliest time a bucket wants a push.
+// pushQuantum is the shortest time between two pushes of a stream:
+// buckets that come due within it of the last push wait for the next,
+// so that a stream of many buckets, each due at a time of its own, does
+// not wake the server once per bucket (each push visits every bucket).
+const pushQuantum = 20 * time.Millisecond
+
+// arm sets the stream's timer to the earliest time a bucket wants a push,
+// but no sooner than pushQuantum after the last.
 // It requires st.mu.
 func (s *Server) arm(st *streamState) {
 	var next time.Time
@@ -308,6 +315,9 @@ func (s *Server) arm(st *streamState) {
 				next = at
 			}
 		}
+	}
+	if soonest := st.pushed.Add(pushQuantum); !next.IsZero() && next.Before(soonest) {
+		next = soonest // a push visits every bucket: not once per bucket
 	}
 	if st.stop != nil {
 		if next.Equal(st.due) {
@@ -340,6 +350,7 @@ func (s *Server) push(st *streamState, gen uint64) {
 		return
 	}
 	st.stop = nil
+	st.pushed = s.o.Now()
 	if s.o.Tracer != nil {
 		var span trace.Span
 		st.op, span = s.o.Tracer.Start(st.ctx, "rlqs push", trace.WithSpanKind(trace.SpanKindServer))
@@ -481,8 +492,9 @@ type streamState struct {
 	closed  bool
 	stop    func() bool
 	due     time.Time
-	timer   uint64 // the armed timer's number; an older one that fires does nothing
-	refused bool   // a refusal was logged
+	timer   uint64    // the armed timer's number; an older one that fires does nothing
+	pushed  time.Time // when the last push ran
+	refused bool      // a refusal was logged
 	// op is the context of the message being handled, when traced; sent
 	// the actions it sent (blankets before new grants aside).
 	op   context.Context

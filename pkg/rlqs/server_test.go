@@ -3,6 +3,7 @@ package rlqs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -525,5 +526,41 @@ descriptors:
 	t.Logf("%d of %d admitted after the first report; %d pushes", admitted, sent, s.m.Pushes())
 	if admitted < sent*9/10 {
 		t.Errorf("%d of %d admitted at 20/s with a lease of 10 and a limit far away, want 90%% or more", admitted, sent)
+	}
+}
+
+// TestPushesCoalesce: a stream's buckets come due at times of their own,
+// and each push visits every bucket of the stream; so that an Envoy with
+// many buckets cannot make the server wake once per bucket, pushes due
+// within pushQuantum of the last go together. Here 200 busy buckets
+// subscribed a millisecond apart are all topped up, in few messages.
+func TestPushesCoalesce(t *testing.T) {
+	s := startServer(t, `
+domain: rlqs
+descriptors:
+  - key: route
+    rate_limit: {algorithm: token_bucket, unit: minute, requests_per_unit: 600000, burst: 600000, lease: 100}
+`, limits.EngineOptions{}, rlqs.Options{})
+	e := dialEnvoy(t, s.addr, "rlqs", s.clk.Now)
+	const n = 200
+	for i := range n {
+		mustRequest(t, e, map[string]string{"route": fmt.Sprint(i)})
+		s.clk.Advance(time.Millisecond)
+	}
+	if err := e.Sync(s.m.Pushes()); err != nil {
+		t.Fatal(err)
+	}
+	grants := s.m.Count("token_bucket/grant")
+	s.clk.Advance(6 * time.Second) // every grant's time to live ends: each is pushed anew
+	if err := e.Sync(s.m.Pushes()); err != nil {
+		t.Fatal(err)
+	}
+	pushed := s.m.Count("token_bucket/grant") - grants
+	t.Logf("%d grants pushed in %d messages", pushed, s.m.Pushes())
+	if pushed < n {
+		t.Errorf("%d grants pushed, want all %d buckets", pushed, n)
+	}
+	if s.m.Pushes() > 20 {
+		t.Errorf("%d messages pushed for %d buckets due over 200 ms, want them together (at most 20)", s.m.Pushes(), n)
 	}
 }
