@@ -160,39 +160,39 @@ func Cases() []Case {
 			{At: 0, Checks: one("k", tb1s, 0), Want: []limits.Outcome{over(0, sec)}},
 		}},
 		{Name: "all_or_nothing/rejected_request_consumes_nothing", Steps: []Step{
-			{At: 0, Checks: []Check{{"a", a5, 1}, {"b", b1, 1}}, Admitted: true, Want: []limits.Outcome{ok(4, sec), ok(0, sec)}},
+			{At: 0, Checks: []Check{{Key: "a", Limit: a5, Hits: 1}, {Key: "b", Limit: b1, Hits: 1}}, Admitted: true, Want: []limits.Outcome{ok(4, sec), ok(0, sec)}},
 			// b rejects; a reports what it has left without this request.
-			{At: 0, Checks: []Check{{"a", a5, 1}, {"b", b1, 1}}, Want: []limits.Outcome{ok(4, sec), over(0, sec)}},
-			{At: 0, Checks: []Check{{"a", a5, 1}, {"b", b1, 1}}, Want: []limits.Outcome{ok(4, sec), over(0, sec)}},
+			{At: 0, Checks: []Check{{Key: "a", Limit: a5, Hits: 1}, {Key: "b", Limit: b1, Hits: 1}}, Want: []limits.Outcome{ok(4, sec), over(0, sec)}},
+			{At: 0, Checks: []Check{{Key: "a", Limit: a5, Hits: 1}, {Key: "b", Limit: b1, Hits: 1}}, Want: []limits.Outcome{ok(4, sec), over(0, sec)}},
 			{At: 0, Checks: one("a", a5, 1), Admitted: true, Want: []limits.Outcome{ok(3, sec)}},
 		}},
 		{Name: "all_or_nothing/mixed_algorithms", Steps: []Step{
-			{At: 0, Checks: []Check{{"a", tb, 1}, {"b", sl3per10s, 3}, {"c", sw4s, 1}}, Admitted: true,
+			{At: 0, Checks: []Check{{Key: "a", Limit: tb, Hits: 1}, {Key: "b", Limit: sl3per10s, Hits: 3}, {Key: "c", Limit: sw4s, Hits: 1}}, Admitted: true,
 				Want: []limits.Outcome{ok(4, 100*ms), ok(0, 10*sec), ok(3, 2*sec)}},
-			{At: 0, Checks: []Check{{"a", tb, 1}, {"b", sl3per10s, 1}, {"c", sw4s, 1}},
+			{At: 0, Checks: []Check{{Key: "a", Limit: tb, Hits: 1}, {Key: "b", Limit: sl3per10s, Hits: 1}, {Key: "c", Limit: sw4s, Hits: 1}},
 				Want: []limits.Outcome{ok(4, 100*ms), over(0, 10*sec), ok(3, 2*sec)}},
-			{At: 0, Checks: []Check{{"a", tb, 1}, {"c", sw4s, 1}}, Admitted: true,
+			{At: 0, Checks: []Check{{Key: "a", Limit: tb, Hits: 1}, {Key: "c", Limit: sw4s, Hits: 1}}, Admitted: true,
 				Want: []limits.Outcome{ok(3, 200*ms), ok(2, 2*sec)}},
 		}},
 		{Name: "shadow/never_denies_and_previews_enforcement", Steps: []Step{
-			{At: 0, Checks: []Check{{"s", shadow1, 1}, {"e", fw10s, 1}}, Admitted: true, Want: []limits.Outcome{ok(0, sec), ok(9, sec)}},
+			{At: 0, Checks: []Check{{Key: "s", Limit: shadow1, Hits: 1}, {Key: "e", Limit: fw10s, Hits: 1}}, Admitted: true, Want: []limits.Outcome{ok(0, sec), ok(9, sec)}},
 			// The shadow limit is over but does not deny; it consumes
 			// nothing, as enforcing it would not have.
-			{At: 0, Checks: []Check{{"s", shadow1, 1}, {"e", fw10s, 1}}, Admitted: true, Want: []limits.Outcome{over(0, sec), ok(8, sec)}},
-			{At: 0, Checks: []Check{{"s", shadow1, 0}}, Admitted: true, Want: []limits.Outcome{over(0, sec)}},
-			{At: sec, Checks: []Check{{"s", shadow1, 1}}, Admitted: true, Want: []limits.Outcome{ok(0, sec)}},
+			{At: 0, Checks: []Check{{Key: "s", Limit: shadow1, Hits: 1}, {Key: "e", Limit: fw10s, Hits: 1}}, Admitted: true, Want: []limits.Outcome{over(0, sec), ok(8, sec)}},
+			{At: 0, Checks: []Check{{Key: "s", Limit: shadow1, Hits: 0}}, Admitted: true, Want: []limits.Outcome{over(0, sec)}},
+			{At: sec, Checks: []Check{{Key: "s", Limit: shadow1, Hits: 1}}, Admitted: true, Want: []limits.Outcome{ok(0, sec)}},
 		}},
 		{Name: "same_key_twice/sees_its_own_hits", Steps: []Step{
-			{At: 0, Checks: []Check{{"x", fw3s, 2}, {"x", fw3s, 2}}, Want: []limits.Outcome{ok(3, sec), over(1, sec)}},
-			{At: 0, Checks: []Check{{"x", fw3s, 1}, {"x", fw3s, 2}}, Admitted: true, Want: []limits.Outcome{ok(2, sec), ok(0, sec)}},
+			{At: 0, Checks: []Check{{Key: "x", Limit: fw3s, Hits: 2}, {Key: "x", Limit: fw3s, Hits: 2}}, Want: []limits.Outcome{ok(3, sec), over(1, sec)}},
+			{At: 0, Checks: []Check{{Key: "x", Limit: fw3s, Hits: 1}, {Key: "x", Limit: fw3s, Hits: 2}}, Admitted: true, Want: []limits.Outcome{ok(2, sec), ok(0, sec)}},
 			{At: 0, Checks: one("x", fw3s, 0), Want: []limits.Outcome{over(0, sec)}},
 		}},
 		{Name: "same_key_twice/later_check_that_consumes_nothing_keeps_earlier_hits", Steps: []Step{
 			// The key is written from its last check's working copy even
 			// when that check itself (zero hits, or an over shadow limit)
 			// consumes nothing.
-			{At: 0, Checks: []Check{{"x", fw3s, 1}, {"x", fw3s, 0}}, Admitted: true, Want: []limits.Outcome{ok(2, sec), ok(2, sec)}},
-			{At: 0, Checks: []Check{{"y", tb, 2}, {"y", shadow(tb), 4}}, Admitted: true, Want: []limits.Outcome{ok(3, 200*ms), over(3, 100*ms)}},
+			{At: 0, Checks: []Check{{Key: "x", Limit: fw3s, Hits: 1}, {Key: "x", Limit: fw3s, Hits: 0}}, Admitted: true, Want: []limits.Outcome{ok(2, sec), ok(2, sec)}},
+			{At: 0, Checks: []Check{{Key: "y", Limit: tb, Hits: 2}, {Key: "y", Limit: shadow(tb), Hits: 4}}, Admitted: true, Want: []limits.Outcome{ok(3, 200*ms), over(3, 100*ms)}},
 			{At: 0, Checks: one("x", fw3s, 0), Admitted: true, Want: []limits.Outcome{ok(2, sec)}},
 			{At: 0, Checks: one("y", tb, 0), Admitted: true, Want: []limits.Outcome{ok(3, 200*ms)}},
 		}},
@@ -351,7 +351,7 @@ func GrantCases() []Case {
 		{Name: "grant/token_bucket", Steps: bucket(tb)},
 		{Name: "grant/leaky_bucket", Steps: bucket(lb)},
 		{Name: "grant/nothing_when_rejected", Steps: []Step{
-			{At: 0, Checks: []Check{{"k", fw10s, 1}, {"b", ban, 1}}, Extra: []uint64{4, 0}, Want: []limits.Outcome{ok(10, sec), over(0, sec)}},
+			{At: 0, Checks: []Check{{Key: "k", Limit: fw10s, Hits: 1}, {Key: "b", Limit: ban, Hits: 1}}, Extra: []uint64{4, 0}, Want: []limits.Outcome{ok(10, sec), over(0, sec)}},
 			{At: 0, Checks: one("k", fw10s, 1), Admitted: true, Want: []limits.Outcome{ok(9, sec)}},
 		}},
 		{Name: "grant/not_for_a_sliding_log", Steps: []Step{

@@ -117,6 +117,8 @@ type Check struct {
 	Key   string
 	Limit *limits.Limit
 	Hits  uint64
+	// Usage makes the check a usage charge (limits.Check.Usage).
+	Usage bool
 }
 
 // Step is one request at At after Epoch, and what it must return.
@@ -139,9 +141,11 @@ type Case struct {
 	Steps []Step
 }
 
-// Run runs every case of Cases and QuotaCases against stores from
-// newStore.
-func Run(t *testing.T, newStore Factory) { run(t, append(Cases(), QuotaCases()...), newStore) }
+// Run runs every case of Cases, QuotaCases and UsageCases against
+// stores from newStore.
+func Run(t *testing.T, newStore Factory) {
+	run(t, slices.Concat(Cases(), QuotaCases(), UsageCases()), newStore)
+}
 
 // RunGrants runs every case of GrantCases, for stores that lease.
 func RunGrants(t *testing.T, newStore Factory) { run(t, GrantCases(), newStore) }
@@ -156,7 +160,7 @@ func run(t *testing.T, cases []Case, newStore Factory) {
 				b := &limits.Batch{QuotaGroups: step.QuotaGroups}
 				for j, c := range step.Checks {
 					key := Key(tt.Name, c.Key, c.Limit)
-					b.Checks = append(b.Checks, limits.Check{Key: key, Limit: c.Limit, Hits: c.Hits})
+					b.Checks = append(b.Checks, limits.Check{Key: key, Limit: c.Limit, Hits: c.Hits, Usage: c.Usage})
 					if j < len(step.Extra) {
 						b.Checks[j].Extra = step.Extra[j]
 					}

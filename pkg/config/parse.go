@@ -397,6 +397,12 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 			r.ShareThreshold = p.bool(v, fp)
 		case "quota_mode":
 			r.QuotaMode = p.bool(v, fp)
+		case "charge":
+			c, err := limits.ParseCharge(p.str(v, fp))
+			if err != nil {
+				p.errorf(v, fp, "%v", err)
+			}
+			r.Charge = c
 		case "metadata":
 			r.Metadata = p.metadata(v, fp)
 		default:
@@ -471,7 +477,7 @@ func (p *parser) limit(r *limits.Rule, n *yaml.Node, path string, single bool) *
 		p.errorf(n, path, "want a rate limit mapping, got %s", kindName(n))
 		return nil
 	}
-	l := &limits.Limit{Shadow: r.ShadowMode, Quota: r.QuotaMode}
+	l := &limits.Limit{Shadow: r.ShadowMode, Quota: r.QuotaMode, Charge: r.Charge}
 	var unitNode, algNode, burstNode, multNode, replNode, leaseNode *yaml.Node
 	var unitStr string
 	nerr := len(p.errs)
@@ -546,7 +552,7 @@ func (p *parser) limit(r *limits.Rule, n *yaml.Node, path string, single bool) *
 		p.errorf(n, path, "%v", err)
 		return nil
 	}
-	c.Name, c.Replaces, c.Shadow, c.Quota, c.Lease = l.Name, l.Replaces, l.Shadow, l.Quota, l.Lease
+	c.Name, c.Replaces, c.Shadow, c.Quota, c.Lease, c.Charge = l.Name, l.Replaces, l.Shadow, l.Quota, l.Lease, l.Charge
 	return c
 }
 

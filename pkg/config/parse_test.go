@@ -117,6 +117,10 @@ func TestLoadRejects(t *testing.T) {
 			want: `testdata/share_threshold_no_wildcard.bad.yaml:5: descriptors[0].share_threshold: needs a wildcard value (one with '*'), got "/files"`,
 		},
 		{
+			give: []string{"testdata/charge.bad.yaml"},
+			want: `testdata/charge.bad.yaml:4: descriptors[0].charge: unknown charge "tokens" (want auto, usage or admission)`,
+		},
+		{
 			give: []string{"testdata/quota_mode.bad.yaml"},
 			want: `testdata/quota_mode.bad.yaml:4: descriptors[0].quota_mode: want true or false, got "sometimes"`,
 		},

@@ -110,6 +110,9 @@ type Limit struct {
 	// time from a shared store and admit from them locally (see
 	// store.Leases). Stores that are not shared ignore it.
 	Lease uint64
+	// Charge says which hits on the limit are usage charges (see
+	// Charge); the engine marks its checks by it (Check.Usage).
+	Charge Charge
 
 	window time.Duration // Multiplier × Unit
 	tick   int64         // time resolution in µs; see compile
@@ -210,6 +213,11 @@ type State struct {
 	Count uint64
 	// Prev is the previous window's hits (sliding window).
 	Prev uint64
+	// Debt is how far a bucket's level is below empty, scaled like
+	// Count: a usage charge can take a bucket past empty (see
+	// Limit.EvaluateUsage). Count then says empty: 0 for a token bucket,
+	// Burst×W for a leaky bucket. Zero for the other algorithms.
+	Debt uint64
 	// Log is the admitted hits, oldest first (sliding log).
 	Log []LogEntry
 	// Expire is the µs time from which the state equals a fresh key's and
@@ -293,7 +301,11 @@ func (l *Limit) fixedWindow(st State, now int64, hits, probe uint64) (Outcome, S
 }
 
 // slidingWindow works in ticks and scales the estimate by the window length
-// W, so it stays an integer: E = prev × (W − elapsed) + cur × W.
+// W, so it stays an integer: E = prev × (W − elapsed) + cur × W. A usage
+// charge can take either count far past the limit (see EvaluateUsage), so
+// E itself is never formed: slideRoom and slideWait compare and divide
+// instead, and every product they form is at most Requests × W, which
+// compile keeps exact.
 func (l *Limit) slidingWindow(st State, now int64, hits, probe uint64) (Outcome, State) {
 	w := l.window.Microseconds()
 	start := now - now%w
@@ -306,36 +318,11 @@ func (l *Limit) slidingWindow(st State, now int64, hits, probe uint64) (Outcome,
 	}
 	wt := uint64(w / l.tick)
 	elapsed := uint64((now - start) / l.tick)
-	est := st.Prev*(wt-elapsed) + st.Count*wt
-	capacity := l.Requests * wt
-	if probe > l.Requests || est+probe*wt > capacity {
-		// Wait until the estimate has fallen by need: first as the previous
-		// window ages out of this one, then as this window ages out of the
-		// next. More hits than the limit never fit; they get the time until
-		// both windows are empty. (Checking that first also keeps probe×W
-		// from overflowing.)
-		var ticks uint64
-		need := uint64(0)
-		if probe <= l.Requests {
-			need = est + probe*wt - capacity
-		}
-		switch {
-		case probe > l.Requests:
-			ticks = 2*wt - elapsed
-		case st.Prev > 0 && ceilDiv(need, st.Prev) <= wt-elapsed:
-			ticks = ceilDiv(need, st.Prev)
-		case st.Count+probe <= l.Requests:
-			ticks = wt - elapsed
-		case st.Count > 0 && ceilDiv((st.Count+probe-l.Requests)*wt, st.Count) <= wt:
-			ticks = wt - elapsed + ceilDiv((st.Count+probe-l.Requests)*wt, st.Count)
-		default:
-			ticks = 2*wt - elapsed
-		}
-		rem := (capacity - min(est, capacity)) / wt
-		return Outcome{Over: true, Remaining: rem, Reset: micros(int64(ticks) * l.tick)}, st
+	room := l.slideRoom(st, wt, wt-elapsed)
+	if probe > room {
+		return Outcome{Over: true, Remaining: room, Reset: micros(int64(l.slideWait(st, wt, elapsed, probe)) * l.tick)}, st
 	}
 	st.Count += hits
-	est += hits * wt
 	st.Expire = start + 2*w
 	reset := int64(0)
 	switch {
@@ -344,7 +331,42 @@ func (l *Limit) slidingWindow(st State, now int64, hits, probe uint64) (Outcome,
 	case st.Prev > 0:
 		reset = start + w - now
 	}
-	return Outcome{Remaining: (capacity - est) / wt, Reset: micros(reset)}, st
+	return Outcome{Remaining: room - hits, Reset: micros(reset)}, st
+}
+
+// slideRoom returns how many hits fit in a sliding window of wt ticks
+// whose previous window still weighs age ticks (1 to wt): ⌊(Requests×W −
+// E) / W⌋, or 0 when E is at or past Requests×W.
+func (l *Limit) slideRoom(st State, wt, age uint64) uint64 {
+	if st.Count >= l.Requests {
+		return 0
+	}
+	free := (l.Requests - st.Count) * wt
+	if st.Prev > free/age { // Prev × age > free
+		return 0
+	}
+	return (free - st.Prev*age) / wt
+}
+
+// slideWait returns how many ticks a sliding window of wt ticks, elapsed
+// ticks into its current window, takes to fit probe more hits: first as
+// the previous window ages out of this one, then as this window ages out
+// of the next. More hits than the limit never fit; they get the time
+// until both windows are empty. Requires that probe does not fit now.
+func (l *Limit) slideWait(st State, wt, elapsed, probe uint64) uint64 {
+	age := wt - elapsed
+	switch {
+	case probe > l.Requests:
+		return 2*wt - elapsed
+	case st.Count+probe <= l.Requests:
+		// Prev × (age − x) ≤ (Requests − Count − probe) × W, for the
+		// least x; Prev > 0, or probe would fit.
+		return age - (l.Requests-st.Count-probe)*wt/st.Prev
+	}
+	// This window, as the next one's previous: Count × (W − y) ≤
+	// (Requests − probe) × W, for the least y; Count > 0, since Count +
+	// probe > Requests ≥ probe.
+	return age + wt - (l.Requests-probe)*wt/st.Count
 }
 
 // slidingLog keeps the hits admitted in (now − W, now].
@@ -392,49 +414,76 @@ func (l *Limit) slidingLog(st State, now int64, hits, probe uint64) (Outcome, St
 // The token bucket stores the free level (tokens×W); the leaky bucket
 // stores the backlog (Burst×W − tokens×W), i.e. GCRA's TAT − now scaled by
 // Requests. For the same rate and burst the two make the same decisions;
-// they differ in what they store, as the textbooks' versions do.
+// they differ in what they store, as the textbooks' versions do. A usage
+// charge can take the backlog past Burst×W (see EvaluateUsage): the
+// level is then below empty, and State.Debt holds how far.
 func (l *Limit) bucket(st State, now int64, hits, probe uint64) (Outcome, State) {
 	wt := uint64(l.window.Microseconds() / l.tick)
 	t := now / l.tick
 	capacity := l.Burst * wt
 	rate := l.Requests
-	var backlog uint64
-	switch {
-	case st.Expire == 0 || st.Expire <= now:
-		backlog = 0
-	case l.Algorithm == TokenBucket:
-		backlog = capacity - min(st.Count, capacity)
-	default:
-		backlog = min(st.Count, capacity)
-	}
-	if st.Expire != 0 && st.Expire > now && t > st.Start {
-		// Drain by elapsed × rate, without overflowing the product.
-		elapsed := uint64(t - st.Start)
-		if elapsed >= ceilDiv(backlog, rate) {
-			backlog = 0
-		} else {
-			backlog -= elapsed * rate
-		}
-	}
+	backlog := l.backlog(st, t, now)
 	if probe > l.Burst || backlog+probe*wt > capacity {
 		ticks := ceilDiv(backlog, rate) // never admissible: time to drain fully
 		if probe <= l.Burst {
 			ticks = ceilDiv(backlog+probe*wt-capacity, rate)
 		}
-		return Outcome{Over: true, Remaining: (capacity - backlog) / wt, Reset: micros(int64(ticks) * l.tick)}, st
+		return Outcome{Over: true, Remaining: (capacity - min(backlog, capacity)) / wt, Reset: micros(int64(ticks) * l.tick)}, st
 	}
 	backlog += hits * wt
 	full := int64(ceilDiv(backlog, rate)) * l.tick
-	next := State{Start: t, Expire: t*l.tick + full}
-	if l.Algorithm == TokenBucket {
-		next.Count = capacity - backlog
-	} else {
-		next.Count = backlog
-	}
+	next := l.BucketState(t, backlog)
 	if next.Expire <= now {
 		next = State{} // nothing to remember: same as a fresh key
 	}
 	return Outcome{Remaining: (capacity - backlog) / wt, Reset: micros(full - (now - t*l.tick))}, next
+}
+
+// backlog returns a bucket's backlog in st, drained to tick t (now is t
+// in µs), scaled by the window in ticks and at most maxCount.
+func (l *Limit) backlog(st State, t, now int64) uint64 {
+	if st.Expire == 0 || st.Expire <= now {
+		return 0
+	}
+	b := l.Backlog(st)
+	if t > st.Start {
+		// Drain by elapsed × rate, without overflowing the product.
+		elapsed := uint64(t - st.Start)
+		if elapsed >= ceilDiv(b, l.Requests) {
+			return 0
+		}
+		b -= elapsed * l.Requests
+	}
+	return b
+}
+
+// Backlog returns the backlog that st holds for l, a token or leaky
+// bucket, as of st's own tick (State.Start), undrained: Burst×W less the
+// free level, scaled by the window W in ticks, debt included, at most
+// 2^52. A level stored under a larger burst counts as a full bucket
+// (backlog 0, token bucket) or an empty one (Burst×W, leaky bucket);
+// debt stays debt.
+func (l *Limit) Backlog(st State) uint64 {
+	capacity := l.Burst * uint64(l.window.Microseconds()/l.tick)
+	b := min(st.Count, capacity)
+	if l.Algorithm == TokenBucket {
+		b = capacity - b
+	}
+	return min(b+min(st.Debt, maxCount), maxCount)
+}
+
+// BucketState returns the state of l, a token or leaky bucket, that
+// holds backlog (scaled as Backlog's) at tick t. Past Burst×W the level
+// is Debt below empty.
+func (l *Limit) BucketState(t int64, backlog uint64) State {
+	st := State{Start: t, Expire: t*l.tick + int64(ceilDiv(backlog, l.Requests))*l.tick}
+	capacity := l.Burst * uint64(l.window.Microseconds()/l.tick)
+	level := min(backlog, capacity)
+	if l.Algorithm == TokenBucket {
+		level = capacity - level
+	}
+	st.Count, st.Debt = level, backlog-min(backlog, capacity)
+	return st
 }
 
 // Grant evaluates hits like Evaluate and, if they fit, also takes up to

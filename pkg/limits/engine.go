@@ -128,7 +128,7 @@ type RequestLimits struct {
 	MaxDescriptors int    // per request
 	MaxEntries     int    // per descriptor
 	MaxValueBytes  int    // per key or value
-	MaxHits        uint64 // per hits_addend
+	MaxHits        uint64 // per hits_addend; at most MaxHitsAddend
 }
 
 // DefaultRequestLimits are the limits an Engine applies where
@@ -137,7 +137,7 @@ var DefaultRequestLimits = RequestLimits{
 	MaxDescriptors: 64,
 	MaxEntries:     32,
 	MaxValueBytes:  4096,
-	MaxHits:        1_000_000,
+	MaxHits:        1_000_000_000,
 }
 
 // withDefaults returns l with its zero fields set to the defaults.
@@ -153,7 +153,7 @@ func (l RequestLimits) withDefaults() RequestLimits {
 		d.MaxValueBytes = l.MaxValueBytes
 	}
 	if l.MaxHits > 0 {
-		d.MaxHits = l.MaxHits
+		d.MaxHits = min(l.MaxHits, MaxHitsAddend)
 	}
 	return d
 }
@@ -440,7 +440,7 @@ func (d *Decision) buildBatch(req *Request, quotaAll bool) {
 			hits = desc.Hits
 		}
 		d.key, _ = AppendKey(d.key[:0], req.Domain, counterEntries(d.Statuses[owner].Rule, desc.Entries, &d.ents), l)
-		c := Check{Key: string(d.key), Limit: l, Hits: hits}
+		c := Check{Key: string(d.key), Limit: l, Hits: hits, Usage: l.Charge.Usage(hits, desc.HasHits)}
 		if quota {
 			c.Group = d.group[owner]
 		}

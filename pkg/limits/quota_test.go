@@ -17,6 +17,7 @@ domain: q
 descriptors:
   - key: s1
     quota_mode: true
+    charge: admission
     rate_limit: {unit: minute, requests_per_unit: 1}
   - key: s2
     quota_mode: true
@@ -119,11 +120,18 @@ func TestQuotaMode(t *testing.T) {
 			// One quota descriptor alone is every quota descriptor.
 			{[]string{"s1"}, over, []string{"OVER_LIMIT:0!"}},
 		}},
-		// s1 cannot take 3 hits: it is over, and consumes nothing, so it
-		// still admits the 1 hit after.
+		// s1 (charge: admission) cannot take 3 hits: it is over, and
+		// consumes nothing, so it still admits the 1 hit after.
 		{"over_quota_consumes_nothing", []quotaStep{
 			{[]string{"s1*3", "s2"}, ok, []string{"OVER_LIMIT:0!", "OK:1"}},
 			{[]string{"s1"}, ok, []string{"OK:0"}},
+		}},
+		// s2's own hits_addend makes a usage charge: 3 is over its 2, and
+		// counted all the same, so s2 stays over; s1 keeps the request
+		// admitted, and consumes its hit.
+		{"over_quota_usage_counts", []quotaStep{
+			{[]string{"s2*3", "s1"}, ok, []string{"OVER_LIMIT:0!", "OK:0"}},
+			{[]string{"s2*0"}, over, []string{"OVER_LIMIT:0!"}},
 		}},
 		// A descriptor without quota_mode rejects alone, and a rejected
 		// request consumes nothing: s2 keeps its 2.

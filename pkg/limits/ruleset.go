@@ -73,7 +73,10 @@ type Rule struct {
 	ShadowMode bool
 	// QuotaMode is the rule's quota_mode: its limits are quota limits
 	// (Limit.Quota).
-	QuotaMode      bool
+	QuotaMode bool
+	// Charge is the rule's charge: which hits on its limits are usage
+	// charges (Limit.Charge).
+	Charge         Charge
 	DetailedMetric bool
 	ValueToMetric  bool
 	// ShareThreshold makes every value matching the wildcard Value share

@@ -14,6 +14,13 @@ type Check struct {
 	Limit *Limit
 	// Hits to consume. Zero only checks whether the limit is exhausted.
 	Hits uint64
+	// Usage makes the hits a usage charge (see Charge): the store
+	// consumes them whatever the verdict, past the limit if need be
+	// (Limit.EvaluateUsage), and whether or not the batch is admitted.
+	// Its verdict still counts toward the batch's as its kind of check
+	// (enforced, shadow or quota) says. Stores must never answer a usage
+	// check with hits from a cache, nor lease it.
+	Usage bool
 	// Extra asks the store, if the request is admitted, to consume up to
 	// Extra more hits on this limit for a lease, as Limit.Grant decides;
 	// Outcome.Granted says how many. Stores that do not lease leave it
@@ -46,7 +53,8 @@ type Batch struct {
 	// and, if the batch has quota groups, at least one of them had no
 	// check other than a shadow check over; in which case every check
 	// that was not itself over consumed its hits. Otherwise nothing was
-	// consumed anywhere.
+	// consumed anywhere but by usage checks (Check.Usage), which consume
+	// their hits in every case.
 	Admitted bool
 	// DecidedBy names the layer that answered the batch when it was not
 	// the backend store: middleware that answers a batch itself sets it
@@ -107,6 +115,12 @@ func (b *Batch) QuotaOver(over func(i int) bool) bool {
 // previews exactly what enforcing it would do, and a quota limit that is
 // over stays where it is); if it is rejected, nothing is consumed.
 // Checks with the same key see each other's hits, in order.
+//
+// Usage checks (Check.Usage) are the exception: each consumes its hits
+// with Limit.EvaluateUsage, admitted or not, over or not, and its outcome
+// is EvaluateUsage's. In a rejected batch they are evaluated again, in
+// order, from the state before the batch, so that they see each other's
+// hits but none of the other checks'.
 //
 // Every outcome says what the store learned of its check's limit. A store
 // that decides b without learning some check's state (a cache that

@@ -12,7 +12,8 @@ import "github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 //   - sliding log: every hit still in the window, moved to the time of
 //     the latest one (so each counts at least as long as it did);
 //   - buckets: the tick and the backlog at it, scaled as limits.Limit
-//     scales it (exact; a token bucket's level is stored as its backlog).
+//     scales it, debt included (exact; a token bucket's level is stored
+//     as its backlog).
 //
 // The zero mark is a fresh key's. A mark is meaningful only with the limit
 // it was made under, or one that limits.Limit.CountsLike it.
@@ -46,11 +47,7 @@ func markOf(l *limits.Limit, st limits.State, now int64) mark {
 		m.expire = m.start + w
 		return m
 	case limits.TokenBucket, limits.LeakyBucket:
-		b := min(st.Count, capacity(l))
-		if l.Algorithm == limits.TokenBucket {
-			b = capacity(l) - b
-		}
-		return drain(l, st.Start, b, st.Expire, now)
+		return drain(l, st.Start, l.Backlog(st), st.Expire, now)
 	}
 	return mark{start: st.Start, count: st.Count, expire: st.Expire}
 }
@@ -109,8 +106,8 @@ func (m mark) state(l *limits.Limit, now int64) limits.State {
 	switch l.Algorithm {
 	case limits.SlidingLog:
 		return limits.State{Log: []limits.LogEntry{{At: m.start, Hits: m.count}}, Expire: m.expire}
-	case limits.TokenBucket:
-		return limits.State{Start: m.start, Count: capacity(l) - min(m.count, capacity(l)), Expire: m.expire}
+	case limits.TokenBucket, limits.LeakyBucket:
+		return l.BucketState(m.start, m.count)
 	}
 	return limits.State{Start: m.start, Count: m.count, Prev: m.prev, Expire: m.expire}
 }

@@ -138,19 +138,23 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 	}()
 
 	// Evaluate in order on working copies, so checks that share a key see
-	// each other's hits, then write back only if the request is admitted.
+	// each other's hits, then write back if the request is admitted, or
+	// what its usage checks consumed if it is not.
 	var nbuf, sbuf [16]limits.State
 	next, start := nbuf[:0], sbuf[:0]
 	for i := range b.Checks {
 		c := &b.Checks[i]
 		st, slot := s.lookup(hashes[i], c, b.Checks[:i], next, slots, now)
 		slots = append(slots, slot)
-		out, nst := c.Limit.Grant(st, now, c.Hits, c.Extra)
-		if out.Over {
+		var out limits.Outcome
+		var nst limits.State
+		if c.Usage {
+			out, nst = c.Limit.EvaluateUsage(st, now, c.Hits)
+		} else if out, nst = c.Limit.Grant(st, now, c.Hits, c.Extra); out.Over {
 			nst = st
-			if c.Enforced() {
-				b.Admitted = false
-			}
+		}
+		if out.Over && c.Enforced() {
+			b.Admitted = false
 		}
 		b.Outcomes[i] = out
 		start = append(start, st)
@@ -159,14 +163,7 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 	if b.Admitted && b.QuotaOver(func(i int) bool { return b.Outcomes[i].Over }) {
 		b.Admitted = false
 	}
-	if !b.Admitted {
-		// Nothing is consumed, so the limits that would have admitted
-		// report their state without this request.
-		for i := range b.Checks {
-			if !b.Outcomes[i].Over {
-				b.Outcomes[i], _ = b.Checks[i].Limit.Evaluate(start[i], now, 0)
-			}
-		}
+	if !b.Admitted && !settleRejected(b, start, next, now) {
 		return nil
 	}
 	s.commit(b, hashes, slots, next, now)
@@ -174,6 +171,36 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 		s.shards[i].sweep(now)
 	}
 	return nil
+}
+
+// settleRejected sets the outcomes and working copies of a rejected
+// batch from the states its checks started from: nothing is consumed, so
+// the limits that would have admitted report their state without the
+// request's hits, except that usage checks consume theirs, in order, each
+// seeing the earlier ones' on its key. It reports whether a usage check
+// consumed hits, so that the batch has state to write.
+func settleRejected(b *limits.Batch, start, next []limits.State, now int64) (charged bool) {
+	for i := range b.Checks {
+		c := &b.Checks[i]
+		st := start[i]
+		for j := i - 1; j >= 0; j-- {
+			if b.Checks[j].Key == c.Key {
+				st = next[j]
+				break
+			}
+		}
+		switch {
+		case c.Usage:
+			b.Outcomes[i], next[i] = c.Limit.EvaluateUsage(st, now, c.Hits)
+			charged = charged || c.Hits > 0
+		case b.Outcomes[i].Over:
+			next[i] = st
+		default:
+			b.Outcomes[i], _ = c.Limit.Evaluate(st, now, 0)
+			next[i] = st
+		}
+	}
+	return charged
 }
 
 // lock locks every shard that checks touch, in ascending order so that
@@ -255,10 +282,15 @@ func (s *Store) lookup(hash uint64, c *limits.Check, earlier []limits.Check, nex
 }
 
 // consumed reports whether check i or an earlier check with its key
-// consumed hits.
+// consumed hits: a usage check always does, any other only in an
+// admitted batch, if it was not over.
 func consumed(b *limits.Batch, i int) bool {
 	for j := 0; j <= i; j++ {
-		if b.Checks[j].Key == b.Checks[i].Key && (b.Checks[j].Hits > 0 || b.Outcomes[j].Granted > 0) && !b.Outcomes[j].Over {
+		c, out := &b.Checks[j], &b.Outcomes[j]
+		if c.Key != b.Checks[i].Key {
+			continue
+		}
+		if (c.Usage && c.Hits > 0) || (b.Admitted && !out.Over && (c.Hits > 0 || out.Granted > 0)) {
 			return true
 		}
 	}
