@@ -13,7 +13,9 @@ func QuotaCases() []Case {
 	m10 := mustLimit(limits.FixedWindow, 10, limits.UnitMinute, 1, 0)
 	tb := mustLimit(limits.TokenBucket, 1, limits.UnitSecond, 1, 1)
 	shadowA := shadow(a)
-	two := func(x, y *limits.Limit) []Check { return []Check{{Key: "a", Limit: x, Hits: 1}, {Key: "b", Limit: y, Hits: 1}} }
+	two := func(x, y *limits.Limit) []Check {
+		return []Check{{Key: "a", Limit: x, Hits: 1}, {Key: "b", Limit: y, Hits: 1}}
+	}
 	return []Case{
 		{Name: "quota/every_group_over_rejects", Steps: []Step{
 			{At: 0, Checks: two(a, b), Groups: []int{1, 2}, QuotaGroups: 2, Admitted: true, Want: []limits.Outcome{ok(0, sec), ok(1, sec)}},
