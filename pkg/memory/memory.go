@@ -174,14 +174,24 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 }
 
 // settleRejected sets the outcomes and working copies of a rejected
-// batch from the states its checks started from: nothing is consumed, so
-// the limits that would have admitted report their state without the
-// request's hits, except that usage checks consume theirs, in order, each
-// seeing the earlier ones' on its key. It reports whether a usage check
-// consumed hits, so that the batch has state to write.
+// batch: nothing is consumed, so the limits that would have admitted
+// report their state without the request's hits, as they started, except
+// that usage checks consume theirs. A usage check starts again from the
+// state before the batch, or from this pass's copy of the last earlier
+// check on its key, so that it sees the earlier usage checks' hits on its
+// key and no other's; every other check passes that state on. It reports
+// whether a usage check consumed hits, so that the batch has state to
+// write.
 func settleRejected(b *limits.Batch, start, next []limits.State, now int64) (charged bool) {
+	uses := slices.ContainsFunc(b.Checks, func(c limits.Check) bool { return c.Usage && c.Hits > 0 })
 	for i := range b.Checks {
 		c := &b.Checks[i]
+		if !b.Outcomes[i].Over && !c.Usage {
+			b.Outcomes[i], _ = c.Limit.Evaluate(start[i], now, 0)
+		}
+		if !uses {
+			continue
+		}
 		st := start[i]
 		for j := i - 1; j >= 0; j-- {
 			if b.Checks[j].Key == c.Key {
@@ -189,15 +199,10 @@ func settleRejected(b *limits.Batch, start, next []limits.State, now int64) (cha
 				break
 			}
 		}
-		switch {
-		case c.Usage:
+		next[i] = st
+		if c.Usage {
 			b.Outcomes[i], next[i] = c.Limit.EvaluateUsage(st, now, c.Hits)
 			charged = charged || c.Hits > 0
-		case b.Outcomes[i].Over:
-			next[i] = st
-		default:
-			b.Outcomes[i], _ = c.Limit.Evaluate(st, now, 0)
-			next[i] = st
 		}
 	}
 	return charged

@@ -230,9 +230,17 @@ func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string,
 		// Extra stays: a check's lease ask counts in the working copy that
 		// later checks on its key start from, as in the reservation (a
 		// rejected request is granted nothing either way).
+		// A usage charge counted in the reservation and is not
+		// refunded: its outcome there stands, and the report checks it
+		// for zero hits, so as not to count it twice. (An ordinary check
+		// before it on its key is reported as the charge left the key.)
 		checks := make([]limits.Check, len(g.idx))
 		for j, i := range g.idx {
 			checks[j] = b.Checks[i]
+			if checks[j].Usage {
+				checks[j].Usage, checks[j].Hits = false, 0
+				continue
+			}
 			b.Outcomes[i] = limits.Outcome{Unknown: true} // until the report below
 		}
 		eg.Go(func() error {
@@ -247,7 +255,9 @@ func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string,
 				return err
 			}
 			for j, i := range g.idx {
-				b.Outcomes[i] = outs[j]
+				if !b.Checks[i].Usage {
+					b.Outcomes[i] = outs[j]
+				}
 			}
 			return nil
 		})

@@ -157,8 +157,13 @@ func decodeState(key string, reply []any, l *limits.Limit) (limits.State, time.T
 func decodeRecord(b string, l *limits.Limit) (limits.State, error) {
 	w := l.Window().Microseconds()
 	f := make([]uint64, 0, 3)
+	var debt uint64
 	for i := 0; i+8 <= len(b); i += 8 {
 		x := math.Float64frombits(binary.LittleEndian.Uint64([]byte(b[i : i+8])))
+		if x < 0 && i == 8 && l.Algorithm.Bucketed() && x > -(1<<63) && x == math.Trunc(x) {
+			// A bucket's level below zero is its debt (lib.lua's levelOf).
+			debt, x = uint64(-x), 0
+		}
 		if x < 0 || x >= 1<<63 || x != math.Trunc(x) {
 			return limits.State{}, fmt.Errorf("stored value %v is not a count", x)
 		}
@@ -181,14 +186,13 @@ func decodeRecord(b string, l *limits.Limit) (limits.State, error) {
 	if len(b) != 24 || l.Requests == 0 {
 		return limits.State{}, nil
 	}
-	tick := l.Tick()
-	capacity := l.Burst * uint64(w/tick)
-	backlog := min(f[1], capacity)
-	if l.Algorithm == limits.TokenBucket {
-		backlog = capacity - backlog
+	st := limits.State{Start: int64(f[0]), Count: f[1], Debt: debt}
+	if debt > 0 && l.Algorithm == limits.LeakyBucket {
+		st.Count = l.Burst * uint64(w/l.Tick()) // empty, and the debt past it
 	}
-	full := (backlog + l.Requests - 1) / l.Requests // ticks until full again
-	return limits.State{Start: int64(f[0]), Count: f[1], Expire: int64(f[0])*tick + int64(full)*tick}, nil
+	// The bucket is full again when its backlog has drained.
+	st.Expire = l.BucketState(st.Start, l.Backlog(st)).Expire
+	return st, nil
 }
 
 // decodeLog reads a sliding log's members, "<seq>:<hits>", and scores (µs).

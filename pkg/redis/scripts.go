@@ -31,8 +31,9 @@ var (
 // after the algorithm in capitals and set to its Go value (local
 // FIXED_WINDOW = 0, ...); apply.lua's modes, MODE_APPLY, MODE_RESERVE and
 // MODE_REPORT; a check's record, its struct format SPEC and its size
-// CHECK in bytes; and a check's modes in its record, CHECK_ENFORCED,
-// CHECK_SHADOW and CHECK_QUOTA.
+// CHECK in bytes; a check's modes in its record, CHECK_ENFORCED,
+// CHECK_SHADOW and CHECK_QUOTA, and CHECK_USAGE, added to a usage
+// charge's; and MAXCOUNT, where counts in debt stop (limits.MaxCount).
 func prelude() string {
 	var b strings.Builder
 	for _, a := range limits.Algorithms {
@@ -40,7 +41,8 @@ func prelude() string {
 	}
 	fmt.Fprintf(&b, "local MODE_APPLY, MODE_RESERVE, MODE_REPORT = '%s', '%s', '%s'\n", modeApply, modeReserve, modeReport)
 	fmt.Fprintf(&b, "local SPEC, CHECK = '%s', %d\n", checkSpec, checkSize)
-	fmt.Fprintf(&b, "local CHECK_ENFORCED, CHECK_SHADOW, CHECK_QUOTA = %d, %d, %d\n", checkEnforced, checkShadow, checkQuota)
+	fmt.Fprintf(&b, "local CHECK_ENFORCED, CHECK_SHADOW, CHECK_QUOTA, CHECK_USAGE = %d, %d, %d, %d\n", checkEnforced, checkShadow, checkQuota, checkUsage)
+	fmt.Fprintf(&b, "local MAXCOUNT = %d\n", limits.MaxCount)
 	return b.String()
 }
 
@@ -64,6 +66,9 @@ const (
 	checkEnforced = 0 // over rejects the request
 	checkShadow   = 1 // over rejects nothing
 	checkQuota    = 2 // over rejects with every other quota group
+	// checkUsage is added to a usage charge's mode (limits.Check.Usage):
+	// its hits count whatever the verdict.
+	checkUsage = 4
 )
 
 // logSuffix names a sliding log's second key. Keys of limits.AppendKey end
@@ -160,7 +165,7 @@ func (s *Store) cutKeys(keys []string, all string, c *limits.Check) ([]string, s
 
 // appendCheck appends the record of c that both scripts read (SPEC in
 // the prelude): algorithm and mode (checkEnforced, checkShadow or
-// checkQuota) as bytes; then requests, window µs, tick µs, burst, hits
+// checkQuota, plus checkUsage for a usage charge with hits) as bytes; then requests, window µs, tick µs, burst, hits
 // and extra as little-endian float64s; then, for a quota check, its
 // group and its request's quotaGroups as little-endian uint32s (0 and 0
 // otherwise). Binary numbers spare Redis parsing decimals; a float64 is
@@ -182,6 +187,9 @@ func appendCheck(spec []byte, c *limits.Check, quotaGroups int) []byte {
 	}
 	if mode != checkQuota {
 		quotaGroups = 0
+	}
+	if c.Usage && c.Hits > 0 {
+		mode += checkUsage
 	}
 	spec = append(spec, byte(l.Algorithm), mode)
 	spec = appendFloat(spec, float64(l.Requests))

@@ -50,6 +50,12 @@ type DenyCacheOptions struct {
 // the answer arrived, keeps T at or before the store's own reset, and
 // taking off one Tick covers the store flooring its clock to a tick.
 //
+// A usage charge (limits.Check.Usage) that went over counted all the
+// same, into debt: its Reset is when one hit fits again, so it enters its
+// key as over for every request until the debt is repaid. A batch with a
+// usage charge of some hits always goes to the store, which counts them
+// whatever the verdict.
+//
 // A batch with an enforced check that is over in the cache, or whose
 // every quota group has a check over in it (limits.Batch.QuotaOver), is
 // rejected without calling the wrapped store: Admitted is false, the
@@ -146,7 +152,7 @@ var _ limits.Store = (*DenyCache)(nil)
 // cached checks, which are right.
 func (c *DenyCache) Apply(ctx context.Context, b *limits.Batch) error {
 	now := c.now()
-	if c.n.Load() > 0 && c.deny(b, now) {
+	if c.n.Load() > 0 && !charges(b.Checks) && c.deny(b, now) {
 		c.answered.Add(1)
 		b.DecidedBy = DecidedByDenyCache
 		return nil
@@ -227,6 +233,17 @@ func (c *DenyCache) record(b *limits.Batch, now time.Time, gen uint64) {
 	}
 }
 
+// charges reports whether a check of cs is a usage charge with hits:
+// those must reach the store, which counts them whatever the verdict.
+func charges(cs []limits.Check) bool {
+	for i := range cs {
+		if cs[i].Usage && cs[i].Hits > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func sharesEarlierKey(cs []limits.Check, i int) bool {
 	for j := range i {
 		if cs[j].Key == cs[i].Key {
@@ -239,6 +256,11 @@ func sharesEarlierKey(cs []limits.Check, i int) bool {
 func (c *DenyCache) insert(ch *limits.Check, until, now time.Time, gen uint64) {
 	l := ch.Limit
 	e := denyEntry{limit: l, probe: max(ch.Hits, 1), until: until}
+	if ch.Usage {
+		// A usage charge that went over counted all the same: its Reset
+		// is when one hit fits again, after the charge (the debt repaid).
+		e.probe = 1
+	}
 	sh := c.shard(ch.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

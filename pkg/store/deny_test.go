@@ -164,24 +164,24 @@ func TestDenyCacheSteps(t *testing.T) {
 			name:    "expires_at_reset_measured_from_before_the_call",
 			latency: 100 * ms,
 			give: []step{
-				{at: 0, give: []chk{{Key: "k", Limit: fw2s, Hits: 1}}, wantAdmitted: true},
-				{at: 0, give: []chk{{Key: "k", Limit: fw2s, Hits: 1}}, wantAdmitted: true},
-				{at: 250 * ms, give: []chk{{Key: "k", Limit: fw2s, Hits: 1}}, want: []limits.Outcome{over(0, 750*ms)}},
+				{at: 0, give: []chk{{"k", fw2s, 1}}, wantAdmitted: true},
+				{at: 0, give: []chk{{"k", fw2s, 1}}, wantAdmitted: true},
+				{at: 250 * ms, give: []chk{{"k", fw2s, 1}}, want: []limits.Outcome{over(0, 750*ms)}},
 				// Over until 1 s less one tick.
-				{at: 300 * ms, give: []chk{{Key: "k", Limit: fw2s, Hits: 1}}, wantLocal: true, want: []limits.Outcome{over(0, 700*ms-us)}},
-				{at: 999_998 * us, give: []chk{{Key: "k", Limit: fw2s, Hits: 1}}, wantLocal: true, want: []limits.Outcome{over(0, us)}},
-				{at: 999_999 * us, give: []chk{{Key: "k", Limit: fw2s, Hits: 1}}, want: []limits.Outcome{over(0, us)}},
-				{at: sec, give: []chk{{Key: "k", Limit: fw2s, Hits: 1}}, wantAdmitted: true, want: []limits.Outcome{ok(1, sec)}},
+				{at: 300 * ms, give: []chk{{"k", fw2s, 1}}, wantLocal: true, want: []limits.Outcome{over(0, 700*ms-us)}},
+				{at: 999_998 * us, give: []chk{{"k", fw2s, 1}}, wantLocal: true, want: []limits.Outcome{over(0, us)}},
+				{at: 999_999 * us, give: []chk{{"k", fw2s, 1}}, want: []limits.Outcome{over(0, us)}},
+				{at: sec, give: []chk{{"k", fw2s, 1}}, wantAdmitted: true, want: []limits.Outcome{ok(1, sec)}},
 			},
 		},
 		{
 			name: "reset_counts_down",
 			give: []step{
-				{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 1}}, wantAdmitted: true},
-				{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 1}}, want: []limits.Outcome{over(0, sec)}},
-				{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 1}}, wantLocal: true, want: []limits.Outcome{over(0, sec-us)}},
-				{at: 400 * ms, give: []chk{{Key: "k", Limit: fw1s, Hits: 1}}, wantLocal: true, want: []limits.Outcome{over(0, 600*ms-us)}},
-				{at: 900 * ms, give: []chk{{Key: "k", Limit: fw1s, Hits: 1}}, wantLocal: true, want: []limits.Outcome{over(0, 100*ms-us)}},
+				{at: 0, give: []chk{{"k", fw1s, 1}}, wantAdmitted: true},
+				{at: 0, give: []chk{{"k", fw1s, 1}}, want: []limits.Outcome{over(0, sec)}},
+				{at: 0, give: []chk{{"k", fw1s, 1}}, wantLocal: true, want: []limits.Outcome{over(0, sec-us)}},
+				{at: 400 * ms, give: []chk{{"k", fw1s, 1}}, wantLocal: true, want: []limits.Outcome{over(0, 600*ms-us)}},
+				{at: 900 * ms, give: []chk{{"k", fw1s, 1}}, wantLocal: true, want: []limits.Outcome{over(0, 100*ms-us)}},
 			},
 		},
 		{
@@ -189,18 +189,18 @@ func TestDenyCacheSteps(t *testing.T) {
 			// fit: only the store can say.
 			name: "smaller_probe_goes_to_the_store",
 			give: []step{
-				{at: 0, give: []chk{{Key: "k", Limit: fw5m, Hits: 4}}, wantAdmitted: true},
-				{at: sec, give: []chk{{Key: "k", Limit: fw5m, Hits: 3}}, want: []limits.Outcome{over(1, 59*sec)}},
-				{at: 2 * sec, give: []chk{{Key: "k", Limit: fw5m, Hits: 3}}, wantLocal: true, want: []limits.Outcome{over(0, 58*sec-us)}},
-				{at: 2 * sec, give: []chk{{Key: "k", Limit: fw5m, Hits: 4}}, wantLocal: true},
-				{at: 3 * sec, give: []chk{{Key: "k", Limit: fw5m, Hits: 2}}, want: []limits.Outcome{over(1, 57*sec)}},
-				{at: 3 * sec, give: []chk{{Key: "k", Limit: fw5m, Hits: 1}}, wantAdmitted: true, want: []limits.Outcome{ok(0, 57*sec)}},
+				{at: 0, give: []chk{{"k", fw5m, 4}}, wantAdmitted: true},
+				{at: sec, give: []chk{{"k", fw5m, 3}}, want: []limits.Outcome{over(1, 59*sec)}},
+				{at: 2 * sec, give: []chk{{"k", fw5m, 3}}, wantLocal: true, want: []limits.Outcome{over(0, 58*sec-us)}},
+				{at: 2 * sec, give: []chk{{"k", fw5m, 4}}, wantLocal: true},
+				{at: 3 * sec, give: []chk{{"k", fw5m, 2}}, want: []limits.Outcome{over(1, 57*sec)}},
+				{at: 3 * sec, give: []chk{{"k", fw5m, 1}}, wantAdmitted: true, want: []limits.Outcome{ok(0, 57*sec)}},
 				// Zero hits asks whether one more fits: probe 1.
-				{at: 4 * sec, give: []chk{{Key: "k", Limit: fw5m, Hits: 0}}, want: []limits.Outcome{over(0, 56*sec)}},
-				{at: 4 * sec, give: []chk{{Key: "k", Limit: fw5m, Hits: 0}}, wantLocal: true},
-				{at: 4 * sec, give: []chk{{Key: "k", Limit: fw5m, Hits: 1}}, wantLocal: true},
-				{at: 4 * sec, give: []chk{{Key: "k", Limit: fw5m, Hits: 7}}, wantLocal: true},
-				{at: 60 * sec, give: []chk{{Key: "k", Limit: fw5m, Hits: 1}}, wantAdmitted: true, want: []limits.Outcome{ok(4, 60*sec)}},
+				{at: 4 * sec, give: []chk{{"k", fw5m, 0}}, want: []limits.Outcome{over(0, 56*sec)}},
+				{at: 4 * sec, give: []chk{{"k", fw5m, 0}}, wantLocal: true},
+				{at: 4 * sec, give: []chk{{"k", fw5m, 1}}, wantLocal: true},
+				{at: 4 * sec, give: []chk{{"k", fw5m, 7}}, wantLocal: true},
+				{at: 60 * sec, give: []chk{{"k", fw5m, 1}}, wantAdmitted: true, want: []limits.Outcome{ok(4, 60*sec)}},
 			},
 		},
 		{
@@ -208,42 +208,42 @@ func TestDenyCacheSteps(t *testing.T) {
 			give: []step{
 				// 2 hits never fit a limit of 1; a zero-hit check (probe 1)
 				// still does.
-				{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 2}}, want: []limits.Outcome{over(1, sec)}},
-				{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 0}}, wantAdmitted: true, want: []limits.Outcome{ok(1, sec)}},
-				{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 1}}, wantAdmitted: true},
-				{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 0}}, want: []limits.Outcome{over(0, sec)}},
-				{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 0}}, wantLocal: true},
-				{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 1}}, wantLocal: true},
+				{at: 0, give: []chk{{"k", fw1s, 2}}, want: []limits.Outcome{over(1, sec)}},
+				{at: 0, give: []chk{{"k", fw1s, 0}}, wantAdmitted: true, want: []limits.Outcome{ok(1, sec)}},
+				{at: 0, give: []chk{{"k", fw1s, 1}}, wantAdmitted: true},
+				{at: 0, give: []chk{{"k", fw1s, 0}}, want: []limits.Outcome{over(0, sec)}},
+				{at: 0, give: []chk{{"k", fw1s, 0}}, wantLocal: true},
+				{at: 0, give: []chk{{"k", fw1s, 1}}, wantLocal: true},
 			},
 		},
 		{
 			name: "shadow_checks_are_never_cached",
 			give: []step{
-				{at: 0, give: []chk{{Key: "k", Limit: sh1s, Hits: 1}}, wantAdmitted: true},
-				{at: 0, give: []chk{{Key: "k", Limit: sh1s, Hits: 1}}, wantAdmitted: true, want: []limits.Outcome{over(0, sec)}},
-				{at: 0, give: []chk{{Key: "k", Limit: sh1s, Hits: 1}}, wantAdmitted: true, want: []limits.Outcome{over(0, sec)}},
-				{at: 0, give: []chk{{Key: "k", Limit: sh1s, Hits: 1}, {Key: "j", Limit: fw2s, Hits: 1}}, wantAdmitted: true},
+				{at: 0, give: []chk{{"k", sh1s, 1}}, wantAdmitted: true},
+				{at: 0, give: []chk{{"k", sh1s, 1}}, wantAdmitted: true, want: []limits.Outcome{over(0, sec)}},
+				{at: 0, give: []chk{{"k", sh1s, 1}}, wantAdmitted: true, want: []limits.Outcome{over(0, sec)}},
+				{at: 0, give: []chk{{"k", sh1s, 1}, {"j", fw2s, 1}}, wantAdmitted: true},
 				// Not even for an enforced limit with the same key and
 				// numbers, which the shadow outcome would be right about.
-				{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 1}}, want: []limits.Outcome{over(0, sec)}},
+				{at: 0, give: []chk{{"k", fw1s, 1}}, want: []limits.Outcome{over(0, sec)}},
 			},
 		},
 		{
 			name: "every_over_check_is_recorded",
 			give: []step{
-				{at: 0, give: []chk{{Key: "a", Limit: fw1s, Hits: 1}, {Key: "b", Limit: fw1s, Hits: 1}}, wantAdmitted: true},
-				{at: 0, give: []chk{{Key: "a", Limit: fw1s, Hits: 1}, {Key: "b", Limit: fw1s, Hits: 1}}, want: []limits.Outcome{over(0, sec), over(0, sec)}},
-				{at: 0, give: []chk{{Key: "b", Limit: fw1s, Hits: 1}}, wantLocal: true},
-				{at: 0, give: []chk{{Key: "a", Limit: fw1s, Hits: 1}}, wantLocal: true},
+				{at: 0, give: []chk{{"a", fw1s, 1}, {"b", fw1s, 1}}, wantAdmitted: true},
+				{at: 0, give: []chk{{"a", fw1s, 1}, {"b", fw1s, 1}}, want: []limits.Outcome{over(0, sec), over(0, sec)}},
+				{at: 0, give: []chk{{"b", fw1s, 1}}, wantLocal: true},
+				{at: 0, give: []chk{{"a", fw1s, 1}}, wantLocal: true},
 			},
 		},
 		{
 			name: "shadow_check_not_denied_by_an_enforced_entry",
 			give: []step{
-				{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 1}}, wantAdmitted: true},
-				{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 1}}},
-				{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 1}}, wantLocal: true},
-				{at: 0, give: []chk{{Key: "k", Limit: sh1s, Hits: 1}}, wantAdmitted: true, want: []limits.Outcome{over(0, sec)}},
+				{at: 0, give: []chk{{"k", fw1s, 1}}, wantAdmitted: true},
+				{at: 0, give: []chk{{"k", fw1s, 1}}},
+				{at: 0, give: []chk{{"k", fw1s, 1}}, wantLocal: true},
+				{at: 0, give: []chk{{"k", sh1s, 1}}, wantAdmitted: true, want: []limits.Outcome{over(0, sec)}},
 			},
 		},
 		{
@@ -252,10 +252,10 @@ func TestDenyCacheSteps(t *testing.T) {
 			// the old entry, an override with the same numbers is.
 			name: "limits_match_by_numbers",
 			give: []step{
-				{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 1}}, wantAdmitted: true},
-				{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 1}}},
-				{at: 0, give: []chk{{Key: "k", Limit: fw1sAgain, Hits: 1}}, wantLocal: true},
-				{at: 0, give: []chk{{Key: "k", Limit: fw2s, Hits: 1}}, wantAdmitted: true, want: []limits.Outcome{ok(0, sec)}},
+				{at: 0, give: []chk{{"k", fw1s, 1}}, wantAdmitted: true},
+				{at: 0, give: []chk{{"k", fw1s, 1}}},
+				{at: 0, give: []chk{{"k", fw1sAgain, 1}}, wantLocal: true},
+				{at: 0, give: []chk{{"k", fw2s, 1}}, wantAdmitted: true, want: []limits.Outcome{ok(0, sec)}},
 			},
 		},
 		{
@@ -263,12 +263,12 @@ func TestDenyCacheSteps(t *testing.T) {
 			// report unknown, not "0 left, resets now".
 			name: "other_checks_of_a_local_answer_report_unknown",
 			give: []step{
-				{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 1}}, wantAdmitted: true},
-				{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 1}}},
-				{at: 200 * ms, give: []chk{{Key: "j", Limit: fw2s, Hits: 1}, {Key: "k", Limit: fw1s, Hits: 1}, {Key: "s", Limit: sh1s, Hits: 1}}, wantLocal: true,
+				{at: 0, give: []chk{{"k", fw1s, 1}}, wantAdmitted: true},
+				{at: 0, give: []chk{{"k", fw1s, 1}}},
+				{at: 200 * ms, give: []chk{{"j", fw2s, 1}, {"k", fw1s, 1}, {"s", sh1s, 1}}, wantLocal: true,
 					want: []limits.Outcome{{Unknown: true}, over(0, 800*ms-us), {Unknown: true}}},
 				// They consumed nothing.
-				{at: 200 * ms, give: []chk{{Key: "j", Limit: fw2s, Hits: 2}}, wantAdmitted: true, want: []limits.Outcome{ok(0, 800*ms)}},
+				{at: 200 * ms, give: []chk{{"j", fw2s, 2}}, wantAdmitted: true, want: []limits.Outcome{ok(0, 800*ms)}},
 			},
 		},
 		{
@@ -277,59 +277,59 @@ func TestDenyCacheSteps(t *testing.T) {
 			// that check.
 			name: "same_key_twice_in_a_batch",
 			give: []step{
-				{at: 0, give: []chk{{Key: "k", Limit: fw4m, Hits: 2}, {Key: "k", Limit: fw4m, Hits: 3}}},
-				{at: 0, give: []chk{{Key: "k", Limit: fw4m, Hits: 3}}, wantAdmitted: true, want: []limits.Outcome{ok(1, 60*sec)}},
-				{at: 0, give: []chk{{Key: "k", Limit: fw4m, Hits: 1}, {Key: "k", Limit: fw4m, Hits: 1}}},
-				{at: 0, give: []chk{{Key: "k", Limit: fw4m, Hits: 1}}, wantAdmitted: true},
+				{at: 0, give: []chk{{"k", fw4m, 2}, {"k", fw4m, 3}}},
+				{at: 0, give: []chk{{"k", fw4m, 3}}, wantAdmitted: true, want: []limits.Outcome{ok(1, 60*sec)}},
+				{at: 0, give: []chk{{"k", fw4m, 1}, {"k", fw4m, 1}}},
+				{at: 0, give: []chk{{"k", fw4m, 1}}, wantAdmitted: true},
 				// Its own probe is enough to deny locally.
-				{at: 0, give: []chk{{Key: "k", Limit: fw4m, Hits: 1}}},
-				{at: 0, give: []chk{{Key: "k", Limit: fw4m, Hits: 0}, {Key: "k", Limit: fw4m, Hits: 1}}, wantLocal: true},
+				{at: 0, give: []chk{{"k", fw4m, 1}}},
+				{at: 0, give: []chk{{"k", fw4m, 0}, {"k", fw4m, 1}}, wantLocal: true},
 			},
 		},
 		{
 			name: "zero_requests_limit",
 			give: []step{
-				{at: 0, give: []chk{{Key: "k", Limit: ban, Hits: 0}}, want: []limits.Outcome{over(0, sec)}},
-				{at: 500 * ms, give: []chk{{Key: "k", Limit: ban, Hits: 1}}, wantLocal: true, want: []limits.Outcome{over(0, 500*ms-us)}},
-				{at: sec, give: []chk{{Key: "k", Limit: ban, Hits: 1}}, want: []limits.Outcome{over(0, sec)}},
+				{at: 0, give: []chk{{"k", ban, 0}}, want: []limits.Outcome{over(0, sec)}},
+				{at: 500 * ms, give: []chk{{"k", ban, 1}}, wantLocal: true, want: []limits.Outcome{over(0, 500*ms-us)}},
+				{at: sec, give: []chk{{"k", ban, 1}}, want: []limits.Outcome{over(0, sec)}},
 			},
 		},
 		{
 			name: "token_bucket",
 			give: []step{
-				{at: 0, give: []chk{{Key: "k", Limit: tb, Hits: 1}}, wantAdmitted: true},
-				{at: 0, give: []chk{{Key: "k", Limit: tb, Hits: 1}}, want: []limits.Outcome{over(0, sec)}},
-				{at: 999 * ms, give: []chk{{Key: "k", Limit: tb, Hits: 1}}, wantLocal: true},
-				{at: sec, give: []chk{{Key: "k", Limit: tb, Hits: 1}}, wantAdmitted: true},
+				{at: 0, give: []chk{{"k", tb, 1}}, wantAdmitted: true},
+				{at: 0, give: []chk{{"k", tb, 1}}, want: []limits.Outcome{over(0, sec)}},
+				{at: 999 * ms, give: []chk{{"k", tb, 1}}, wantLocal: true},
+				{at: sec, give: []chk{{"k", tb, 1}}, wantAdmitted: true},
 			},
 		},
 		{
 			name: "leaky_bucket",
 			give: []step{
-				{at: 0, give: []chk{{Key: "k", Limit: lb, Hits: 1}}, wantAdmitted: true},
-				{at: 0, give: []chk{{Key: "k", Limit: lb, Hits: 1}}, want: []limits.Outcome{over(0, 500*ms)}},
-				{at: 499 * ms, give: []chk{{Key: "k", Limit: lb, Hits: 1}}, wantLocal: true},
-				{at: 500 * ms, give: []chk{{Key: "k", Limit: lb, Hits: 1}}, wantAdmitted: true},
+				{at: 0, give: []chk{{"k", lb, 1}}, wantAdmitted: true},
+				{at: 0, give: []chk{{"k", lb, 1}}, want: []limits.Outcome{over(0, 500*ms)}},
+				{at: 499 * ms, give: []chk{{"k", lb, 1}}, wantLocal: true},
+				{at: 500 * ms, give: []chk{{"k", lb, 1}}, wantAdmitted: true},
 			},
 		},
 		{
 			name: "sliding_window",
 			give: []step{
-				{at: 0, give: []chk{{Key: "k", Limit: sw, Hits: 2}}, wantAdmitted: true},
+				{at: 0, give: []chk{{"k", sw, 2}}, wantAdmitted: true},
 				// 2 × (1 − elapsed) + 1 ≤ 2 at elapsed ≥ 0.5 s into the next window.
-				{at: 500 * ms, give: []chk{{Key: "k", Limit: sw, Hits: 1}}, want: []limits.Outcome{over(0, sec)}},
-				{at: 1499 * ms, give: []chk{{Key: "k", Limit: sw, Hits: 1}}, wantLocal: true},
-				{at: 1500 * ms, give: []chk{{Key: "k", Limit: sw, Hits: 1}}, wantAdmitted: true},
+				{at: 500 * ms, give: []chk{{"k", sw, 1}}, want: []limits.Outcome{over(0, sec)}},
+				{at: 1499 * ms, give: []chk{{"k", sw, 1}}, wantLocal: true},
+				{at: 1500 * ms, give: []chk{{"k", sw, 1}}, wantAdmitted: true},
 			},
 		},
 		{
 			name: "sliding_log",
 			give: []step{
-				{at: 0, give: []chk{{Key: "k", Limit: sl, Hits: 1}}, wantAdmitted: true},
-				{at: 300 * ms, give: []chk{{Key: "k", Limit: sl, Hits: 1}}, wantAdmitted: true},
-				{at: 600 * ms, give: []chk{{Key: "k", Limit: sl, Hits: 1}}, want: []limits.Outcome{over(0, 400*ms)}},
-				{at: 999 * ms, give: []chk{{Key: "k", Limit: sl, Hits: 1}}, wantLocal: true},
-				{at: sec, give: []chk{{Key: "k", Limit: sl, Hits: 1}}, wantAdmitted: true},
+				{at: 0, give: []chk{{"k", sl, 1}}, wantAdmitted: true},
+				{at: 300 * ms, give: []chk{{"k", sl, 1}}, wantAdmitted: true},
+				{at: 600 * ms, give: []chk{{"k", sl, 1}}, want: []limits.Outcome{over(0, 400*ms)}},
+				{at: 999 * ms, give: []chk{{"k", sl, 1}}, wantLocal: true},
+				{at: sec, give: []chk{{"k", sl, 1}}, wantAdmitted: true},
 			},
 		},
 	}
@@ -372,12 +372,12 @@ func TestDenyCacheCoarseTicks(t *testing.T) {
 	// tick's start; the entry ends a tick before 250 µs plus that.
 	bucket := func(l *limits.Limit) []step {
 		return []step{
-			{at: 0, give: []chk{{Key: "k", Limit: l, Hits: 10_000_000}}, wantAdmitted: true, want: []limits.Outcome{ok(0, 1_000_000*h)}},
-			{at: 250 * us, give: []chk{{Key: "k", Limit: l, Hits: 1}}, want: []limits.Outcome{over(0, 360*sec-200*us)}},
-			{at: 250 * us, give: []chk{{Key: "k", Limit: l, Hits: 1}}, wantLocal: true, want: []limits.Outcome{over(0, 360*sec-300*us)}},
-			{at: 360*sec - 51*us, give: []chk{{Key: "k", Limit: l, Hits: 1}}, wantLocal: true, want: []limits.Outcome{over(0, us)}},
-			{at: 360*sec - 50*us, give: []chk{{Key: "k", Limit: l, Hits: 1}}, want: []limits.Outcome{over(0, 100*us)}},
-			{at: 360 * sec, give: []chk{{Key: "k", Limit: l, Hits: 1}}, wantAdmitted: true, want: []limits.Outcome{ok(0, 1_000_000*h)}},
+			{at: 0, give: []chk{{"k", l, 10_000_000}}, wantAdmitted: true, want: []limits.Outcome{ok(0, 1_000_000*h)}},
+			{at: 250 * us, give: []chk{{"k", l, 1}}, want: []limits.Outcome{over(0, 360*sec-200*us)}},
+			{at: 250 * us, give: []chk{{"k", l, 1}}, wantLocal: true, want: []limits.Outcome{over(0, 360*sec-300*us)}},
+			{at: 360*sec - 51*us, give: []chk{{"k", l, 1}}, wantLocal: true, want: []limits.Outcome{over(0, us)}},
+			{at: 360*sec - 50*us, give: []chk{{"k", l, 1}}, want: []limits.Outcome{over(0, 100*us)}},
+			{at: 360 * sec, give: []chk{{"k", l, 1}}, wantAdmitted: true, want: []limits.Outcome{ok(0, 1_000_000*h)}},
 		}
 	}
 	// window: the limit fills at 0 and frees at 60 s; 15 µs is inside a
@@ -385,12 +385,12 @@ func TestDenyCacheCoarseTicks(t *testing.T) {
 	// a tick early.
 	window := func(l *limits.Limit) []step {
 		return []step{
-			{at: 0, give: []chk{{Key: "k", Limit: l, Hits: 100_000_000}}, wantAdmitted: true},
-			{at: 15 * us, give: []chk{{Key: "k", Limit: l, Hits: 1}}, want: []limits.Outcome{over(0, 60*sec-15*us)}},
-			{at: 30 * sec, give: []chk{{Key: "k", Limit: l, Hits: 1}}, wantLocal: true, want: []limits.Outcome{over(0, 30*sec-10*us)}},
-			{at: 60*sec - 11*us, give: []chk{{Key: "k", Limit: l, Hits: 1}}, wantLocal: true, want: []limits.Outcome{over(0, us)}},
-			{at: 60*sec - 10*us, give: []chk{{Key: "k", Limit: l, Hits: 1}}, want: []limits.Outcome{over(0, 10*us)}},
-			{at: 60 * sec, give: []chk{{Key: "k", Limit: l, Hits: 1}}, wantAdmitted: true, want: []limits.Outcome{ok(99_999_999, 60*sec)}},
+			{at: 0, give: []chk{{"k", l, 100_000_000}}, wantAdmitted: true},
+			{at: 15 * us, give: []chk{{"k", l, 1}}, want: []limits.Outcome{over(0, 60*sec-15*us)}},
+			{at: 30 * sec, give: []chk{{"k", l, 1}}, wantLocal: true, want: []limits.Outcome{over(0, 30*sec-10*us)}},
+			{at: 60*sec - 11*us, give: []chk{{"k", l, 1}}, wantLocal: true, want: []limits.Outcome{over(0, us)}},
+			{at: 60*sec - 10*us, give: []chk{{"k", l, 1}}, want: []limits.Outcome{over(0, 10*us)}},
+			{at: 60 * sec, give: []chk{{"k", l, 1}}, wantAdmitted: true, want: []limits.Outcome{ok(99_999_999, 60*sec)}},
 		}
 	}
 	tests := []struct {
@@ -405,12 +405,12 @@ func TestDenyCacheCoarseTicks(t *testing.T) {
 			// whole limit more fits once it has left, at 120 s.
 			name: "sliding_window",
 			give: []step{
-				{at: 0, give: []chk{{Key: "k", Limit: sw, Hits: 100_000_000}}, wantAdmitted: true},
-				{at: 60*sec + 25*us, give: []chk{{Key: "k", Limit: sw, Hits: 100_000_000}}, want: []limits.Outcome{over(33, 60*sec-20*us)}},
-				{at: 90 * sec, give: []chk{{Key: "k", Limit: sw, Hits: 100_000_000}}, wantLocal: true, want: []limits.Outcome{over(0, 30*sec-5*us)}},
-				{at: 120*sec - 6*us, give: []chk{{Key: "k", Limit: sw, Hits: 100_000_000}}, wantLocal: true, want: []limits.Outcome{over(0, us)}},
-				{at: 120*sec - 5*us, give: []chk{{Key: "k", Limit: sw, Hits: 100_000_000}}, want: []limits.Outcome{over(99_999_983, 10*us)}},
-				{at: 120 * sec, give: []chk{{Key: "k", Limit: sw, Hits: 100_000_000}}, wantAdmitted: true, want: []limits.Outcome{ok(0, 120*sec)}},
+				{at: 0, give: []chk{{"k", sw, 100_000_000}}, wantAdmitted: true},
+				{at: 60*sec + 25*us, give: []chk{{"k", sw, 100_000_000}}, want: []limits.Outcome{over(33, 60*sec-20*us)}},
+				{at: 90 * sec, give: []chk{{"k", sw, 100_000_000}}, wantLocal: true, want: []limits.Outcome{over(0, 30*sec-5*us)}},
+				{at: 120*sec - 6*us, give: []chk{{"k", sw, 100_000_000}}, wantLocal: true, want: []limits.Outcome{over(0, us)}},
+				{at: 120*sec - 5*us, give: []chk{{"k", sw, 100_000_000}}, want: []limits.Outcome{over(99_999_983, 10*us)}},
+				{at: 120 * sec, give: []chk{{"k", sw, 100_000_000}}, wantAdmitted: true, want: []limits.Outcome{ok(0, 120*sec)}},
 			},
 		},
 		{name: "token_bucket", give: bucket(tb)},
@@ -492,11 +492,11 @@ func TestDenyCacheClear(t *testing.T) {
 	fw1s := mustLimit(t, limits.FixedWindow, 1, limits.UnitSecond, 0)
 	c, sp, clk := newCache(DenyCacheOptions{}, 0)
 	runSteps(t, c, sp, clk, []step{
-		{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 1}}, wantAdmitted: true},
-		{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 1}}},
-		{at: 0, give: []chk{{Key: "j", Limit: fw1s, Hits: 1}}, wantAdmitted: true},
-		{at: 0, give: []chk{{Key: "j", Limit: fw1s, Hits: 1}}},
-		{at: 0, give: []chk{{Key: "k", Limit: fw1s, Hits: 1}}, wantLocal: true},
+		{at: 0, give: []chk{{"k", fw1s, 1}}, wantAdmitted: true},
+		{at: 0, give: []chk{{"k", fw1s, 1}}},
+		{at: 0, give: []chk{{"j", fw1s, 1}}, wantAdmitted: true},
+		{at: 0, give: []chk{{"j", fw1s, 1}}},
+		{at: 0, give: []chk{{"k", fw1s, 1}}, wantLocal: true},
 	})
 	if got := c.Len(); got != 2 {
 		t.Fatalf("Len() = %d, want 2", got)
@@ -506,7 +506,7 @@ func TestDenyCacheClear(t *testing.T) {
 		t.Errorf("Len() after Clear = %d, want 0", got)
 	}
 	calls := sp.calls.Load()
-	b := batchOf(chk{Key: "k", Limit: fw1s, Hits: 1})
+	b := batchOf(chk{"k", fw1s, 1})
 	if err := c.Apply(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
@@ -524,13 +524,13 @@ func TestDenyCacheClearDuringCall(t *testing.T) {
 	fw1s := mustLimit(t, limits.FixedWindow, 1, limits.UnitSecond, 0)
 	c, sp, _ := newCache(DenyCacheOptions{}, 0)
 	for range 2 {
-		if err := c.Apply(context.Background(), batchOf(chk{Key: "k", Limit: fw1s, Hits: 1})); err != nil {
+		if err := c.Apply(context.Background(), batchOf(chk{"k", fw1s, 1})); err != nil {
 			t.Fatal(err)
 		}
 	}
 	c.Clear()
 	sp.during = c.Clear
-	b := batchOf(chk{Key: "k", Limit: fw1s, Hits: 1})
+	b := batchOf(chk{"k", fw1s, 1})
 	if err := c.Apply(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
@@ -633,14 +633,14 @@ func TestDenyCacheCanceledContextAnswersLocally(t *testing.T) {
 	fw1s := mustLimit(t, limits.FixedWindow, 1, limits.UnitSecond, 0)
 	c, sp, _ := newCache(DenyCacheOptions{}, 0)
 	for range 2 {
-		if err := c.Apply(context.Background(), batchOf(chk{Key: "k", Limit: fw1s, Hits: 1})); err != nil {
+		if err := c.Apply(context.Background(), batchOf(chk{"k", fw1s, 1})); err != nil {
 			t.Fatal(err)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	calls := sp.calls.Load()
-	b := batchOf(chk{Key: "k", Limit: fw1s, Hits: 1})
+	b := batchOf(chk{"k", fw1s, 1})
 	if err := c.Apply(ctx, b); err != nil {
 		t.Fatalf("Apply: %v, want a local answer", err)
 	}
@@ -653,7 +653,7 @@ func TestDenyCacheStoreErrorRecordsNothing(t *testing.T) {
 	fw1s := mustLimit(t, limits.FixedWindow, 1, limits.UnitSecond, 0)
 	c, sp, _ := newCache(DenyCacheOptions{}, 0)
 	sp.err = fmt.Errorf("redis: %w", limits.ErrStoreUnavailable)
-	b := batchOf(chk{Key: "k", Limit: fw1s, Hits: 1})
+	b := batchOf(chk{"k", fw1s, 1})
 	b.Outcomes = []limits.Outcome{over(0, sec)} // what a confused store might leave
 	if err := c.Apply(context.Background(), b); !errors.Is(err, limits.ErrStoreUnavailable) {
 		t.Fatalf("Apply = %v, want the store's error", err)
@@ -668,7 +668,7 @@ func TestDenyCacheStoreErrorRecordsNothing(t *testing.T) {
 func TestDenyCacheAllocs(t *testing.T) {
 	fw1s := mustLimit(t, limits.FixedWindow, 1, limits.UnitSecond, 0)
 	c, _, _ := newCache(DenyCacheOptions{}, 0)
-	over := batchOf(chk{Key: "j", Limit: fw1s, Hits: 0}, chk{Key: "k", Limit: fw1s, Hits: 1})
+	over := batchOf(chk{"j", fw1s, 0}, chk{"k", fw1s, 1})
 	for range 3 {
 		if err := c.Apply(context.Background(), over); err != nil {
 			t.Fatal(err)
@@ -684,7 +684,7 @@ func TestDenyCacheAllocs(t *testing.T) {
 	pass := NewDenyCache(admitAll{}, DenyCacheOptions{})
 	// Make the cache non-empty, so the pass-through path looks keys up.
 	pass.insert(&over.Checks[1], storetest.Epoch.Add(time.Hour), storetest.Epoch, 0)
-	b := batchOf(chk{Key: "a", Limit: fw1s, Hits: 1}, chk{Key: "b", Limit: fw1s, Hits: 1})
+	b := batchOf(chk{"a", fw1s, 1}, chk{"b", fw1s, 1})
 	b.Outcomes = make([]limits.Outcome, 0, 2)
 	if n := testing.AllocsPerRun(100, func() { _ = pass.Apply(context.Background(), b) }); n != 0 {
 		t.Errorf("pass-through batch: %v allocs, want 0", n)
@@ -738,19 +738,19 @@ func BenchmarkDenyCache(b *testing.B) {
 		}
 	}
 	b.Run("denied/1_check", func(b *testing.B) {
-		run(b, full(), batchOf(chk{Key: "over7", Limit: fw1h, Hits: 1}))
+		run(b, full(), batchOf(chk{"over7", fw1h, 1}))
 	})
 	b.Run("denied/3_checks", func(b *testing.B) {
-		run(b, full(), batchOf(chk{Key: "a", Limit: fw1s, Hits: 1}, chk{Key: "b", Limit: fw1s, Hits: 1}, chk{Key: "over7", Limit: fw1h, Hits: 1}))
+		run(b, full(), batchOf(chk{"a", fw1s, 1}, chk{"b", fw1s, 1}, chk{"over7", fw1h, 1}))
 	})
 	b.Run("pass/no_cache", func(b *testing.B) {
-		run(b, admitAll{}, batchOf(chk{Key: "a", Limit: fw1s, Hits: 1}, chk{Key: "b", Limit: fw1s, Hits: 1}, chk{Key: "c", Limit: fw1h, Hits: 1}))
+		run(b, admitAll{}, batchOf(chk{"a", fw1s, 1}, chk{"b", fw1s, 1}, chk{"c", fw1h, 1}))
 	})
 	b.Run("pass/empty_cache", func(b *testing.B) {
-		run(b, NewDenyCache(admitAll{}, DenyCacheOptions{Now: now}), batchOf(chk{Key: "a", Limit: fw1s, Hits: 1}, chk{Key: "b", Limit: fw1s, Hits: 1}, chk{Key: "c", Limit: fw1h, Hits: 1}))
+		run(b, NewDenyCache(admitAll{}, DenyCacheOptions{Now: now}), batchOf(chk{"a", fw1s, 1}, chk{"b", fw1s, 1}, chk{"c", fw1h, 1}))
 	})
 	b.Run("pass/1000_entries", func(b *testing.B) {
-		run(b, full(), batchOf(chk{Key: "a", Limit: fw1s, Hits: 1}, chk{Key: "b", Limit: fw1s, Hits: 1}, chk{Key: "c", Limit: fw1h, Hits: 1}))
+		run(b, full(), batchOf(chk{"a", fw1s, 1}, chk{"b", fw1s, 1}, chk{"c", fw1h, 1}))
 	})
 	// Every goroutine on one hot key: the shard's read lock is shared.
 	b.Run("denied/parallel_hot_key", func(b *testing.B) {
@@ -758,7 +758,7 @@ func BenchmarkDenyCache(b *testing.B) {
 		b.SetParallelism(64)
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
-			batch := batchOf(chk{Key: "over7", Limit: fw1h, Hits: 1})
+			batch := batchOf(chk{"over7", fw1h, 1})
 			for pb.Next() {
 				_ = c.Apply(context.Background(), batch)
 			}

@@ -29,7 +29,12 @@ const leaseShards = 64
 // at most those of its last grant go back; see Release).
 //
 // A request is still all-or-nothing: hits taken from a lease for a
-// request that another limit rejects go back to the lease. At most one
+// request that another limit rejects go back to the lease. A usage
+// charge (limits.Check.Usage) is never leased: the shared store counts it
+// at once, and if it takes the limit into debt, this sidecar's lease of
+// the key ends, unspent, until the debt is repaid; another sidecar's
+// ends when it learns of the debt from the store, so the fleet admits at
+// most a lease per sidecar while the limit is in debt. At most one
 // refill per key is under way at a time, so a sidecar never holds more
 // than N hits of a key. A lease ends when its window does (fixed and
 // sliding window), or, for the buckets, once the bucket would have
@@ -249,6 +254,9 @@ func (l *Leases) giveBackAll(b *limits.Batch, s *leaseScratch) {
 func (l *Leases) merge(b *limits.Batch, s *leaseScratch, now time.Time, ok bool) {
 	for k, i := range s.subIdx {
 		out := s.sub.Outcomes[k]
+		if c := &b.Checks[i]; c.Usage && out.Over && c.Limit.Lease > 0 {
+			l.owe(c, now, out.Reset)
+		}
 		if ok && s.refill[i] {
 			out = l.refilled(&b.Checks[i], now, out, true)
 		}
@@ -377,6 +385,20 @@ func (l *Leases) refilled(c *limits.Check, sent time.Time, out limits.Outcome, a
 	return out
 }
 
+// owe ends the lease of c's key, whose usage charge the store found
+// over: the limit is in debt until reset from now, so the hits the lease
+// holds (counted already) are not admitted, and no top-up is asked for
+// before then.
+func (l *Leases) owe(c *limits.Check, now time.Time, reset time.Duration) {
+	sh := l.shard(c.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if ls := sh.m[c.Key]; ls != nil && sameNumbers(ls.limit, c.Limit) {
+		ls.avail = 0
+		ls.dry = now.Add(reset)
+	}
+}
+
 // Release gives the hits that live leases hold unused back to the shared
 // store (LeasesOptions.Return; without one it only empties the leases),
 // and returns how many it asked the store to take back (the store may
@@ -471,10 +493,11 @@ func anyLeased(cs []limits.Check) bool {
 // leasable reports whether check i of cs may use a lease: an enforced
 // check (limits.Check.Enforced) of a leasable limit whose key no other
 // check of the batch has (such checks see each other's hits in the
-// store, which a lease could not).
+// store, which a lease could not), and no usage charge of some hits
+// (which the store counts whatever the verdict).
 func leasable(cs []limits.Check, i int) bool {
 	l := cs[i].Limit
-	if l.Lease == 0 || !cs[i].Enforced() || l.Requests == 0 || !l.Algorithm.Leasable() {
+	if l.Lease == 0 || !cs[i].Enforced() || l.Requests == 0 || !l.Algorithm.Leasable() || (cs[i].Usage && cs[i].Hits > 0) {
 		return false
 	}
 	for j := range cs {

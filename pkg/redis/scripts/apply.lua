@@ -90,7 +90,7 @@
 local now = clock()
 local reserve = ARGV[2] == MODE_RESERVE
 local dry = ARGV[2] == MODE_REPORT
-local match = string.match
+local match, sub = string.match, string.sub
 local sbyte = string.byte
 
 -- The requests' ARGV, qfrom..qto, and their keys' values by index in keys.
@@ -117,7 +117,7 @@ end
 -- its greatest score. Made on the first sliding log.
 local logtrim, logtop
 
--- X holds per check i of the batch, from b = (i - 1) * 16:
+-- X holds per check i of the batch, from b = (i - 1) * XS:
 --   b+1     index in keys where the state it starts from was read
 --   b+2..5  state before the check: s, c, p, e
 --   b+6..9  state after it
@@ -129,7 +129,11 @@ local logtrim, logtop
 --           for the key; for buckets, the key's expiry µs (-1: no such
 --           state): a write that needs no later expiry keeps the key's
 --   b+14    the check's algorithm
---   b+15,16 for sliding_log, its hits and window µs
+--   b+15,16 for sliding_log, the hits of the entry it writes and the
+--           window µs
+--   b+17    for sliding_log, the hits of the entry it merged into (0:
+--           it added an entry of its own)
+--   b+18    1 if the check is a usage charge
 -- last[key] is the index of the last check on key of the admitted
 -- requests so far: the state the next request starts from, and at the
 -- end, the state written.
@@ -141,8 +145,9 @@ local logtrim, logtop
 -- does not rehash them again and again. Every placeholder is overwritten
 -- before it is read or returned.
 local per = reserve and 4 or 3
+local XS = 18
 local n1 = #ARGV[qfrom] / CHECK
-local X = {sbyte(ARGV[qfrom], 1, min(16 * n1, 800))}
+local X = {sbyte(ARGV[qfrom], 1, min(XS * n1, 800))}
 local reply = {1, sbyte(ARGV[qfrom], 1, min(per * n1, 300))}
 local last = {}
 -- G[3i-2], G[3i-1], G[3i]: check i of a request's granted hits, the µs
@@ -161,6 +166,17 @@ for q = qfrom, qto do
   -- the request has (every quota record carries it). The request is
   -- rejected when all qg are over.
   local qover, qn, qg = nil, 0, 0
+  -- uses: the request has a usage charge (CHECK_USAGE), which consumes
+  -- its hits whether or not the request is admitted. A dry run writes
+  -- nothing, so it has none.
+  local uses = false
+  if not dry then
+    for i = 1, n do
+      if sbyte(spec, (i - 1) * CHECK + 2) >= CHECK_USAGE then
+        uses = true
+      end
+    end
+  end
   if split then
     -- This request's keys: one per check, two per sliding log.
     local nk = n
@@ -179,8 +195,14 @@ for q = qfrom, qto do
   -- so checks on one key see each other's hits. A rejected request
   -- consumes nothing, so pass 2 (if the request is rejected) evaluates
   -- the checks that would have admitted it again, from the same state,
-  -- for zero hits. Both passes share one copy of limits.Limit.Evaluate,
-  -- inline: a function would be a closure made afresh on every run.
+  -- for zero hits. Usage charges consume their hits all the same: in a
+  -- rejected request that has one, pass 2 goes over every check in
+  -- order from the state before the request, charging the usage checks
+  -- and passing the others' state through, so that a usage check sees
+  -- the earlier usage checks' hits on its key and no other's (as
+  -- memory.settleRejected). Both passes share one copy of
+  -- limits.Limit.Evaluate, inline: a function would be a closure made
+  -- afresh on every run.
   for pass = 1, 2 do
     if dry or (qn > 0 and qn >= qg) then
       admitted = false
@@ -190,13 +212,43 @@ for q = qfrom, qto do
     end
     for ii = 1, n do
       local i = i0 + ii
-      local b, r = (i - 1) * 16, rb + 1 + (ii - 1) * per
-      -- Pass 2 evaluates only the checks that were not over.
-      if pass == 1 or reply[r + 1] == 0 then
+      local b, r = (i - 1) * XS, rb + 1 + (ii - 1) * per
+      -- Pass 2 evaluates only the checks that were not over, unless the
+      -- request has a usage charge.
+      if pass == 1 or uses or reply[r + 1] == 0 then
         local alg, mode, req, w, tick, burst, hits, extra, group, groups = sunpack(SPEC, spec, (ii - 1) * CHECK + 1)
+        local usage = mode >= CHECK_USAGE
+        if usage then
+          mode = mode - CHECK_USAGE
+        end
         local k, s, c, p, e, any, stored = kk, 0, 0, 0, 0, 0, -1
+        -- ks..ke: in pass 2 of a request with a usage charge, the state
+        -- without the request's ordinary hits: pass 2's copy of the last
+        -- earlier check on the key in this request, else the state
+        -- before the request. A usage check charges it; any other check
+        -- passes it on, and reports, as ever, from where it started.
+        local ks, kc, kp, ke
         if pass == 2 then
-          k, s, c, p, e, hits = X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5], 0
+          k, s, c, p, e = X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5]
+          if uses then
+            ks, kc, kp, ke = s, c, p, e
+            local key, j = keys[k], i - 1
+            while j > i0 and keys[X[(j - 1) * XS + 1]] ~= key do
+              j = j - 1
+            end
+            if j > i0 then
+              local a = (j - 1) * XS
+              ks, kc, kp, ke, any = X[a + 6], X[a + 7], X[a + 8], X[a + 9], X[a + 11]
+            elseif last[key] then
+              any = X[(last[key] - 1) * XS + 11]
+            end
+            if usage then
+              s, c, p, e = ks, kc, kp, ke
+            end
+          end
+          if not usage then
+            hits = 0
+          end
         else
           if alg == SLIDING_LOG then
             kk = kk + 2
@@ -206,14 +258,14 @@ for q = qfrom, qto do
           -- The working copy of the last earlier check on the key: of this
           -- request, else of an admitted earlier request of the batch.
           local key, j = keys[k], i - 1
-          while j > i0 and keys[X[(j - 1) * 16 + 1]] ~= key do
+          while j > i0 and keys[X[(j - 1) * XS + 1]] ~= key do
             j = j - 1
           end
           if j == i0 then
             j = last[key] or 0
           end
           if j > 0 then
-            local a = (j - 1) * 16
+            local a = (j - 1) * XS
             k, s, c, p, e, any, stored = X[a + 1], X[a + 6], X[a + 7], X[a + 8], X[a + 9], X[a + 11], X[a + 13]
           elseif alg == SLIDING_LOG then
             local lo, v = now - w, vals[k + 1]
@@ -288,8 +340,15 @@ for q = qfrom, qto do
         -- A check with extra > 0 asks for a lease (limits.Limit.Grant): if its
         -- hits fit, it takes up to extra more, at most half of what would
         -- remain, by evaluating once more with them added.
+        --
+        -- A usage check whose hits do not fit consumes them all the same
+        -- (limits.Limit.EvaluateUsage): the state after them, past the
+        -- limit, replaces s, c, p, e, and a second attempt evaluates it
+        -- for zero hits, for the remaining and reset to report. owed is
+        -- set then, and s0..e0 keep the state the check started from.
         local over, rem, reset, s2, c2, p2, e2
-        local granted = 0
+        local granted, owed, merged, hits0 = 0, false, 0, hits
+        local s0, c0, p0, e0 = s, c, p, e
         for attempt = 1, 2 do
         over, rem, reset = false, 0, 0
         s2, c2, p2, e2 = s, c, p, e
@@ -300,8 +359,12 @@ for q = qfrom, qto do
         if req == 0 then
           over, reset = true, w - now % w
         elseif alg == SLIDING_WINDOW then
-          -- In ticks, with the estimate scaled by the window length W:
-          -- E = prev * (W - elapsed) + cur * W.
+          -- In ticks, with the estimate scaled by the window length W,
+          -- E = prev * (W - elapsed) + cur * W, never formed: a usage
+          -- charge takes the counts far past the limit, so the room and
+          -- the wait are found by comparing and dividing
+          -- (limits.Limit.slideRoom and slideWait), with products of at
+          -- most req * W.
           local start = now - now % w
           local cur, prev = c, p
           if s == start - w then
@@ -312,30 +375,27 @@ for q = qfrom, qto do
           -- tick divides the window, and so start.
           local wt = w / tick
           local elapsed = (now - now % tick - start) / tick
-          local est = prev * (wt - elapsed) + cur * wt
-          local cap = req * wt
-          -- probe > req can never fit; testing it first keeps probe * wt
-          -- from growing past 2^53 (the outcome is the same as the formula's).
-          if probe > req or est + probe * wt > cap then
+          local age = wt - elapsed
+          local room = 0
+          if cur < req then
+            local free = (req - cur) * wt
+            if prev <= floor(free / age) then
+              room = floor((free - prev * age) / wt)
+            end
+          end
+          if probe > room then
             local ticks
             if probe > req then
               ticks = 2 * wt - elapsed
+            elseif cur + probe <= req then
+              ticks = age - floor((req - cur - probe) * wt / prev)
             else
-              local need = est + probe * wt - cap
-              if prev > 0 and ceil(need / prev) <= wt - elapsed then
-                ticks = ceil(need / prev)
-              elseif cur + probe <= req then
-                ticks = wt - elapsed
-              elseif cur > 0 and ceil((cur + probe - req) * wt / cur) <= wt then
-                ticks = wt - elapsed + ceil((cur + probe - req) * wt / cur)
-              else
-                ticks = 2 * wt - elapsed
-              end
+              ticks = age + wt - floor((req - probe) * wt / cur)
             end
-            over, rem, reset = true, floor((cap - min(est, cap)) / wt), ticks * tick
+            over, rem, reset = true, room, ticks * tick
           else
             cur = cur + hits
-            rem = floor((cap - est - hits * wt) / wt)
+            rem = room - hits
             if cur > 0 then
               reset = start + 2 * w - now
             elseif prev > 0 then
@@ -351,12 +411,18 @@ for q = qfrom, qto do
               -- Wait until enough of the oldest hits have left the window:
               -- stored entries first, then this request's earlier checks'
               -- hits, which all leave after a whole window.
+              -- When the newest entry is at now, a stored entry with its
+              -- seq is one being moved there (a usage charge merging into
+              -- it), and leaves last: it is not counted here.
               local need, freed, off = c + probe - req, 0, 0
               local from = '(' .. str(now - w)
+              local moved = e == now and str(p) .. ':'
               repeat
                 local page = redis.call('ZRANGEBYSCORE', keys[k], from, '+inf', 'WITHSCORES', 'LIMIT', off, 32)
                 for x = 1, #page, 2 do
-                  freed = freed + tonumber(match(page[x], ':(%d+)$'))
+                  if not (moved and sub(page[x], 1, #moved) == moved) then
+                    freed = freed + tonumber(match(page[x], ':(%d+)$'))
+                  end
                   if freed >= need then
                     reset = tonumber(page[x + 1]) + w - now
                     break
@@ -367,7 +433,8 @@ for q = qfrom, qto do
             end
           else
             if hits > 0 then
-              c2, p2, e2 = c + hits, p + 1, now
+              -- s: the hits of the newest entry (seq p), once known.
+              s2, c2, p2, e2 = hits, c + hits, p + 1, now
             end
             rem = req - c2
             if e2 > 0 then
@@ -400,7 +467,7 @@ for q = qfrom, qto do
             if probe <= burst then
               ticks = ceil((backlog + probe * wt - cap) / req)
             end
-            over, rem, reset = true, floor((cap - backlog) / wt), ticks * tick
+            over, rem, reset = true, floor((cap - min(backlog, cap)) / wt), ticks * tick
           else
             backlog = backlog + hits * wt
             local full = ceil(backlog / req) * tick
@@ -411,10 +478,8 @@ for q = qfrom, qto do
             if t * tick + full <= now then
               -- Full again already: the same as no state at all.
               s2, c2, p2, e2 = 0, 0, 0, 0
-            elseif alg == TOKEN_BUCKET then
-              s2, c2, p2, e2 = t, cap - backlog, 0, t * tick + full
             else
-              s2, c2, p2, e2 = t, backlog, 0, t * tick + full
+              s2, c2, p2, e2 = t, levelOf(alg, backlog, cap), 0, t * tick + full
             end
           end
         else -- FIXED_WINDOW
@@ -431,14 +496,81 @@ for q = qfrom, qto do
             s2, c2, p2, e2 = start, cur + hits, 0, start + w
           end
         end
-        if attempt == 2 or pass == 2 or over or extra == 0 or req == 0 or alg == SLIDING_LOG then
+        if attempt == 1 and over and usage and hits > 0 and req > 0 then
+          -- limits.Limit.owe: the state with the hits consumed past the
+          -- limit, every count stopping at MAXCOUNT.
+          owed, hits = true, 0
+          if alg == FIXED_WINDOW or alg == SLIDING_WINDOW then
+            local start = now - now % w
+            local cur, prev = c, 0
+            if alg == SLIDING_WINDOW then
+              prev = p
+              if s == start - w then
+                cur, prev = 0, c
+              elseif s ~= start then
+                cur, prev = 0, 0
+              end
+              e = start + 2 * w
+            else
+              if s ~= start then
+                cur = 0
+              end
+              e = start + w
+            end
+            s, c, p = start, min(cur + hits0, MAXCOUNT), prev
+          elseif alg == SLIDING_LOG then
+            -- An entry of its own while the log has room; else added to
+            -- the newest entry (seq p, at e), moved to now.
+            local add = min(c + hits0, MAXCOUNT) - c
+            if c >= req and e > 0 then
+              merged = s
+              if merged == 0 then
+                local pre = str(p) .. ':'
+                for _, m in ipairs(redis.call('ZRANGEBYSCORE', keys[k], e, e)) do
+                  if sub(m, 1, #pre) == pre then
+                    merged = tonumber(sub(m, #pre + 1))
+                  end
+                end
+              end
+            end
+            if merged > 0 then
+              s = merged + add
+            else
+              s, p = add, p + 1
+            end
+            c, e = c + add, now
+          else
+            local wt = w / tick
+            local t = (now - now % tick) / tick
+            local cap = burst * wt
+            local backlog = 0
+            if e ~= 0 and e > now then
+              backlog = backlogOf(alg, c, cap)
+              if t > s then
+                local elapsed = t - s
+                if elapsed >= ceil(backlog / req) then
+                  backlog = 0
+                else
+                  backlog = backlog - elapsed * req
+                end
+              end
+            end
+            backlog = min(backlog + hits0 * wt, MAXCOUNT)
+            s, c, p, e = t, levelOf(alg, backlog, cap), 0, t * tick + ceil(backlog / req) * tick
+          end
+        elseif attempt == 2 or pass == 2 or over or extra == 0 or req == 0 or alg == SLIDING_LOG then
           break
-        end
+        else
         granted = min(extra, floor(rem / 2))
         if granted == 0 then
           break
         end
         hits = hits + granted
+        end
+        end
+        if owed then
+          over, hits = true, hits0
+          s, c, p, e = s0, c0, p0, e0
         end
         if pass == 1 and extra > 0 then
           -- How long the granted hits may be spent: to the window's end, or
@@ -463,11 +595,28 @@ for q = qfrom, qto do
         end
 
         if pass == 2 then
-          reply[r + 2], reply[r + 3] = rem, reset
+          if usage and hits > 0 and req > 0 then
+            reply[r + 1], reply[r + 2], reply[r + 3] = over and 1 or 0, rem, reset
+            X[b + 6], X[b + 7], X[b + 8], X[b + 9] = s2, c2, p2, e2
+            X[b + 10], X[b + 11] = 1, 1
+            if alg == SLIDING_LOG then
+              X[b + 15], X[b + 17] = s2, merged
+            end
+          else
+            if reply[r + 1] == 0 then
+              reply[r + 2], reply[r + 3] = rem, reset
+            end
+            if uses then
+              X[b + 6], X[b + 7], X[b + 8], X[b + 9] = ks, kc, kp, ke
+              X[b + 10], X[b + 11] = 0, any
+            end
+          end
         else
           local took = 0
-          if over then
+          if over and not owed then
             s2, c2, p2, e2 = s, c, p, e
+          end
+          if over then
             if mode == CHECK_ENFORCED then
               admitted = false
             elseif mode == CHECK_QUOTA then
@@ -476,14 +625,16 @@ for q = qfrom, qto do
                 qover[group], qn, qg = true, qn + 1, groups
               end
             end
-          elseif hits > 0 then
+          end
+          if hits > 0 and (owed or not over) then
             took, any = 1, 1
           end
           X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5] = k, s, c, p, e
           X[b + 6], X[b + 7], X[b + 8], X[b + 9] = s2, c2, p2, e2
           X[b + 10], X[b + 11], X[b + 12], X[b + 13], X[b + 14] = took, any, r, stored, alg
+          X[b + 17], X[b + 18] = merged, usage and 1 or 0
           if alg == SLIDING_LOG then
-            X[b + 15], X[b + 16] = hits, w
+            X[b + 15], X[b + 16] = s2, w
           end
           reply[r + 1], reply[r + 2], reply[r + 3] = over and 1 or 0, rem, reset
           if reserve then
@@ -496,12 +647,21 @@ for q = qfrom, qto do
   if admitted then
     reply[rb + 1] = 1
     for i = i0 + 1, i0 + n do
-      last[keys[X[(i - 1) * 16 + 1]]] = i
+      last[keys[X[(i - 1) * XS + 1]]] = i
+    end
+  elseif uses then
+    -- Pass 2 left what the usage charges consumed; the state of the
+    -- other checks passed through, and is not theirs to write.
+    reply[rb + 1] = 0
+    for i = i0 + 1, i0 + n do
+      if X[(i - 1) * XS + 10] == 1 then
+        last[keys[X[(i - 1) * XS + 1]]] = i
+      end
     end
   else
     reply[rb + 1] = 0
     for i = i0 + 1, i0 + n do
-      X[(i - 1) * 16 + 10] = 0
+      X[(i - 1) * XS + 10] = 0
     end
   end
   rb = rb + 1 + per * n
@@ -528,7 +688,7 @@ end
 -- whole ms, rounded up, is at least 1.
 local fmt = string.format
 for i = 1, i0 do
-  local b = (i - 1) * 16
+  local b = (i - 1) * XS
   if X[b + 11] == 1 then
     local alg = X[b + 14]
     local k = X[b + 1]
@@ -540,6 +700,10 @@ for i = 1, i0 do
       local w = X[b + 16]
       receipt = p
       if X[b + 10] == 1 then
+        if X[b + 17] > 0 then
+          -- A usage charge merged into the newest entry: it moves to now.
+          redis.call('ZREM', key, str(p) .. ':' .. str(X[b + 17]))
+        end
         redis.call('ZADD', key, now, str(p) .. ':' .. str(X[b + 15]))
       end
       if final then
@@ -589,7 +753,7 @@ for i = 1, i0 do
         redis.call('SET', key, spack('<ddd', s, c, x), 'PX', fmt('%d', ceil((x - now) / 1000)))
       end
     end
-    if reserve and X[b + 10] == 1 then
+    if reserve and X[b + 10] == 1 and X[b + 18] == 0 then
       reply[X[b + 12] + 4] = receipt
     end
   end

@@ -42,11 +42,26 @@ end
 -- backlogOf returns a bucket's backlog from its stored level c, both
 -- scaled by the window in ticks: a token bucket stores its free level, a
 -- leaky bucket its backlog, neither above cap (burst × window ticks).
+-- A level below zero is debt (limits.State.Debt): the backlog is cap and
+-- that much more, at most MAXCOUNT.
 local function backlogOf(alg, c, cap)
-  if alg == TOKEN_BUCKET then
+  if c < 0 then
+    return min(cap - c, MAXCOUNT)
+  elseif alg == TOKEN_BUCKET then
     return cap - min(c, cap)
   end
   return min(c, cap)
+end
+
+-- levelOf returns the level a bucket stores for backlog b (backlogOf's
+-- inverse): past cap, the debt, negated.
+local function levelOf(alg, b, cap)
+  if b > cap then
+    return cap - b
+  elseif alg == TOKEN_BUCKET then
+    return cap - b
+  end
+  return b
 end
 
 -- clock returns now in µs: ARGV[1] if a test set it, else Redis's TIME.

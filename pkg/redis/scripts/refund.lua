@@ -101,11 +101,7 @@ for i = 1, #spec / size do
       local back = hits * wt - max(0, s - receipt) * req
       -- Nothing to give back to a bucket that is full again already.
       if s * tick + ceil(backlogOf(alg, c, cap) / req) * tick > now and back > 0 then
-        if alg == TOKEN_BUCKET then
-          c = min(c + back, cap)
-        else
-          c = max(c - back, 0)
-        end
+        c = levelOf(alg, max(backlogOf(alg, c, cap) - back, 0), cap)
         if s * tick + ceil(backlogOf(alg, c, cap) / req) * tick <= now then
           redis.call('DEL', key)
         else

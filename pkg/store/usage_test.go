@@ -1,0 +1,98 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
+)
+
+// applyOne applies one check of key to s and returns the batch.
+func applyCheck(t *testing.T, s limits.Store, c limits.Check) *limits.Batch {
+	t.Helper()
+	b := &limits.Batch{Checks: []limits.Check{c}}
+	if err := s.Apply(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// overBy is an outcome over with nothing left, resetting in reset.
+func overBy(reset time.Duration) limits.Outcome { return limits.Outcome{Over: true, Reset: reset} }
+
+// TestDenyCacheUsageCharges: a usage charge always reaches the store,
+// even on a key the cache holds as over, so that it counts; and a charge
+// that went over enters its key as over for one hit until the debt is
+// repaid, so that checks are answered locally meanwhile.
+func TestDenyCacheUsageCharges(t *testing.T) {
+	clk := storetest.NewClock(storetest.Epoch)
+	inner := &counting{next: memory.New(memory.Options{Now: clk.Now})}
+	c := store.NewDenyCache(inner, store.DenyCacheOptions{Now: clk.Now})
+	// 10 a second, burst 10: 15 leave 5 owed, and one more hit fits
+	// after 6 have refilled, 600 ms.
+	l, err := limits.NewLimit(limits.TokenBucket, 10, limits.UnitSecond, 1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := storetest.Key(t.Name(), "tenant", l)
+	charge := func(hits uint64) limits.Check { return limits.Check{Key: key, Limit: l, Hits: hits, Usage: true} }
+
+	if b := applyCheck(t, c, charge(15)); b.Admitted || b.Outcomes[0] != overBy(600*time.Millisecond) {
+		t.Fatalf("charge 15: admitted %v, %+v; want over(0, 600ms)", b.Admitted, b.Outcomes[0])
+	}
+	calls := inner.calls.Load()
+	if b := applyCheck(t, c, limits.Check{Key: key, Limit: l}); b.DecidedBy != store.DecidedByDenyCache || !b.Outcomes[0].Over {
+		t.Errorf("check after the charge: decided by %q, %+v; want the deny cache, over", b.DecidedBy, b.Outcomes[0])
+	}
+	if got := inner.calls.Load(); got != calls {
+		t.Errorf("the check reached the store")
+	}
+	// 5 more, on a key the cache holds as over: counted by the store.
+	if b := applyCheck(t, c, charge(5)); b.DecidedBy != "" || b.Outcomes[0] != overBy(1100*time.Millisecond) {
+		t.Errorf("charge 5 in debt: decided by %q, %+v; want the store, over(0, 1.1s)", b.DecidedBy, b.Outcomes[0])
+	}
+	clk.Advance(700 * time.Millisecond)
+	if b := applyCheck(t, c, limits.Check{Key: key, Limit: l}); !b.Outcomes[0].Over || b.Outcomes[0].Reset != 400*time.Millisecond-time.Microsecond {
+		t.Errorf("check at 700 ms: %+v; want over, the cache's reset of 400 ms less a tick", b.Outcomes[0])
+	}
+	clk.Advance(400 * time.Millisecond)
+	if b := applyCheck(t, c, limits.Check{Key: key, Limit: l}); !b.Admitted {
+		t.Errorf("check at 1.1 s: %+v; want admitted, the debt repaid", b.Outcomes[0])
+	}
+}
+
+// TestLeasesUsageCharges: a usage charge on a leased limit is never taken
+// from the lease: the shared store counts it; one that takes the limit
+// into debt ends the lease, so that nothing more is admitted locally.
+func TestLeasesUsageCharges(t *testing.T) {
+	clk := storetest.NewClock(storetest.Epoch.Add(100 * time.Millisecond))
+	inner := &counting{next: memory.New(memory.Options{Now: clk.Now})}
+	ls := store.NewLeases(inner, store.LeasesOptions{Now: clk.Now})
+	l := leased(t, limits.FixedWindow, 1000, 100, limits.UnitMinute)
+	key := storetest.Key(t.Name(), "global", l)
+	if b := applyCheck(t, ls, limits.Check{Key: key, Limit: l, Hits: 1}); !b.Admitted || ls.Held(key) != 100 {
+		t.Fatalf("first request: admitted %v, held %d; want admitted and a lease of 100", b.Admitted, ls.Held(key))
+	}
+	// 500 fit: counted by the store, not taken from the lease.
+	calls := inner.calls.Load()
+	if b := applyCheck(t, ls, limits.Check{Key: key, Limit: l, Hits: 500, Usage: true}); !b.Admitted || b.Outcomes[0].Remaining != 399 {
+		t.Errorf("charge 500: admitted %v, %+v; want admitted with 399 left (1000 - 1 - 100 leased - 500)", b.Admitted, b.Outcomes[0])
+	}
+	if inner.calls.Load() != calls+1 || ls.Held(key) != 100 {
+		t.Errorf("charge 500: %d store calls, lease %d; want 1 call and the lease untouched", inner.calls.Load()-calls, ls.Held(key))
+	}
+	// 600 more go over, into debt: counted, and the lease ends.
+	if b := applyCheck(t, ls, limits.Check{Key: key, Limit: l, Hits: 600, Usage: true}); b.Admitted || !b.Outcomes[0].Over {
+		t.Errorf("charge 600: admitted %v, %+v; want over", b.Admitted, b.Outcomes[0])
+	}
+	if got := ls.Held(key); got != 0 {
+		t.Errorf("lease holds %d after the limit went into debt, want 0", got)
+	}
+	if b := applyCheck(t, ls, limits.Check{Key: key, Limit: l, Hits: 1}); b.Admitted {
+		t.Errorf("a request in debt was admitted (%+v)", b.Outcomes[0])
+	}
+}
