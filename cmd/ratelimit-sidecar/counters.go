@@ -120,6 +120,10 @@ type stateView struct {
 	// Expires is when a window's or a log's state equals a fresh
 	// counter's; a bucket's is FullAt or TAT.
 	Expires *time.Time `json:"expires,omitempty"`
+	// Debt is how far usage charges took the counter past its limit, in
+	// hits (tokens below empty, for a bucket): until it is repaid, every
+	// request is over. Absent when there is none.
+	Debt *float64 `json:"debt,omitempty"`
 }
 
 type logEntryView struct {
@@ -295,8 +299,10 @@ func viewState(l *limits.Limit, st limits.State, now time.Time) *stateView {
 	switch l.Algorithm {
 	case limits.FixedWindow:
 		v.WindowStart, v.Hits, v.Expires = at(st.Start), &st.Count, at(st.Expire)
+		v.Debt = debtOf(st.Count, l.Requests)
 	case limits.SlidingWindow:
 		v.WindowStart, v.Hits, v.PreviousHits, v.Expires = at(st.Start), &st.Count, &st.Prev, at(st.Expire)
+		v.Debt = debtOf(st.Count, l.Requests)
 	case limits.SlidingLog:
 		v.Expires = at(st.Expire)
 		var hits uint64
@@ -308,14 +314,28 @@ func viewState(l *limits.Limit, st limits.State, now time.Time) *stateView {
 			}
 		}
 		v.Hits = &hits
+		v.Debt = debtOf(hits, l.Requests)
 	case limits.TokenBucket:
-		tokens := float64(st.Count) / wticks
+		tokens := (float64(st.Count) - float64(st.Debt)) / wticks
 		v.LastUpdate, v.Tokens, v.FullAt = at(st.Start*l.Tick()), &tokens, at(st.Expire)
 	case limits.LeakyBucket:
-		backlog := float64(st.Count) / wticks
+		backlog := (float64(st.Count) + float64(st.Debt)) / wticks
 		v.LastUpdate, v.Backlog, v.TAT = at(st.Start*l.Tick()), &backlog, at(st.Expire)
 	}
+	if l.Algorithm.Bucketed() && st.Debt > 0 {
+		debt := float64(st.Debt) / wticks
+		v.Debt = &debt
+	}
 	return v
+}
+
+// debtOf returns how far hits are past requests, or nil if they are not.
+func debtOf(hits, requests uint64) *float64 {
+	if hits <= requests {
+		return nil
+	}
+	d := float64(hits - requests)
+	return &d
 }
 
 // reset serves POST /debug/counters/reset: it deletes the counters of

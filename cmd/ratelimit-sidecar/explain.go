@@ -208,6 +208,9 @@ func explainPrint(w io.Writer, i int, text string, x limits.Explanation, prefix 
 		}
 		if k.Key != "" {
 			fmt.Fprintf(w, "    key: %s%s\n", prefix, k.Key)
+			if k.Limit.Charge != limits.ChargeAuto {
+				fmt.Fprintf(w, "    charge: %s\n", chargeText(k.Limit.Charge))
+			}
 		}
 	}
 	for _, d := range x.Detours {
@@ -218,6 +221,16 @@ func explainPrint(w io.Writer, i int, text string, x limits.Explanation, prefix 
 		}
 		fmt.Fprintln(w, "        Matching takes the first match at each level (exact value, then wildcards in config order, then any value) and never backtracks.")
 	}
+}
+
+// chargeText says which hits on a limit with charge c, set by its rule,
+// are usage charges, counted in full past the limit (see limits.Charge).
+// The default, auto, goes unsaid.
+func chargeText(c limits.Charge) string {
+	if c == limits.ChargeUsage {
+		return "usage: every hit counts in full, past the limit if need be"
+	}
+	return "admission: hits that do not fit reject the request and count nowhere, even a descriptor's own hits_addend"
 }
 
 // ruleRef names a rule for people: its YAML path, key and value, and where

@@ -23,6 +23,11 @@ const rejectionLogger = "rejections"
 // rejectionMessage is every rejection line's message.
 const rejectionMessage = "request over limit"
 
+// usageOverMessage is the message of a line whose over descriptors are
+// all usage charges that went over: counted in full, into debt, for a
+// request that was served (see charged).
+const usageOverMessage = "usage charge over limit"
+
 // maxRejectionRate bounds --log-rejections-rate: far above what a log
 // should take, and low enough for the bucket's arithmetic in ns.
 const maxRejectionRate = 1_000_000
@@ -180,7 +185,11 @@ func (r *rejectionLog) Rejected(req *limits.Request, d *limits.Decision) {
 		r.suppressed.Add(1)
 		return
 	}
-	ce := r.log.Check(r.level, rejectionMessage)
+	msg := rejectionMessage
+	if charged(d) {
+		msg = usageOverMessage
+	}
+	ce := r.log.Check(r.level, msg)
 	if ce == nil {
 		return
 	}
@@ -282,8 +291,11 @@ func (s overStatus) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	}
 	if st.Limit != nil {
 		enc.AddString("limit", formatLimit(st.Limit))
-		if key := s.key(st.Limit); key != "" {
-			enc.AddString("key", s.values.text(key))
+		if c := s.check(st.Limit); c != nil {
+			enc.AddString("key", s.values.text(c.Key))
+			if c.Usage && c.Hits > 0 {
+				enc.AddUint64("usage_charge", c.Hits)
+			}
 		}
 	}
 	enc.AddUint64("remaining", st.Remaining)
@@ -291,15 +303,41 @@ func (s overStatus) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	return nil
 }
 
-// key returns the counter key of descriptor i's check of l.
-func (s overStatus) key(l *limits.Limit) string {
-	checks := s.d.Checks()
+// check returns descriptor i's check of l, or nil.
+func (s overStatus) check(l *limits.Limit) *limits.Check {
+	return checkOf(s.d, s.i, l)
+}
+
+// checkOf returns descriptor i's check of l in d, or nil.
+func checkOf(d *limits.Decision, i int, l *limits.Limit) *limits.Check {
+	checks := d.Checks()
 	for j := range checks {
-		if s.d.Descriptor(j) == s.i && checks[j].Limit == l {
-			return checks[j].Key
+		if d.Descriptor(j) == i && checks[j].Limit == l {
+			return &checks[j]
 		}
 	}
-	return ""
+	return nil
+}
+
+// charged reports whether every descriptor of d that is over was over
+// on a usage charge: the request was served already, and its usage,
+// counted in full, took the limit into debt. Envoy ignores the answer to
+// such a call (apply_on_stream_done); the line says so, as it is no
+// rejection of a request.
+func charged(d *limits.Decision) bool {
+	any := false
+	for i := range d.Statuses {
+		st := &d.Statuses[i]
+		if st.Code != limits.OverLimit {
+			continue
+		}
+		c := checkOf(d, i, st.Limit)
+		if c == nil || !c.Usage || c.Hits == 0 {
+			return false
+		}
+		any = true
+	}
+	return any
 }
 
 // sampledExcept is a log core that samples every entry but those of the

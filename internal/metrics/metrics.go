@@ -59,6 +59,7 @@ type Metrics struct {
 	nearRatio float64
 
 	ruleHits, ruleOver, ruleNear, ruleWithin, ruleShadow *prometheus.CounterVec
+	ruleUsage, ruleUsageOver, ruleUsageLost              *prometheus.CounterVec
 
 	decisions *prometheus.CounterVec
 	// decided holds decisions' children for each result, looked up once
@@ -105,6 +106,9 @@ type overrideKey struct {
 
 type ruleCounters struct {
 	hits, over, near, within, shadow prometheus.Counter
+	// usage charges (limits.Check.Usage): counted, counted past the
+	// limit, and not counted at all (a failure mode other than local).
+	usage, usageOver, usageLost prometheus.Counter
 }
 
 // valueCounters are the counters of one limit of a rule whose metric name
@@ -169,14 +173,17 @@ func NewBuild(b Build, nearRatio float64, maxValues int) *Metrics {
 	}
 	latency := []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .02, .05, .1}
 	m := &Metrics{
-		Registry:   reg,
-		nearRatio:  nearRatio,
-		ruleHits:   counter("rule_hits_total", "Hits checked against a rule's limit.", ruleLabels...),
-		ruleOver:   counter("rule_over_limit_total", "Hits a rule's enforced limit rejected.", ruleLabels...),
-		ruleNear:   counter("rule_near_limit_total", "Admitted hits past the near-limit ratio of a rule's limit.", ruleLabels...),
-		ruleWithin: counter("rule_within_limit_total", "Hits a rule's limit admitted and consumed.", ruleLabels...),
-		ruleShadow: counter("rule_shadow_mode_total", "Hits over a shadow-mode limit (admitted anyway).", ruleLabels...),
-		decisions:  counter("decisions_total", "Decisions by result: ok, over_limit, invalid (bad request) or error (no decision).", "result"),
+		Registry:      reg,
+		nearRatio:     nearRatio,
+		ruleHits:      counter("rule_hits_total", "Hits checked against a rule's limit.", ruleLabels...),
+		ruleOver:      counter("rule_over_limit_total", "Hits a rule's enforced limit rejected.", ruleLabels...),
+		ruleNear:      counter("rule_near_limit_total", "Admitted hits past the near-limit ratio of a rule's limit.", ruleLabels...),
+		ruleWithin:    counter("rule_within_limit_total", "Hits a rule's limit admitted and consumed.", ruleLabels...),
+		ruleUsage:     counter("rule_usage_total", "Hits of usage charges (a descriptor's own hits_addend, or charge: usage) a rule's limit counted, over or not; not in within_limit or over_limit.", ruleLabels...),
+		ruleUsageOver: counter("rule_usage_over_total", "Hits of usage charges that did not fit in what a rule's limit had left, counted all the same as debt.", ruleLabels...),
+		ruleUsageLost: counter("rule_usage_lost_total", "Hits of usage charges that no store counted: the store could not decide and the failure mode was not local.", ruleLabels...),
+		ruleShadow:    counter("rule_shadow_mode_total", "Hits over a shadow-mode limit (admitted anyway).", ruleLabels...),
+		decisions:     counter("decisions_total", "Decisions by result: ok, over_limit, invalid (bad request) or error (no decision).", "result"),
 		decisionSeconds: func() prometheus.Histogram {
 			h := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "decision_duration_seconds", Help: "Time to decide one request, store included.", Buckets: latency})
 			reg.MustRegister(h)
@@ -265,11 +272,21 @@ func (m *Metrics) Observe(req *limits.Request, d *limits.Decision, took time.Dur
 		}
 		hits := float64(c.Hits)
 		rc.hits.Add(hits)
+		usage := c.Usage && c.Hits > 0
+		if usage && !decided {
+			rc.usageLost.Add(hits)
+		}
 		if !decided || j >= len(outs) {
 			continue
 		}
 		out := &outs[j]
 		switch {
+		case usage:
+			// Counted whatever the verdict: served, not rejected.
+			rc.usage.Add(hits)
+			if out.Over && !out.Unknown {
+				rc.usageOver.Add(hits)
+			}
 		case out.Over && c.Limit.Shadow:
 			rc.shadow.Add(hits)
 		case out.Over:
@@ -385,11 +402,14 @@ func (m *Metrics) admit(vc *valueCounters, name []byte, r *limits.Rule) (*ruleCo
 func (m *Metrics) ruleCounters(domain, name, alg, window string) *ruleCounters {
 	labels := []string{domain, name, alg, window}
 	return &ruleCounters{
-		hits:   m.ruleHits.WithLabelValues(labels...),
-		over:   m.ruleOver.WithLabelValues(labels...),
-		near:   m.ruleNear.WithLabelValues(labels...),
-		within: m.ruleWithin.WithLabelValues(labels...),
-		shadow: m.ruleShadow.WithLabelValues(labels...),
+		hits:      m.ruleHits.WithLabelValues(labels...),
+		over:      m.ruleOver.WithLabelValues(labels...),
+		near:      m.ruleNear.WithLabelValues(labels...),
+		within:    m.ruleWithin.WithLabelValues(labels...),
+		usage:     m.ruleUsage.WithLabelValues(labels...),
+		usageOver: m.ruleUsageOver.WithLabelValues(labels...),
+		usageLost: m.ruleUsageLost.WithLabelValues(labels...),
+		shadow:    m.ruleShadow.WithLabelValues(labels...),
 	}
 }
 

@@ -254,8 +254,8 @@ func (l *Leases) giveBackAll(b *limits.Batch, s *leaseScratch) {
 func (l *Leases) merge(b *limits.Batch, s *leaseScratch, now time.Time, ok bool) {
 	for k, i := range s.subIdx {
 		out := s.sub.Outcomes[k]
-		if c := &b.Checks[i]; c.Usage && out.Over && c.Limit.Lease > 0 {
-			l.owe(c, now, out.Reset)
+		if c := &b.Checks[i]; c.Usage && c.Hits > 0 && c.Limit.Lease > 0 {
+			out = l.charged(c, now, out)
 		}
 		if ok && s.refill[i] {
 			out = l.refilled(&b.Checks[i], now, out, true)
@@ -385,18 +385,28 @@ func (l *Leases) refilled(c *limits.Check, sent time.Time, out limits.Outcome, a
 	return out
 }
 
-// owe ends the lease of c's key, whose usage charge the store found
-// over: the limit is in debt until reset from now, so the hits the lease
-// holds (counted already) are not admitted, and no top-up is asked for
-// before then.
-func (l *Leases) owe(c *limits.Check, now time.Time, reset time.Duration) {
+// charged tells the lease of c's key what the store answered to c, a
+// usage charge, and returns the outcome to report. A charge that fit
+// leaves the store out less: the lease reports that, with what it holds,
+// as it reports its own answers. One that went over put the limit in
+// debt until out.Reset from now: the hits the lease holds (counted
+// already) are not admitted, and no top-up is asked for before then.
+func (l *Leases) charged(c *limits.Check, now time.Time, out limits.Outcome) limits.Outcome {
 	sh := l.shard(c.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if ls := sh.m[c.Key]; ls != nil && sameNumbers(ls.limit, c.Limit) {
-		ls.avail = 0
-		ls.dry = now.Add(reset)
+	ls := sh.m[c.Key]
+	if ls == nil || !sameNumbers(ls.limit, c.Limit) || !now.Before(ls.until) {
+		return out
 	}
+	if out.Over {
+		ls.avail = 0
+		ls.dry = now.Add(out.Reset)
+		return out
+	}
+	ls.shared = out.Remaining
+	out.Remaining += ls.avail
+	return out
 }
 
 // Release gives the hits that live leases hold unused back to the shared

@@ -79,8 +79,11 @@ func TestLeasesUsageCharges(t *testing.T) {
 	}
 	// 500 fit: counted by the store, not taken from the lease.
 	calls := inner.calls.Load()
-	if b := applyCheck(t, ls, limits.Check{Key: key, Limit: l, Hits: 500, Usage: true}); !b.Admitted || b.Outcomes[0].Remaining != 399 {
-		t.Errorf("charge 500: admitted %v, %+v; want admitted with 399 left (1000 - 1 - 100 leased - 500)", b.Admitted, b.Outcomes[0])
+	if b := applyCheck(t, ls, limits.Check{Key: key, Limit: l, Hits: 500, Usage: true}); !b.Admitted || b.Outcomes[0].Remaining != 499 {
+		t.Errorf("charge 500: admitted %v, %+v; want admitted with 499 left (1000 - 1 - 500, 100 of them in the lease)", b.Admitted, b.Outcomes[0])
+	}
+	if b := applyCheck(t, ls, limits.Check{Key: key, Limit: l}); !b.Admitted || b.Outcomes[0].Remaining != 499 || b.DecidedBy != store.DecidedByLease {
+		t.Errorf("check after it: %+v decided by %q; want 499 left, from the lease", b.Outcomes[0], b.DecidedBy)
 	}
 	if inner.calls.Load() != calls+1 || ls.Held(key) != 100 {
 		t.Errorf("charge 500: %d store calls, lease %d; want 1 call and the lease untouched", inner.calls.Load()-calls, ls.Held(key))
