@@ -61,7 +61,9 @@ func kubeDocs(path string, data []byte, pick func(kind string) any) error {
 
 // The fields of Kubernetes resources that the example uses, named as the
 // API types name them in JSON: Envoy Gateway v1.9.0 api/v1alpha1
-// (backendtrafficpolicy_types.go, policy_helpers.go, ratelimit_types.go).
+// (backendtrafficpolicy_types.go, policy_helpers.go, ratelimit_types.go)
+// and Envoy AI Gateway v1.1.0 api/v1beta1 (ai_gateway_route.go,
+// shared_types.go).
 
 type objectMeta struct {
 	Name      string `yaml:"name"`
@@ -118,8 +120,37 @@ type costSpecifier struct {
 	} `yaml:"metadata"`
 }
 
-// The enum the example's units take their values from.
-var rateLimitUnits = []string{"Second", "Minute", "Hour", "Day", "Month", "Year"}
+type aiGatewayRoute struct {
+	APIVersion string     `yaml:"apiVersion"`
+	Kind       string     `yaml:"kind"`
+	Metadata   objectMeta `yaml:"metadata"`
+	Spec       struct {
+		ParentRefs []targetRef `yaml:"parentRefs"`
+		Rules      []struct {
+			Matches []struct {
+				Headers []struct {
+					Type  string `yaml:"type"`
+					Name  string `yaml:"name"`
+					Value string `yaml:"value"`
+				} `yaml:"headers"`
+			} `yaml:"matches"`
+			BackendRefs []struct {
+				Name string `yaml:"name"`
+			} `yaml:"backendRefs"`
+		} `yaml:"rules"`
+		LLMRequestCosts []struct {
+			MetadataKey string `yaml:"metadataKey"`
+			Type        string `yaml:"type"`
+			CEL         string `yaml:"cel"`
+		} `yaml:"llmRequestCosts"`
+	} `yaml:"spec"`
+}
+
+// The enums the example's fields take their values from.
+var (
+	rateLimitUnits = []string{"Second", "Minute", "Hour", "Day", "Month", "Year"}
+	costTypes      = []string{"OutputToken", "InputToken", "CachedInputToken", "CacheCreationInputToken", "TotalToken", "ReasoningToken", "CEL"}
+)
 
 // checkRule checks one rule as Envoy Gateway's CRD validation would (the
 // unit, one of number or metadata), and that it is a token budget: one
@@ -267,6 +298,93 @@ func TestBackendTrafficPolicy(t *testing.T) {
 	}
 }
 
+// TestAIGateway checks aigateway.yaml: the route's llmRequestCosts are
+// of known types, and each rule of the policy is a token budget per user
+// charged from a key the route writes, with the limits of AI Gateway's
+// usage-based rate limiting example (examples/token_ratelimit).
+func TestAIGateway(t *testing.T) {
+	var (
+		route   aiGatewayRoute
+		p       backendTrafficPolicy
+		nroutes int
+		npols   int
+	)
+	err := kubeDocs("aigateway.yaml", readFile(t, "aigateway.yaml"), func(kind string) any {
+		switch kind {
+		case "AIGatewayRoute":
+			nroutes++
+			return &route
+		case "BackendTrafficPolicy":
+			npols++
+			return &p
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nroutes != 1 || npols != 1 {
+		t.Fatalf("aigateway.yaml: %d AIGatewayRoutes and %d BackendTrafficPolicies, want one of each", nroutes, npols)
+	}
+	if route.APIVersion != "aigateway.envoyproxy.io/v1beta1" || p.APIVersion != "gateway.envoyproxy.io/v1alpha1" {
+		t.Errorf("apiVersions %q and %q", route.APIVersion, p.APIVersion)
+	}
+	keys := map[string]string{} // metadataKey → type
+	for i, c := range route.Spec.LLMRequestCosts {
+		if !slices.Contains(costTypes, c.Type) {
+			t.Errorf("llmRequestCosts[%d]: type %q is not one of %v", i, c.Type, costTypes)
+		}
+		if (c.Type == "CEL") != (c.CEL != "") {
+			t.Errorf("llmRequestCosts[%d]: cel goes with type CEL, and only with it", i)
+		}
+		if _, dup := keys[c.MetadataKey]; dup || c.MetadataKey == "" {
+			t.Errorf("llmRequestCosts[%d]: metadataKey %q empty or repeated", i, c.MetadataKey)
+		}
+		keys[c.MetadataKey] = c.Type
+	}
+	for _, want := range []string{"InputToken", "OutputToken", "TotalToken", "CachedInputToken"} {
+		found := false
+		for _, typ := range keys {
+			found = found || typ == want
+		}
+		if !found {
+			t.Errorf("llmRequestCosts: no %s", want)
+		}
+	}
+
+	// AI Gateway names the HTTPRoute it generates after the AIGatewayRoute.
+	if want := []targetRef{{Group: "gateway.networking.k8s.io", Kind: "HTTPRoute", Name: route.Metadata.Name}}; !cmp.Equal(p.Spec.TargetRefs, want) ||
+		p.Metadata.Namespace != route.Metadata.Namespace {
+		t.Errorf("policy targets %+v in %q, want the generated HTTPRoute %q in %q", p.Spec.TargetRefs, p.Metadata.Namespace, route.Metadata.Name, route.Metadata.Namespace)
+	}
+	type budget struct {
+		requests uint64
+		unit     string
+	}
+	want := map[string]budget{"InputToken": {10, "Hour"}, "OutputToken": {100, "Hour"}, "TotalToken": {1000, "Hour"}}
+	got := map[string]budget{}
+	for i, r := range p.Spec.RateLimit.Global.Rules {
+		where := fmt.Sprintf("aigateway.yaml rules[%d]", i)
+		header, key, err := checkRule(where, r)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if header != "x-user-id" {
+			t.Errorf("%s: budget per %q, want per x-user-id", where, header)
+		}
+		typ, ok := keys[key]
+		if !ok {
+			t.Errorf("%s: charged from %q, which no llmRequestCosts entry writes: Envoy would never charge it", where, key)
+			continue
+		}
+		got[typ] = budget{r.Limit.Requests, r.Limit.Unit}
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(budget{})); diff != "" {
+		t.Errorf("budgets by token type (-want +got):\n%s", diff)
+	}
+}
+
 // TestKubernetesMistakesFail shows that the checks of the Kubernetes
 // files catch what they are for, each on a file with one mistake: a
 // misspelled field, and a rule that is not a token budget.
@@ -282,6 +400,12 @@ func TestKubernetesMistakesFail(t *testing.T) {
 			file: "backendtrafficpolicy.yaml",
 			old:  "clientSelectors:", new: "clientSelector:",
 			want: "field clientSelector not found",
+		},
+		{
+			name: "misspelled field of the route",
+			file: "aigateway.yaml",
+			old:  "llmRequestCosts:", new: "llmRequestCost:",
+			want: "field llmRequestCost not found",
 		},
 		{
 			name: "request charged",
@@ -316,7 +440,10 @@ func TestKubernetesMistakesFail(t *testing.T) {
 			}
 			data := bytes.Replace(orig, []byte(tt.old), []byte(tt.new), 1)
 			err := kubeDocs(tt.file, data, func(kind string) any {
-				if kind == "BackendTrafficPolicy" {
+				switch kind {
+				case "AIGatewayRoute":
+					return &aiGatewayRoute{}
+				case "BackendTrafficPolicy":
 					return &backendTrafficPolicy{}
 				}
 				return nil
