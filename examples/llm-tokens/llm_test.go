@@ -3,7 +3,8 @@
 // checks what Envoy Gateway renders for backendtrafficpolicy.yaml
 // (ratelimitconfig.yaml for the rate-limit service, routes.yaml for
 // Envoy) against go-control-plane's protos; kube_test.go checks the
-// Kubernetes resources.
+// Kubernetes resources, and replay_test.go replays through the sidecar
+// the calls Envoy makes for one tenant.
 package llmexample_test
 
 import (
