@@ -2,9 +2,9 @@
 // (examples/llm-tokens) without Envoy, Kubernetes or Redis. This file
 // checks what Envoy Gateway renders for backendtrafficpolicy.yaml
 // (ratelimitconfig.yaml for the rate-limit service, routes.yaml for
-// Envoy) against go-control-plane's protos; kube_test.go checks the
-// Kubernetes resources, and replay_test.go replays through the sidecar
-// the calls Envoy makes for one tenant.
+// Envoy) against go-control-plane's protos, and the sidecar's own rule
+// file; kube_test.go checks the Kubernetes resources, and replay_test.go
+// replays through the sidecar the calls Envoy makes for one tenant.
 package llmexample_test
 
 import (
@@ -18,12 +18,14 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	rlfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"gopkg.in/yaml.v3"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/envoyconf"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 )
 
 func TestMain(m *testing.M) {
@@ -226,5 +228,54 @@ func TestRoutesCheckThenCharge(t *testing.T) {
 				t.Errorf("route %q: check %d and its charge have different actions, so they reach different counters", r.name, i)
 			}
 		}
+	}
+}
+
+// TestRulesLoad: rules.yaml loads as a rule file, and the descriptors
+// routes.yaml makes Envoy send reach its per-tenant limits: a smooth
+// token bucket per minute and a daily fixed-window cap for any tenant,
+// bigger ones for acme.
+func TestRulesLoad(t *testing.T) {
+	rs, err := config.Load("rules.yaml", config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type lim struct {
+		Algorithm       string
+		Requests, Burst uint64
+		Unit            string
+	}
+	tests := []struct {
+		tenant string
+		want   []lim
+	}{
+		{tenant: "t1", want: []lim{{"token_bucket", 10000, 10000, "minute"}, {"fixed_window", 2000000, 0, "day"}}},
+		{tenant: "acme", want: []lim{{"token_bucket", 50000, 50000, "minute"}, {"fixed_window", 10000000, 0, "day"}}},
+	}
+	routes, err := limitedRoutes(readRoutes(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.tenant, func(t *testing.T) {
+			atRequest, atEnd, err := envoyCalls(routes[0].cfg, tenant(tt.tenant, 600.0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rs.Match(atRequest.GetDomain(), entries(atRequest.GetDescriptors()[0]))
+			if r == nil {
+				t.Fatalf("%v reaches no rule", entries(atRequest.GetDescriptors()[0]))
+			}
+			if end := rs.Match(atEnd.GetDomain(), entries(atEnd.GetDescriptors()[0])); end != r {
+				t.Errorf("the call at stream end reaches %v, the check %v", end, r)
+			}
+			var got []lim
+			for _, l := range r.Limits {
+				got = append(got, lim{l.Algorithm.String(), l.Requests, l.Burst, l.Unit.String()})
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("limits of %s (-want +got):\n%s", r.Name, diff)
+			}
+		})
 	}
 }

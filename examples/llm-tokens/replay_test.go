@@ -420,3 +420,23 @@ func TestReplayFixedWindow(t *testing.T) {
 		{name: "check in the next window", at: time.Hour, code: ok, remaining: 1000},
 	})
 }
+
+// TestReplayTokenBucket replays Envoy's calls against rules.yaml, whose
+// token bucket refills 10,000 tokens a minute, one every 6 ms. An answer
+// of 12,000 tokens on a full bucket leaves it 2,000 in debt, which the
+// refill pays back in 12 s; checks fail until then.
+func TestReplayTokenBucket(t *testing.T) {
+	rs, err := config.Load("rules.yaml", config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replay(t, rs, []step{
+		{name: "check", at: 0, code: ok, remaining: 10000},
+		{name: "charge 12,000", at: 0, tokens: 12000, charge: true, code: over, remaining: 0},
+		{name: "check in debt", at: 0, code: over, remaining: 0},
+		{name: "check, still in debt", at: 11 * time.Second, code: over, remaining: 0},
+		{name: "check, the debt paid and nothing left", at: 12 * time.Second, code: over, remaining: 0},
+		// 13 s refill 2,166 tokens (13 s / 6 ms), less the 2,000 of debt.
+		{name: "check", at: 13 * time.Second, code: ok, remaining: 166},
+	})
+}
