@@ -278,6 +278,9 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	if c.request.MaxDescriptors < 1 || c.request.MaxEntries < 1 || c.request.MaxValueBytes < 1 || c.request.MaxHits < 1 {
 		return fmt.Errorf("--max-descriptors, --max-entries, --max-value-bytes and --max-hits-addend must be at least 1")
 	}
+	if c.request.MaxHits > limits.MaxHitsAddend {
+		return fmt.Errorf("--max-hits-addend %d: at most %d (2^52), so that counters in debt stay exact", c.request.MaxHits, uint64(limits.MaxHitsAddend))
+	}
 	if c.rlqsBucketTTL < time.Second || c.rlqsBucketTTL%time.Second != 0 {
 		return fmt.Errorf("--rlqs-bucket-ttl %s: must be whole seconds, at least 1s (Envoy reads an assignment's time to live in whole seconds)", c.rlqsBucketTTL)
 	}
