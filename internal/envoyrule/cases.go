@@ -14,6 +14,7 @@ const Rules = `
 domain: statuses
 descriptors:
   - key: a
+    charge: admission  # a's own hits_addend is all-or-nothing here (see over_by_hits)
     rate_limit: {unit: minute, requests_per_unit: 2, name: a}
   - key: b
     rate_limit: {unit: hour, requests_per_unit: 10, name: b, lease: 4}

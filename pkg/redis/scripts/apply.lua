@@ -166,17 +166,10 @@ for q = qfrom, qto do
   -- the request has (every quota record carries it). The request is
   -- rejected when all qg are over.
   local qover, qn, qg = nil, 0, 0
-  -- uses: the request has a usage charge (CHECK_USAGE), which consumes
-  -- its hits whether or not the request is admitted. A dry run writes
+  -- uses: pass 1 met a usage charge (CHECK_USAGE), which consumes its
+  -- hits whether or not the request is admitted. A dry run writes
   -- nothing, so it has none.
   local uses = false
-  if not dry then
-    for i = 1, n do
-      if sbyte(spec, (i - 1) * CHECK + 2) >= CHECK_USAGE then
-        uses = true
-      end
-    end
-  end
   if split then
     -- This request's keys: one per check, two per sliding log.
     local nk = n
@@ -220,6 +213,7 @@ for q = qfrom, qto do
         local usage = mode >= CHECK_USAGE
         if usage then
           mode = mode - CHECK_USAGE
+          uses = not dry
         end
         local k, s, c, p, e, any, stored = kk, 0, 0, 0, 0, 0, -1
         -- ks..ke: in pass 2 of a request with a usage charge, the state
