@@ -122,7 +122,8 @@ local logtrim, logtop
 --   b+2..5  state before the check: s, c, p, e
 --   b+6..9  state after it
 --   b+10    1 if the check consumed hits (0 once its request is
---           rejected)
+--           rejected), 2 if it is a usage charge that did (whatever
+--           its request's verdict)
 --   b+11    1 if it or an earlier check on its key consumed hits
 --   b+12    its index in reply
 --   b+13    for fixed and sliding windows, the window start stored
@@ -133,7 +134,6 @@ local logtrim, logtop
 --           window µs
 --   b+17    for sliding_log, the hits of the entry it merged into (0:
 --           it added an entry of its own)
---   b+18    1 if the check is a usage charge
 -- last[key] is the index of the last check on key of the admitted
 -- requests so far: the state the next request starts from, and at the
 -- end, the state written.
@@ -145,7 +145,7 @@ local logtrim, logtop
 -- does not rehash them again and again. Every placeholder is overwritten
 -- before it is read or returned.
 local per = reserve and 4 or 3
-local XS = 18
+local XS = 17
 local n1 = #ARGV[qfrom] / CHECK
 local X = {sbyte(ARGV[qfrom], 1, min(XS * n1, 800))}
 local reply = {1, sbyte(ARGV[qfrom], 1, min(per * n1, 300))}
@@ -370,10 +370,12 @@ for q = qfrom, qto do
           local wt = w / tick
           local elapsed = (now - now % tick - start) / tick
           local age = wt - elapsed
+          -- prev * age is exact below 2^53, and past it is past free
+          -- (below 2^51) all the same, so the comparison is exact.
           local room = 0
           if cur < req then
             local free = (req - cur) * wt
-            if prev <= floor(free / age) then
+            if prev * age <= free then
               room = floor((free - prev * age) / wt)
             end
           end
@@ -592,7 +594,7 @@ for q = qfrom, qto do
           if usage and hits > 0 and req > 0 then
             reply[r + 1], reply[r + 2], reply[r + 3] = over and 1 or 0, rem, reset
             X[b + 6], X[b + 7], X[b + 8], X[b + 9] = s2, c2, p2, e2
-            X[b + 10], X[b + 11] = 1, 1
+            X[b + 10], X[b + 11] = 2, 1
             if alg == SLIDING_LOG then
               X[b + 15], X[b + 17] = s2, merged
             end
@@ -622,13 +624,15 @@ for q = qfrom, qto do
           end
           if hits > 0 and (owed or not over) then
             took, any = 1, 1
+            if usage then
+              took = 2
+            end
           end
           X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5] = k, s, c, p, e
           X[b + 6], X[b + 7], X[b + 8], X[b + 9] = s2, c2, p2, e2
           X[b + 10], X[b + 11], X[b + 12], X[b + 13], X[b + 14] = took, any, r, stored, alg
-          X[b + 17], X[b + 18] = merged, usage and 1 or 0
           if alg == SLIDING_LOG then
-            X[b + 15], X[b + 16] = s2, w
+            X[b + 15], X[b + 16], X[b + 17] = s2, w, merged
           end
           reply[r + 1], reply[r + 2], reply[r + 3] = over and 1 or 0, rem, reset
           if reserve then
@@ -648,7 +652,7 @@ for q = qfrom, qto do
     -- other checks passed through, and is not theirs to write.
     reply[rb + 1] = 0
     for i = i0 + 1, i0 + n do
-      if X[(i - 1) * XS + 10] == 1 then
+      if X[(i - 1) * XS + 10] ~= 0 then
         last[keys[X[(i - 1) * XS + 1]]] = i
       end
     end
@@ -693,7 +697,7 @@ for i = 1, i0 do
     if alg == SLIDING_LOG then
       local w = X[b + 16]
       receipt = p
-      if X[b + 10] == 1 then
+      if X[b + 10] ~= 0 then
         if X[b + 17] > 0 then
           -- A usage charge merged into the newest entry: it moves to now.
           redis.call('ZREM', key, str(p) .. ':' .. str(X[b + 17]))
@@ -747,7 +751,8 @@ for i = 1, i0 do
         redis.call('SET', key, spack('<ddd', s, c, x), 'PX', fmt('%d', ceil((x - now) / 1000)))
       end
     end
-    if reserve and X[b + 10] == 1 and X[b + 18] == 0 then
+    -- A usage charge (2) is never refunded: it has no receipt.
+    if reserve and X[b + 10] == 1 then
       reply[X[b + 12] + 4] = receipt
     end
   end
