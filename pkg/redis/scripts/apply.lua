@@ -341,8 +341,9 @@ for q = qfrom, qto do
         -- for zero hits, for the remaining and reset to report. owed is
         -- set then, and s0..e0 keep the state the check started from.
         local over, rem, reset, s2, c2, p2, e2
-        local granted, owed, merged, hits0 = 0, false, 0, hits
-        local s0, c0, p0, e0 = s, c, p, e
+        -- (owed, merged and the rest are nil, not set, for an ordinary
+        -- check: every instruction here runs for every check.)
+        local granted, owed, merged, hits0, s0, c0, p0, e0 = 0
         for attempt = 1, 2 do
         over, rem, reset = false, 0, 0
         s2, c2, p2, e2 = s, c, p, e
@@ -495,7 +496,8 @@ for q = qfrom, qto do
         if attempt == 1 and over and usage and hits > 0 and req > 0 then
           -- limits.Limit.owe: the state with the hits consumed past the
           -- limit, every count stopping at MAXCOUNT.
-          owed, hits = true, 0
+          owed, hits0, hits = true, hits, 0
+          s0, c0, p0, e0 = s, c, p, e
           if alg == FIXED_WINDOW or alg == SLIDING_WINDOW then
             local start = now - now % w
             local cur, prev = c, 0
@@ -518,6 +520,7 @@ for q = qfrom, qto do
             -- An entry of its own while the log has room; else added to
             -- the newest entry (seq p, at e), moved to now.
             local add = min(c + hits0, MAXCOUNT) - c
+            merged = 0
             if c >= req and e > 0 then
               merged = s
               if merged == 0 then
@@ -596,7 +599,7 @@ for q = qfrom, qto do
             X[b + 6], X[b + 7], X[b + 8], X[b + 9] = s2, c2, p2, e2
             X[b + 10], X[b + 11] = 2, 1
             if alg == SLIDING_LOG then
-              X[b + 15], X[b + 17] = s2, merged
+              X[b + 15], X[b + 17] = s2, merged or 0
             end
           else
             if reply[r + 1] == 0 then
@@ -609,10 +612,10 @@ for q = qfrom, qto do
           end
         else
           local took = 0
-          if over and not owed then
-            s2, c2, p2, e2 = s, c, p, e
-          end
           if over then
+            if not owed then
+              s2, c2, p2, e2 = s, c, p, e
+            end
             if mode == CHECK_ENFORCED then
               admitted = false
             elseif mode == CHECK_QUOTA then
@@ -623,16 +626,14 @@ for q = qfrom, qto do
             end
           end
           if hits > 0 and (owed or not over) then
-            took, any = 1, 1
-            if usage then
-              took = 2
-            end
+            -- A usage charge's mark: 2, never refunded.
+            took, any = usage and 2 or 1, 1
           end
           X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5] = k, s, c, p, e
           X[b + 6], X[b + 7], X[b + 8], X[b + 9] = s2, c2, p2, e2
           X[b + 10], X[b + 11], X[b + 12], X[b + 13], X[b + 14] = took, any, r, stored, alg
           if alg == SLIDING_LOG then
-            X[b + 15], X[b + 16], X[b + 17] = s2, w, merged
+            X[b + 15], X[b + 16], X[b + 17] = s2, w, merged or 0
           end
           reply[r + 1], reply[r + 2], reply[r + 3] = over and 1 or 0, rem, reset
           if reserve then
