@@ -309,13 +309,7 @@ func (l *Limit) fixedWindow(st State, now int64, hits, probe uint64) (Outcome, S
 func (l *Limit) slidingWindow(st State, now int64, hits, probe uint64) (Outcome, State) {
 	w := l.window.Microseconds()
 	start := now - now%w
-	switch st.Start {
-	case start:
-	case start - w:
-		st = State{Start: start, Prev: st.Count}
-	default:
-		st = State{Start: start}
-	}
+	st = slideTo(st, start, w)
 	wt := uint64(w / l.tick)
 	elapsed := uint64((now - start) / l.tick)
 	room := l.slideRoom(st, wt, wt-elapsed)
@@ -332,6 +326,19 @@ func (l *Limit) slidingWindow(st State, now int64, hits, probe uint64) (Outcome,
 		reset = start + w - now
 	}
 	return Outcome{Remaining: room - hits, Reset: micros(reset)}, st
+}
+
+// slideTo returns a sliding window's state st moved to the window that
+// starts at start: this window's count becomes the previous one's, and
+// older counts are gone.
+func slideTo(st State, start, w int64) State {
+	switch st.Start {
+	case start:
+		return st
+	case start - w:
+		return State{Start: start, Prev: st.Count}
+	}
+	return State{Start: start}
 }
 
 // slideRoom returns how many hits fit in a sliding window of wt ticks

@@ -121,13 +121,7 @@ func (l *Limit) owe(st State, now int64, hits uint64) State {
 	switch l.Algorithm {
 	case SlidingWindow:
 		start := now - now%w
-		switch st.Start {
-		case start:
-		case start - w:
-			st = State{Start: start, Prev: st.Count}
-		default:
-			st = State{Start: start}
-		}
+		st = slideTo(st, start, w)
 		st.Count = addCount(st.Count, hits)
 		st.Expire = start + 2*w
 		return st

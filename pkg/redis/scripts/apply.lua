@@ -343,7 +343,8 @@ for q = qfrom, qto do
         local over, rem, reset, s2, c2, p2, e2
         -- (owed, merged and the rest are nil, not set, for an ordinary
         -- check: every instruction here runs for every check.)
-        local granted, owed, merged, hits0, s0, c0, p0, e0 = 0
+        -- ob: a bucket's backlog, drained to now, when it is over.
+        local granted, owed, merged, hits0, s0, c0, p0, e0, ob = 0
         for attempt = 1, 2 do
         over, rem, reset = false, 0, 0
         s2, c2, p2, e2 = s, c, p, e
@@ -460,6 +461,7 @@ for q = qfrom, qto do
             end
           end
           if probe > burst or backlog + probe * wt > cap then
+            ob = backlog
             local ticks = ceil(backlog / req)
             if probe <= burst then
               ticks = ceil((backlog + probe * wt - cap) / req)
@@ -539,23 +541,11 @@ for q = qfrom, qto do
             end
             c, e = c + add, now
           else
+            -- The bucket, drained to now (ob), was over.
             local wt = w / tick
             local t = (now - now % tick) / tick
-            local cap = burst * wt
-            local backlog = 0
-            if e ~= 0 and e > now then
-              backlog = backlogOf(alg, c, cap)
-              if t > s then
-                local elapsed = t - s
-                if elapsed >= ceil(backlog / req) then
-                  backlog = 0
-                else
-                  backlog = backlog - elapsed * req
-                end
-              end
-            end
-            backlog = min(backlog + hits0 * wt, MAXCOUNT)
-            s, c, p, e = t, levelOf(alg, backlog, cap), 0, t * tick + ceil(backlog / req) * tick
+            local backlog = min(ob + hits0 * wt, MAXCOUNT)
+            s, c, p, e = t, levelOf(alg, backlog, burst * wt), 0, t * tick + ceil(backlog / req) * tick
           end
         elseif attempt == 2 or pass == 2 or over or extra == 0 or req == 0 or alg == SLIDING_LOG then
           break
