@@ -59,6 +59,18 @@ func UsageCases() []Case {
 			{At: sec, Checks: []Check{use("k", sw10, 0)}, Want: []limits.Outcome{over(0, 400*ms)}},
 			{At: 1400 * ms, Checks: []Check{use("k", sw10, 0)}, Admitted: true, Want: []limits.Outcome{ok(1, 600*ms)}},
 		}},
+		// Far past the limit: counts stop at 2^52 and every product the
+		// window forms stays exact.
+		{Name: "usage/sliding_window/huge_debt", Steps: []Step{
+			{At: 0, Checks: []Check{use("k", sw10, 1<<40)}, Want: []limits.Outcome{over(0, 2*sec)}},
+			{At: 0, Checks: []Check{use("k", sw10, 1<<52)}, Want: []limits.Outcome{over(0, 2*sec)}},
+			{At: 1500 * ms, Checks: one("k", sw10, 1), Want: []limits.Outcome{over(0, 500*ms)}},
+		}},
+		{Name: "usage/fixed_window/huge_debt", Steps: []Step{
+			{At: 0, Checks: []Check{use("k", fw10, 1<<52)}, Want: []limits.Outcome{over(0, sec)}},
+			{At: 0, Checks: []Check{use("k", fw10, 1<<52)}, Want: []limits.Outcome{over(0, sec)}},
+			{At: sec, Checks: one("k", fw10, 1), Admitted: true, Want: []limits.Outcome{ok(9, sec)}},
+		}},
 		{Name: "usage/sliding_log/records_and_merges", Steps: []Step{
 			{At: 0, Checks: []Check{use("k", sl3, 2)}, Admitted: true, Want: []limits.Outcome{ok(1, 10*sec)}},
 			// Room for 1: the 5 are an entry of their own, over.
