@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"path/filepath"
 	"slices"
@@ -766,6 +767,10 @@ func mapXDSBackoff(v *refValues, out *refOut) {
 	initial := v.duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL")
 	longest := v.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL")
 	factor := v.float("XDS_CLIENT_BACKOFF_RANDOM_FACTOR")
+	if math.IsNaN(factor) || math.IsInf(factor, 0) {
+		v.fail("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "want a finite number, got %q", v.str("XDS_CLIENT_BACKOFF_RANDOM_FACTOR"))
+		return
+	}
 	jitter := v.boolean("XDS_CLIENT_BACKOFF_JITTER")
 	// jpillora/backoff's own defaults for values of 0 or less.
 	if initial <= 0 {

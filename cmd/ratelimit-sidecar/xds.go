@@ -53,6 +53,10 @@ type xdsSettings struct {
 	header   map[string]string
 }
 
+// minXDSBackoff is the shortest reconnect wait --xds-backoff-initial
+// takes.
+const minXDSBackoff = 10 * time.Millisecond
+
 // finish checks the xDS flags and parses the metadata and headers.
 func (x *xdsSettings) finish() error {
 	switch strings.ToLower(x.configType) {
@@ -64,6 +68,19 @@ func (x *xdsSettings) finish() error {
 	}
 	if x.forceStart && !x.enabled {
 		return fmt.Errorf("--force-start-without-rules: only with --config-type xds")
+	}
+	// A wait below minXDSBackoff would let a client hammer a server
+	// that refuses it.
+	switch b := x.backoff; {
+	case b.initial < minXDSBackoff:
+		return fmt.Errorf("--xds-backoff-initial: want %v or more, got %v", minXDSBackoff, b.initial)
+	case b.max < b.initial:
+		return fmt.Errorf("--xds-backoff-max: want at least --xds-backoff-initial (%v), got %v", b.initial, b.max)
+	case !(b.jitter >= 0 && b.jitter <= 1): // NaN too
+		return fmt.Errorf("--xds-backoff-jitter: want a share from 0 to 1, got %v", b.jitter)
+	}
+	if x.maxMessageBytes < 0 {
+		return fmt.Errorf("--xds-max-message-bytes: want 0 (gRPC's default) or more, got %d", x.maxMessageBytes)
 	}
 	x.tls = x.tls || x.tlsCA != "" || x.tlsCert != "" || x.tlsKey != "" || x.tlsServerName != ""
 	var err error
