@@ -254,12 +254,14 @@ func healthcheck(ctx context.Context, c *settings, engine *limits.Engine) http.H
 	})
 }
 
-// debugMux serves the debug listener: an index at /, /rlconfig and
-// /debug/config.
+// debugMux serves the debug listener: an index at /, /rlconfig and,
+// unless config is nil, /debug/config.
 func debugMux(config http.Handler, engine *limits.Engine) *http.ServeMux {
 	endpoints := map[string]string{
-		"/rlconfig":     "the rules in use, one line per limit, as envoyproxy/ratelimit prints them",
-		"/debug/config": "the rules in use as JSON, with their files and reload status",
+		"/rlconfig": "the rules in use, one line per limit, as envoyproxy/ratelimit prints them",
+	}
+	if config != nil {
+		endpoints["/debug/config"] = "the rules in use as JSON, with their files and reload status"
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
@@ -273,7 +275,9 @@ func debugMux(config http.Handler, engine *limits.Engine) *http.ServeMux {
 		}
 	})
 	mux.Handle("GET /rlconfig", rlconfig(engine))
-	mux.Handle("GET /debug/config", config)
+	if config != nil {
+		mux.Handle("GET /debug/config", config)
+	}
 	return mux
 }
 

@@ -238,7 +238,7 @@ func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, 
 		zap.String("revision", buildInfo().revision),
 		zap.String("grpc_addr", lis.grpc.Addr().String()),
 		zap.String("http_addr", lis.http.Addr().String()),
-		zap.String("admin_addr", lis.adminAddr()),
+		zap.String("admin_addr", adminLogAddr(c, lis)),
 		zap.String("store", st.name),
 		zap.String("failure_mode", c.failureMode.String()),
 		zap.String("config", c.configPath),
@@ -249,6 +249,14 @@ func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, 
 		zap.Int64("gc_percent", gcPercent),
 		zap.Int64("memory_limit_bytes", memLimit),
 	)
+}
+
+// adminLogAddr is where the start log says the admin endpoints are.
+func adminLogAddr(c *settings, lis *listeners) string {
+	if !adminServed(c) {
+		return "none (run as " + refName + ": set --admin-addr to serve /debug/config and /debug/counters)"
+	}
+	return lis.adminAddr()
 }
 
 // streamWorkers is the least number of gRPC stream workers: enough for
@@ -339,17 +347,32 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 		admin = http.NewServeMux()
 		s.admin = c.bounds.httpServer(admin)
 	}
-	admin.Handle("GET /debug/config", debugConfig(reloader, engine))
-	cs := newCounters(engine, st, c, log, m)
-	admin.HandleFunc("GET /debug/counters", cs.read)
-	admin.HandleFunc("POST /debug/counters/reset", cs.reset)
+	var configPage http.Handler // nil: /debug/config is not served
+	if adminServed(c) {
+		configPage = debugConfig(reloader, engine)
+		admin.Handle("GET /debug/config", configPage)
+		cs := newCounters(engine, st, c, log, m)
+		admin.HandleFunc("GET /debug/counters", cs.read)
+		admin.HandleFunc("POST /debug/counters/reset", cs.reset)
+	}
 	if c.ref.debugAddr != "" {
-		s.debug = c.bounds.httpServer(debugMux(debugConfig(reloader, engine), engine))
+		if c.env.refMode {
+			configPage = nil // the reference's debug port has no such endpoint
+		}
+		s.debug = c.bounds.httpServer(debugMux(configPage, engine))
 	}
 	admin.Handle("/json", rls.JSONHandler()) // any method: the handler answers 405 itself
 	s.http = c.bounds.httpServer(mux)
 	return s
 }
+
+// adminServed reports whether the admin endpoints (/debug/config,
+// /debug/counters) are served. Run as refName they are only on
+// --admin-addr: the reference has none, and its HTTP port listens on
+// every address, where /debug/counters would show anyone who reaches it
+// any counter they can name. /json stays on --http-addr there, as the
+// reference has it.
+func adminServed(c *settings) bool { return !c.env.refMode || c.adminAddr != "" }
 
 // readyz answers /readyz: ready when the store can decide, or when the
 // failure mode of every domain in use can answer in its place. Domains
