@@ -315,6 +315,13 @@ var refMappings = []refMapping{
 	// which is our failure mode error.
 	{flags: []string{"failure-mode"}, defaults: true,
 		apply: func(_ *refValues, out *refOut) { out.set("failure-mode", "error") }},
+	// No variable: with failure mode error every request fails while
+	// Redis refuses the configuration (a wrong REDIS_AUTH, an ACL, TLS),
+	// which Envoy then lets through; /healthcheck, the probe Envoy
+	// Gateway's deployment uses, and gRPC health say so, as /readyz does.
+	// The reference does not start at all with a wrong password.
+	{flags: []string{"health-requires-redis-config"}, defaults: true,
+		apply: func(_ *refValues, out *refOut) { out.set("health-requires-redis-config", "true") }},
 	// No variable: the reference bounds a request only by gRPC's message
 	// size. Envoy Gateway sends one descriptor per matching rule of a
 	// policy, up to its 128 rules, each with an entry per header match
@@ -433,7 +440,7 @@ var refRefusals = []refRefusal{
 		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR"},
 		reason: "no second Redis for per-second limits: every limit uses one Redis"},
 	{vars: []string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"},
-		reason: "/healthcheck does not follow Redis: while Redis is down, requests are answered by the failure mode, and /readyz reports domains whose failure mode is error"},
+		reason: "/healthcheck does not follow a Redis outage: while Redis is down, requests are answered by the failure mode, and /readyz reports domains whose failure mode is error (a refusal of the password, ACL or TLS does show, run as ratelimit)"},
 	{vars: []string{"REDIS_POOL_ON_EMPTY_BEHAVIOR"}, reason: "a request waits for a pooled connection within --redis-timeout, as WAIT does",
 		active: func(v *refValues) bool { return !strings.EqualFold(v.str("REDIS_POOL_ON_EMPTY_BEHAVIOR"), "WAIT") }},
 	{vars: []string{"REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME"},

@@ -161,11 +161,12 @@ func TestRefModeDefaults(t *testing.T) {
 		Pool, Deny, Descriptors, Entries       int
 		Age, Grace, RedisTimeout               time.Duration
 		Level, Prefix, Failure                 string
+		HealthRedis                            bool
 	}
 	see := func(c *settings) view {
 		return view{c.httpAddr, c.grpcAddr, c.ref.debugAddr, c.configPath, c.ref.watchLink, c.redis.URL,
 			c.redis.PoolSize, c.denyCacheEntries, c.request.MaxDescriptors, c.request.MaxEntries, c.bounds.maxConnAge, c.ref.connGrace, c.redis.Timeout, c.logLevel, c.redis.KeyPrefix,
-			c.failureMode.String()}
+			c.failureMode.String(), c.ref.healthRequiresRedisConfig}
 	}
 	ref := view{
 		HTTP: "0.0.0.0:8080", GRPC: "0.0.0.0:8081", Debug: "0.0.0.0:6070",
@@ -174,6 +175,9 @@ func TestRefModeDefaults(t *testing.T) {
 		// The reference fails a request it cannot decide, and bounds a
 		// request by its size alone: Envoy Gateway's 128 rules fit.
 		Failure: "error", Descriptors: 128, Entries: 160,
+		// Its requests all fail while Redis refuses the configuration,
+		// and health says so.
+		HealthRedis: true,
 		// Not the reference's: see refMappings.
 		RedisTimeout: 15 * time.Millisecond, Level: "info", Prefix: "rls:",
 	}
@@ -350,7 +354,7 @@ func TestRefEnvRefused(t *testing.T) {
 		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: a rejected request never consumes anything: counters never run past their limit",
 		"REDIS_PIPELINE_WINDOW: requests are pipelined with no window to wait out, to each Cluster master at once (see --redis-max-inflight)",
 		"REDIS_PERSECOND, REDIS_PERSECOND_URL: no second Redis for per-second limits: every limit uses one Redis",
-		"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: /healthcheck does not follow Redis: while Redis is down, requests are answered by the failure mode, and /readyz reports domains whose failure mode is error",
+		"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: /healthcheck does not follow a Redis outage: while Redis is down, requests are answered by the failure mode, and /readyz reports domains whose failure mode is error (a refusal of the password, ACL or TLS does show, run as ratelimit)",
 		"REDIS_POOL_ON_EMPTY_BEHAVIOR: a request waits for a pooled connection within --redis-timeout, as WAIT does",
 		"REDIS_STARTUP_MAX_ELAPSED_TIME: startup does not wait for Redis: requests are answered by the failure mode while it connects, with its own backoff",
 	}

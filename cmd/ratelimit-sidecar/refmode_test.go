@@ -1,10 +1,16 @@
 package main
 
 import (
+	"context"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xdstest"
 )
 
 // refModeEnv is the reference's environment for a sidecar run as
@@ -66,5 +72,71 @@ func TestRefModeAdminNotPublic(t *testing.T) {
 	}
 	if status, _ := httpDo(t, "GET", asked.httpAddr, "/debug/counters?domain=edge&descriptor=user=alice", ""); status != http.StatusNotFound {
 		t.Errorf("/debug/counters on PORT with RLS_ADMIN_ADDR set: %d, want 404", status)
+	}
+}
+
+// TestRefModeRedisRefusalHealth: run as /bin/ratelimit (failure mode
+// error: every request fails) against a Redis that refuses REDIS_AUTH,
+// /healthcheck, the probe Envoy Gateway's deployment uses, and gRPC
+// health say not serving, as /readyz does; once Redis takes the password
+// they say serving again. The password shows nowhere.
+func TestRefModeRedisRefusalHealth(t *testing.T) {
+	const serverPass, sidecarPass = "srv-pass-5d1e", "car-pass-0a7c"
+	srv := redistest.StartServer(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	if err := admin.ConfigSet(ctx, "requirepass", serverPass).Err(); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	writeAll(t, filepath.Join(root, "config", "rules.yaml"), istioRules(5))
+	s := startAs(t, "/bin/ratelimit", refModeEnv(root, "REDIS_SOCKET_TYPE", "tcp", "REDIS_URL", srv.Addr, "REDIS_AUTH", sidecarPass))
+
+	awaitRefHealth(t, s, healthpb.HealthCheckResponse_NOT_SERVING)
+	status, body := httpDo(t, "GET", s.httpAddr, "/healthcheck", "")
+	if status != http.StatusInternalServerError || !strings.Contains(body, "WRONGPASS") {
+		t.Errorf("/healthcheck while Redis refuses the password: %d %q, want 500 with WRONGPASS", status, body)
+	}
+	if status, _ := httpDo(t, "GET", s.httpAddr, "/readyz", ""); status != http.StatusServiceUnavailable {
+		t.Errorf("/readyz while Redis refuses the password: %d, want 503", status)
+	}
+
+	if err := admin.ConfigSet(ctx, "requirepass", sidecarPass).Err(); err != nil {
+		t.Fatal(err)
+	}
+	awaitRefHealth(t, s, healthpb.HealthCheckResponse_SERVING)
+	if status, body := httpDo(t, "GET", s.httpAddr, "/healthcheck", ""); status != http.StatusOK || body != "OK" {
+		t.Errorf("/healthcheck once Redis takes the password: %d %q", status, body)
+	}
+	// The refusal ends as the connection is made; its scripts load next.
+	waitFor(t, func() bool {
+		resp, err := s.rls.ShouldRateLimit(ctx, userRequest("alice", 0))
+		return err == nil && resp.OverallCode == rlsOK
+	})
+	for _, pw := range []string{serverPass, sidecarPass} {
+		if strings.Contains(s.log.String(), pw) || strings.Contains(body, pw) {
+			t.Errorf("a password shows in the log or on /healthcheck")
+		}
+	}
+}
+
+// awaitRefHealth waits, at most xdstest.Wait, for the health of the
+// reference's service name to be want, by the health Watch's updates.
+func awaitRefHealth(t *testing.T, s *refSidecar, want healthpb.HealthCheckResponse_ServingStatus) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Wait)
+	defer cancel()
+	w, err := s.health.Watch(ctx, &healthpb.HealthCheckRequest{Service: refHealthName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		r, err := w.Recv()
+		if err != nil {
+			t.Fatalf("health of %q never %v: %v\nlog:\n%s", refHealthName, want, err, s.log)
+		}
+		if r.Status == want {
+			return
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -92,7 +93,7 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	onRules := func(rs config.ReloadStatus, err error) {
 		if err == nil {
 			st.rulesChanged()
-			setHealth(srv, c, engine.Rules())
+			srv.refreshHealth()
 		}
 		m.Reloaded(rs, err)
 	}
@@ -283,13 +284,19 @@ type servers struct {
 
 	debug   *http.Server // nil without --debug-addr
 	metrics *http.Server // nil: the metrics are on http
+
+	// What health reports follows (health.go).
+	engine   *limits.Engine
+	rules    ruleSource
+	st       *sidecarStore
+	healthMu sync.Mutex
 }
 
 // newServers builds the servers. ctx is serve's: once it ends, /readyz
 // says the sidecar is shutting down. certs is nil unless gRPC is served
 // over TLS, and tr without --tracing.
 func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics, certs *grpcTLS, tr *sidecarTracing) *servers {
-	s := &servers{c: c, log: log, certs: certs}
+	s := &servers{c: c, log: log, certs: certs, engine: engine, rules: reloader, st: st}
 	stopping, stopStreams := context.WithCancel(context.Background())
 	s.stopStreams = stopStreams
 	sb := &streamBound{timeout: c.bounds.requestTimeout, stopping: stopping}
@@ -325,15 +332,14 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	sb.streaming = streamingMethods(s.grpc)
-	setHealth(s, c, engine.Rules())
-	holdHealth(s, reloader)
+	s.refreshHealth()
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("GET /readyz", readyWithRules(reloader, readyz(ctx, engine, st.ready)))
-	mux.Handle("GET /healthcheck", readyWithRules(reloader, healthcheck(ctx, c, engine)))
+	mux.Handle("GET /healthcheck", readyWithRules(reloader, healthcheck(ctx, c, engine, st)))
 	prom := metricsHandler(c, m.Registry, engine.Rules)
 	if c.separateMetrics() {
 		mm := http.NewServeMux()
@@ -414,6 +420,10 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		serveWhenReady(gctx, s, reloader)
+		return nil
+	})
+	g.Go(func() error {
+		s.followHealth(gctx)
 		return nil
 	})
 	g.Go(func() error {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
@@ -213,24 +212,8 @@ func pending(src ruleSource) (<-chan struct{}, string) {
 	return x.Ready(), fmt.Sprintf("waiting for the first rules from the xDS server %s (node ID %q)", x.server, x.nodeID)
 }
 
-// holdHealth reports NOT_SERVING for every service while src waits for
-// its first rules; serveWhenReady ends it.
-func holdHealth(s *servers, src ruleSource) {
-	ready, _ := pending(src)
-	if ready == nil {
-		return
-	}
-	select {
-	case <-ready:
-	default:
-		for _, name := range s.healthNames {
-			s.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
-		}
-	}
-}
-
-// serveWhenReady reports SERVING once src has its first rules, unless ctx
-// ends first. After shutdown began, health.Server ignores it.
+// serveWhenReady refreshes health once src has its first rules, unless
+// ctx ends first. After shutdown began, health.Server ignores it.
 func serveWhenReady(ctx context.Context, s *servers, src ruleSource) {
 	ready, _ := pending(src)
 	if ready == nil {
@@ -239,9 +222,7 @@ func serveWhenReady(ctx context.Context, s *servers, src ruleSource) {
 	select {
 	case <-ctx.Done():
 	case <-ready:
-		for _, name := range s.healthNames {
-			s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
-		}
+		s.refreshHealth()
 	}
 }
 
