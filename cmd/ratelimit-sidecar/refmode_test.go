@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
@@ -139,4 +140,42 @@ func awaitRefHealth(t *testing.T, s *refSidecar, want healthpb.HealthCheckRespon
 			return
 		}
 	}
+}
+
+// TestXDSStateMetrics: a sidecar whose xDS server has no snapshot for it
+// (Envoy Gateway's settings: ready before the first push) says so in its
+// metrics and its start log, and the metrics follow the first push.
+func TestXDSStateMetrics(t *testing.T) {
+	srv := xdstest.Start(t)
+	var log syncBuffer
+	s := startSidecarLog(t, &log, xdsArgs(srv, "--force-start-without-rules", "--allow-empty-rules")...)
+	waitFor(t, func() bool {
+		_, body := s.get(t, "/metrics")
+		return strings.Contains(body, "ratelimit_sidecar_xds_connected 1")
+	})
+	_, body := s.get(t, "/metrics")
+	for _, want := range []string{"ratelimit_sidecar_xds_rules_received 0", "ratelimit_sidecar_xds_last_push_timestamp_seconds 0"} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("/metrics before any push lacks %s", want)
+		}
+	}
+	if !strings.Contains(log.String(), "serving before the xDS server has delivered rules") {
+		t.Errorf("start log does not warn of serving without rules:\n%s", log.String())
+	}
+
+	srv.Set(t, "envoy-ratelimit", "1", xdstest.RateLimitConfig("edge", "user", 2, rlsconf.RateLimitUnit_MINUTE))
+	srv.Await(t, 0, "ACKing version 1", isACK("1"))
+	waitFor(t, func() bool {
+		_, body := s.get(t, "/metrics")
+		return strings.Contains(body, "ratelimit_sidecar_xds_rules_received 1")
+	})
+	if _, body := s.get(t, "/metrics"); strings.Contains(body, "ratelimit_sidecar_xds_last_push_timestamp_seconds 0\n") {
+		t.Errorf("/metrics after a push: xds_last_push_timestamp_seconds still 0")
+	}
+
+	srv.Stop()
+	waitFor(t, func() bool {
+		_, body := s.get(t, "/metrics")
+		return strings.Contains(body, "ratelimit_sidecar_xds_connected 0")
+	})
 }

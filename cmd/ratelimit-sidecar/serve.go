@@ -106,6 +106,9 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if x, ok := rules.(*xdsRules); ok {
+		m.XDS(x.metricsState)
+	}
 
 	certs, err := openTLS(c, log, m)
 	if err != nil {
@@ -250,6 +253,15 @@ func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, 
 		zap.Int64("gc_percent", gcPercent),
 		zap.Int64("memory_limit_bytes", memLimit),
 	)
+	if !c.xds.enabled {
+		return
+	}
+	fields := []zap.Field{zap.String("xds_server", c.xds.server), zap.String("xds_node_id", c.xds.nodeID)}
+	if c.xds.forceStart {
+		log.Warn("serving before the xDS server has delivered rules (--force-start-without-rules): every request gets OK until it does; ratelimit_sidecar_xds_rules_received says when", fields...)
+	} else {
+		log.Info("not ready until the xDS server delivers rules", fields...)
+	}
 }
 
 // adminLogAddr is where the start log says the admin endpoints are.

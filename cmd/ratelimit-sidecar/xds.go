@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/xds"
@@ -193,6 +194,12 @@ type xdsRules struct {
 	*xds.Client
 	log            *zap.Logger
 	server, nodeID string
+}
+
+// metricsState is the client's state for the metrics.
+func (x *xdsRules) metricsState() metrics.XDSState {
+	st := x.State()
+	return metrics.XDSState{Connected: st.Connected, LastPush: st.LastPush, Applied: st.Applied}
 }
 
 // Reload answers SIGHUP: the rules are the server's last push, and there
