@@ -194,6 +194,12 @@ type refMapping struct {
 	apply    func(v *refValues, out *refOut)
 }
 
+// refGRPCMaxConns is --grpc-max-conns run as refName: the gRPC
+// connections of a central service, which each worker of each Envoy
+// holds one of, as the Helm chart sets it. Each connection holding 100
+// half-open streams costs about 0.8 MiB (docs/server-bounds.md).
+const refGRPCMaxConns = 256
+
 // refMappings are the variables that map onto our flags. The variables of
 // refRefusals that no mapping reads are honoured for their values that do
 // not make the refusal active (RUNTIME_IGNOREDOTFILES=true, USE_STATSD=false,
@@ -322,6 +328,12 @@ var refMappings = []refMapping{
 	// The reference does not start at all with a wrong password.
 	{flags: []string{"health-requires-redis-config"}, defaults: true,
 		apply: func(_ *refValues, out *refOut) { out.set("health-requires-redis-config", "true") }},
+	// No variable: the reference caps no connections, and run as a
+	// central service every worker of every Envoy connects to it (Envoy
+	// Gateway: each Envoy pod's workers). Our default, 64, is for one
+	// Envoy beside the sidecar.
+	{flags: []string{"grpc-max-conns"}, defaults: true,
+		apply: func(_ *refValues, out *refOut) { out.set("grpc-max-conns", strconv.Itoa(refGRPCMaxConns)) }},
 	// No variable: the reference bounds a request only by gRPC's message
 	// size. Envoy Gateway sends one descriptor per matching rule of a
 	// policy, up to its 128 rules, each with an entry per header match

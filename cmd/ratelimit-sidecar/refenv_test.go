@@ -161,12 +161,13 @@ func TestRefModeDefaults(t *testing.T) {
 		Pool, Deny, Descriptors, Entries       int
 		Age, Grace, RedisTimeout               time.Duration
 		Level, Prefix, Failure                 string
+		GRPCConns                              int
 		HealthRedis                            bool
 	}
 	see := func(c *settings) view {
 		return view{c.httpAddr, c.grpcAddr, c.ref.debugAddr, c.configPath, c.ref.watchLink, c.redis.URL,
 			c.redis.PoolSize, c.denyCacheEntries, c.request.MaxDescriptors, c.request.MaxEntries, c.bounds.maxConnAge, c.ref.connGrace, c.redis.Timeout, c.logLevel, c.redis.KeyPrefix,
-			c.failureMode.String(), c.ref.healthRequiresRedisConfig}
+			c.failureMode.String(), c.bounds.grpcMaxConns, c.ref.healthRequiresRedisConfig}
 	}
 	ref := view{
 		HTTP: "0.0.0.0:8080", GRPC: "0.0.0.0:8081", Debug: "0.0.0.0:6070",
@@ -175,14 +176,15 @@ func TestRefModeDefaults(t *testing.T) {
 		// The reference fails a request it cannot decide, and bounds a
 		// request by its size alone: Envoy Gateway's 128 rules fit.
 		Failure: "error", Descriptors: 128, Entries: 160,
-		// Its requests all fail while Redis refuses the configuration,
-		// and health says so.
-		HealthRedis: true,
+		// A central service, which every Envoy worker connects to; its
+		// requests all fail while Redis refuses the configuration, and
+		// health says so.
+		GRPCConns: 256, HealthRedis: true,
 		// Not the reference's: see refMappings.
 		RedisTimeout: 15 * time.Millisecond, Level: "info", Prefix: "rls:",
 	}
 	ours := view{
-		HTTP: "127.0.0.1:8080", GRPC: "127.0.0.1:8081", Config: "config/", Deny: 65536, Age: 30 * time.Minute, Failure: "local",
+		HTTP: "127.0.0.1:8080", GRPC: "127.0.0.1:8081", Config: "config/", Deny: 65536, Age: 30 * time.Minute, Failure: "local", GRPCConns: 64,
 		Descriptors: 64, Entries: 32,
 		RedisTimeout: 15 * time.Millisecond, Level: "info", Prefix: "rls:",
 	}
