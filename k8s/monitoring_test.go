@@ -43,6 +43,8 @@ func TestAlertRulesLoad(t *testing.T) {
 		"RateLimitSidecarConfigReloadFailed",
 		"RateLimitSidecarRedisCircuitOpen",
 		"RateLimitSidecarRedisConfigError",
+		"RateLimitSidecarXDSNoRules",
+		"RateLimitSidecarXDSDisconnected",
 		"RateLimitSidecarRedisErrors",
 		"RateLimitSidecarDecisionLatencyHigh",
 		"RateLimitSidecarCertificateExpiring",

@@ -39,6 +39,15 @@ const (
 	httpMaxHeaderBytes = 16 << 10
 )
 
+// The shortest durations the bound flags take: below them a connection
+// or a call is cut before it can do anything (1ns was accepted once).
+// They are far below any deployment's values, and low enough for tests.
+const (
+	minRequestTimeout = 10 * time.Millisecond  // --grpc-request-timeout
+	minConnAge        = 100 * time.Millisecond // --grpc-max-connection-age, unless 0
+	minIdleTimeout    = 100 * time.Millisecond // --idle-timeout
+)
+
 // bounds are the flags that bound the servers' resources.
 type bounds struct {
 	grpcMaxStreams uint          // concurrent streams per gRPC connection
@@ -58,12 +67,12 @@ func (b *bounds) check() error {
 		return fmt.Errorf("--grpc-max-conns: want 0 (no cap) or more, got %d", b.grpcMaxConns)
 	case b.httpMaxConns < 0:
 		return fmt.Errorf("--http-max-conns: want 0 (no cap) or more, got %d", b.httpMaxConns)
-	case b.requestTimeout <= 0:
-		return fmt.Errorf("--grpc-request-timeout: want more than 0, got %v", b.requestTimeout)
-	case b.maxConnAge < 0:
-		return fmt.Errorf("--grpc-max-connection-age: want 0 (no limit) or more, got %v", b.maxConnAge)
-	case b.idleTimeout <= 0:
-		return fmt.Errorf("--idle-timeout: want more than 0, got %v", b.idleTimeout)
+	case b.requestTimeout < minRequestTimeout:
+		return fmt.Errorf("--grpc-request-timeout: want %v or more, got %v", minRequestTimeout, b.requestTimeout)
+	case b.maxConnAge != 0 && b.maxConnAge < minConnAge:
+		return fmt.Errorf("--grpc-max-connection-age: want 0 (no limit) or %v or more, got %v", minConnAge, b.maxConnAge)
+	case b.idleTimeout < minIdleTimeout:
+		return fmt.Errorf("--idle-timeout: want %v or more, got %v", minIdleTimeout, b.idleTimeout)
 	}
 	return nil
 }

@@ -347,6 +347,9 @@ func TestBoundFlagsInvalid(t *testing.T) {
 		{[]string{"--grpc-request-timeout", "0s"}, "--grpc-request-timeout"},
 		{[]string{"--grpc-max-connection-age", "-1s"}, "--grpc-max-connection-age"},
 		{[]string{"--idle-timeout", "0s"}, "--idle-timeout"},
+		{[]string{"--idle-timeout", "1ns"}, "--idle-timeout: want 100ms or more, got 1ns"},
+		{[]string{"--grpc-request-timeout", "1ns"}, "--grpc-request-timeout: want 10ms or more, got 1ns"},
+		{[]string{"--grpc-max-connection-age", "1ns"}, "--grpc-max-connection-age: want 0 (no limit) or 100ms or more, got 1ns"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"sort"
@@ -44,6 +45,7 @@ type refApplied struct {
 	sentinelPassword *string
 	byFlag           map[string]string // flag → the variables that set it
 	byDefault        map[string]bool   // flags set by the reference's defaults alone
+	byRLS            map[string]string // flag → its RLS_ variable, where that set it
 }
 
 // applyRefEnv sets fs's flags from the reference's variables, except those
@@ -215,13 +217,30 @@ func (a *refApplied) finish(c *settings, fs *flag.FlagSet, args []string, getenv
 	c.env = a.report
 }
 
+// noteRLS records the flags that their RLS_ variables set and args,
+// which parse, do not, for explain.
+func (a *refApplied) noteRLS(fs *flag.FlagSet, args []string, getenv func(string) (string, bool)) {
+	inArgs := map[string]bool{}
+	for _, name := range argsFlags(args) {
+		inArgs[name] = true
+	}
+	a.byRLS = map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, ok := getenv(rlsEnvName(f.Name)); ok && !inArgs[f.Name] {
+			a.byRLS[f.Name] = rlsEnvName(f.Name)
+		}
+	})
+}
+
 // explain adds to a settings error which of the flags it names got their
-// values from the reference's variables, which the user set, not the
-// flags.
+// values from an RLS_ variable or the reference's variables, which the
+// user set, not the flags.
 func (a *refApplied) explain(err error) error {
 	var notes []string
 	msg := err.Error()
-	for f, vars := range a.byFlag {
+	from := maps.Clone(a.byFlag)
+	maps.Copy(from, a.byRLS)
+	for f, vars := range from {
 		i := strings.Index(msg, "--"+f)
 		for i >= 0 {
 			end := i + 2 + len(f)

@@ -110,6 +110,7 @@ func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	ref.noteRLS(fs, args, getenv)
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
@@ -231,7 +232,7 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	if err := c.rejections.check(); err != nil {
 		return err
 	}
-	if c.nearLimitRatio <= 0 || c.nearLimitRatio > 1 {
+	if !(c.nearLimitRatio > 0 && c.nearLimitRatio <= 1) { // NaN too
 		return fmt.Errorf("--near-limit-ratio: want a number above 0 and at most 1, got %v", c.nearLimitRatio)
 	}
 	if c.redis.URL, c.redisHostPort, err = redisURL(c.redis.URL); err != nil {
@@ -259,6 +260,9 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	}
 	if c.gc.limit, err = parseBytes(c.memoryLimit); err != nil {
 		return fmt.Errorf("--memory-limit: %w", err)
+	}
+	if c.gc.limit != 0 && c.gc.limit < minMemoryLimit {
+		return fmt.Errorf("--memory-limit: want 0 (none) or 16MiB or more, got %q: below the live heap the collector never stops", c.memoryLimit)
 	}
 	_, gogc := getenv("GOGC")
 	_, gomemlimit := getenv("GOMEMLIMIT")
@@ -293,6 +297,12 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	if c.rlqsIdleAfter <= 0 {
 		return fmt.Errorf("--rlqs-idle-after %s: must be above 0", c.rlqsIdleAfter)
 	}
+	if c.redis.PoolSize < 0 || c.redis.PoolSize > maxRedisPoolSize {
+		return fmt.Errorf("--redis-pool-size: want 0 (go-redis's default) to %d connections per Redis node, got %d", maxRedisPoolSize, c.redis.PoolSize)
+	}
+	if c.redis.Timeout != 0 && c.redis.Timeout < time.Millisecond {
+		return fmt.Errorf("--redis-timeout: want 1ms or more, got %v", c.redis.Timeout)
+	}
 	// A Redis flag that names only part of a topology is a mistake to
 	// report now, not a reason to run on the memory store.
 	if c.redis.Configured() {
@@ -302,6 +312,12 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	}
 	return nil
 }
+
+// maxRedisPoolSize is the most connections --redis-pool-size asks for
+// per Redis node: a tenth of Redis's default maxclients, so that ten
+// sidecars at it fill no node. Requests are pipelined, so a handful of
+// connections carries the load of thousands.
+const maxRedisPoolSize = 1000
 
 // inArgs reports whether args, which parse, set the flag name. The flag
 // set cannot tell: the environment's values are set on it too.

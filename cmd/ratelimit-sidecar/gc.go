@@ -19,6 +19,9 @@ import (
 const (
 	defaultGCPercent   = 400
 	defaultMemoryLimit = "64MiB"
+	// minMemoryLimit is the least soft memory limit: below the sidecar's
+	// live heap (a few MB) the collector would run without end.
+	minMemoryLimit = 16 << 20
 )
 
 // gcSettings are the garbage collector's settings that the sidecar

@@ -179,7 +179,7 @@ func TestGCFlags(t *testing.T) {
 		{name: "defaults", want: gcSettings{percent: 400, setPercent: true, limit: 64 << 20, setLimit: true}},
 		{name: "flags", give: []string{"--gc-percent", "150", "--memory-limit", "1GiB"}, want: gcSettings{percent: 150, setPercent: true, limit: 1 << 30, setLimit: true}},
 		{name: "no_limit", give: []string{"--memory-limit", "0"}, want: gcSettings{percent: 400, setPercent: true, setLimit: true}},
-		{name: "bytes", give: []string{"--memory-limit", "1000"}, want: gcSettings{percent: 400, setPercent: true, limit: 1000, setLimit: true}},
+		{name: "bytes", give: []string{"--memory-limit", "100000000"}, want: gcSettings{percent: 400, setPercent: true, limit: 100000000, setLimit: true}},
 		{name: "go_env", env: map[string]string{"GOGC": "100", "GOMEMLIMIT": "1GiB"}, want: gcSettings{percent: 400, limit: 64 << 20}},
 		{name: "rls_env", env: map[string]string{"RLS_GC_PERCENT": "200", "RLS_MEMORY_LIMIT": "32MiB"}, want: gcSettings{percent: 200, setPercent: true, limit: 32 << 20, setLimit: true}},
 	}
@@ -206,6 +206,8 @@ func TestGCFlagsInvalid(t *testing.T) {
 		{[]string{"--memory-limit", "64MB"}, "--memory-limit"},
 		{[]string{"--memory-limit", "-1"}, "--memory-limit"},
 		{[]string{"--memory-limit", "99999999TiB"}, "--memory-limit"},
+		{[]string{"--memory-limit", "1"}, "--memory-limit: want 0 (none) or 16MiB or more"},
+		{[]string{"--memory-limit", "15MiB"}, "--memory-limit: want 0 (none) or 16MiB or more"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {

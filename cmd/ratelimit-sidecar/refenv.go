@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"path/filepath"
 	"slices"
@@ -193,6 +194,12 @@ type refMapping struct {
 	apply    func(v *refValues, out *refOut)
 }
 
+// refGRPCMaxConns is --grpc-max-conns run as refName: the gRPC
+// connections of a central service, which each worker of each Envoy
+// holds one of, as the Helm chart sets it. Each connection holding 100
+// half-open streams costs about 0.8 MiB (docs/server-bounds.md).
+const refGRPCMaxConns = 256
+
 // refMappings are the variables that map onto our flags. The variables of
 // refRefusals that no mapping reads are honoured for their values that do
 // not make the refusal active (RUNTIME_IGNOREDOTFILES=true, USE_STATSD=false,
@@ -314,6 +321,19 @@ var refMappings = []refMapping{
 	// which is our failure mode error.
 	{flags: []string{"failure-mode"}, defaults: true,
 		apply: func(_ *refValues, out *refOut) { out.set("failure-mode", "error") }},
+	// No variable: with failure mode error every request fails while
+	// Redis refuses the configuration (a wrong REDIS_AUTH, an ACL, TLS),
+	// which Envoy then lets through; /healthcheck, the probe Envoy
+	// Gateway's deployment uses, and gRPC health say so, as /readyz does.
+	// The reference does not start at all with a wrong password.
+	{flags: []string{"health-requires-redis-config"}, defaults: true,
+		apply: func(_ *refValues, out *refOut) { out.set("health-requires-redis-config", "true") }},
+	// No variable: the reference caps no connections, and run as a
+	// central service every worker of every Envoy connects to it (Envoy
+	// Gateway: each Envoy pod's workers). Our default, 64, is for one
+	// Envoy beside the sidecar.
+	{flags: []string{"grpc-max-conns"}, defaults: true,
+		apply: func(_ *refValues, out *refOut) { out.set("grpc-max-conns", strconv.Itoa(refGRPCMaxConns)) }},
 	// No variable: the reference bounds a request only by gRPC's message
 	// size. Envoy Gateway sends one descriptor per matching rule of a
 	// policy, up to its 128 rules, each with an entry per header match
@@ -432,7 +452,7 @@ var refRefusals = []refRefusal{
 		"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR"},
 		reason: "no second Redis for per-second limits: every limit uses one Redis"},
 	{vars: []string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"},
-		reason: "/healthcheck does not follow Redis: while Redis is down, requests are answered by the failure mode, and /readyz reports domains whose failure mode is error"},
+		reason: "/healthcheck does not follow a Redis outage: while Redis is down, requests are answered by the failure mode, and /readyz reports domains whose failure mode is error (a refusal of the password, ACL or TLS does show, run as ratelimit)"},
 	{vars: []string{"REDIS_POOL_ON_EMPTY_BEHAVIOR"}, reason: "a request waits for a pooled connection within --redis-timeout, as WAIT does",
 		active: func(v *refValues) bool { return !strings.EqualFold(v.str("REDIS_POOL_ON_EMPTY_BEHAVIOR"), "WAIT") }},
 	{vars: []string{"REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME"},
@@ -766,6 +786,10 @@ func mapXDSBackoff(v *refValues, out *refOut) {
 	initial := v.duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL")
 	longest := v.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL")
 	factor := v.float("XDS_CLIENT_BACKOFF_RANDOM_FACTOR")
+	if math.IsNaN(factor) || math.IsInf(factor, 0) {
+		v.fail("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "want a finite number, got %q", v.str("XDS_CLIENT_BACKOFF_RANDOM_FACTOR"))
+		return
+	}
 	jitter := v.boolean("XDS_CLIENT_BACKOFF_JITTER")
 	// jpillora/backoff's own defaults for values of 0 or less.
 	if initial <= 0 {

@@ -161,11 +161,13 @@ func TestRefModeDefaults(t *testing.T) {
 		Pool, Deny, Descriptors, Entries       int
 		Age, Grace, RedisTimeout               time.Duration
 		Level, Prefix, Failure                 string
+		GRPCConns                              int
+		HealthRedis                            bool
 	}
 	see := func(c *settings) view {
 		return view{c.httpAddr, c.grpcAddr, c.ref.debugAddr, c.configPath, c.ref.watchLink, c.redis.URL,
 			c.redis.PoolSize, c.denyCacheEntries, c.request.MaxDescriptors, c.request.MaxEntries, c.bounds.maxConnAge, c.ref.connGrace, c.redis.Timeout, c.logLevel, c.redis.KeyPrefix,
-			c.failureMode.String()}
+			c.failureMode.String(), c.bounds.grpcMaxConns, c.ref.healthRequiresRedisConfig}
 	}
 	ref := view{
 		HTTP: "0.0.0.0:8080", GRPC: "0.0.0.0:8081", Debug: "0.0.0.0:6070",
@@ -174,11 +176,15 @@ func TestRefModeDefaults(t *testing.T) {
 		// The reference fails a request it cannot decide, and bounds a
 		// request by its size alone: Envoy Gateway's 128 rules fit.
 		Failure: "error", Descriptors: 128, Entries: 160,
+		// A central service, which every Envoy worker connects to; its
+		// requests all fail while Redis refuses the configuration, and
+		// health says so.
+		GRPCConns: 256, HealthRedis: true,
 		// Not the reference's: see refMappings.
 		RedisTimeout: 15 * time.Millisecond, Level: "info", Prefix: "rls:",
 	}
 	ours := view{
-		HTTP: "127.0.0.1:8080", GRPC: "127.0.0.1:8081", Config: "config/", Deny: 65536, Age: 30 * time.Minute, Failure: "local",
+		HTTP: "127.0.0.1:8080", GRPC: "127.0.0.1:8081", Config: "config/", Deny: 65536, Age: 30 * time.Minute, Failure: "local", GRPCConns: 64,
 		Descriptors: 64, Entries: 32,
 		RedisTimeout: 15 * time.Millisecond, Level: "info", Prefix: "rls:",
 	}
@@ -297,6 +303,19 @@ func TestRefEnvInvalid(t *testing.T) {
 		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c.pem"},
 			[]string{"--grpc-tls-cert and --grpc-tls-key: set both or neither", "--grpc-tls-cert is set from GRPC_SERVER_USE_TLS"}},
 		{map[string]string{"REDIS_URL": "r:1", "REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": "/c.pem"}, []string{"TLS client certificate and key must be set together", "--redis-url is set from REDIS_URL"}},
+		// Values that parse but mean nothing (issue 25).
+		{map[string]string{"NEAR_LIMIT_RATIO": "NaN"}, []string{"--near-limit-ratio: want a number above 0 and at most 1, got NaN", "--near-limit-ratio is set from NEAR_LIMIT_RATIO"}},
+		{map[string]string{"REDIS_URL": "r:1", "REDIS_POOL_SIZE": "100000000"},
+			[]string{"--redis-pool-size: want 0 (go-redis's default) to 1000 connections per Redis node, got 100000000", "--redis-pool-size is set from REDIS_POOL_SIZE"}},
+		{map[string]string{"REDIS_URL": "r:1", "REDIS_TIMEOUT": "1ns"}, []string{"--redis-timeout: want 1ms or more, got 1ns", "--redis-timeout is set from REDIS_TIMEOUT"}},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "NaN"}, []string{`XDS_CLIENT_BACKOFF_RANDOM_FACTOR: want a finite number, got "NaN"`}},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "1ns"},
+			[]string{"--xds-backoff-initial: want 10ms or more, got 1ns", "--xds-backoff-initial is set from XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"}},
+		// Our own variables are named as the reference's are.
+		{map[string]string{"RLS_IDLE_TIMEOUT": "1ns"}, []string{"--idle-timeout: want 100ms or more, got 1ns", "--idle-timeout is set from RLS_IDLE_TIMEOUT"}},
+		{map[string]string{"RLS_MEMORY_LIMIT": "1"}, []string{`--memory-limit: want 0 (none) or 16MiB or more, got "1"`, "--memory-limit is set from RLS_MEMORY_LIMIT"}},
+		{map[string]string{"RLS_NEAR_LIMIT_RATIO": "NaN"}, []string{"--near-limit-ratio is set from RLS_NEAR_LIMIT_RATIO"}},
+		{map[string]string{"RLS_XDS_BACKOFF_JITTER": "NaN"}, []string{"--xds-backoff-jitter: want a share from 0 to 1, got NaN", "--xds-backoff-jitter is set from RLS_XDS_BACKOFF_JITTER"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(slices.Sorted(maps.Keys(tt.give)), ","), func(t *testing.T) {
@@ -337,7 +356,7 @@ func TestRefEnvRefused(t *testing.T) {
 		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: a rejected request never consumes anything: counters never run past their limit",
 		"REDIS_PIPELINE_WINDOW: requests are pipelined with no window to wait out, to each Cluster master at once (see --redis-max-inflight)",
 		"REDIS_PERSECOND, REDIS_PERSECOND_URL: no second Redis for per-second limits: every limit uses one Redis",
-		"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: /healthcheck does not follow Redis: while Redis is down, requests are answered by the failure mode, and /readyz reports domains whose failure mode is error",
+		"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: /healthcheck does not follow a Redis outage: while Redis is down, requests are answered by the failure mode, and /readyz reports domains whose failure mode is error (a refusal of the password, ACL or TLS does show, run as ratelimit)",
 		"REDIS_POOL_ON_EMPTY_BEHAVIOR: a request waits for a pooled connection within --redis-timeout, as WAIT does",
 		"REDIS_STARTUP_MAX_ELAPSED_TIME: startup does not wait for Redis: requests are answered by the failure mode while it connects, with its own backoff",
 	}

@@ -18,7 +18,6 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"go.uber.org/zap"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
@@ -50,6 +49,10 @@ type refSettings struct {
 	headerNames         string
 	names               envoy.HeaderNames // headerNames, parsed
 
+	// healthRequiresRedisConfig: health is NOT_SERVING while Redis
+	// refuses the configuration (health.go).
+	healthRequiresRedisConfig bool
+
 	// onListen, if set, is called with the debug and metrics listeners'
 	// addresses ("" for none) once the servers are about to serve. Tests
 	// use it to find ports chosen by :0.
@@ -69,6 +72,7 @@ func (c *settings) defineRef(fs *flag.FlagSet) {
 	fs.BoolVar(&r.referenceMetrics, "reference-metrics", false, "serve envoyproxy/ratelimit's metric names too (ratelimit_service_*, as its default Prometheus mapping names them), derived from ours at each scrape")
 	fs.StringVar(&r.watchLink, "watch-link", "", "a symbolic link at or above --config whose replacement reloads the rules, as envoyproxy/ratelimit's RUNTIME_ROOT with RUNTIME_WATCH_ROOT")
 	fs.BoolVar(&r.healthRequiresRules, "health-requires-rules", false, "report gRPC health and /healthcheck as not serving while no rule is loaded")
+	fs.BoolVar(&r.healthRequiresRedisConfig, "health-requires-redis-config", false, "report gRPC health and /healthcheck as not serving while Redis refuses the sidecar's configuration (password, ACL or TLS), as /readyz does; on by default run as ratelimit, whose requests then all fail")
 	fs.BoolVar(&r.shadowMode, "shadow-mode", false, "answer OK to every request whatever its limits say (descriptor statuses and metrics still say OVER_LIMIT), as envoyproxy/ratelimit's SHADOW_MODE")
 	fs.BoolVar(&r.quotaMode, "quota-mode", false, "count every descriptor as a quota_mode one, which rejects a request only when every quota_mode descriptor of it is over, as envoyproxy/ratelimit's QUOTA_MODE")
 	fs.BoolVar(&r.dynamicMetadata, "response-dynamic-metadata", false, "add the request's domain, descriptors and hits, and the metadata of the rules of the descriptors that passed, to each response's dynamic_metadata, as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA")
@@ -219,18 +223,6 @@ func addrOf(l net.Listener) string {
 // adds RLQS's when it is served.
 var healthNames = []string{"", envoy.ServiceName, refHealthName}
 
-// setHealth reports every health name of s serving, unless rules must be
-// loaded and none is.
-func setHealth(s *servers, c *settings, rs *limits.Ruleset) {
-	st := healthpb.HealthCheckResponse_SERVING
-	if !servingRules(c, rs) {
-		st = healthpb.HealthCheckResponse_NOT_SERVING
-	}
-	for _, name := range s.healthNames {
-		s.health.SetServingStatus(name, st)
-	}
-}
-
 // servingRules reports whether the rules let the sidecar be healthy: any
 // rules at all, if --health-requires-rules asks for them.
 func servingRules(c *settings, rs *limits.Ruleset) bool {
@@ -239,27 +231,38 @@ func servingRules(c *settings, rs *limits.Ruleset) bool {
 
 // healthcheck answers GET /healthcheck as the reference does: 200 "OK"
 // while the sidecar serves, 500 once it is shutting down (SIGTERM: while
-// it drains), and 500 while no rule is loaded if --health-requires-rules
-// asks for rules.
-func healthcheck(ctx context.Context, c *settings, engine *limits.Engine) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+// it drains), 500 while no rule is loaded if --health-requires-rules asks
+// for rules, and 500 while Redis refuses the sidecar's configuration if
+// --health-requires-redis-config says so.
+func healthcheck(ctx context.Context, c *settings, engine *limits.Engine, st *sidecarStore) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case ctx.Err() != nil:
 			http.Error(w, "shutting down", http.StatusInternalServerError)
 		case !servingRules(c, engine.Rules()):
 			http.Error(w, "no rules loaded", http.StatusInternalServerError)
+		case c.ref.healthRequiresRedisConfig && st.refused() != nil:
+			// Check again, as /readyz does: a probe that Redis now
+			// accepts ends the refusal, and gRPC health follows.
+			if err := st.ready(r.Context()); errors.Is(err, errMisconfigured) {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			io.WriteString(w, "OK") //nolint:errcheck // the client went away
 		default:
 			io.WriteString(w, "OK") //nolint:errcheck // the client went away
 		}
 	})
 }
 
-// debugMux serves the debug listener: an index at /, /rlconfig and
-// /debug/config.
+// debugMux serves the debug listener: an index at /, /rlconfig and,
+// unless config is nil, /debug/config.
 func debugMux(config http.Handler, engine *limits.Engine) *http.ServeMux {
 	endpoints := map[string]string{
-		"/rlconfig":     "the rules in use, one line per limit, as envoyproxy/ratelimit prints them",
-		"/debug/config": "the rules in use as JSON, with their files and reload status",
+		"/rlconfig": "the rules in use, one line per limit, as envoyproxy/ratelimit prints them",
+	}
+	if config != nil {
+		endpoints["/debug/config"] = "the rules in use as JSON, with their files and reload status"
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
@@ -273,7 +276,9 @@ func debugMux(config http.Handler, engine *limits.Engine) *http.ServeMux {
 		}
 	})
 	mux.Handle("GET /rlconfig", rlconfig(engine))
-	mux.Handle("GET /debug/config", config)
+	if config != nil {
+		mux.Handle("GET /debug/config", config)
+	}
 	return mux
 }
 

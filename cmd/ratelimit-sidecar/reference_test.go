@@ -27,6 +27,7 @@ import (
 // name and environment.
 type refSidecar struct {
 	grpcAddr, httpAddr, debugAddr, metricsAddr string
+	adminAddr                                  string // --http-addr's unless --admin-addr is set
 	rls                                        rlsv3.RateLimitServiceClient
 	health                                     healthpb.HealthClient
 	log                                        *syncBuffer
@@ -43,7 +44,7 @@ func startAs(t *testing.T, argv0 string, env map[string]string, args ...string) 
 	}
 	s := &refSidecar{log: &syncBuffer{}}
 	ready := make(chan struct{}, 1)
-	c.onReady = func(g, h, _ string) { s.grpcAddr, s.httpAddr = g, h }
+	c.onReady = func(g, h, a string) { s.grpcAddr, s.httpAddr, s.adminAddr = g, h, a }
 	c.ref.onListen = func(d, m string) {
 		s.debugAddr, s.metricsAddr = d, m
 		ready <- struct{}{}
@@ -225,9 +226,9 @@ func TestHealthcheckWhileDraining(t *testing.T) {
 		status, _ := httpDo(t, "GET", s.httpAddr, "/healthcheck", "")
 		return status == http.StatusInternalServerError
 	})
-	if st := healthOf(t, s.health, "ratelimit"); st != healthpb.HealthCheckResponse_NOT_SERVING {
-		t.Errorf("gRPC health of ratelimit while draining: %v", st)
-	}
+	// Health goes NOT_SERVING as shutdown begins, a moment after
+	// /healthcheck sees the cancelled context.
+	awaitRefHealth(t, s, healthpb.HealthCheckResponse_NOT_SERVING)
 }
 
 // TestHealthRequiresRules: with HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED,

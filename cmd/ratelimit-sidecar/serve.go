@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -92,7 +93,7 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	onRules := func(rs config.ReloadStatus, err error) {
 		if err == nil {
 			st.rulesChanged()
-			setHealth(srv, c, engine.Rules())
+			srv.refreshHealth()
 		}
 		m.Reloaded(rs, err)
 	}
@@ -104,6 +105,9 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	rules, err := rulesFrom(c, reloader, engine, log, onRules)
 	if err != nil {
 		return err
+	}
+	if x, ok := rules.(*xdsRules); ok {
+		m.XDS(x.metricsState)
 	}
 
 	certs, err := openTLS(c, log, m)
@@ -238,7 +242,7 @@ func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, 
 		zap.String("revision", buildInfo().revision),
 		zap.String("grpc_addr", lis.grpc.Addr().String()),
 		zap.String("http_addr", lis.http.Addr().String()),
-		zap.String("admin_addr", lis.adminAddr()),
+		zap.String("admin_addr", adminLogAddr(c, lis)),
 		zap.String("store", st.name),
 		zap.String("failure_mode", c.failureMode.String()),
 		zap.String("config", c.configPath),
@@ -249,6 +253,23 @@ func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, 
 		zap.Int64("gc_percent", gcPercent),
 		zap.Int64("memory_limit_bytes", memLimit),
 	)
+	if !c.xds.enabled {
+		return
+	}
+	fields := []zap.Field{zap.String("xds_server", c.xds.server), zap.String("xds_node_id", c.xds.nodeID)}
+	if c.xds.forceStart {
+		log.Warn("serving before the xDS server has delivered rules (--force-start-without-rules): every request gets OK until it does; ratelimit_sidecar_xds_rules_received says when", fields...)
+	} else {
+		log.Info("not ready until the xDS server delivers rules", fields...)
+	}
+}
+
+// adminLogAddr is where the start log says the admin endpoints are.
+func adminLogAddr(c *settings, lis *listeners) string {
+	if !adminServed(c) {
+		return "none (run as " + refName + ": set --admin-addr to serve /debug/config and /debug/counters)"
+	}
+	return lis.adminAddr()
 }
 
 // streamWorkers is the least number of gRPC stream workers: enough for
@@ -275,13 +296,19 @@ type servers struct {
 
 	debug   *http.Server // nil without --debug-addr
 	metrics *http.Server // nil: the metrics are on http
+
+	// What health reports follows (health.go).
+	engine   *limits.Engine
+	rules    ruleSource
+	st       *sidecarStore
+	healthMu sync.Mutex
 }
 
 // newServers builds the servers. ctx is serve's: once it ends, /readyz
 // says the sidecar is shutting down. certs is nil unless gRPC is served
 // over TLS, and tr without --tracing.
 func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics, certs *grpcTLS, tr *sidecarTracing) *servers {
-	s := &servers{c: c, log: log, certs: certs}
+	s := &servers{c: c, log: log, certs: certs, engine: engine, rules: reloader, st: st}
 	stopping, stopStreams := context.WithCancel(context.Background())
 	s.stopStreams = stopStreams
 	sb := &streamBound{timeout: c.bounds.requestTimeout, stopping: stopping}
@@ -317,15 +344,14 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	sb.streaming = streamingMethods(s.grpc)
-	setHealth(s, c, engine.Rules())
-	holdHealth(s, reloader)
+	s.refreshHealth()
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("GET /readyz", readyWithRules(reloader, readyz(ctx, engine, st.ready)))
-	mux.Handle("GET /healthcheck", readyWithRules(reloader, healthcheck(ctx, c, engine)))
+	mux.Handle("GET /healthcheck", readyWithRules(reloader, healthcheck(ctx, c, engine, st)))
 	prom := metricsHandler(c, m.Registry, engine.Rules)
 	if c.separateMetrics() {
 		mm := http.NewServeMux()
@@ -339,17 +365,32 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 		admin = http.NewServeMux()
 		s.admin = c.bounds.httpServer(admin)
 	}
-	admin.Handle("GET /debug/config", debugConfig(reloader, engine))
-	cs := newCounters(engine, st, c, log, m)
-	admin.HandleFunc("GET /debug/counters", cs.read)
-	admin.HandleFunc("POST /debug/counters/reset", cs.reset)
+	var configPage http.Handler // nil: /debug/config is not served
+	if adminServed(c) {
+		configPage = debugConfig(reloader, engine)
+		admin.Handle("GET /debug/config", configPage)
+		cs := newCounters(engine, st, c, log, m)
+		admin.HandleFunc("GET /debug/counters", cs.read)
+		admin.HandleFunc("POST /debug/counters/reset", cs.reset)
+	}
 	if c.ref.debugAddr != "" {
-		s.debug = c.bounds.httpServer(debugMux(debugConfig(reloader, engine), engine))
+		if c.env.refMode {
+			configPage = nil // the reference's debug port has no such endpoint
+		}
+		s.debug = c.bounds.httpServer(debugMux(configPage, engine))
 	}
 	admin.Handle("/json", rls.JSONHandler()) // any method: the handler answers 405 itself
 	s.http = c.bounds.httpServer(mux)
 	return s
 }
+
+// adminServed reports whether the admin endpoints (/debug/config,
+// /debug/counters) are served. Run as refName they are only on
+// --admin-addr: the reference has none, and its HTTP port listens on
+// every address, where /debug/counters would show anyone who reaches it
+// any counter they can name. /json stays on --http-addr there, as the
+// reference has it.
+func adminServed(c *settings) bool { return !c.env.refMode || c.adminAddr != "" }
 
 // readyz answers /readyz: ready when the store can decide, or when the
 // failure mode of every domain in use can answer in its place. Domains
@@ -391,6 +432,10 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		serveWhenReady(gctx, s, reloader)
+		return nil
+	})
+	g.Go(func() error {
+		s.followHealth(gctx)
 		return nil
 	})
 	g.Go(func() error {

@@ -42,6 +42,9 @@ type opened struct {
 	// refusals reports the remote store refusing the sidecar for its
 	// configuration; nil if it cannot.
 	refusals refusals
+	// refusalChanged receives when a refusal starts, changes or ends;
+	// nil if refusals is.
+	refusalChanged <-chan struct{}
 }
 
 // refusals is what a store reports of refusals for its configuration:
@@ -74,9 +77,18 @@ func openMemory(_ context.Context, c *settings, _ *zap.Logger) (opened, error) {
 
 func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error) {
 	goredis.SetLogger(redisLog{log})
+	// Size 1: a change not yet seen needs no second signal, since its
+	// reader reads the refusals as they are then.
+	changed := make(chan struct{}, 1)
 	lazy, err := redis.Connect(ctx, c.redis, redis.LazyOptions{
-		OnConnect:     func() { log.Info("redis connected") },
-		OnConfigError: func(e *redis.ConfigError, cleared bool) { logConfigError(log, e, cleared) },
+		OnConnect: func() { log.Info("redis connected") },
+		OnConfigError: func(e *redis.ConfigError, cleared bool) {
+			logConfigError(log, e, cleared)
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		},
 	})
 	if err != nil {
 		return opened{}, err
@@ -84,7 +96,7 @@ func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error
 	if !lazy.Connected() {
 		log.Error("redis not connected at startup; serving by the failure mode while retrying", zap.Error(lazy.LastError()))
 	}
-	return opened{Store: lazy, ping: lazy.Probe, probe: lazy.ProbeAny, close: lazy.Close, refusals: lazy}, nil
+	return opened{Store: lazy, ping: lazy.Probe, probe: lazy.ProbeAny, close: lazy.Close, refusals: lazy, refusalChanged: changed}, nil
 }
 
 // logConfigError logs a refusal of the sidecar by Redis for its
@@ -149,6 +161,20 @@ type sidecarStore struct {
 	// shared is the shared store behind its breaker, which RLQS takes
 	// quota from; nil for a local backend.
 	shared limits.Store
+	// refusals is the backend's record of refusals for its
+	// configuration, and refusalChanged signals its changes; both nil
+	// if it keeps none.
+	refusals       refusals
+	refusalChanged <-chan struct{}
+}
+
+// refused returns the error of Redis refusing the sidecar's
+// configuration (errMisconfigured), nil if it does not.
+func (s *sidecarStore) refused() error {
+	if s.refusals == nil {
+		return nil
+	}
+	return misconfigured(s.refusals.ConfigErrors())
 }
 
 // releaseLeases gives the hits that leases hold unused back to the
@@ -201,6 +227,9 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 		name:  b.name,
 		ready: func(context.Context) error { return nil },
 		close: o.close,
+
+		refusals:       o.refusals,
+		refusalChanged: o.refusalChanged,
 	}
 	s.counters, _ = o.Store.(counterStore)
 	if o.ping == nil {

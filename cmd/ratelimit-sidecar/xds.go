@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/xds"
@@ -53,6 +53,10 @@ type xdsSettings struct {
 	header   map[string]string
 }
 
+// minXDSBackoff is the shortest reconnect wait --xds-backoff-initial
+// takes.
+const minXDSBackoff = 10 * time.Millisecond
+
 // finish checks the xDS flags and parses the metadata and headers.
 func (x *xdsSettings) finish() error {
 	switch strings.ToLower(x.configType) {
@@ -64,6 +68,19 @@ func (x *xdsSettings) finish() error {
 	}
 	if x.forceStart && !x.enabled {
 		return fmt.Errorf("--force-start-without-rules: only with --config-type xds")
+	}
+	// A wait below minXDSBackoff would let a client hammer a server
+	// that refuses it.
+	switch b := x.backoff; {
+	case b.initial < minXDSBackoff:
+		return fmt.Errorf("--xds-backoff-initial: want %v or more, got %v", minXDSBackoff, b.initial)
+	case b.max < b.initial:
+		return fmt.Errorf("--xds-backoff-max: want at least --xds-backoff-initial (%v), got %v", b.initial, b.max)
+	case !(b.jitter >= 0 && b.jitter <= 1): // NaN too
+		return fmt.Errorf("--xds-backoff-jitter: want a share from 0 to 1, got %v", b.jitter)
+	}
+	if x.maxMessageBytes < 0 {
+		return fmt.Errorf("--xds-max-message-bytes: want 0 (gRPC's default) or more, got %d", x.maxMessageBytes)
 	}
 	x.tls = x.tls || x.tlsCA != "" || x.tlsCert != "" || x.tlsKey != "" || x.tlsServerName != ""
 	var err error
@@ -179,6 +196,12 @@ type xdsRules struct {
 	server, nodeID string
 }
 
+// metricsState is the client's state for the metrics.
+func (x *xdsRules) metricsState() metrics.XDSState {
+	st := x.State()
+	return metrics.XDSState{Connected: st.Connected, LastPush: st.LastPush, Applied: st.Applied}
+}
+
 // Reload answers SIGHUP: the rules are the server's last push, and there
 // is nothing to read again.
 func (x *xdsRules) Reload() (bool, error) {
@@ -196,24 +219,8 @@ func pending(src ruleSource) (<-chan struct{}, string) {
 	return x.Ready(), fmt.Sprintf("waiting for the first rules from the xDS server %s (node ID %q)", x.server, x.nodeID)
 }
 
-// holdHealth reports NOT_SERVING for every service while src waits for
-// its first rules; serveWhenReady ends it.
-func holdHealth(s *servers, src ruleSource) {
-	ready, _ := pending(src)
-	if ready == nil {
-		return
-	}
-	select {
-	case <-ready:
-	default:
-		for _, name := range s.healthNames {
-			s.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
-		}
-	}
-}
-
-// serveWhenReady reports SERVING once src has its first rules, unless ctx
-// ends first. After shutdown began, health.Server ignores it.
+// serveWhenReady refreshes health once src has its first rules, unless
+// ctx ends first. After shutdown began, health.Server ignores it.
 func serveWhenReady(ctx context.Context, s *servers, src ruleSource) {
 	ready, _ := pending(src)
 	if ready == nil {
@@ -222,9 +229,7 @@ func serveWhenReady(ctx context.Context, s *servers, src ruleSource) {
 	select {
 	case <-ctx.Done():
 	case <-ready:
-		for _, name := range s.healthNames {
-			s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
-		}
+		s.refreshHealth()
 	}
 }
 

@@ -154,6 +154,7 @@ func scrape(t *testing.T) (map[string][]string, map[string]bool) {
 		t.Fatal("failing store decided, want the failure mode to")
 	}
 	m.RedisConfigErrors([]string{"auth", "acl", "tls"}, refusingRedis{})
+	m.XDS(func() metrics.XDSState { return metrics.XDSState{} }) // a server that never answered
 	m.BreakerChanged(true, limits.ErrStoreUnavailable)
 	m.BreakerChanged(false, nil)
 	m.Reloaded(config.ReloadStatus{Checksum: rs.Checksum, LoadedAt: time.Now()}, nil)

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -127,6 +128,33 @@ type Client struct {
 
 	mu     sync.Mutex // guards status
 	status config.ReloadStatus
+
+	// What State reports, written by Watch's goroutine.
+	connected atomic.Bool
+	lastPush  atomic.Int64 // Unix nanoseconds; 0: none yet
+	applied   atomic.Bool  // a push's rules have been in use
+}
+
+// State is what a Client knows of its server, for metrics and the log.
+type State struct {
+	// Connected is set while a stream to the server is open.
+	Connected bool
+	// LastPush is when the last push arrived, good or not; zero if none
+	// has.
+	LastPush time.Time
+	// Applied is set once a push's rules have been put in use (a push
+	// equal to the rules in use counts); the rules the client started
+	// with do not count.
+	Applied bool
+}
+
+// State returns what the client knows of its server now.
+func (c *Client) State() State {
+	st := State{Connected: c.connected.Load(), Applied: c.applied.Load()}
+	if n := c.lastPush.Load(); n != 0 {
+		st.LastPush = time.Unix(0, n)
+	}
+	return st
 }
 
 // New returns a client that will apply pushes to engine, whose rules in
@@ -243,6 +271,8 @@ func (c *Client) stream(ctx context.Context, ads sotw.ADSClient, repeat *backoff
 	if err := ads.InitConnect(conn); err != nil {
 		return false, fmt.Errorf("open stream: %w", err)
 	}
+	c.connected.Store(true)
+	defer c.connected.Store(false)
 	c.log.Info("xds stream open", zap.String("server", c.o.Server), zap.String("node_id", c.o.NodeID))
 	quiet := time.AfterFunc(c.quiet, func() {
 		c.log.Warn("xds server has pushed nothing on this stream yet; check that it has a snapshot for the node ID",
@@ -255,6 +285,7 @@ func (c *Client) stream(ctx context.Context, ads sotw.ADSClient, repeat *backoff
 		if err != nil {
 			return pushed, err
 		}
+		c.lastPush.Store(time.Now().UnixNano())
 		if !pushed {
 			quiet.Stop()
 			pushed = true
@@ -320,6 +351,7 @@ func (c *Client) apply(resources []*anypb.Any) (repeated bool, err error) {
 		return false, err
 	}
 	c.rejected, c.rejectedErr = "", nil
+	c.applied.Store(true)
 	defer c.markReady()
 	if rs.Checksum == c.status.Checksum {
 		// The rules in use, again: after a reconnect, or a rejected push
