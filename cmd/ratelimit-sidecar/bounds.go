@@ -8,10 +8,11 @@ import (
 	"net/http"
 	"time"
 
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/tap"
+
+	caplisten "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen" // serve.go declares listen
 )
 
 // Bounds on what a client can make the servers hold. The ones a
@@ -69,13 +70,14 @@ func (b *bounds) check() error {
 }
 
 // limitListener caps the connections l has open at once at n (0: no
-// cap). Beyond it, Accept waits for one to close, so a new client waits
-// in the kernel's accept queue instead of taking a file descriptor.
+// cap). A new client never waits for room: the connection that has sent
+// nothing for longest, of the peer holding the most, is closed for it,
+// so no client can hold the cap (internal/listen).
 func limitListener(l net.Listener, n int) net.Listener {
 	if n <= 0 {
 		return l
 	}
-	return netutil.LimitListener(l, n)
+	return caplisten.New(l, n)
 }
 
 // grpcOptions returns the gRPC server's options that bound its

@@ -160,8 +160,8 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 
 	// Bounds on what clients can make the servers hold: see bounds.go.
 	fs.UintVar(&c.bounds.grpcMaxStreams, "grpc-max-streams", 100, "most gRPC calls in flight on one connection; the server refuses more, and Envoy opens another connection for them")
-	fs.IntVar(&c.bounds.grpcMaxConns, "grpc-max-conns", 64, "most gRPC connections open at once (0: no cap); a connection beyond waits to be accepted. Keep it above Envoy's --concurrency")
-	fs.IntVar(&c.bounds.httpMaxConns, "http-max-conns", 128, "most connections open at once on --http-addr, and on --admin-addr (0: no cap); a connection beyond waits to be accepted")
+	fs.IntVar(&c.bounds.grpcMaxConns, "grpc-max-conns", 64, "most gRPC connections open at once (0: no cap); a new one closes the connection quiet for longest of the peer holding the most. Keep it above Envoy's --concurrency")
+	fs.IntVar(&c.bounds.httpMaxConns, "http-max-conns", 128, "most connections open at once on --http-addr, and on --admin-addr (0: no cap); a new one closes the connection quiet for longest of the peer holding the most")
 	fs.DurationVar(&c.bounds.requestTimeout, "grpc-request-timeout", 2*time.Second, "how long a gRPC call may take to send its request: a unary call without a sooner deadline of its own is cancelled after this, and so is a streaming call that has sent no message by then; also bounds a new connection's TLS and HTTP/2 handshakes")
 	fs.DurationVar(&c.bounds.maxConnAge, "grpc-max-connection-age", 30*time.Minute, "close a gRPC connection after about this long (0: never), with a GOAWAY first and --shutdown-timeout for its calls in flight to finish")
 	fs.DurationVar(&c.bounds.idleTimeout, "idle-timeout", time.Minute, "close a gRPC connection with no call in flight, or an HTTP connection with no request, after this long")
