@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"runtime"
 	"time"
 
 	"google.golang.org/grpc"
@@ -39,6 +40,15 @@ const (
 	httpWriteTimeout   = 30 * time.Second
 	httpMaxHeaderBytes = 16 << 10
 )
+
+// tlsHandshakeSlots is how many TLS handshakes may compute at once (a
+// signature, a key agreement, a client certificate's check): a quarter of
+// the CPUs the sidecar may use, and at least one. More wait, each for at
+// most --grpc-request-timeout. One slot passes over 1,400 handshakes a
+// second (0.7 ms each with the client's share, one after another on 2
+// CPUs), so every worker of a few hundred Envoys reconnecting at once
+// waits well under that timeout.
+func tlsHandshakeSlots() int { return max(1, runtime.GOMAXPROCS(0)/4) }
 
 // bounds are the flags that bound the servers' resources.
 type bounds struct {

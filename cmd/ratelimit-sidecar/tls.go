@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certreload"
+	caplisten "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen" // serve.go declares listen
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 )
 
@@ -58,6 +59,7 @@ type grpcTLS struct {
 	files *certreload.Reloader
 	m     *metrics.TLS
 	log   *zap.Logger
+	gate  *caplisten.HandshakeGate
 }
 
 // openTLS reads the TLS files, or returns nil when TLS is off.
@@ -66,7 +68,7 @@ func openTLS(c *settings, log *zap.Logger, m *metrics.Metrics) (*grpcTLS, error)
 	if !t.on() {
 		return nil, nil
 	}
-	g := &grpcTLS{log: log}
+	g := &grpcTLS{log: log, gate: caplisten.NewHandshakeGate(tlsHandshakeSlots(), c.bounds.requestTimeout)}
 	files, err := certreload.New(log, certreload.Options{
 		CertFile:     t.cert,
 		KeyFile:      t.key,
@@ -91,12 +93,12 @@ func openTLS(c *settings, log *zap.Logger, m *metrics.Metrics) (*grpcTLS, error)
 
 // serverOptions returns the gRPC server's options for TLS; none when g is
 // nil. The handshake runs within grpc.ConnectionTimeout (see bounds.go),
-// like the HTTP/2 handshake after it.
+// like the HTTP/2 handshake after it, and its computing through g's gate.
 func (g *grpcTLS) serverOptions() []grpc.ServerOption {
 	if g == nil {
 		return nil
 	}
-	return []grpc.ServerOption{grpc.Creds(countedCreds{TransportCredentials: credentials.NewTLS(g.files.Config()), failed: g.failed})}
+	return []grpc.ServerOption{grpc.Creds(countedCreds{TransportCredentials: credentials.NewTLS(g.files.Config()), failed: g.failed, gate: g.gate})}
 }
 
 // watch reloads the files when they change, until ctx ends.
@@ -121,14 +123,19 @@ func (g *grpcTLS) failed(remote net.Addr, err error) {
 }
 
 // countedCreds reports the server handshakes that fail, except those of
-// clients that close before sending anything: TCP probes of the port.
+// clients that close before sending anything: TCP probes of the port. Its
+// handshakes compute through gate, so that clients that only handshake
+// cannot take the CPU the calls need.
 type countedCreds struct {
 	credentials.TransportCredentials
 	failed func(net.Addr, error)
+	gate   *caplisten.HandshakeGate
 }
 
 func (c countedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	out, info, err := c.TransportCredentials.ServerHandshake(conn)
+	gc := c.gate.Conn(conn)
+	out, info, err := c.TransportCredentials.ServerHandshake(gc)
+	gc.Done()
 	if err != nil && !errors.Is(err, io.EOF) {
 		c.failed(conn.RemoteAddr(), err)
 	}
@@ -136,5 +143,5 @@ func (c countedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.Auth
 }
 
 func (c countedCreds) Clone() credentials.TransportCredentials {
-	return countedCreds{TransportCredentials: c.TransportCredentials.Clone(), failed: c.failed}
+	return countedCreds{TransportCredentials: c.TransportCredentials.Clone(), failed: c.failed, gate: c.gate}
 }

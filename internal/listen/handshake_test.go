@@ -1,0 +1,162 @@
+package listen
+
+import (
+	"crypto/tls"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certtest"
+)
+
+// tlsServer serves TLS handshakes on loopback through gate, with client
+// certificates required when clientAuth; each connection is closed once
+// its handshake ends.
+type tlsServer struct {
+	addr   string
+	client *tls.Config
+}
+
+func startTLS(t *testing.T, gate *HandshakeGate, clientAuth bool) *tlsServer {
+	t.Helper()
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, dir, "ca")
+	pair := ca.Issue(t, "server")
+	cfg := ca.ServerConfig(t, pair, clientAuth)
+	var client *tls.Config
+	if clientAuth {
+		cp := ca.Issue(t, "client")
+		client = ca.ClientConfig(t, &cp)
+	} else {
+		client = ca.ClientConfig(t, nil)
+	}
+	client.ServerName = "localhost"
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(time.Minute))
+				gc := gate.Conn(c)
+				tc := tls.Server(gc, cfg)
+				err := tc.Handshake()
+				gc.Done()
+				if err == nil {
+					tc.Write([]byte{1})
+				}
+			})
+		}
+	})
+	t.Cleanup(func() {
+		l.Close()
+		wg.Wait()
+	})
+	return &tlsServer{addr: l.Addr().String(), client: client}
+}
+
+// handshake makes a full handshake with s and reads the byte the server
+// sends after it, within 10s.
+func (s *tlsServer) handshake() error {
+	c, err := net.DialTimeout("tcp", s.addr, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	tc := tls.Client(c, s.client)
+	if err := tc.Handshake(); err != nil {
+		return err
+	}
+	_, err = tc.Read(make([]byte, 1))
+	return err
+}
+
+// TestHandshakeGateBounds: clients that handshake over and over, many at
+// once, get at most the gate's number of handshakes computing at once,
+// and every handshake still succeeds, with and without client
+// certificates. Without a gate (one slot per client) 8 clients had up to
+// 8 at once.
+func TestHandshakeGateBounds(t *testing.T) {
+	const clients, each = 8, 10
+	for _, clientAuth := range []bool{false, true} {
+		gate := NewHandshakeGate(1, time.Minute)
+		s := startTLS(t, gate, clientAuth)
+		var wg sync.WaitGroup
+		errs := make(chan error, clients*each)
+		for range clients {
+			wg.Go(func() {
+				for range each {
+					errs <- s.handshake()
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("client certificates %v: %v", clientAuth, err)
+			}
+		}
+		if p := gate.Peak(); p != 1 {
+			t.Errorf("client certificates %v: %d handshakes computing at once, want 1", clientAuth, p)
+		}
+	}
+}
+
+// stalled is a connection whose reads wait until it is closed: a TLS
+// client on it sends its ClientHello and waits for ever.
+type stalled struct {
+	net.Conn
+	closed chan struct{}
+}
+
+func (s *stalled) Read([]byte) (int, error) {
+	<-s.closed
+	return 0, net.ErrClosed
+}
+
+// TestHandshakeGateWaitsForNoClient: clients that send part of a
+// ClientHello, or a whole one and then nothing, hold no slot: a full
+// handshake with the gate's only slot still succeeds while they wait.
+func TestHandshakeGateWaitsForNoClient(t *testing.T) {
+	const n = 4
+	gate := NewHandshakeGate(1, time.Minute)
+	s := startTLS(t, gate, false)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for range n {
+		c, err := net.DialTimeout("tcp", s.addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		// A handshake record's header announcing 512 bytes, and 3.
+		if _, err := c.Write([]byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range n {
+		c, err := net.DialTimeout("tcp", s.addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := &stalled{Conn: c, closed: make(chan struct{})}
+		defer func() {
+			close(sc.closed)
+			c.Close()
+		}()
+		wg.Go(func() { tls.Client(sc, s.client).Handshake() })
+	}
+	if err := s.handshake(); err != nil {
+		t.Fatalf("a full handshake beside %d stalled ones: %v", 2*n, err)
+	}
+}
