@@ -172,6 +172,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.tls.clientCA, "grpc-tls-client-ca", "", "PEM CAs of client certificates: clients must present a certificate one of them signed (mutual TLS). Read again when it changes")
 	fs.StringVar(&c.tls.clientSAN, "grpc-tls-client-san", "", "a name the client certificate must hold: a DNS name or IP address, matched as a server's name is, or a URI (spiffe://...) exactly; needs --grpc-tls-client-ca")
 	fs.StringVar(&c.tls.minVersion, "grpc-tls-min-version", "1.2", "least TLS version of the gRPC listener: 1.2 or 1.3")
+	fs.Float64Var(&c.tls.handshakeRate, "grpc-tls-handshake-rate", 500, "most TLS handshakes the gRPC listener starts a second, in bursts of as many (0: no limit); one that would wait past --grpc-request-timeout for its turn fails")
 
 	failure := "local"
 	fs.StringVar(&failure, "failure-mode", failure, "what requests get while Redis cannot decide: open, closed, local or error; rule files may override it per domain")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 
 	"go.uber.org/zap"
@@ -27,6 +28,9 @@ type tlsSettings struct {
 	clientSAN  string // and holding this name
 	minVersion string // "1.2" or "1.3"
 	min        uint16 // minVersion, parsed by check
+	// handshakeRate is how many handshakes may start a second, in bursts
+	// of as many; 0: no limit.
+	handshakeRate float64
 }
 
 // on reports whether the gRPC listener serves TLS.
@@ -41,6 +45,8 @@ func (t *tlsSettings) check() error {
 		return errors.New("--grpc-tls-client-san: needs --grpc-tls-client-ca (only a client certificate holds a SAN)")
 	case t.clientCA != "" && !t.on():
 		return errors.New("--grpc-tls-client-ca: needs --grpc-tls-cert and --grpc-tls-key (client certificates are asked for only over TLS)")
+	case !(t.handshakeRate >= 0) || math.IsInf(t.handshakeRate, 1):
+		return fmt.Errorf("--grpc-tls-handshake-rate: want 0 (no limit) or more, got %v", t.handshakeRate)
 	}
 	switch t.minVersion {
 	case "1.2":
@@ -68,7 +74,12 @@ func openTLS(c *settings, log *zap.Logger, m *metrics.Metrics) (*grpcTLS, error)
 	if !t.on() {
 		return nil, nil
 	}
-	g := &grpcTLS{log: log, gate: caplisten.NewHandshakeGate(tlsHandshakeSlots(), c.bounds.requestTimeout)}
+	g := &grpcTLS{log: log, gate: caplisten.NewHandshakeGate(caplisten.HandshakeOptions{
+		Slots: tlsHandshakeSlots(),
+		Rate:  t.handshakeRate,
+		Burst: int(min(t.handshakeRate, math.MaxInt32)),
+		Wait:  c.bounds.requestTimeout,
+	})}
 	files, err := certreload.New(log, certreload.Options{
 		CertFile:     t.cert,
 		KeyFile:      t.key,

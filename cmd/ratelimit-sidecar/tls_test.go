@@ -156,6 +156,8 @@ func TestTLSFlagsInvalid(t *testing.T) {
 		{[]string{"--grpc-tls-client-san", "envoy"}, "--grpc-tls-client-san: needs --grpc-tls-client-ca"},
 		{append([]string{"--grpc-tls-client-san", "envoy"}, pair...), "--grpc-tls-client-san: needs --grpc-tls-client-ca"},
 		{append([]string{"--grpc-tls-min-version", "1.1"}, pair...), `--grpc-tls-min-version: want 1.2 or 1.3, got "1.1"`},
+		{append([]string{"--grpc-tls-handshake-rate", "-1"}, pair...), "--grpc-tls-handshake-rate: want 0 (no limit) or more, got -1"},
+		{append([]string{"--grpc-tls-handshake-rate", "NaN"}, pair...), "--grpc-tls-handshake-rate: want 0 (no limit) or more, got NaN"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
@@ -461,6 +463,32 @@ func TestTLSBounds(t *testing.T) {
 					break
 				}
 			})
+		}
+	})
+
+	t.Run("handshake rate", func(t *testing.T) {
+		// One handshake an hour, so a burst of one: of a few at once,
+		// the first succeeds and the others, which would wait past
+		// --grpc-request-timeout, fail at once. Before the rate, all did.
+		const n = 4
+		s := startTLS(t, nil, append(flags, "--grpc-tls-handshake-rate", fmt.Sprint(1.0/3600))...)
+		ok := 0
+		for range n {
+			conn, err := net.DialTimeout("tcp", s.grpcAddr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := ca.ClientConfig(t, nil)
+			cfg.ServerName, cfg.NextProtos = "localhost", []string{"h2"}
+			tc := tls.Client(conn, cfg)
+			tc.SetDeadline(time.Now().Add(10 * time.Second))
+			if tc.Handshake() == nil {
+				ok++
+			}
+			conn.Close()
+		}
+		if ok != 1 {
+			t.Errorf("%d of %d handshakes succeeded, want 1", ok, n)
 		}
 	})
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -14,7 +15,7 @@ import (
 const maxRecord = 5 + 1<<14 + 2048
 
 // ErrHandshakeBusy is returned by a gated connection's Read when no
-// handshake slot frees up in time.
+// handshake token or slot frees up in time.
 var ErrHandshakeBusy = errors.New("too many tls handshakes at once")
 
 var errRecordTooLong = errors.New("tls record too long")
@@ -30,17 +31,67 @@ var errRecordTooLong = errors.New("tls record too long")
 // only once a whole TLS record has arrived, and gives it back when the
 // server next writes. So a client that sends part of a ClientHello, or
 // stalls between its flights, holds none.
+//
+// A gate may also bound the rate of handshakes, as a token bucket: a
+// handshake takes a token when its ClientHello has arrived, and waits
+// for one if none is left.
 type HandshakeGate struct {
 	slots chan struct{}
-	wait  time.Duration
+	o     HandshakeOptions
 	held  atomic.Int32
 	peak  atomic.Int32
+
+	mu   sync.Mutex
+	next time.Time // when the bucket is full again; requires mu
 }
 
-// NewHandshakeGate returns a gate for n handshakes at once (at least 1).
-// A handshake that waits longer than wait for a slot fails.
-func NewHandshakeGate(n int, wait time.Duration) *HandshakeGate {
-	return &HandshakeGate{slots: make(chan struct{}, max(n, 1)), wait: wait}
+// HandshakeOptions configure a HandshakeGate.
+type HandshakeOptions struct {
+	// Slots is how many handshakes may compute at once; at least 1.
+	Slots int
+	// Rate is how many handshakes may start a second, and Burst how many
+	// at once beyond that rate (at least 1). 0: no bound on the rate.
+	Rate  float64
+	Burst int
+	// Wait is the longest a handshake waits for a token and a slot
+	// together; one that would wait longer fails with ErrHandshakeBusy.
+	Wait time.Duration
+	// Now reads the clock; nil: time.Now.
+	Now func() time.Time
+}
+
+// NewHandshakeGate returns a gate with the options o.
+func NewHandshakeGate(o HandshakeOptions) *HandshakeGate {
+	o.Slots, o.Burst = max(o.Slots, 1), max(o.Burst, 1)
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &HandshakeGate{slots: make(chan struct{}, o.Slots), o: o}
+}
+
+// reserve takes a token for a handshake starting at now and returns how
+// long it must wait for it, or false, taking none, if that is longer
+// than the gate's Wait. The bucket is a schedule (GCRA): next is when it
+// would be full again, and a token is free while that is at most Burst
+// tokens away.
+func (g *HandshakeGate) reserve(now time.Time) (time.Duration, bool) {
+	if g.o.Rate <= 0 {
+		return 0, true
+	}
+	interval := time.Duration(float64(time.Second) / g.o.Rate)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	next := g.next
+	if next.Before(now) {
+		next = now
+	}
+	next = next.Add(interval)
+	wait := max(next.Sub(now)-time.Duration(g.o.Burst)*interval, 0)
+	if wait > g.o.Wait {
+		return 0, false
+	}
+	g.next = next
+	return wait, true
 }
 
 // Peak returns the most slots held at once so far.
@@ -53,13 +104,30 @@ func (g *HandshakeGate) Conn(c net.Conn) *GatedConn {
 	return &GatedConn{Conn: c, g: g}
 }
 
-func (g *HandshakeGate) acquire() error {
-	t := time.NewTimer(g.wait)
-	defer t.Stop()
+// acquire takes a slot, and first a token if token is set.
+func (g *HandshakeGate) acquire(token bool) error {
+	wait := g.o.Wait
+	if token {
+		d, ok := g.reserve(g.o.Now())
+		if !ok {
+			return ErrHandshakeBusy
+		}
+		if d > 0 {
+			t := time.NewTimer(d)
+			<-t.C
+		}
+		wait -= d
+	}
 	select {
 	case g.slots <- struct{}{}:
-	case <-t.C:
-		return ErrHandshakeBusy
+	default:
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case g.slots <- struct{}{}:
+		case <-t.C:
+			return ErrHandshakeBusy
+		}
 	}
 	n := g.held.Add(1)
 	for p := g.peak.Load(); n > p && !g.peak.CompareAndSwap(p, n); p = g.peak.Load() {
@@ -80,6 +148,7 @@ type GatedConn struct {
 	g       *HandshakeGate
 	done    atomic.Bool
 	holding bool   // a slot is held
+	started bool   // a token was taken
 	buf     []byte // the rest of a record read before taking a slot
 }
 
@@ -107,10 +176,10 @@ func (c *GatedConn) Read(b []byte) (int, error) {
 		}
 		return 0, err
 	}
-	if err := c.g.acquire(); err != nil {
+	if err := c.g.acquire(!c.started); err != nil {
 		return 0, err
 	}
-	c.holding = true
+	c.started, c.holding = true, true
 	c.buf = rec
 	return c.Read(b)
 }

@@ -88,7 +88,7 @@ func (s *tlsServer) handshake() error {
 func TestHandshakeGateBounds(t *testing.T) {
 	const clients, each = 8, 10
 	for _, clientAuth := range []bool{false, true} {
-		gate := NewHandshakeGate(1, time.Minute)
+		gate := NewHandshakeGate(HandshakeOptions{Slots: 1, Wait: time.Minute})
 		s := startTLS(t, gate, clientAuth)
 		var wg sync.WaitGroup
 		errs := make(chan error, clients*each)
@@ -129,7 +129,7 @@ func (s *stalled) Read([]byte) (int, error) {
 // handshake with the gate's only slot still succeeds while they wait.
 func TestHandshakeGateWaitsForNoClient(t *testing.T) {
 	const n = 4
-	gate := NewHandshakeGate(1, time.Minute)
+	gate := NewHandshakeGate(HandshakeOptions{Slots: 1, Wait: time.Minute})
 	s := startTLS(t, gate, false)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -158,5 +158,57 @@ func TestHandshakeGateWaitsForNoClient(t *testing.T) {
 	}
 	if err := s.handshake(); err != nil {
 		t.Fatalf("a full handshake beside %d stalled ones: %v", 2*n, err)
+	}
+}
+
+func TestReserve(t *testing.T) {
+	// 10 a second (one each 100ms), 3 at once, waiting at most 150ms.
+	g := NewHandshakeGate(HandshakeOptions{Rate: 10, Burst: 3, Wait: 150 * time.Millisecond})
+	t0 := time.Unix(1000, 0)
+	tests := []struct {
+		give     time.Time
+		wantWait time.Duration
+		wantOK   bool
+	}{
+		{t0, 0, true},
+		{t0, 0, true},
+		{t0, 0, true},
+		{t0, 100 * time.Millisecond, true},
+		{t0, 0, false}, // 200ms away
+		{t0.Add(50 * time.Millisecond), 150 * time.Millisecond, true},
+		{t0.Add(time.Second), 0, true},
+	}
+	for i, tt := range tests {
+		wait, ok := g.reserve(tt.give)
+		if wait != tt.wantWait || ok != tt.wantOK {
+			t.Errorf("reserve %d at %v: %v, %v; want %v, %v", i, tt.give.Sub(t0), wait, ok, tt.wantWait, tt.wantOK)
+		}
+	}
+}
+
+func TestReserveNoRate(t *testing.T) {
+	g := NewHandshakeGate(HandshakeOptions{})
+	for i := range 1000 {
+		if wait, ok := g.reserve(time.Unix(0, 0)); wait != 0 || !ok {
+			t.Fatalf("reserve %d without a rate: %v, %v", i, wait, ok)
+		}
+	}
+}
+
+// TestHandshakeGateRate: past its burst, a gate lets handshakes start
+// only at its rate; one that would wait too long for its turn fails at
+// once. Without a rate, all 10 succeed.
+func TestHandshakeGateRate(t *testing.T) {
+	const n, burst = 10, 3
+	gate := NewHandshakeGate(HandshakeOptions{Slots: 1, Rate: 1.0 / 3600, Burst: burst, Wait: time.Minute})
+	s := startTLS(t, gate, false)
+	ok := 0
+	for range n {
+		if s.handshake() == nil {
+			ok++
+		}
+	}
+	if ok != burst {
+		t.Errorf("%d of %d handshakes at once succeeded, want the burst, %d", ok, n, burst)
 	}
 }
