@@ -29,8 +29,8 @@ var errRecordTooLong = errors.New("tls record too long")
 // A handshake holds a slot while the server works on what the client
 // sent, and not while it waits for the client: a connection takes a slot
 // only once a whole TLS record has arrived, and gives it back when the
-// server next writes. So a client that sends part of a ClientHello, or
-// stalls between its flights, holds none.
+// server writes or wants the next record. So a client that sends part of
+// a ClientHello, or stalls anywhere in its flights, holds none.
 //
 // A gate may also bound the rate of handshakes, as a token bucket: a
 // handshake takes a token when its ClientHello has arrived, and waits
@@ -158,8 +158,14 @@ func (c *GatedConn) Read(b []byte) (int, error) {
 		c.buf = c.buf[n:]
 		return n, nil
 	}
-	if c.holding || c.done.Load() {
+	if c.done.Load() {
 		return c.Conn.Read(b)
+	}
+	// The server is done with the records it had and waits for the
+	// client: it computes nothing until the next one has arrived.
+	if c.holding {
+		c.holding = false
+		c.g.release()
 	}
 	rec, err := readRecord(c.Conn)
 	if errors.Is(err, errRecordTooLong) {

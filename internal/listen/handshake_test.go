@@ -124,9 +124,32 @@ func (s *stalled) Read([]byte) (int, error) {
 	return 0, net.ErrClosed
 }
 
+// stalledAfterCCS is a connection on which a TLS 1.3 client sends its
+// ChangeCipherSpec record and then nothing more: the server has one
+// record of the client's second flight, and waits for the rest.
+type stalledAfterCCS struct {
+	net.Conn
+	sent   chan struct{} // closed once the record is sent
+	closed chan struct{}
+}
+
+func (s *stalledAfterCCS) Write(b []byte) (int, error) {
+	ccs := []byte{0x14, 0x03, 0x03, 0x00, 0x01, 0x01}
+	if len(b) >= len(ccs) && string(b[:len(ccs)]) == string(ccs) {
+		if _, err := s.Conn.Write(ccs); err != nil {
+			return 0, err
+		}
+		close(s.sent)
+		<-s.closed
+		return 0, net.ErrClosed
+	}
+	return s.Conn.Write(b)
+}
+
 // TestHandshakeGateWaitsForNoClient: clients that send part of a
-// ClientHello, or a whole one and then nothing, hold no slot: a full
-// handshake with the gate's only slot still succeeds while they wait.
+// ClientHello, a whole one and then nothing, or one record of their
+// second flight, hold no slot: a full handshake with the gate's only
+// slot still succeeds while they wait.
 func TestHandshakeGateWaitsForNoClient(t *testing.T) {
 	const n = 4
 	gate := NewHandshakeGate(HandshakeOptions{Slots: 1, Wait: time.Minute})
@@ -156,8 +179,27 @@ func TestHandshakeGateWaitsForNoClient(t *testing.T) {
 		}()
 		wg.Go(func() { tls.Client(sc, s.client).Handshake() })
 	}
+	for range n {
+		c, err := net.DialTimeout("tcp", s.addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := &stalledAfterCCS{Conn: c, sent: make(chan struct{}), closed: make(chan struct{})}
+		defer func() {
+			close(sc.closed)
+			c.Close()
+		}()
+		cfg := s.client.Clone()
+		cfg.MinVersion = tls.VersionTLS13
+		wg.Go(func() { tls.Client(sc, cfg).Handshake() })
+		select {
+		case <-sc.sent:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no ChangeCipherSpec within 10s")
+		}
+	}
 	if err := s.handshake(); err != nil {
-		t.Fatalf("a full handshake beside %d stalled ones: %v", 2*n, err)
+		t.Fatalf("a full handshake beside %d stalled ones: %v", 3*n, err)
 	}
 }
 
