@@ -6,12 +6,14 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"runtime"
 	"time"
 
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/tap"
+
+	caplisten "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen" // serve.go declares listen
 )
 
 // Bounds on what a client can make the servers hold. The ones a
@@ -48,6 +50,15 @@ const (
 	minIdleTimeout    = 100 * time.Millisecond // --idle-timeout
 )
 
+// tlsHandshakeSlots is how many TLS handshakes may compute at once (a
+// signature, a key agreement, a client certificate's check): a quarter of
+// the CPUs the sidecar may use, and at least one. More wait, each for at
+// most --grpc-request-timeout. One slot passes over 1,400 handshakes a
+// second (0.7 ms each with the client's share, one after another on 2
+// CPUs), so every worker of a few hundred Envoys reconnecting at once
+// waits well under that timeout.
+func tlsHandshakeSlots() int { return max(1, runtime.GOMAXPROCS(0)/4) }
+
 // bounds are the flags that bound the servers' resources.
 type bounds struct {
 	grpcMaxStreams uint          // concurrent streams per gRPC connection
@@ -78,13 +89,14 @@ func (b *bounds) check() error {
 }
 
 // limitListener caps the connections l has open at once at n (0: no
-// cap). Beyond it, Accept waits for one to close, so a new client waits
-// in the kernel's accept queue instead of taking a file descriptor.
+// cap). A new client never waits for room: the connection that has sent
+// nothing for longest, of the peer holding the most, is closed for it,
+// so no client can hold the cap (internal/listen).
 func limitListener(l net.Listener, n int) net.Listener {
 	if n <= 0 {
 		return l
 	}
-	return netutil.LimitListener(l, n)
+	return caplisten.New(l, n)
 }
 
 // grpcOptions returns the gRPC server's options that bound its

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -12,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
@@ -134,58 +137,101 @@ func readResponse(t *testing.T, conn net.Conn, br *bufio.Reader, wait time.Durat
 	return r
 }
 
-// TestHTTPConnectionCap fills --http-max-conns with idle keep-alive
-// connections: a connection beyond waits unanswered, without costing the
-// sidecar a file descriptor, until one of them closes; gRPC is not
-// affected.
-func TestHTTPConnectionCap(t *testing.T) {
-	const max = 8
-	s := startSidecar(t, "--config", "../../config/", "--http-max-conns", fmt.Sprint(max))
-	idle := make([]net.Conn, max)
-	for i := range idle {
-		var r *http.Response
-		if idle[i], _, r = keepAlive(t, s.httpAddr, "/healthz", 5*time.Second); r == nil || r.StatusCode != http.StatusOK {
-			t.Fatalf("connection %d: %v", i, r)
+// TestHTTPConnectionCapHeld fills --http-max-conns, three times over,
+// with connections that hold on: keep-alive connections that made one
+// request, and connections that send nothing. The probes and a new
+// client are still answered, the oldest held connections are closed to
+// make room for them, and gRPC is not affected. Before the listener
+// reclaimed connections, the probes waited until a held connection
+// closed itself: for --idle-timeout (1m) or the header timeout (5s a
+// round of the cap).
+func TestHTTPConnectionCapHeld(t *testing.T) {
+	const max, held = 4, 3 * 4
+	shapes := []struct {
+		name string
+		hold func(t *testing.T, addr string) net.Conn
+	}{
+		{"keep-alive after one request", func(t *testing.T, addr string) net.Conn {
+			c, _, r := keepAlive(t, addr, "/healthz", 10*time.Second)
+			if r == nil || r.StatusCode != http.StatusOK {
+				t.Fatalf("the held connection's request: %v", r)
+			}
+			return c
+		}},
+		{"nothing sent", func(t *testing.T, addr string) net.Conn {
+			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			return c
+		}},
+	}
+	for _, tt := range shapes {
+		t.Run(tt.name, func(t *testing.T) {
+			s := startSidecar(t, "--config", "../../config/", "--http-max-conns", fmt.Sprint(max))
+			var conns []net.Conn
+			for range held {
+				conns = append(conns, tt.hold(t, s.httpAddr))
+			}
+			client := &http.Client{Timeout: 10 * time.Second}
+			for _, path := range []string{"/healthz", "/readyz", "/healthcheck"} {
+				r, err := client.Get("http://" + s.httpAddr + path)
+				if err != nil {
+					t.Fatalf("GET %s with the cap held: %v", path, err)
+				}
+				r.Body.Close()
+				if r.StatusCode != http.StatusOK {
+					t.Errorf("GET %s with the cap held: %s", path, r.Status)
+				}
+			}
+			// The sidecar holds the cap: it closed the oldest held
+			// connections, all but max-1 of them beside the probes'.
+			for i, c := range conns[:held-max+1] {
+				if !closedWithin(c, 10*time.Second) {
+					t.Errorf("held connection %d of %d still open, want the oldest %d closed", i, held, held-max+1)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := s.health.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+				t.Errorf("gRPC health check with the HTTP listener full: %v", err)
+			}
+		})
+	}
+}
+
+// closedWithin reports whether the peer of c closes it within wait: a
+// read ends in EOF or a reset, not a timeout. Bytes read are skipped.
+func closedWithin(c net.Conn, wait time.Duration) bool {
+	c.SetReadDeadline(time.Now().Add(wait))
+	defer c.SetReadDeadline(time.Time{})
+	buf := make([]byte, 4096)
+	for {
+		if _, err := c.Read(buf); err != nil {
+			var ne net.Error
+			return !(errors.As(err, &ne) && ne.Timeout())
 		}
-	}
-	over, br, r := keepAlive(t, s.httpAddr, "/healthz", 300*time.Millisecond)
-	if r != nil {
-		t.Fatalf("connection %d of a cap of %d answered at once: %s", max+1, max, r.Status)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := s.health.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
-		t.Errorf("gRPC health check with the HTTP listener full: %v", err)
-	}
-	idle[0].Close()
-	if r := readResponse(t, over, br, 5*time.Second); r == nil || r.StatusCode != http.StatusOK {
-		t.Errorf("connection %d, once another closed: %v, want 200 within 5s", max+1, r)
 	}
 }
 
 // TestHTTPIdleTimeout opens more idle keep-alive connections than
-// --http-max-conns: the sidecar closes each after --idle-timeout, so those
-// waiting beyond the cap are served, and so is a new health probe.
+// --http-max-conns, one after another: the sidecar closes each, after
+// --idle-timeout or to make room for the next, and serves a new health
+// probe.
 func TestHTTPIdleTimeout(t *testing.T) {
 	const max = 8
 	s := startSidecar(t, "--config", "../../config/", "--http-max-conns", fmt.Sprint(max), "--idle-timeout", "200ms")
 	type conn struct {
 		c  net.Conn
 		br *bufio.Reader
-		r  *http.Response
 	}
 	conns := make([]conn, max+4)
 	for i := range conns {
 		c := &conns[i]
-		c.c, c.br, c.r = keepAlive(t, s.httpAddr, "/healthz", 0)
-	}
-	for i := range conns {
-		c := &conns[i]
-		if c.r == nil {
-			c.r = readResponse(t, c.c, c.br, 10*time.Second)
-		}
-		if c.r == nil || c.r.StatusCode != http.StatusOK {
-			t.Fatalf("connection %d (cap %d): %v, want 200 within 10s", i, max, c.r)
+		var r *http.Response
+		if c.c, c.br, r = keepAlive(t, s.httpAddr, "/healthz", 10*time.Second); r == nil || r.StatusCode != http.StatusOK {
+			t.Fatalf("connection %d (cap %d): %v, want 200 within 10s", i, max, r)
 		}
 	}
 	// Every connection is now idle: the sidecar must close it.
@@ -206,34 +252,69 @@ func TestHTTPIdleTimeout(t *testing.T) {
 	}
 }
 
-// TestGRPCConnectionCapAndIdle fills --grpc-max-conns with connections
-// that never start a call: one beyond waits to be accepted until one of
-// them closes; with a short --idle-timeout the sidecar closes them itself
-// (GOAWAY, then EOF), and a gRPC client still gets answers.
-func TestGRPCConnectionCapAndIdle(t *testing.T) {
+// TestGRPCConnectionCapHeld fills --grpc-max-conns with connections
+// that hold on: ones that send nothing, and ones that hold a health
+// Watch. A new client's call is still answered. Before the listener
+// reclaimed connections, it waited until one of them closed: for
+// --grpc-request-timeout, and for the Watch streams
+// --grpc-max-connection-age (30m).
+func TestGRPCConnectionCapHeld(t *testing.T) {
 	const max = 4
-	accepted := func(c *rawH2) func() bool { return func() bool { return c.settings } }
-
-	t.Run("cap", func(t *testing.T) {
-		s := startSidecar(t, "--config", "../../config/", "--grpc-max-conns", fmt.Sprint(max))
-		var held []*rawH2
-		for i := range max {
-			c := dialH2(t, s.grpcAddr)
-			if !c.wait(5*time.Second, accepted(c)) {
-				t.Fatalf("connection %d: no SETTINGS within 5s", i)
+	t.Run("nothing sent", func(t *testing.T) {
+		s := startSidecar(t, "--config", "../../config/", "--grpc-max-conns", fmt.Sprint(max), "--grpc-request-timeout", "1m")
+		var conns []net.Conn
+		for range 3 * max {
+			c, err := net.DialTimeout("tcp", s.grpcAddr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
 			}
-			held = append(held, c)
+			defer c.Close()
+			conns = append(conns, c)
 		}
-		over := dialH2(t, s.grpcAddr)
-		if over.wait(300*time.Millisecond, accepted(over)) {
-			t.Fatalf("connection %d of a cap of %d was accepted at once", max+1, max)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := s.rls.ShouldRateLimit(ctx, userRequest("alice", 0)); err != nil {
+			t.Fatalf("a new client with the cap held: %v", err)
 		}
-		held[0].close()
-		if !over.wait(5*time.Second, accepted(over)) {
-			t.Errorf("connection %d, once another closed: no SETTINGS within 5s", max+1)
+		// The oldest were closed: all but max-1 beside the new client's.
+		for i, c := range conns[:len(conns)-max+1] {
+			if !closedWithin(c, 10*time.Second) {
+				t.Errorf("held connection %d of %d still open, want the oldest %d closed", i, len(conns), len(conns)-max+1)
+			}
 		}
 	})
 
+	t.Run("health Watch", func(t *testing.T) {
+		s := startSidecar(t, "--config", "../../config/", "--grpc-max-conns", fmt.Sprint(max))
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		for i := range max {
+			conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h, err := w.Recv(); err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+				t.Fatalf("Watch %d: %v, %v; want SERVING", i, h, err)
+			}
+		}
+		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer rcancel()
+		if _, err := s.rls.ShouldRateLimit(rctx, userRequest("alice", 0)); err != nil {
+			t.Fatalf("a new client with the cap held by Watch streams: %v", err)
+		}
+	})
+}
+
+// TestGRPCIdle: with a short --idle-timeout the sidecar closes
+// connections that start no call (GOAWAY, then EOF), and a gRPC client
+// still gets answers.
+func TestGRPCIdle(t *testing.T) {
+	const max = 4
 	t.Run("idle", func(t *testing.T) {
 		s := startSidecar(t, "--config", "../../config/", "--grpc-max-conns", fmt.Sprint(max), "--idle-timeout", "200ms")
 		var conns []*rawH2

@@ -161,8 +161,8 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 
 	// Bounds on what clients can make the servers hold: see bounds.go.
 	fs.UintVar(&c.bounds.grpcMaxStreams, "grpc-max-streams", 100, "most gRPC calls in flight on one connection; the server refuses more, and Envoy opens another connection for them")
-	fs.IntVar(&c.bounds.grpcMaxConns, "grpc-max-conns", 64, "most gRPC connections open at once (0: no cap); a connection beyond waits to be accepted. Keep it above Envoy's --concurrency")
-	fs.IntVar(&c.bounds.httpMaxConns, "http-max-conns", 128, "most connections open at once on --http-addr, and on --admin-addr (0: no cap); a connection beyond waits to be accepted")
+	fs.IntVar(&c.bounds.grpcMaxConns, "grpc-max-conns", 64, "most gRPC connections open at once (0: no cap); a new one closes the connection quiet for longest of the peer holding the most. Keep it above Envoy's --concurrency")
+	fs.IntVar(&c.bounds.httpMaxConns, "http-max-conns", 128, "most connections open at once on --http-addr, and on --admin-addr (0: no cap); a new one closes the connection quiet for longest of the peer holding the most")
 	fs.DurationVar(&c.bounds.requestTimeout, "grpc-request-timeout", 2*time.Second, "how long a gRPC call may take to send its request: a unary call without a sooner deadline of its own is cancelled after this, and so is a streaming call that has sent no message by then; also bounds a new connection's TLS and HTTP/2 handshakes")
 	fs.DurationVar(&c.bounds.maxConnAge, "grpc-max-connection-age", 30*time.Minute, "close a gRPC connection after about this long (0: never), with a GOAWAY first and --shutdown-timeout for its calls in flight to finish")
 	fs.DurationVar(&c.bounds.idleTimeout, "idle-timeout", time.Minute, "close a gRPC connection with no call in flight, or an HTTP connection with no request, after this long")
@@ -173,6 +173,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.tls.clientCA, "grpc-tls-client-ca", "", "PEM CAs of client certificates: clients must present a certificate one of them signed (mutual TLS). Read again when it changes")
 	fs.StringVar(&c.tls.clientSAN, "grpc-tls-client-san", "", "a name the client certificate must hold: a DNS name or IP address, matched as a server's name is, or a URI (spiffe://...) exactly; needs --grpc-tls-client-ca")
 	fs.StringVar(&c.tls.minVersion, "grpc-tls-min-version", "1.2", "least TLS version of the gRPC listener: 1.2 or 1.3")
+	fs.Float64Var(&c.tls.handshakeRate, "grpc-tls-handshake-rate", 500, "most TLS handshakes the gRPC listener starts a second, in bursts of as many (0: no limit); one that would wait past --grpc-request-timeout for its turn fails")
 
 	failure := "local"
 	fs.StringVar(&failure, "failure-mode", failure, "what requests get while Redis cannot decide: open, closed, local or error; rule files may override it per domain")

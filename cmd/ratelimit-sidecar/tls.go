@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 
 	"go.uber.org/zap"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certreload"
+	caplisten "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen" // serve.go declares listen
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 )
 
@@ -26,6 +28,9 @@ type tlsSettings struct {
 	clientSAN  string // and holding this name
 	minVersion string // "1.2" or "1.3"
 	min        uint16 // minVersion, parsed by check
+	// handshakeRate is how many handshakes may start a second, in bursts
+	// of as many; 0: no limit.
+	handshakeRate float64
 }
 
 // on reports whether the gRPC listener serves TLS.
@@ -40,6 +45,8 @@ func (t *tlsSettings) check() error {
 		return errors.New("--grpc-tls-client-san: needs --grpc-tls-client-ca (only a client certificate holds a SAN)")
 	case t.clientCA != "" && !t.on():
 		return errors.New("--grpc-tls-client-ca: needs --grpc-tls-cert and --grpc-tls-key (client certificates are asked for only over TLS)")
+	case !(t.handshakeRate >= 0) || math.IsInf(t.handshakeRate, 1):
+		return fmt.Errorf("--grpc-tls-handshake-rate: want 0 (no limit) or more, got %v", t.handshakeRate)
 	}
 	switch t.minVersion {
 	case "1.2":
@@ -58,6 +65,7 @@ type grpcTLS struct {
 	files *certreload.Reloader
 	m     *metrics.TLS
 	log   *zap.Logger
+	gate  *caplisten.HandshakeGate
 }
 
 // openTLS reads the TLS files, or returns nil when TLS is off.
@@ -66,7 +74,12 @@ func openTLS(c *settings, log *zap.Logger, m *metrics.Metrics) (*grpcTLS, error)
 	if !t.on() {
 		return nil, nil
 	}
-	g := &grpcTLS{log: log}
+	g := &grpcTLS{log: log, gate: caplisten.NewHandshakeGate(caplisten.HandshakeOptions{
+		Slots: tlsHandshakeSlots(),
+		Rate:  t.handshakeRate,
+		Burst: int(min(t.handshakeRate, math.MaxInt32)),
+		Wait:  c.bounds.requestTimeout,
+	})}
 	files, err := certreload.New(log, certreload.Options{
 		CertFile:     t.cert,
 		KeyFile:      t.key,
@@ -91,12 +104,12 @@ func openTLS(c *settings, log *zap.Logger, m *metrics.Metrics) (*grpcTLS, error)
 
 // serverOptions returns the gRPC server's options for TLS; none when g is
 // nil. The handshake runs within grpc.ConnectionTimeout (see bounds.go),
-// like the HTTP/2 handshake after it.
+// like the HTTP/2 handshake after it, and its computing through g's gate.
 func (g *grpcTLS) serverOptions() []grpc.ServerOption {
 	if g == nil {
 		return nil
 	}
-	return []grpc.ServerOption{grpc.Creds(countedCreds{TransportCredentials: credentials.NewTLS(g.files.Config()), failed: g.failed})}
+	return []grpc.ServerOption{grpc.Creds(countedCreds{TransportCredentials: credentials.NewTLS(g.files.Config()), failed: g.failed, gate: g.gate})}
 }
 
 // watch reloads the files when they change, until ctx ends.
@@ -121,14 +134,19 @@ func (g *grpcTLS) failed(remote net.Addr, err error) {
 }
 
 // countedCreds reports the server handshakes that fail, except those of
-// clients that close before sending anything: TCP probes of the port.
+// clients that close before sending anything: TCP probes of the port. Its
+// handshakes compute through gate, so that clients that only handshake
+// cannot take the CPU the calls need.
 type countedCreds struct {
 	credentials.TransportCredentials
 	failed func(net.Addr, error)
+	gate   *caplisten.HandshakeGate
 }
 
 func (c countedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	out, info, err := c.TransportCredentials.ServerHandshake(conn)
+	gc := c.gate.Conn(conn)
+	out, info, err := c.TransportCredentials.ServerHandshake(gc)
+	gc.Done()
 	if err != nil && !errors.Is(err, io.EOF) {
 		c.failed(conn.RemoteAddr(), err)
 	}
@@ -136,5 +154,5 @@ func (c countedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.Auth
 }
 
 func (c countedCreds) Clone() credentials.TransportCredentials {
-	return countedCreds{TransportCredentials: c.TransportCredentials.Clone(), failed: c.failed}
+	return countedCreds{TransportCredentials: c.TransportCredentials.Clone(), failed: c.failed, gate: c.gate}
 }

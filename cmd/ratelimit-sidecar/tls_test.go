@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -157,6 +156,8 @@ func TestTLSFlagsInvalid(t *testing.T) {
 		{[]string{"--grpc-tls-client-san", "envoy"}, "--grpc-tls-client-san: needs --grpc-tls-client-ca"},
 		{append([]string{"--grpc-tls-client-san", "envoy"}, pair...), "--grpc-tls-client-san: needs --grpc-tls-client-ca"},
 		{append([]string{"--grpc-tls-min-version", "1.1"}, pair...), `--grpc-tls-min-version: want 1.2 or 1.3, got "1.1"`},
+		{append([]string{"--grpc-tls-handshake-rate", "-1"}, pair...), "--grpc-tls-handshake-rate: want 0 (no limit) or more, got -1"},
+		{append([]string{"--grpc-tls-handshake-rate", "NaN"}, pair...), "--grpc-tls-handshake-rate: want 0 (no limit) or more, got NaN"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
@@ -405,7 +406,7 @@ func TestTLSRotation(t *testing.T) {
 
 // TestTLSBounds: the gRPC bounds hold over TLS: a connection must finish
 // its TLS handshake within --grpc-request-timeout, as its HTTP/2 one, and
-// --grpc-max-conns counts TLS connections.
+// connections in their handshake cannot hold --grpc-max-conns.
 func TestTLSBounds(t *testing.T) {
 	dir := t.TempDir()
 	ca := certtest.NewCA(t, dir, "ca")
@@ -465,43 +466,59 @@ func TestTLSBounds(t *testing.T) {
 		}
 	})
 
+	t.Run("handshake rate", func(t *testing.T) {
+		// One handshake an hour, so a burst of one: of a few at once,
+		// the first succeeds and the others, which would wait past
+		// --grpc-request-timeout, fail at once. Before the rate, all did.
+		const n = 4
+		s := startTLS(t, nil, append(flags, "--grpc-tls-handshake-rate", fmt.Sprint(1.0/3600))...)
+		ok := 0
+		for range n {
+			conn, err := net.DialTimeout("tcp", s.grpcAddr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := ca.ClientConfig(t, nil)
+			cfg.ServerName, cfg.NextProtos = "localhost", []string{"h2"}
+			tc := tls.Client(conn, cfg)
+			tc.SetDeadline(time.Now().Add(10 * time.Second))
+			if tc.Handshake() == nil {
+				ok++
+			}
+			conn.Close()
+		}
+		if ok != 1 {
+			t.Errorf("%d of %d handshakes succeeded, want 1", ok, n)
+		}
+	})
+
 	t.Run("max conns", func(t *testing.T) {
+		// Half-sent ClientHellos, three times --grpc-max-conns of them,
+		// with a handshake bound long enough that none times out: a new
+		// TLS client is still served. Before the listener reclaimed
+		// connections, it waited for the handshake bound.
 		const max = 2
-		s := startTLS(t, nil, append(flags, "--grpc-max-conns", fmt.Sprint(max))...)
-		var held []*grpc.ClientConn
-		for range max {
-			conn := s.dial(t, ca.ClientConfig(t, nil))
-			if _, err := decide(t, conn); err != nil {
+		s := startTLS(t, nil, append(flags, "--grpc-max-conns", fmt.Sprint(max), "--grpc-request-timeout", "1m")...)
+		var held []net.Conn
+		for range 3 * max {
+			conn, err := net.DialTimeout("tcp", s.grpcAddr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := conn.Write([]byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01}); err != nil {
 				t.Fatal(err)
 			}
 			held = append(held, conn)
 		}
-		over := ca.ClientConfig(t, nil)
-		over.ServerName, over.NextProtos = "localhost", []string{"h2"}
-		var wg sync.WaitGroup
-		defer wg.Wait()
-		conn, err := net.DialTimeout("tcp", s.grpcAddr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
+		if _, err := decide(t, s.dial(t, ca.ClientConfig(t, nil))); err != nil {
+			t.Fatalf("a new TLS client with the cap held by half-sent ClientHellos: %v", err)
 		}
-		defer conn.Close()
-		tc := tls.Client(conn, over)
-		handshook := make(chan error, 1)
-		tc.SetDeadline(time.Now().Add(10 * time.Second))
-		wg.Go(func() { handshook <- tc.Handshake() })
-		select {
-		case err := <-handshook:
-			t.Fatalf("connection %d of a cap of %d: handshake done at once (%v)", max+1, max, err)
-		case <-time.After(300 * time.Millisecond):
-		}
-		held[0].Close()
-		select {
-		case err := <-handshook:
-			if err != nil {
-				t.Errorf("connection %d, once another closed: %v", max+1, err)
+		// The oldest were closed: all but max-1 beside the new client's.
+		for i, c := range held[:len(held)-max+1] {
+			if !closedWithin(c, 10*time.Second) {
+				t.Errorf("half-sent ClientHello %d of %d still open, want the oldest %d closed", i, len(held), len(held)-max+1)
 			}
-		case <-time.After(5 * time.Second):
-			t.Errorf("connection %d, once another closed: no handshake within 5s", max+1)
 		}
 	})
 }
