@@ -166,9 +166,9 @@ for q = qfrom, qto do
   -- the request has (every quota record carries it). The request is
   -- rejected when all qg are over.
   local qover, qn, qg = nil, 0, 0
-  -- uses: pass 1 met a usage charge (CHECK_USAGE), which consumes its
-  -- hits whether or not the request is admitted. A dry run writes
-  -- nothing, so it has none.
+  -- uses: pass 1 met a usage charge (CHECK_USAGE) that consumed hits,
+  -- whether or not the request is admitted. A dry run writes nothing, so
+  -- it has none.
   local uses = false
   if split then
     -- This request's keys: one per check, two per sliding log.
@@ -210,22 +210,19 @@ for q = qfrom, qto do
       -- request has a usage charge.
       if pass == 1 or uses or reply[r + 1] == 0 then
         local alg, mode, req, w, tick, burst, hits, extra, group, groups = sunpack(SPEC, spec, (ii - 1) * CHECK + 1)
-        local usage = mode >= CHECK_USAGE
-        if usage then
-          mode = mode - CHECK_USAGE
-          uses = not dry
-        end
+        -- mode >= CHECK_USAGE marks a usage charge (it is tested where it
+        -- matters rather than decoded up front: every instruction here
+        -- runs for every check).
         local k, s, c, p, e, any, stored = kk, 0, 0, 0, 0, 0, -1
-        -- ks..ke: in pass 2 of a request with a usage charge, the state
-        -- without the request's ordinary hits: pass 2's copy of the last
-        -- earlier check on the key in this request, else the state
-        -- before the request. A usage check charges it; any other check
-        -- passes it on, and reports, as ever, from where it started.
-        local ks, kc, kp, ke
         if pass == 2 then
           k, s, c, p, e = X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5]
           if uses then
-            ks, kc, kp, ke = s, c, p, e
+            -- The state without the request's ordinary hits: pass 2's
+            -- copy of the last earlier check on the key in this request,
+            -- else the state before the request. A usage check charges
+            -- it; any other check passes it on, and reports, as ever,
+            -- from where it started.
+            local ks, kc, kp, ke = s, c, p, e
             local key, j = keys[k], i - 1
             while j > i0 and keys[X[(j - 1) * XS + 1]] ~= key do
               j = j - 1
@@ -236,11 +233,12 @@ for q = qfrom, qto do
             elseif last[key] then
               any = X[(last[key] - 1) * XS + 11]
             end
-            if usage then
+            X[b + 6], X[b + 7], X[b + 8], X[b + 9], X[b + 10], X[b + 11] = ks, kc, kp, ke, 0, any
+            if mode >= CHECK_USAGE then
               s, c, p, e = ks, kc, kp, ke
             end
           end
-          if not usage then
+          if mode < CHECK_USAGE then
             hits = 0
           end
         else
@@ -495,7 +493,7 @@ for q = qfrom, qto do
             s2, c2, p2, e2 = start, cur + hits, 0, start + w
           end
         end
-        if attempt == 1 and over and usage and hits > 0 and req > 0 then
+        if over and attempt == 1 and mode >= CHECK_USAGE and hits > 0 and req > 0 then
           -- limits.Limit.owe: the state with the hits consumed past the
           -- limit, every count stopping at MAXCOUNT.
           owed, hits0, hits = true, hits, 0
@@ -584,40 +582,43 @@ for q = qfrom, qto do
         end
 
         if pass == 2 then
-          if usage and hits > 0 and req > 0 then
+          if mode >= CHECK_USAGE and hits > 0 and req > 0 then
             reply[r + 1], reply[r + 2], reply[r + 3] = over and 1 or 0, rem, reset
             X[b + 6], X[b + 7], X[b + 8], X[b + 9] = s2, c2, p2, e2
             X[b + 10], X[b + 11] = 2, 1
             if alg == SLIDING_LOG then
               X[b + 15], X[b + 17] = s2, merged or 0
             end
-          else
-            if reply[r + 1] == 0 then
-              reply[r + 2], reply[r + 3] = rem, reset
-            end
-            if uses then
-              X[b + 6], X[b + 7], X[b + 8], X[b + 9] = ks, kc, kp, ke
-              X[b + 10], X[b + 11] = 0, any
-            end
+          elseif reply[r + 1] == 0 then
+            reply[r + 2], reply[r + 3] = rem, reset
           end
         else
+          -- took: 1 if the check consumed hits, 2 if it is a usage charge,
+          -- consumed whatever the verdict and never refunded.
           local took = 0
           if over then
-            if not owed then
+            if owed then
+              took, any, uses = 2, 1, not dry
+            else
               s2, c2, p2, e2 = s, c, p, e
             end
-            if mode == CHECK_ENFORCED then
+            local m = mode
+            if m >= CHECK_USAGE then
+              m = m - CHECK_USAGE
+            end
+            if m == CHECK_ENFORCED then
               admitted = false
-            elseif mode == CHECK_QUOTA then
+            elseif m == CHECK_QUOTA then
               qover = qover or {}
               if not qover[group] then
                 qover[group], qn, qg = true, qn + 1, groups
               end
             end
-          end
-          if hits > 0 and (owed or not over) then
-            -- A usage charge's mark: 2, never refunded.
-            took, any = usage and 2 or 1, 1
+          elseif hits > 0 then
+            took, any = 1, 1
+            if mode >= CHECK_USAGE then
+              took, uses = 2, not dry
+            end
           end
           X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5] = k, s, c, p, e
           X[b + 6], X[b + 7], X[b + 8], X[b + 9] = s2, c2, p2, e2
