@@ -476,7 +476,12 @@ for q = qfrom, qto do
               -- Full again already: the same as no state at all.
               s2, c2, p2, e2 = 0, 0, 0, 0
             else
-              s2, c2, p2, e2 = t, levelOf(alg, backlog, cap), 0, t * tick + full
+              -- The level (lib.lua): backlog is within cap here.
+              c2 = backlog
+              if alg == TOKEN_BUCKET then
+                c2 = cap - backlog
+              end
+              s2, p2, e2 = t, 0, t * tick + full
             end
           end
         else -- FIXED_WINDOW
@@ -543,7 +548,13 @@ for q = qfrom, qto do
             local wt = w / tick
             local t = (now - now % tick) / tick
             local backlog = min(ob + hits0 * wt, MAXCOUNT)
-            s, c, p, e = t, levelOf(alg, backlog, burst * wt), 0, t * tick + ceil(backlog / req) * tick
+            -- The level (lib.lua): past cap, the debt negated.
+            local cap = burst * wt
+            c = backlog
+            if alg == TOKEN_BUCKET or backlog > cap then
+              c = cap - backlog
+            end
+            s, p, e = t, 0, t * tick + ceil(backlog / req) * tick
           end
         elseif attempt == 2 or pass == 2 or over or extra == 0 or req == 0 or alg == SLIDING_LOG then
           break

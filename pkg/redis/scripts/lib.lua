@@ -53,16 +53,11 @@ local function backlogOf(alg, c, cap)
   return min(c, cap)
 end
 
--- levelOf returns the level a bucket stores for backlog b (backlogOf's
--- inverse): past cap, the debt, negated.
-local function levelOf(alg, b, cap)
-  if b > cap then
-    return cap - b
-  elseif alg == TOKEN_BUCKET then
-    return cap - b
-  end
-  return b
-end
+-- The level a bucket stores for backlog b is backlogOf's inverse: cap - b
+-- for a token bucket, b for a leaky bucket, and past cap, for both, the
+-- debt negated (cap - b). It is written out where it is needed: every
+-- local function here is a closure made afresh on every call of a
+-- script.
 
 -- clock returns now in µs: ARGV[1] if a test set it, else Redis's TIME.
 local function clock()

@@ -101,7 +101,12 @@ for i = 1, #spec / size do
       local back = hits * wt - max(0, s - receipt) * req
       -- Nothing to give back to a bucket that is full again already.
       if s * tick + ceil(backlogOf(alg, c, cap) / req) * tick > now and back > 0 then
-        c = levelOf(alg, max(backlogOf(alg, c, cap) - back, 0), cap)
+        -- The level for the backlog less back (lib.lua).
+        local b = max(backlogOf(alg, c, cap) - back, 0)
+        c = b
+        if alg == TOKEN_BUCKET or b > cap then
+          c = cap - b
+        end
         if s * tick + ceil(backlogOf(alg, c, cap) / req) * tick <= now then
           redis.call('DEL', key)
         else
