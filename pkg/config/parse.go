@@ -277,6 +277,10 @@ func (p *parser) parseFile(data []byte) *limits.Domain {
 		return nil
 	}
 	root := doc.Content[0]
+	if n, msg := checkSize(root); n != nil {
+		p.errorf(n, "", "%s", msg)
+		return nil
+	}
 	if root.Kind != yaml.MappingNode {
 		p.errorf(root, "", "want a mapping with domain and descriptors, got %s", kindName(root))
 		return nil
@@ -731,4 +735,44 @@ func join(path, field string) string {
 		return field
 	}
 	return path + "." + field
+}
+
+// MaxDepth is how deeply a rule file's YAML may nest (mappings and
+// sequences counted alike); a descriptor level takes two. Real configs stay
+// well under ten descriptor levels.
+const MaxDepth = 64
+
+// MaxExpandedNodes bounds the YAML nodes a file stands for once aliases
+// are expanded. The parser walks an alias's target at every use, so an
+// anchor used ten times at each of nine levels would cost 10^9 visits.
+const MaxExpandedNodes = 1 << 20
+
+// checkSize walks root as the parser will, aliases expanded, and returns
+// the first node past MaxDepth or MaxExpandedNodes with the reason, or nil.
+func checkSize(root *yaml.Node) (*yaml.Node, string) {
+	visited := 0
+	var walk func(n *yaml.Node, depth int) (*yaml.Node, string)
+	walk = func(n *yaml.Node, depth int) (*yaml.Node, string) {
+		visited++
+		if visited > MaxExpandedNodes {
+			return n, fmt.Sprintf("more than %d YAML nodes once aliases are expanded", MaxExpandedNodes)
+		}
+		if depth > MaxDepth {
+			return n, fmt.Sprintf("nested more than %d levels deep", MaxDepth)
+		}
+		if n.Kind == yaml.AliasNode && n.Alias != nil {
+			// Name the outermost alias: the one the author should look at.
+			if bad, msg := walk(n.Alias, depth); bad != nil {
+				return n, msg
+			}
+			return nil, ""
+		}
+		for _, c := range n.Content {
+			if bad, msg := walk(c, depth+1); bad != nil {
+				return bad, msg
+			}
+		}
+		return nil, ""
+	}
+	return walk(root, 0)
 }
