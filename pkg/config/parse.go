@@ -742,37 +742,41 @@ func join(path, field string) string {
 // well under ten descriptor levels.
 const MaxDepth = 64
 
-// MaxExpandedNodes bounds the YAML nodes a file stands for once aliases
-// are expanded. The parser walks an alias's target at every use, so an
+// MaxExpandedNodes bounds the YAML nodes reached through aliases, counted
+// at every use. The parser walks an alias's target at every use, so an
 // anchor used ten times at each of nine levels would cost 10^9 visits.
+// Nodes written out in the file are not counted: their cost is bounded by
+// the file's size, so a large file without aliases is never refused.
 const MaxExpandedNodes = 1 << 20
 
 // checkSize walks root as the parser will, aliases expanded, and returns
 // the first node past MaxDepth or MaxExpandedNodes with the reason, or nil.
 func checkSize(root *yaml.Node) (*yaml.Node, string) {
 	visited := 0
-	var walk func(n *yaml.Node, depth int) (*yaml.Node, string)
-	walk = func(n *yaml.Node, depth int) (*yaml.Node, string) {
-		visited++
+	var walk func(n *yaml.Node, depth int, expanded bool) (*yaml.Node, string)
+	walk = func(n *yaml.Node, depth int, expanded bool) (*yaml.Node, string) {
+		if expanded {
+			visited++
+		}
 		if visited > MaxExpandedNodes {
-			return n, fmt.Sprintf("more than %d YAML nodes once aliases are expanded", MaxExpandedNodes)
+			return n, fmt.Sprintf("more than %d YAML nodes reached through aliases", MaxExpandedNodes)
 		}
 		if depth > MaxDepth {
 			return n, fmt.Sprintf("nested more than %d levels deep", MaxDepth)
 		}
 		if n.Kind == yaml.AliasNode && n.Alias != nil {
 			// Name the outermost alias: the one the author should look at.
-			if bad, msg := walk(n.Alias, depth); bad != nil {
+			if bad, msg := walk(n.Alias, depth, true); bad != nil {
 				return n, msg
 			}
 			return nil, ""
 		}
 		for _, c := range n.Content {
-			if bad, msg := walk(c, depth+1); bad != nil {
+			if bad, msg := walk(c, depth+1, expanded); bad != nil {
 				return bad, msg
 			}
 		}
 		return nil, ""
 	}
-	return walk(root, 0)
+	return walk(root, 0, false)
 }
