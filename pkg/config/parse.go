@@ -229,6 +229,10 @@ type parser struct {
 	opts    Options
 	domains map[string]*limits.Domain // every file's so far, by name
 	errs    []error
+	// levels indexes each level's rules by key and value, so a duplicate
+	// check costs O(1) rather than a scan of the level (which made one
+	// level of N descriptors cost O(N^2)).
+	levels map[*[]*limits.Rule]map[[2]string]*limits.Rule
 }
 
 func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
@@ -434,21 +438,36 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 		p.limitList(r, limitsNode, join(path, "rate_limits"))
 	}
 	if r.Key != "" {
-		if other := sibling(*level, r.Key, r.Value); other != nil {
+		if other := p.sibling(level, r.Key, r.Value); other != nil {
 			p.errorf(n, path, "duplicate descriptor key %q value %q at this level (first at %s:%d)", r.Key, r.Value, other.File, other.Line)
 		} else {
 			*level = append(*level, r)
+			p.levels[level][[2]string{r.Key, r.Value}] = r
 		}
 	}
 	p.descriptors(domain, &r.Children, childNode, join(path, "descriptors"))
 }
 
-// sibling returns the rule of level with key and value, or nil.
-func sibling(level []*limits.Rule, key, value string) *limits.Rule {
-	for _, r := range level {
-		if r.Key == key && r.Value == value {
-			return r
+// sibling returns the rule of level with key and value, or nil. The
+// caller appends any rule it adds to level after this call, so the index
+// is rebuilt whenever level holds rules it has not seen.
+func (p *parser) sibling(level *[]*limits.Rule, key, value string) *limits.Rule {
+	if p.levels == nil {
+		p.levels = make(map[*[]*limits.Rule]map[[2]string]*limits.Rule)
+	}
+	idx := p.levels[level]
+	if idx == nil || len(idx) != len(*level) {
+		idx = make(map[[2]string]*limits.Rule, len(*level)+1)
+		for _, r := range *level {
+			if _, ok := idx[[2]string{r.Key, r.Value}]; !ok {
+				idx[[2]string{r.Key, r.Value}] = r
+			}
 		}
+		p.levels[level] = idx
+	}
+	k := [2]string{key, value}
+	if r, ok := idx[k]; ok {
+		return r
 	}
 	return nil
 }
