@@ -229,6 +229,10 @@ type parser struct {
 	opts    Options
 	domains map[string]*limits.Domain // every file's so far, by name
 	errs    []error
+	// levels indexes each level's rules by key and value, so a duplicate
+	// check costs O(1) rather than a scan of the level (which made one
+	// level of N descriptors cost O(N^2)).
+	levels map[*[]*limits.Rule]map[[2]string]*limits.Rule
 }
 
 func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
@@ -277,6 +281,10 @@ func (p *parser) parseFile(data []byte) *limits.Domain {
 		return nil
 	}
 	root := doc.Content[0]
+	if n, msg := checkSize(root); n != nil {
+		p.errorf(n, "", "%s", msg)
+		return nil
+	}
 	if root.Kind != yaml.MappingNode {
 		p.errorf(root, "", "want a mapping with domain and descriptors, got %s", kindName(root))
 		return nil
@@ -430,21 +438,36 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 		p.limitList(r, limitsNode, join(path, "rate_limits"))
 	}
 	if r.Key != "" {
-		if other := sibling(*level, r.Key, r.Value); other != nil {
+		if other := p.sibling(level, r.Key, r.Value); other != nil {
 			p.errorf(n, path, "duplicate descriptor key %q value %q at this level (first at %s:%d)", r.Key, r.Value, other.File, other.Line)
 		} else {
 			*level = append(*level, r)
+			p.levels[level][[2]string{r.Key, r.Value}] = r
 		}
 	}
 	p.descriptors(domain, &r.Children, childNode, join(path, "descriptors"))
 }
 
-// sibling returns the rule of level with key and value, or nil.
-func sibling(level []*limits.Rule, key, value string) *limits.Rule {
-	for _, r := range level {
-		if r.Key == key && r.Value == value {
-			return r
+// sibling returns the rule of level with key and value, or nil. The
+// caller appends any rule it adds to level after this call, so the index
+// is rebuilt whenever level holds rules it has not seen.
+func (p *parser) sibling(level *[]*limits.Rule, key, value string) *limits.Rule {
+	if p.levels == nil {
+		p.levels = make(map[*[]*limits.Rule]map[[2]string]*limits.Rule)
+	}
+	idx := p.levels[level]
+	if idx == nil || len(idx) != len(*level) {
+		idx = make(map[[2]string]*limits.Rule, len(*level)+1)
+		for _, r := range *level {
+			if _, ok := idx[[2]string{r.Key, r.Value}]; !ok {
+				idx[[2]string{r.Key, r.Value}] = r
+			}
 		}
+		p.levels[level] = idx
+	}
+	k := [2]string{key, value}
+	if r, ok := idx[k]; ok {
+		return r
 	}
 	return nil
 }
@@ -731,4 +754,48 @@ func join(path, field string) string {
 		return field
 	}
 	return path + "." + field
+}
+
+// MaxDepth is how deeply a rule file's YAML may nest (mappings and
+// sequences counted alike); a descriptor level takes two. Real configs stay
+// well under ten descriptor levels.
+const MaxDepth = 64
+
+// MaxExpandedNodes bounds the YAML nodes reached through aliases, counted
+// at every use. The parser walks an alias's target at every use, so an
+// anchor used ten times at each of nine levels would cost 10^9 visits.
+// Nodes written out in the file are not counted: their cost is bounded by
+// the file's size, so a large file without aliases is never refused.
+const MaxExpandedNodes = 1 << 20
+
+// checkSize walks root as the parser will, aliases expanded, and returns
+// the first node past MaxDepth or MaxExpandedNodes with the reason, or nil.
+func checkSize(root *yaml.Node) (*yaml.Node, string) {
+	visited := 0
+	var walk func(n *yaml.Node, depth int, expanded bool) (*yaml.Node, string)
+	walk = func(n *yaml.Node, depth int, expanded bool) (*yaml.Node, string) {
+		if expanded {
+			visited++
+		}
+		if visited > MaxExpandedNodes {
+			return n, fmt.Sprintf("more than %d YAML nodes reached through aliases", MaxExpandedNodes)
+		}
+		if depth > MaxDepth {
+			return n, fmt.Sprintf("nested more than %d levels deep", MaxDepth)
+		}
+		if n.Kind == yaml.AliasNode && n.Alias != nil {
+			// Name the outermost alias: the one the author should look at.
+			if bad, msg := walk(n.Alias, depth, true); bad != nil {
+				return n, msg
+			}
+			return nil, ""
+		}
+		for _, c := range n.Content {
+			if bad, msg := walk(c, depth+1, expanded); bad != nil {
+				return bad, msg
+			}
+		}
+		return nil, ""
+	}
+	return walk(root, 0, false)
 }

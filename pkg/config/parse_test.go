@@ -41,6 +41,14 @@ func TestLoadRejects(t *testing.T) {
 			want: "testdata/unknown_top_field.bad.yaml:2: descriptor: unknown field",
 		},
 		{
+			give: []string{"testdata/alias_bomb.bad.yaml"},
+			want: "testdata/alias_bomb.bad.yaml:10: more than 1048576 YAML nodes reached through aliases",
+		},
+		{
+			give: []string{"testdata/too_deep.bad.yaml"},
+			want: "testdata/too_deep.bad.yaml:65: nested more than 64 levels deep",
+		},
+		{
 			give: []string{"testdata/unknown_descriptor_field.bad.yaml"},
 			want: "testdata/unknown_descriptor_field.bad.yaml:4: descriptors[0].ratelimit: unknown field",
 		},
