@@ -146,6 +146,7 @@ type Server struct {
 	// held and heldBytes are the buckets all streams hold, and what
 	// they count against MaxTotalBytes (see hold).
 	held, heldBytes atomic.Int64
+	fullLogged      atomic.Bool // a refusal for ErrServerFull was logged
 
 	mu    sync.Mutex
 	noted *limits.Ruleset // the last ruleset noteRules logged about
@@ -523,7 +524,14 @@ const sendSlack = 50 * time.Millisecond
 // BlanketTTL, without keeping it. The first refusal of a stream is
 // logged; all are counted.
 func (s *Server) refuse(st *streamState, id *rlqspb.BucketId, err error) *rlqspb.RateLimitQuotaResponse_BucketAction {
-	if !st.refused {
+	if errors.Is(err, ErrServerFull) {
+		// Logged once for the process, not per stream: many streams
+		// past the bound would otherwise log one each.
+		if !s.fullLogged.Swap(true) {
+			s.log.Warn("rlqs bucket refused: the server holds its most buckets; later refusals are only counted",
+				zap.Int("max_total_buckets", s.o.MaxTotalBuckets), zap.Int64("max_total_bytes", s.o.MaxTotalBytes))
+		}
+	} else if !st.refused {
 		st.refused = true
 		s.log.Warn("rlqs bucket refused; later refusals on this stream are only counted",
 			zap.String("domain", st.domain), zap.Error(err))
