@@ -44,8 +44,10 @@ type plan struct {
 
 // bucket is one subscribed bucket of one stream.
 type bucket struct {
-	id      *rlqspb.BucketId
-	entries []limits.Entry // sorted by key
+	// entries is the bucket id, sorted by key; their strings share the
+	// one copy of the id the stream's map key holds (see compactEntries),
+	// so that an id is held once, and none of the report it came in.
+	entries []limits.Entry
 	rules   *limits.Ruleset
 	plan    plan
 	active  time.Time // the last report with requests in it, or the subscription
@@ -125,16 +127,21 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 		if len(st.buckets) >= s.o.MaxBuckets {
 			return nil, fmt.Errorf("bucket_id: more than %d buckets on one stream", s.o.MaxBuckets)
 		}
+		if err := s.hold(len(k)); err != nil {
+			return nil, err
+		}
 		// What a stream holds is bounded by MaxBuckets times what one
 		// bucket may hold: the RLS path's bounds on entries and bytes.
 		req := limits.Request{Domain: st.domain, Descriptors: []limits.Descriptor{{Entries: ents}}}
 		if err := s.rules.Validate(&req); err != nil {
+			s.release(len(k))
 			return nil, fmt.Errorf("bucket_id, matched as a descriptor: %w", err)
 		}
+		ents = compactEntries(k, len(ents))
 		// Grants are told apart by a number (see tokenBucket); it starts
 		// anywhere, so that a new stream's first grant does not repeat the
 		// one Envoy still holds from a stream before.
-		b = &bucket{id: u.GetBucketId(), entries: ents, active: now, last: now, gen: rand.Int32N(999_999_999)}
+		b = &bucket{entries: ents, active: now, last: now, gen: rand.Int32N(999_999_999)}
 		st.buckets[k] = b
 		s.m.Buckets(1)
 	}
@@ -182,18 +189,19 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 		// Idle: Envoy drops the bucket and subscribes again at its next
 		// request, and the stream's room for buckets is kept for busy ones.
 		delete(st.buckets, k)
+		s.release(len(k))
 		s.m.Buckets(-1)
 		s.m.Assigned(st.label, "abandon", "idle")
-		return abandon(b.id), nil
+		return abandon(b.bucketID()), nil
 	}
 	s.rematch(st, b, false)
 	switch b.plan.kind {
 	case planAllow:
 		s.m.Assigned(st.label, "allow_all", b.plan.reason)
-		return blanket(b.id, typev3.RateLimitStrategy_ALLOW_ALL, s.o.BlanketTTL), nil
+		return blanket(b.bucketID(), typev3.RateLimitStrategy_ALLOW_ALL, s.o.BlanketTTL), nil
 	case planDeny:
 		s.m.Assigned(st.label, "deny_all", b.plan.reason)
-		return blanket(b.id, typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL), nil
+		return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL), nil
 	}
 	return s.grant(st, b, false, false), nil
 }
@@ -271,7 +279,7 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 		switch mode {
 		case limits.FailOpen:
 			s.m.Assigned(st.label, "allow_all", "store_error")
-			return blanket(b.id, typev3.RateLimitStrategy_ALLOW_ALL, s.o.BlanketTTL)
+			return blanket(b.bucketID(), typev3.RateLimitStrategy_ALLOW_ALL, s.o.BlanketTTL)
 		case limits.FailLocal:
 			batch = limits.Batch{Checks: []limits.Check{{Key: p.key, Limit: p.limit, Extra: want}}}
 			if err := s.rules.ApplyLocal(ctx, &batch); err == nil {
@@ -281,7 +289,7 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 			fallthrough
 		default:
 			s.m.Assigned(st.label, "deny_all", "store_error")
-			return blanket(b.id, typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL)
+			return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL)
 		}
 	}
 	out := batch.Outcomes[0]
@@ -291,7 +299,7 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 		s.m.Assigned(st.label, "deny_all", "dry")
 		d := max(dryFor(batch.Checks[0].Limit, out), time.Second)
 		b.push = now.Add(d + pushDelay)
-		return blanket(b.id, typev3.RateLimitStrategy_DENY_ALL, d)
+		return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, d)
 	}
 	var ttl time.Duration
 	if p.ttl > 0 {
@@ -310,7 +318,7 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 				s.giveBack(st, giveBack{hits: out.Granted, key: p.key, limit: p.limit, receipt: out.GrantReceipt})
 			}
 			s.m.Assigned(st.label, "deny_all", "window_ending")
-			return blanket(b.id, typev3.RateLimitStrategy_DENY_ALL, b.until.Sub(s.o.Now()))
+			return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, b.until.Sub(s.o.Now()))
 		}
 	}
 	g := min(out.Granted, math.MaxUint32)
@@ -344,7 +352,7 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 	}
 	s.m.Granted(st.label, g, how == "local")
 	s.m.Assigned(st.label, "token_bucket", how)
-	a := tokenBucket(b.id, g, b.every, b.gen, ttl)
+	a := tokenBucket(b.bucketID(), g, b.every, b.gen, ttl)
 	st.timed = append(st.timed, timed{a: a, fresh: true, at: now, window: p.ttl == 0, until: b.until, ttl: ttl})
 	return a
 }
@@ -364,7 +372,7 @@ func (s *Server) refreshed(st *streamState, b *bucket) *rlqspb.RateLimitQuotaRes
 		return nil
 	}
 	s.m.Assigned(st.label, "token_bucket", "refresh")
-	a := tokenBucket(b.id, b.granted, b.every, b.gen, ttl)
+	a := tokenBucket(b.bucketID(), b.granted, b.every, b.gen, ttl)
 	st.timed = append(st.timed, timed{a: a, at: s.o.Now(), window: true, until: b.until, ttl: ttl})
 	return a
 }
@@ -610,6 +618,33 @@ func bucketKey(ents []limits.Entry) string {
 		b = append(b, e.Value...)
 	}
 	return string(b)
+}
+
+// compactEntries returns the n entries key was built from (bucketKey),
+// as substrings of key: the id's one copy.
+func compactEntries(key string, n int) []limits.Entry {
+	ents := make([]limits.Entry, 0, n)
+	next := func() string {
+		i := strings.IndexByte(key, ':')
+		l, _ := strconv.Atoi(key[:i])
+		v := key[i+1 : i+1+l]
+		key = key[i+1+l:]
+		return v
+	}
+	for len(key) > 0 {
+		k := next()
+		ents = append(ents, limits.Entry{Key: k, Value: next()})
+	}
+	return ents
+}
+
+// bucketID is b's id, built again from its entries for an answer.
+func (b *bucket) bucketID() *rlqspb.BucketId {
+	m := make(map[string]string, len(b.entries))
+	for _, e := range b.entries {
+		m[e.Key] = e.Value
+	}
+	return &rlqspb.BucketId{Bucket: m}
 }
 
 // blanket is an assignment of rule for ttl, in whole seconds (Envoy

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -100,6 +101,14 @@ type Options struct {
 	// MaxBuckets bounds the buckets one stream may subscribe to. Zero
 	// means 10,000.
 	MaxBuckets int
+	// MaxTotalBuckets and MaxTotalBytes bound the buckets all streams
+	// together hold, by count and by the bytes of their ids (each
+	// counted with bucketOverhead for the state beside it), so that
+	// many streams cannot together hold more than the process can. A
+	// new bucket past either is refused like one past MaxBuckets. Zero
+	// means 50,000 and 32 MiB.
+	MaxTotalBuckets int
+	MaxTotalBytes   int64
 	// IdleAfter is how long a bucket may report no requests before it is
 	// abandoned: Envoy drops it, and subscribes again at its next
 	// request. Zero means 10 minutes.
@@ -134,8 +143,44 @@ type Server struct {
 	o     Options
 	m     Metrics
 
+	// held and heldBytes are the buckets all streams hold, and what
+	// they count against MaxTotalBytes (see hold).
+	held, heldBytes atomic.Int64
+	fullLogged      atomic.Bool // a refusal for ErrServerFull was logged
+
 	mu    sync.Mutex
 	noted *limits.Ruleset // the last ruleset noteRules logged about
+}
+
+// bucketOverhead is what a bucket is counted beside its id's bytes: its
+// state, its entries and its place in the stream's map, roughly.
+const bucketOverhead = 512
+
+// ErrServerFull is why a bucket past MaxTotalBuckets or MaxTotalBytes is
+// refused.
+var ErrServerFull = errors.New("bucket_id: the server holds its most rlqs buckets across streams")
+
+// hold counts a new bucket whose key is n bytes against the process's
+// bounds, or returns ErrServerFull and counts nothing.
+func (s *Server) hold(n int) error {
+	c := int64(n) + bucketOverhead
+	if s.held.Add(1) > int64(s.o.MaxTotalBuckets) || s.heldBytes.Add(c) > s.o.MaxTotalBytes {
+		s.release(n)
+		return ErrServerFull
+	}
+	return nil
+}
+
+// release gives back what hold counted for a key of n bytes.
+func (s *Server) release(n int) {
+	s.held.Add(-1)
+	s.heldBytes.Add(-(int64(n) + bucketOverhead))
+}
+
+// Held reports the buckets all streams hold and the bytes they count
+// against MaxTotalBytes.
+func (s *Server) Held() (buckets int, bytes int64) {
+	return int(s.held.Load()), s.heldBytes.Load()
 }
 
 // noteRules logs, once per ruleset, the rules RLQS cannot serve from a
@@ -175,6 +220,12 @@ func NewServer(rules Rules, st limits.Store, log *zap.Logger, o Options) *Server
 	if o.MaxBuckets <= 0 {
 		o.MaxBuckets = 10_000
 	}
+	if o.MaxTotalBuckets <= 0 {
+		o.MaxTotalBuckets = 50_000
+	}
+	if o.MaxTotalBytes <= 0 {
+		o.MaxTotalBytes = 32 << 20
+	}
 	if o.IdleAfter <= 0 {
 		o.IdleAfter = 10 * time.Minute
 	}
@@ -211,6 +262,10 @@ func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_Strea
 			st.stop()
 		}
 		n := len(st.buckets)
+		for k := range st.buckets {
+			s.release(len(k))
+		}
+		st.buckets = nil
 		st.mu.Unlock()
 		s.m.Streams(-1)
 		s.m.Buckets(-n)
@@ -469,7 +524,14 @@ const sendSlack = 50 * time.Millisecond
 // BlanketTTL, without keeping it. The first refusal of a stream is
 // logged; all are counted.
 func (s *Server) refuse(st *streamState, id *rlqspb.BucketId, err error) *rlqspb.RateLimitQuotaResponse_BucketAction {
-	if !st.refused {
+	if errors.Is(err, ErrServerFull) {
+		// Logged once for the process, not per stream: many streams
+		// past the bound would otherwise log one each.
+		if !s.fullLogged.Swap(true) {
+			s.log.Warn("rlqs bucket refused: the server holds its most buckets; later refusals are only counted",
+				zap.Int("max_total_buckets", s.o.MaxTotalBuckets), zap.Int64("max_total_bytes", s.o.MaxTotalBytes))
+		}
+	} else if !st.refused {
 		st.refused = true
 		s.log.Warn("rlqs bucket refused; later refusals on this stream are only counted",
 			zap.String("domain", st.domain), zap.Error(err))

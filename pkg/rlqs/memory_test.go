@@ -1,0 +1,154 @@
+package rlqs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
+)
+
+// heap is the live heap after a collection.
+func heap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// openStream opens a stream to addr and returns it with a function that
+// reports one bucket on it and waits for the answer.
+func openStream(t *testing.T, ctx context.Context, conn *grpc.ClientConn) (rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient, func(id map[string]string)) {
+	t.Helper()
+	stream, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := true
+	return stream, func(id map[string]string) {
+		t.Helper()
+		msg := &rlqspb.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			{BucketId: &rlqspb.BucketId{Bucket: id}, NumRequestsAllowed: 1},
+		}}
+		if first {
+			msg.Domain, first = "rlqs", false
+		}
+		if err := stream.Send(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// closeStream ends stream and waits for the server's handler to return,
+// which is when the stream's buckets are let go.
+func closeStream(t *testing.T, stream rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient) {
+	t.Helper()
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("stream end: %v, want EOF", err)
+	}
+}
+
+// TestLargeBucketIDsBounded: bucket ids as large as the request bounds
+// allow (32 entries of 4 KiB keys and values: 256 KiB), on several
+// streams, hold the server to its process-wide byte bound (the default,
+// 32 MiB), well under the pod's 128 MiB; the buckets past it are
+// refused and counted; and the memory is given back when the streams
+// end. Before the bound, the 240 buckets (60 MiB sent) were all kept,
+// each id twice: about 120 MiB held.
+func TestLargeBucketIDsBounded(t *testing.T) {
+	s := startServer(t, fleetRules, limits.EngineOptions{}, rlqs.Options{})
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	const streams, perStream = 4, 60
+	base := heap()
+	var open []rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient
+	for i := range streams {
+		stream, report := openStream(t, ctx, conn)
+		open = append(open, stream)
+		for j := range perStream {
+			id := make(map[string]string, 32)
+			for e := range 32 {
+				pre := fmt.Sprintf("%d.%d.%d.", i, j, e)
+				id[pre+strings.Repeat("k", 4096-len(pre))] = strings.Repeat("v", 4096)
+			}
+			report(id)
+		}
+	}
+	held := heap() - min(base, heap())
+	t.Logf("heap held by %d buckets of 256 KiB: %d MiB", streams*perStream, held>>20)
+	if held > 48<<20 {
+		t.Errorf("heap held %d MiB, want under 48 MiB", held>>20)
+	}
+	refused := s.m.Count("deny_all/refused")
+	if refused == 0 || s.m.BucketsHeld()+refused != streams*perStream {
+		t.Errorf("%d buckets held and %d refused, want some refused and %d in all", s.m.BucketsHeld(), refused, streams*perStream)
+	}
+	for _, stream := range open {
+		closeStream(t, stream)
+	}
+	if n := s.m.BucketsHeld(); n != 0 {
+		t.Errorf("%d buckets held after the streams ended", n)
+	}
+	if after := heap(); after > base+8<<20 {
+		t.Errorf("heap %d MiB after the streams ended, was %d MiB before", after>>20, base>>20)
+	}
+}
+
+// TestBucketsBoundedAcrossStreams: many streams of small buckets, each
+// stream within MaxBuckets, are held together to MaxTotalBuckets; a
+// bucket past it is answered by the domain's failure mode and counted,
+// and a stream's end makes room again.
+func TestBucketsBoundedAcrossStreams(t *testing.T) {
+	s := startServer(t, fleetRules, limits.EngineOptions{}, rlqs.Options{MaxBuckets: 500, MaxTotalBuckets: 1000})
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	var open []rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient
+	for i := range 5 {
+		stream, report := openStream(t, ctx, conn)
+		open = append(open, stream)
+		for j := range 400 {
+			report(map[string]string{"route": fmt.Sprintf("%d-%d", i, j)})
+		}
+	}
+	if n, r := s.m.BucketsHeld(), s.m.Count("deny_all/refused"); n != 1000 || r != 1000 {
+		t.Fatalf("%d buckets held, %d refused; want 1000 and 1000", n, r)
+	}
+	closeStream(t, open[0])
+	stream, report := openStream(t, ctx, conn)
+	defer closeStream(t, stream)
+	report(map[string]string{"route": "new"})
+	if n, r := s.m.BucketsHeld(), s.m.Count("deny_all/refused"); n != 601 || r != 1000 {
+		t.Errorf("after a stream ended: %d buckets held, %d refused; want 601 and 1000", n, r)
+	}
+	for _, st := range open[1:] {
+		closeStream(t, st)
+	}
+}
