@@ -128,12 +128,12 @@ local logtrim, logtop
 --   b+12    its index in reply
 --   b+13    for fixed and sliding windows, the window start stored
 --           for the key; for buckets, the key's expiry µs (-1: no such
---           state): a write that needs no later expiry keeps the key's
+--           state): a write that needs no later expiry keeps the key's;
+--           for sliding_log, the hits of the entry it merged into (0:
+--           it added an entry of its own)
 --   b+14    the check's algorithm
 --   b+15,16 for sliding_log, the hits of the entry it writes and the
 --           window µs
---   b+17    for sliding_log, the hits of the entry it merged into (0:
---           it added an entry of its own)
 -- last[key] is the index of the last check on key of the admitted
 -- requests so far: the state the next request starts from, and at the
 -- end, the state written.
@@ -145,7 +145,7 @@ local logtrim, logtop
 -- does not rehash them again and again. Every placeholder is overwritten
 -- before it is read or returned.
 local per = reserve and 4 or 3
-local XS = 17
+local XS = 16
 local n1 = #ARGV[qfrom] / CHECK
 local X = {sbyte(ARGV[qfrom], 1, min(XS * n1, 800))}
 local reply = {1, sbyte(ARGV[qfrom], 1, min(per * n1, 300))}
@@ -598,7 +598,7 @@ for q = qfrom, qto do
             X[b + 6], X[b + 7], X[b + 8], X[b + 9] = s2, c2, p2, e2
             X[b + 10], X[b + 11] = 2, 1
             if alg == SLIDING_LOG then
-              X[b + 15], X[b + 17] = s2, merged or 0
+              X[b + 15], X[b + 13] = s2, merged or 0
             end
           elseif reply[r + 1] == 0 then
             reply[r + 2], reply[r + 3] = rem, reset
@@ -635,7 +635,7 @@ for q = qfrom, qto do
           X[b + 6], X[b + 7], X[b + 8], X[b + 9] = s2, c2, p2, e2
           X[b + 10], X[b + 11], X[b + 12], X[b + 13], X[b + 14] = took, any, r, stored, alg
           if alg == SLIDING_LOG then
-            X[b + 15], X[b + 16], X[b + 17] = s2, w, merged or 0
+            X[b + 13], X[b + 15], X[b + 16] = merged or 0, s2, w
           end
           reply[r + 1], reply[r + 2], reply[r + 3] = over and 1 or 0, rem, reset
           if reserve then
@@ -701,9 +701,9 @@ for i = 1, i0 do
       local w = X[b + 16]
       receipt = p
       if X[b + 10] ~= 0 then
-        if X[b + 17] > 0 then
+        if X[b + 13] > 0 then
           -- A usage charge merged into the newest entry: it moves to now.
-          redis.call('ZREM', key, str(p) .. ':' .. str(X[b + 17]))
+          redis.call('ZREM', key, str(p) .. ':' .. str(X[b + 13]))
         end
         redis.call('ZADD', key, now, str(p) .. ':' .. str(X[b + 15]))
       end
