@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -550,6 +551,32 @@ func TestChartMemoryLimit(t *testing.T) {
 			}
 			if got := args["memory-limit"]; got != tt.want {
 				t.Errorf("--memory-limit=%s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestChartHandshakeRate: grpc.tls.handshakeRate reaches
+// --grpc-tls-handshake-rate when gRPC is served over TLS.
+func TestChartHandshakeRate(t *testing.T) {
+	ch := loadChart(t)
+	for _, want := range []string{"500", "0", "1200"} {
+		t.Run(want, func(t *testing.T) {
+			tls := map[string]any{"enabled": true, "secretName": "grpc-tls"}
+			if want != "500" {
+				n, _ := strconv.Atoi(want)
+				tls["handshakeRate"] = n
+			}
+			r, err := renderChart(ch, map[string]any{"grpc": map[string]any{"tls": tls}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			args, err := parseArgs(sidecarFlags(t), index(r.objs).deployments[0].Spec.Template.Spec.Containers[0].Args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := args["grpc-tls-handshake-rate"]; got != want {
+				t.Errorf("--grpc-tls-handshake-rate=%q, want %q", got, want)
 			}
 		})
 	}

@@ -49,6 +49,7 @@ func TestAlertRulesLoad(t *testing.T) {
 		"RateLimitSidecarDecisionLatencyHigh",
 		"RateLimitSidecarCertificateExpiring",
 		"RateLimitSidecarTLSReloadFailed",
+		"RateLimitSidecarConnectionsReclaimed",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("alerts (-want +got):\n%s", diff)

@@ -282,6 +282,14 @@ func TestGRPCConnectionCapHeld(t *testing.T) {
 				t.Errorf("held connection %d of %d still open, want the oldest %d closed", i, len(conns), len(conns)-max+1)
 			}
 		}
+		// Each closed connection is counted where an operator sees the
+		// cap is held.
+		if got, want := metricValue(t, s, `ratelimit_sidecar_connections_reclaimed_total{listener="grpc"}`), float64(len(conns)-max+1); got != want {
+			t.Errorf("connections_reclaimed_total{listener=\"grpc\"} = %v, want %v", got, want)
+		}
+		if got := metricValue(t, s, `ratelimit_sidecar_connections_open{listener="grpc"}`); got < 1 || got > max {
+			t.Errorf("connections_open{listener=\"grpc\"} = %v, want 1 to %d", got, max)
+		}
 	})
 
 	t.Run("health Watch", func(t *testing.T) {

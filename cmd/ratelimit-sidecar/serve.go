@@ -25,6 +25,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	caplisten "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
@@ -118,6 +119,7 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	if err != nil {
 		return err
 	}
+	m.Listeners(lis.capped())
 	srv = newServers(ctx, c, log, engine, rules, st, m, certs, tr)
 	logStarted(log, c, lis, st, rs)
 	if c.onReady != nil {
@@ -207,6 +209,18 @@ func listen(c *settings) (*listeners, error) {
 	l.grpc = limitListener(l.grpc, c.bounds.grpcMaxConns)
 	l.http = limitListener(l.http, c.bounds.httpMaxConns)
 	return &l, nil
+}
+
+// capped returns the listeners that cap their connections, by name.
+func (l *listeners) capped() map[string]metrics.CappedListener {
+	all := map[string]net.Listener{"grpc": l.grpc, "http": l.http, "admin": l.admin, "debug": l.debug, "metrics": l.metrics}
+	out := make(map[string]metrics.CappedListener, len(all))
+	for name, x := range all {
+		if c, ok := x.(*caplisten.Listener); ok {
+			out[name] = c
+		}
+	}
+	return out
 }
 
 // adminAddr is where the admin endpoints are served.

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -27,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"gopkg.in/yaml.v3"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
@@ -155,6 +157,13 @@ func scrape(t *testing.T) (map[string][]string, map[string]bool) {
 	}
 	m.RedisConfigErrors([]string{"auth", "acl", "tls"}, refusingRedis{})
 	m.XDS(func() metrics.XDSState { return metrics.XDSState{} }) // a server that never answered
+	// A capped listener, as every listener of the sidecar is.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	m.Listeners(map[string]metrics.CappedListener{"grpc": listen.New(ln, 4)})
 	m.BreakerChanged(true, limits.ErrStoreUnavailable)
 	m.BreakerChanged(false, nil)
 	m.Reloaded(config.ReloadStatus{Checksum: rs.Checksum, LoadedAt: time.Now()}, nil)
