@@ -152,10 +152,7 @@ func TestXDSStateMetrics(t *testing.T) {
 	srv := xdstest.Start(t)
 	var log syncBuffer
 	s := startSidecarLog(t, &log, xdsArgs(srv, "--force-start-without-rules", "--allow-empty-rules")...)
-	waitFor(t, func() bool {
-		_, body := s.get(t, "/metrics")
-		return strings.Contains(body, "ratelimit_sidecar_xds_connected 1")
-	})
+	waitFor(t, func() bool { return metricValue(t, s, "ratelimit_sidecar_xds_connected") == 1 })
 	_, body := s.get(t, "/metrics")
 	for _, want := range []string{"ratelimit_sidecar_xds_rules_received 0", "ratelimit_sidecar_xds_last_push_timestamp_seconds 0"} {
 		if !strings.Contains(body, want+"\n") {
@@ -168,19 +165,13 @@ func TestXDSStateMetrics(t *testing.T) {
 
 	srv.Set(t, "envoy-ratelimit", "1", xdstest.RateLimitConfig("edge", "user", 2, rlsconf.RateLimitUnit_MINUTE))
 	srv.Await(t, 0, "ACKing version 1", isACK("1"))
-	waitFor(t, func() bool {
-		_, body := s.get(t, "/metrics")
-		return strings.Contains(body, "ratelimit_sidecar_xds_rules_received 1")
-	})
+	waitFor(t, func() bool { return metricValue(t, s, "ratelimit_sidecar_xds_rules_received") == 1 })
 	if _, body := s.get(t, "/metrics"); strings.Contains(body, "ratelimit_sidecar_xds_last_push_timestamp_seconds 0\n") {
 		t.Errorf("/metrics after a push: xds_last_push_timestamp_seconds still 0")
 	}
 
 	srv.Stop()
-	waitFor(t, func() bool {
-		_, body := s.get(t, "/metrics")
-		return strings.Contains(body, "ratelimit_sidecar_xds_connected 0")
-	})
+	waitFor(t, func() bool { return metricValue(t, s, "ratelimit_sidecar_xds_connected") == 0 })
 }
 
 // TestRefModeCentralConnections: run as /bin/ratelimit, a central

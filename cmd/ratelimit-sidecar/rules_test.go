@@ -164,7 +164,7 @@ func TestReloadFailureClearedThroughSidecar(t *testing.T) {
 			}
 		}, want: "no rule files found"},
 		{name: "bad edit", breakRules: func(t *testing.T) {
-			write(t, path, strings.Replace(userRules, "minute", "fortnight", 1))
+			write(t, path, strings.Replace(userRules, "hour", "fortnight", 1))
 		}, want: `unknown unit "fortnight"`},
 	}
 	for _, tt := range tests {

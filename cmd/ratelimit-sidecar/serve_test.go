@@ -104,7 +104,11 @@ func userRequest(user string, hits uint32) *rlsv3.RateLimitRequest {
 	}}
 }
 
-const userRules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"
+// userRules allows 3 an hour to each user. An hour, not a minute: the
+// tests count across several requests, and a fixed window starts again at
+// each boundary of the clock, so a test that crossed one would see its
+// counts vanish.
+const userRules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"
 
 func TestMetricsDebugConfigAndSIGHUP(t *testing.T) {
 	dir := t.TempDir()
@@ -120,8 +124,8 @@ func TestMetricsDebugConfigAndSIGHUP(t *testing.T) {
 	for _, want := range []string{
 		`ratelimit_sidecar_decisions_total{result="ok"} 3`,
 		`ratelimit_sidecar_decisions_total{result="over_limit"} 1`,
-		`ratelimit_sidecar_rule_within_limit_total{algorithm="fixed_window",domain="edge",rule="user",window="1m0s"} 3`,
-		`ratelimit_sidecar_rule_over_limit_total{algorithm="fixed_window",domain="edge",rule="user",window="1m0s"} 1`,
+		`ratelimit_sidecar_rule_within_limit_total{algorithm="fixed_window",domain="edge",rule="user",window="1h0m0s"} 3`,
+		`ratelimit_sidecar_rule_over_limit_total{algorithm="fixed_window",domain="edge",rule="user",window="1h0m0s"} 1`,
 		`ratelimit_sidecar_store_duration_seconds_count{store="memory"} 4`,
 		`ratelimit_sidecar_config_last_reload_successful 1`,
 		`ratelimit_sidecar_build_info{goversion="`,
@@ -141,13 +145,11 @@ func TestMetricsDebugConfigAndSIGHUP(t *testing.T) {
 	}
 
 	// A bad file and SIGHUP: rejected, the old rules keep serving.
-	write(t, filepath.Join(dir, "rules.yaml"), strings.Replace(userRules, "minute", "fortnight", 1))
+	write(t, filepath.Join(dir, "rules.yaml"), strings.Replace(userRules, "hour", "fortnight", 1))
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
-		return strings.Contains(s.getBody(t, "/metrics"), "ratelimit_sidecar_config_last_reload_successful 0")
-	})
+	waitFor(t, func() bool { return metricValue(t, s, "ratelimit_sidecar_config_last_reload_successful") == 0 })
 	if _, body = s.get(t, "/debug/config"); !strings.Contains(body, `rules.yaml:4: descriptors[0].rate_limit.unit: unknown unit \"fortnight\"`) {
 		t.Errorf("/debug/config does not show the reload error:\n%s", body)
 	}
@@ -156,9 +158,7 @@ func TestMetricsDebugConfigAndSIGHUP(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
-		return strings.Contains(s.getBody(t, "/metrics"), "ratelimit_sidecar_config_last_reload_successful 1")
-	})
+	waitFor(t, func() bool { return metricValue(t, s, "ratelimit_sidecar_config_last_reload_successful") == 1 })
 	resp, err := s.rls.ShouldRateLimit(ctx, userRequest("alice", 0))
 	if err != nil {
 		t.Fatal(err)
@@ -382,7 +382,7 @@ func TestJSONEndpointWithHeaders(t *testing.T) {
 	if r.StatusCode != http.StatusOK || !strings.Contains(body, `"overallCode":"OK"`) {
 		t.Fatalf("first POST /json = %d %s", r.StatusCode, body)
 	}
-	if got := r.Header.Get("RateLimit-Policy"); got != `"default";q=3;w=60` {
+	if got := r.Header.Get("RateLimit-Policy"); got != `"default";q=3;w=3600` {
 		t.Errorf("RateLimit-Policy = %q", got)
 	}
 	r, body = post()

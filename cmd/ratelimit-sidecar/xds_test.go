@@ -134,7 +134,7 @@ func TestXDS(t *testing.T) {
 	if v := s.debugConfig(t); !strings.HasPrefix(v.LastError, want) || v.Reloads["failure"] != 1 {
 		t.Errorf("/debug/config after the bad push: last_error %q, reloads %v", v.LastError, v.Reloads)
 	}
-	if _, body := s.get(t, "/metrics"); !strings.Contains(body, "ratelimit_sidecar_config_last_reload_successful 0") {
+	if metricValue(t, s, "ratelimit_sidecar_config_last_reload_successful") != 0 {
 		t.Errorf("/metrics after the bad push lacks config_last_reload_successful 0")
 	}
 
@@ -146,7 +146,7 @@ func TestXDS(t *testing.T) {
 	if v := s.debugConfig(t); v.LastError != "" || v.Reloads["success"] != 2 {
 		t.Errorf("/debug/config after the good push: last_error %q, reloads %v", v.LastError, v.Reloads)
 	}
-	if _, body := s.get(t, "/metrics"); !strings.Contains(body, "ratelimit_sidecar_config_last_reload_successful 1") {
+	if metricValue(t, s, "ratelimit_sidecar_config_last_reload_successful") != 1 {
 		t.Errorf("/metrics after the good push lacks config_last_reload_successful 1")
 	}
 }
