@@ -144,47 +144,12 @@ func formatRule(r *limits.Rule) string {
 			if i > 0 {
 				b.WriteString("; ")
 			}
-			b.WriteString(formatLimit(l))
+			b.WriteString(l.String())
 		}
 	case len(r.Children) > 0:
 		b.WriteString("no rate_limit")
 	default:
 		b.WriteString("no rate_limit (always OK)")
-	}
-	return b.String()
-}
-
-// formatLimit is e.g. `token_bucket 5 per 1s, burst 10, name "api"`.
-func formatLimit(l *limits.Limit) string {
-	var b strings.Builder
-	if l.Unlimited {
-		b.WriteString("unlimited")
-	} else {
-		fmt.Fprintf(&b, "%s %d per %s", l.Algorithm, l.Requests, l.Window())
-		if l.Algorithm.Bucketed() {
-			fmt.Fprintf(&b, ", burst %d", l.Burst)
-		}
-		if l.Requests == 0 {
-			b.WriteString(" (bans every request)")
-		}
-		if l.Lease > 0 {
-			fmt.Fprintf(&b, ", lease %d", l.Lease)
-		}
-	}
-	if l.Name != "" {
-		fmt.Fprintf(&b, ", name %q", l.Name)
-	}
-	if len(l.Replaces) > 0 {
-		b.WriteString(", replaces ")
-		for i, n := range l.Replaces {
-			if i > 0 {
-				b.WriteString(" and ")
-			}
-			fmt.Fprintf(&b, "%q", n)
-		}
-	}
-	if l.Shadow {
-		b.WriteString(", shadow")
 	}
 	return b.String()
 }

@@ -194,7 +194,7 @@ func (cs *counters) parseQuery(w http.ResponseWriter, r *http.Request) (counterQ
 	}
 	req := limits.Request{Domain: q.domain}
 	for i, text := range r.Form["descriptor"] {
-		ents, err := parseDescriptor(text)
+		ents, err := limits.ParseEntries(text)
 		if err != nil {
 			return q, fmt.Errorf("descriptor %d: %w", i+1, err)
 		}
@@ -258,7 +258,7 @@ func (cs *counters) read(w http.ResponseWriter, r *http.Request) {
 // counter reads one limit's counter.
 func (cs *counters) counter(ctx context.Context, k limits.KeyedLimit) counterView {
 	l := k.Limit
-	cv := counterView{Limit: formatLimit(l)}
+	cv := counterView{Limit: l.String()}
 	if k.Key == "" {
 		return cv // unlimited: no counter
 	}
@@ -362,7 +362,7 @@ func (cs *counters) reset(w http.ResponseWriter, r *http.Request) {
 			if k.Key == "" {
 				continue
 			}
-			rv := resetCounterView{Limit: formatLimit(k.Limit), Key: cs.storeKey(k.Key)}
+			rv := resetCounterView{Limit: k.Limit.String(), Key: cs.storeKey(k.Key)}
 			gone, err := cs.store.Reset(ctx, k.Key, k.Limit)
 			rv.Deleted = gone
 			if err != nil {

@@ -72,64 +72,12 @@ type descriptorFlag []descriptor
 func (f *descriptorFlag) String() string { return "" }
 
 func (f *descriptorFlag) Set(s string) error {
-	ents, err := parseDescriptor(s)
+	ents, err := limits.ParseEntries(s)
 	if err != nil {
 		return err
 	}
 	*f = append(*f, descriptor{text: s, entries: ents})
 	return nil
-}
-
-// parseDescriptor parses comma-separated key=value entries. The first '='
-// of an entry ends its key, so a value may contain '='. A backslash makes
-// the next character literal: `\,` is a comma and `\\` a backslash inside
-// a key or value (and `\=` an '=' inside a key). Values may be empty; keys
-// may not.
-func parseDescriptor(s string) ([]limits.Entry, error) {
-	if s == "" {
-		return nil, errors.New("empty descriptor; want key=value[,key=value...]")
-	}
-	var ents []limits.Entry
-	var cur strings.Builder
-	var key string
-	inValue := false
-	start := 0
-	end := func(i int) error {
-		raw := s[start:i]
-		switch {
-		case !inValue:
-			return fmt.Errorf("entry %d %q has no '='; want key=value", len(ents), raw)
-		case key == "":
-			return fmt.Errorf("entry %d %q has an empty key", len(ents), raw)
-		}
-		ents = append(ents, limits.Entry{Key: key, Value: cur.String()})
-		cur.Reset()
-		key, inValue, start = "", false, i+1
-		return nil
-	}
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\\':
-			if i+1 == len(s) {
-				return nil, fmt.Errorf("entry %d %q ends in a lone backslash", len(ents), s[start:])
-			}
-			i++
-			cur.WriteByte(s[i])
-		case c == ',':
-			if err := end(i); err != nil {
-				return nil, err
-			}
-		case c == '=' && !inValue:
-			key, inValue = cur.String(), true
-			cur.Reset()
-		default:
-			cur.WriteByte(c)
-		}
-	}
-	if err := end(len(s)); err != nil {
-		return nil, err
-	}
-	return ents, nil
 }
 
 // replacement says that descriptor desc's limit named by drops a limit,
@@ -198,7 +146,7 @@ func explainPrint(w io.Writer, i int, text string, x limits.Explanation, prefix 
 	}
 	fmt.Fprintf(w, "  result: %s\n", x.Reason)
 	for j, k := range x.Limits {
-		fmt.Fprintf(w, "  limit: %s\n", formatLimit(k.Limit))
+		fmt.Fprintf(w, "  limit: %s\n", k.Limit.String())
 		for _, r := range replacedBy[j] {
 			if r.desc == i {
 				fmt.Fprintf(w, "    dropped: limit %q of this descriptor replaces it\n", r.by)
@@ -242,7 +190,7 @@ func ruleRef(r *limits.Rule) string {
 func limitList(ls []*limits.Limit) string {
 	s := make([]string, len(ls))
 	for i, l := range ls {
-		s[i] = formatLimit(l)
+		s[i] = l.String()
 	}
 	return strings.Join(s, "; ")
 }

@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
 // backtrackNote ends every note about a branch that matching passed over.
@@ -238,55 +236,6 @@ func TestExplainErrors(t *testing.T) {
 			}
 			if tt.wantStderr == "" && stderr.Len() > 0 || !strings.Contains(stderr.String(), tt.wantStderr) {
 				t.Errorf("stderr is %q, want %q", stderr.String(), tt.wantStderr)
-			}
-		})
-	}
-}
-
-func TestParseDescriptor(t *testing.T) {
-	tests := []struct {
-		give string
-		want []limits.Entry
-	}{
-		{"a=b", []limits.Entry{{Key: "a", Value: "b"}}},
-		{"tenant=acme,user=42", []limits.Entry{{Key: "tenant", Value: "acme"}, {Key: "user", Value: "42"}}},
-		{"q=a=b", []limits.Entry{{Key: "q", Value: "a=b"}}},
-		{"a=", []limits.Entry{{Key: "a", Value: ""}}},
-		{`a=x\,y,b=z`, []limits.Entry{{Key: "a", Value: "x,y"}, {Key: "b", Value: "z"}}},
-		{`a=x\\,b=z`, []limits.Entry{{Key: "a", Value: `x\`}, {Key: "b", Value: "z"}}},
-		{`k\=1=v`, []limits.Entry{{Key: "k=1", Value: "v"}}},
-		{"a= b ", []limits.Entry{{Key: "a", Value: " b "}}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.give, func(t *testing.T) {
-			got, err := parseDescriptor(tt.give)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("parseDescriptor(%q) (-want +got):\n%s", tt.give, diff)
-			}
-		})
-	}
-}
-
-func TestParseDescriptorErrors(t *testing.T) {
-	tests := []struct {
-		give    string
-		wantErr string
-	}{
-		{"", "empty descriptor; want key=value[,key=value...]"},
-		{"a", `entry 0 "a" has no '='; want key=value`},
-		{"a=b,", `entry 1 "" has no '='; want key=value`},
-		{",a=b", `entry 0 "" has no '='; want key=value`},
-		{"a=b,=c", `entry 1 "=c" has an empty key`},
-		{`a=b\`, `entry 0 "a=b\\" ends in a lone backslash`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.give, func(t *testing.T) {
-			got, err := parseDescriptor(tt.give)
-			if err == nil || err.Error() != tt.wantErr {
-				t.Errorf("parseDescriptor(%q) = %v, %v; want error %q", tt.give, got, err, tt.wantErr)
 			}
 		})
 	}

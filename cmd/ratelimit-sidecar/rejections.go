@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -84,31 +83,7 @@ func (m valueMode) text(s string) string {
 
 // descriptor shows entries as `explain` takes them, values as m says.
 func (m valueMode) descriptor(entries []limits.Entry) string {
-	return formatDescriptor(entries, m.text)
-}
-
-// formatDescriptor writes entries as `explain` and the endpoints read
-// them: key=value pairs joined by commas, with '\' escaping a comma or
-// backslash, and an '=' in a key.
-func formatDescriptor(entries []limits.Entry, value func(string) string) string {
-	var b strings.Builder
-	esc := func(s string, eq bool) {
-		for i := 0; i < len(s); i++ {
-			if c := s[i]; c == ',' || c == '\\' || (eq && c == '=') {
-				b.WriteByte('\\')
-			}
-			b.WriteByte(s[i])
-		}
-	}
-	for i, e := range entries {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		esc(e.Key, true)
-		b.WriteByte('=')
-		esc(value(e.Value), false)
-	}
-	return b.String()
+	return limits.FormatEntries(entries, m.text)
 }
 
 // hashText is "sha256:" and the first 12 hex digits of s's SHA-256: enough
@@ -290,7 +265,7 @@ func (s overStatus) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 		enc.AddString("rule", st.Rule.Name)
 	}
 	if st.Limit != nil {
-		enc.AddString("limit", formatLimit(st.Limit))
+		enc.AddString("limit", st.Limit.String())
 		if c := s.check(st.Limit); c != nil {
 			enc.AddString("key", s.values.text(c.Key))
 			if c.Usage && c.Hits > 0 {
