@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
 )
@@ -42,14 +43,14 @@ type counters struct {
 	// allowReset is --admin-counter-reset.
 	allowReset bool
 	log        *zap.Logger
-	values     valueMode // how the reset's log line shows descriptor values
+	values     rejectlog.Values // how the reset's log line shows descriptor values
 	// resetDone counts n counters reset.
 	resetDone func(n int)
 }
 
 // newCounters returns the endpoints for the sidecar's store st.
 func newCounters(e *limits.Engine, st *sidecarStore, c *settings, log *zap.Logger, m *metrics.Metrics) *counters {
-	values, _ := parseValueMode(c.rejections.values) // checked with the flags
+	values, _ := rejectlog.ParseValues(c.rejections.values) // checked with the flags
 	return &counters{
 		engine: e, store: st.counters, name: st.name, deny: st.deny, leases: st.leases,
 		allowReset: c.counterReset, log: log, values: values, resetDone: m.CounterResets(),
@@ -262,7 +263,7 @@ func (cs *counters) counter(ctx context.Context, k limits.KeyedLimit) counterVie
 	if k.Key == "" {
 		return cv // unlimited: no counter
 	}
-	cv.Key, cv.KeyHash = cs.storeKey(k.Key), hashText(k.Key)
+	cv.Key, cv.KeyHash = cs.storeKey(k.Key), rejectlog.Hash(k.Key)
 	st, now, err := cs.store.Inspect(ctx, k.Key, l)
 	if err != nil {
 		cv.Error = err.Error()
@@ -393,7 +394,7 @@ func (cs *counters) reset(w http.ResponseWriter, r *http.Request) {
 	}
 	texts := make([]string, len(q.descs))
 	for i, d := range q.descs {
-		texts[i] = cs.values.descriptor(d.entries)
+		texts[i] = cs.values.Descriptor(d.entries)
 	}
 	cs.log.Warn("counters reset through the admin endpoint",
 		zap.String("remote_addr", r.RemoteAddr),

@@ -16,7 +16,9 @@ import (
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
 )
 
 // counterRules has a limit of each algorithm, and a leased one. The
@@ -109,7 +111,7 @@ func TestCountersMemory(t *testing.T) {
 	if c.Limit != "fixed_window 3 per 1h0m0s" || c.Error != "" || c.Now == nil || *c.Remaining != 1 || *c.Over || c.State == nil || *c.State.Hits != 2 || c.State.WindowStart == nil {
 		t.Errorf("user=alice's counter: %+v, state %+v", c, c.State)
 	}
-	if !strings.HasPrefix(c.Key, "{4:edge4:user5:alice}") || c.KeyHash != hashText(c.Key) {
+	if !strings.HasPrefix(c.Key, "{4:edge4:user5:alice}") || c.KeyHash != rejectlog.Hash(c.Key) {
 		t.Errorf("key %q, hash %q", c.Key, c.KeyHash)
 	}
 
@@ -184,7 +186,7 @@ func TestCounterReset(t *testing.T) {
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), counterRules)
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	s := startSidecarLog(t, logs, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--redis-key-prefix", "reset:",
 		"--admin-addr", "127.0.0.1:0", "--admin-counter-reset")
 	if code, _ := s.get(t, "/debug/counters?domain=edge&descriptor=user=alice"); code != http.StatusNotFound {
@@ -236,7 +238,7 @@ func TestCounterReset(t *testing.T) {
 	if !strings.Contains(metrics, "ratelimit_sidecar_counter_resets_total 2") {
 		t.Errorf("/metrics lacks counter_resets_total 2")
 	}
-	lines := logs.lines(t, "counters reset through the admin endpoint")
+	lines := logs.Lines(t, "counters reset through the admin endpoint")
 	if len(lines) != 1 {
 		t.Fatalf("%d reset lines in the log, want 1:\n%s", len(lines), logs)
 	}
@@ -255,7 +257,7 @@ func TestRejectionLogInSidecar(t *testing.T) {
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), counterRules)
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	s := startSidecarLog(t, logs, "--config", dir, "--redis-url", "redis://"+srv.Addr,
 		"--log-rejections", "info", "--log-rejections-rate", "2", "--log-rejections-values", "plain")
 	for range 3 {
@@ -267,7 +269,7 @@ func TestRejectionLogInSidecar(t *testing.T) {
 	}
 	// A burst of 2, and one more per half second the requests took.
 	most := 2 + int(time.Since(start)/(500*time.Millisecond)) + 1
-	lines := logs.lines(t, rejectionMessage)
+	lines := logs.Lines(t, rejectlog.Message)
 	if len(lines) < 2 || len(lines) > most {
 		t.Fatalf("%d rejection lines for 50 rejections, want 2 to %d:\n%s", len(lines), most, logs)
 	}

@@ -13,6 +13,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 )
 
@@ -35,7 +36,7 @@ func TestRedisWrongPassword(t *testing.T) {
 	write(t, filepath.Join(dir, "rules.yaml"), userRules)
 	pwFile := filepath.Join(t.TempDir(), "pw")
 	write(t, pwFile, sidecarPass+"\n")
-	var log syncBuffer
+	var log logtest.Buffer
 	s := startSidecarLog(t, &log, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--redis-password-file", pwFile)
 
 	var bodies []string
@@ -135,7 +136,7 @@ func errorCount(t *testing.T, c *goredis.Client, code string) int {
 
 // logLines returns the JSON log lines in log at level that contain
 // text.
-func logLines(t *testing.T, log *syncBuffer, level, text string) []map[string]any {
+func logLines(t *testing.T, log *logtest.Buffer, level, text string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	for line := range strings.SplitSeq(log.String(), "\n") {
@@ -157,7 +158,7 @@ func logLines(t *testing.T, log *syncBuffer, level, text string) []map[string]an
 // refusal of kind by addr saying msg, /readyz answers 503 saying msg and
 // the gauge of kind is 1; then, after fix, until one Info line says it
 // ended, /readyz answers 200 and the gauge is 0.
-func refusalSeen(t *testing.T, s *sidecar, log *syncBuffer, kind, role, addr, msg string, fix func()) {
+func refusalSeen(t *testing.T, s *sidecar, log *logtest.Buffer, kind, role, addr, msg string, fix func()) {
 	t.Helper()
 	readyz := func(wantCode int, want string) {
 		t.Helper()
@@ -215,7 +216,7 @@ func TestRedisACLRefusal(t *testing.T) {
 	write(t, filepath.Join(dir, "rules.yaml"), userRules)
 	pwFile := filepath.Join(t.TempDir(), "pw")
 	write(t, pwFile, "app-pass\n")
-	var log syncBuffer
+	var log logtest.Buffer
 	s := startSidecarLog(t, &log, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--redis-username", "app", "--redis-password-file", pwFile)
 	refusalSeen(t, s, &log, "acl", "redis", srv.Addr, "NOPERM this user has no permissions to run the 'evalsha' command", func() {
 		if err := admin.Do(ctx, "ACL", "SETUSER", "app", "+evalsha", "+eval").Err(); err != nil {
@@ -243,7 +244,7 @@ func TestRedisClusterMasterRefuses(t *testing.T) {
 	write(t, filepath.Join(dir, "rules.yaml"), userRules)
 	pwFile := filepath.Join(t.TempDir(), "pw")
 	write(t, pwFile, "app-pass\n")
-	var log syncBuffer
+	var log logtest.Buffer
 	s := startSidecarLog(t, &log, "--config", dir, "--redis-cluster-addrs", strings.Join(c.Addrs, ","), "--redis-username", "app", "--redis-password-file", pwFile)
 	refusalSeen(t, s, &log, "auth", "cluster node", c.Addrs[2], "WRONGPASS invalid username-password pair or user is disabled.", func() {
 		if err := c.Nodes[2].Client(t).Do(ctx, "ACL", "SETUSER", "app", ">app-pass").Err(); err != nil {

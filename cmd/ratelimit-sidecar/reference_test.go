@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 )
 
@@ -30,7 +31,7 @@ type refSidecar struct {
 	adminAddr                                  string // --http-addr's unless --admin-addr is set
 	rls                                        rlsv3.RateLimitServiceClient
 	health                                     healthpb.HealthClient
-	log                                        *syncBuffer
+	log                                        *logtest.Buffer
 	cancel                                     context.CancelFunc
 	stop                                       func() error // cancels and waits for serve to return
 }
@@ -42,7 +43,7 @@ func startAs(t *testing.T, argv0 string, env map[string]string, args ...string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &refSidecar{log: &syncBuffer{}}
+	s := &refSidecar{log: &logtest.Buffer{}}
 	ready := make(chan struct{}, 1)
 	c.onReady = func(g, h, a string) { s.grpcAddr, s.httpAddr, s.adminAddr = g, h, a }
 	c.ref.onListen = func(d, m string) {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xdstest"
 )
@@ -150,7 +151,7 @@ func awaitRefHealth(t *testing.T, s *refSidecar, want healthpb.HealthCheckRespon
 // metrics and its start log, and the metrics follow the first push.
 func TestXDSStateMetrics(t *testing.T) {
 	srv := xdstest.Start(t)
-	var log syncBuffer
+	var log logtest.Buffer
 	s := startSidecarLog(t, &log, xdsArgs(srv, "--force-start-without-rules", "--allow-empty-rules")...)
 	waitFor(t, func() bool { return metricValue(t, s, "ratelimit_sidecar_xds_connected") == 1 })
 	_, body := s.get(t, "/metrics")

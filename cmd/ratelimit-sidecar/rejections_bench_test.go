@@ -55,36 +55,3 @@ func BenchmarkRejectedRequest(b *testing.B) {
 		})
 	}
 }
-
-// BenchmarkRejectionLog is what the rejection log adds to one rejected
-// request: at its default level in an info log (a level check), and at
-// info under a flood, where the rate bound leaves the line out.
-func BenchmarkRejectionLog(b *testing.B) {
-	r := newRejectionRig(b, zap.InfoLevel, rejectionSettings{level: "debug", rate: 10, values: "hash"}, nil, limits.EngineOptions{})
-	req := aliceRequest()
-	var d limits.Decision
-	for range 2 {
-		if err := r.engine.Decide(context.Background(), req, &d); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if d.Code != limits.OverLimit {
-		b.Fatal("not rejected")
-	}
-	log, _ := jsonLogger(zap.InfoLevel)
-	for _, bc := range []struct {
-		name  string
-		level string
-	}{{"debug", "debug"}, {"info_flood", "info"}} {
-		b.Run(bc.name, func(b *testing.B) {
-			rej := newRejectionLog(log, rejectionSettings{level: bc.level, rate: 10, values: "hash"}, "memory", time.Now)
-			for range 10 {
-				rej.Rejected(req, &d) // the burst
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				rej.Rejected(req, &d)
-			}
-		})
-	}
-}

@@ -27,6 +27,7 @@ import (
 
 	caplisten "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
@@ -156,7 +157,7 @@ func newLogger(c *settings, w io.Writer) (*zap.Logger, error) {
 	// Sample repeated messages so a hot-path error cannot flood the log;
 	// the rejection log bounds and counts its lines itself.
 	sampled := zapcore.NewSamplerWithOptions(core, time.Second, 10, 100)
-	return zap.New(sampledExcept{sampled: sampled, all: core, name: rejectionLogger}), nil
+	return zap.New(rejectlog.Unsampled(sampled, core)), nil
 }
 
 // newEngine builds the engine: the rules, decided on st, with a memory

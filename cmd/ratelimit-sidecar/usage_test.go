@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xdstest"
 )
@@ -326,7 +327,7 @@ func TestUsageChargesFailureModes(t *testing.T) {
 // rejected hits; the rejection log says a charge went over; and
 // /debug/counters shows the debt.
 func TestUsageChargesObserved(t *testing.T) {
-	var log syncBuffer
+	var log logtest.Buffer
 	s := startSidecarLog(t, &log, "--config", usageRulesDir(t), "--log-rejections", "info")
 	s.replay(t, usageCases("obs")["tenant_and_model"])
 	_, body := s.get(t, "/metrics")
