@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -12,6 +11,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
 )
 
 // How the environment becomes settings: the reference's variables (see
@@ -21,7 +22,7 @@ import (
 // envReport is what the environment did to the settings, for the start
 // log.
 type envReport struct {
-	// refMode is set when the program runs as refName.
+	// refMode is set when the program runs as refenv.Name.
 	refMode bool
 	// from is where each flag set other than on the command line got its
 	// value: "RLS_X", or the reference's variables; value is its value.
@@ -38,89 +39,25 @@ type envReport struct {
 	rlsHints []string
 }
 
-// refApplied is the reference's environment, applied to a flag set.
+// refApplied is the reference's environment, applied to a flag set, and
+// what the RLS_ variables and the command line did beside it.
 type refApplied struct {
-	report           envReport
-	password         *string
-	sentinelPassword *string
-	byFlag           map[string]string // flag → the variables that set it
-	byDefault        map[string]bool   // flags set by the reference's defaults alone
-	byRLS            map[string]string // flag → its RLS_ variable, where that set it
+	*refenv.Applied
+	report envReport
+	byRLS  map[string]string // flag → its RLS_ variable, where that set it
 }
 
 // applyRefEnv sets fs's flags from the reference's variables, except those
-// in explicit (set by the command line or an RLS_ variable). Invalid
-// values are reported all at once, each naming its variable.
+// in explicit (set by the command line or an RLS_ variable).
 func applyRefEnv(fs *flag.FlagSet, refMode bool, getenv func(string) (string, bool), explicit map[string]bool) (*refApplied, error) {
-	v := &refValues{getenv: getenv, refMode: refMode}
-	a := &refApplied{
-		report: envReport{refMode: refMode, from: map[string]string{}, value: map[string]string{}},
-		byFlag: map[string]string{}, byDefault: map[string]bool{},
+	ra, err := refenv.Apply(fs, refMode, getenv, explicit)
+	if err != nil {
+		return nil, err
 	}
-	for _, m := range refMappings {
-		var set []string
-		for _, name := range m.vars {
-			if v.isSet(name) {
-				set = append(set, name)
-			}
-		}
-		if len(set) == 0 && !(refMode && m.defaults) {
-			continue
-		}
-		if m.whole && slices.ContainsFunc(m.flags, func(f string) bool { return explicit[f] }) {
-			continue
-		}
-		var out refOut
-		nerrs := len(v.errs)
-		m.apply(v, &out)
-		if len(v.errs) > nerrs {
-			continue
-		}
-		from := strings.Join(set, ", ")
-		switch {
-		case len(m.vars) == 0:
-			from = "envoyproxy/ratelimit's behaviour (run as " + refName + ")"
-		case len(set) == 0:
-			from = "the defaults of " + strings.Join(m.vars, ", ") + " (run as " + refName + ")"
-		}
-		for _, f := range out.flags {
-			if explicit[f.name] {
-				continue
-			}
-			if err := fs.Set(f.name, f.value); err != nil {
-				v.errs = append(v.errs, fmt.Errorf("%s (as --%s=%s): %w", strings.Join(m.vars, ", "), f.name, f.value, err))
-				continue
-			}
-			a.byFlag[f.name] = from
-			a.byDefault[f.name] = len(set) == 0
-		}
-		if out.password != nil {
-			a.password, a.report.passwordFrom = out.password, from
-		}
-		if out.sentinelPassword != nil {
-			a.sentinelPassword, a.report.sentinelPasswordFrom = out.sentinelPassword, from
-		}
-	}
-	for _, r := range refRefusals {
-		var on bool
-		if r.active != nil {
-			on = r.active(v)
-		} else {
-			on = v.anySetNonDefault(r.vars...)
-		}
-		if !on {
-			continue
-		}
-		names := slices.DeleteFunc(slices.Clone(r.vars), func(n string) bool { return !v.nonDefault(n) })
-		if len(names) == 0 {
-			names = slices.DeleteFunc(slices.Clone(r.vars), func(n string) bool { return !v.isSet(n) })
-		}
-		if len(names) == 0 {
-			names = []string{r.vars[0] + " (its default, run as " + refName + ")"}
-		}
-		a.report.refused = append(a.report.refused, strings.Join(names, ", ")+": "+r.reason)
-	}
-	return a, errors.Join(v.errs...)
+	return &refApplied{Applied: ra, report: envReport{
+		refMode: refMode, from: map[string]string{}, value: map[string]string{},
+		passwordFrom: ra.PasswordFrom, sentinelPasswordFrom: ra.SentinelPasswordFrom, refused: ra.Refused,
+	}}, nil
 }
 
 // rlsEnvName is the RLS_ variable of a flag.
@@ -183,13 +120,13 @@ func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
 // reference's passwords, where neither an RLS_ variable nor a file gives
 // one, and the report of where each setting came from.
 func (a *refApplied) finish(c *settings, fs *flag.FlagSet, args []string, getenv func(string) (string, bool), environ []string) {
-	if _, ok := getenv("RLS_REDIS_PASSWORD"); !ok && c.redisPasswordFile == "" && a.password != nil {
-		c.redis.Password = *a.password
+	if _, ok := getenv("RLS_REDIS_PASSWORD"); !ok && c.redisPasswordFile == "" && a.Password != nil {
+		c.redis.Password = *a.Password
 	} else {
 		a.report.passwordFrom = ""
 	}
-	if _, ok := getenv("RLS_REDIS_SENTINEL_PASSWORD"); !ok && c.sentinelPassFile == "" && a.sentinelPassword != nil {
-		c.redis.SentinelPassword = *a.sentinelPassword
+	if _, ok := getenv("RLS_REDIS_SENTINEL_PASSWORD"); !ok && c.sentinelPassFile == "" && a.SentinelPassword != nil {
+		c.redis.SentinelPassword = *a.SentinelPassword
 	} else {
 		a.report.sentinelPasswordFrom = ""
 	}
@@ -200,12 +137,12 @@ func (a *refApplied) finish(c *settings, fs *flag.FlagSet, args []string, getenv
 	// Every setting an RLS_ or reference variable set is logged, and those
 	// the reference's defaults set when they differ from ours.
 	fs.VisitAll(func(f *flag.Flag) {
-		if inArgs[f.Name] || (a.byDefault[f.Name] && f.Value.String() == f.DefValue) {
+		if inArgs[f.Name] || (a.ByDefault[f.Name] && f.Value.String() == f.DefValue) {
 			return
 		}
 		if _, ok := getenv(rlsEnvName(f.Name)); ok {
 			a.report.from[f.Name] = rlsEnvName(f.Name)
-		} else if vars, ok := a.byFlag[f.Name]; ok {
+		} else if vars, ok := a.ByFlag[f.Name]; ok {
 			a.report.from[f.Name] = vars
 		} else {
 			return
@@ -238,7 +175,7 @@ func (a *refApplied) noteRLS(fs *flag.FlagSet, args []string, getenv func(string
 func (a *refApplied) explain(err error) error {
 	var notes []string
 	msg := err.Error()
-	from := maps.Clone(a.byFlag)
+	from := maps.Clone(a.ByFlag)
 	maps.Copy(from, a.byRLS)
 	for f, vars := range from {
 		i := strings.Index(msg, "--"+f)
@@ -269,7 +206,7 @@ func (a *refApplied) explain(err error) error {
 func logEnv(log *zap.Logger, c *settings) {
 	r := c.env
 	if r.refMode {
-		log.Info("run as " + refName + ": envoyproxy/ratelimit's defaults apply to settings not set")
+		log.Info("run as " + refenv.Name + ": envoyproxy/ratelimit's defaults apply to settings not set")
 	}
 	if len(r.from) > 0 || r.passwordFrom != "" || r.sentinelPasswordFrom != "" {
 		log.Info("settings from the environment", zap.Object("settings", envSources{c}))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
@@ -91,7 +92,7 @@ func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool
 	fs := flag.NewFlagSet("ratelimit-sidecar", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	failure := c.define(fs)
-	ref, err := applyRefEnv(fs, isRefMode(argv0), getenv, explicitFlags(fs, args, getenv))
+	ref, err := applyRefEnv(fs, refenv.IsRefMode(argv0), getenv, explicitFlags(fs, args, getenv))
 	if err != nil {
 		return nil, err
 	}

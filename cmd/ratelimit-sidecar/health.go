@@ -10,7 +10,7 @@ import (
 // its first rules (xDS without --force-start-without-rules), while no rule
 // is loaded with --health-requires-rules, and while Redis refuses the
 // sidecar's configuration with --health-requires-redis-config (on by
-// default run as refName); SERVING otherwise, until shutdown, after which
+// default run as ratelimit); SERVING otherwise, until shutdown, after which
 // health.Server keeps every name NOT_SERVING. /healthcheck follows the
 // same conditions (reference.go).
 

@@ -27,6 +27,7 @@ import (
 
 	caplisten "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
@@ -282,7 +283,7 @@ func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, 
 // adminLogAddr is where the start log says the admin endpoints are.
 func adminLogAddr(c *settings, lis *listeners) string {
 	if !adminServed(c) {
-		return "none (run as " + refName + ": set --admin-addr to serve /debug/config and /debug/counters)"
+		return "none (run as " + refenv.Name + ": set --admin-addr to serve /debug/config and /debug/counters)"
 	}
 	return lis.adminAddr()
 }
@@ -400,7 +401,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 }
 
 // adminServed reports whether the admin endpoints (/debug/config,
-// /debug/counters) are served. Run as refName they are only on
+// /debug/counters) are served. Run as refenv.Name they are only on
 // --admin-addr: the reference has none, and its HTTP port listens on
 // every address, where /debug/counters would show anyone who reaches it
 // any counter they can name. /json stays on --http-addr there, as the

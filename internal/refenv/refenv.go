@@ -1,7 +1,13 @@
-package main
+// Package refenv reads the environment of envoyproxy/ratelimit (the
+// reference) onto the sidecar's flags: each of its variables is mapped
+// onto a flag (with its meaning translated where ours differs), honoured
+// as it is, or refused with a reason. Standard library only.
+package refenv
 
 import (
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"math"
 	"net"
@@ -20,12 +26,12 @@ import (
 //
 // Precedence, for each of our flags: the command line, then its RLS_
 // variable, then the reference's variables, then the default. Run as
-// refName (the reference image's /bin/ratelimit), the default is the
+// Name (the reference image's /bin/ratelimit), the default is the
 // reference's, for the settings whose default describes the deployment
 // (listeners, rule files, Redis, ...); run under any other name, ours.
 
-// refName is the name the reference's image runs it as: /bin/ratelimit.
-const refName = "ratelimit"
+// Name is the name the reference's image runs it as: /bin/ratelimit.
+const Name = "ratelimit"
 
 // refKind is how the reference parses a variable (with envconfig).
 type refKind uint8
@@ -188,13 +194,13 @@ type refMapping struct {
 	vars  []string // the variables it reads
 	flags []string // the flags it may set
 	whole bool
-	// defaults applies the mapping, run as refName, when none of vars is
+	// defaults applies the mapping, run as Name, when none of vars is
 	// set: the reference's default then describes the deployment.
 	defaults bool
 	apply    func(v *refValues, out *refOut)
 }
 
-// refGRPCMaxConns is --grpc-max-conns run as refName: the gRPC
+// refGRPCMaxConns is --grpc-max-conns run as Name: the gRPC
 // connections of a central service, which each worker of each Envoy
 // holds one of, as the Helm chart sets it. Each connection holding 100
 // half-open streams costs about 0.8 MiB (docs/server-bounds.md).
@@ -624,7 +630,7 @@ func mapRedis(v *refValues, out *refOut) {
 	case "single":
 		out.set("redis-url", singleRedisURL(v, url))
 	case "sentinel":
-		parts := splitList(url)
+		parts := addrList(url)
 		if len(parts) < 2 {
 			v.fail("REDIS_URL", "with REDIS_TYPE=%s, want <master name>,<sentinel host:port>,..., got %q", t, url)
 			return
@@ -632,7 +638,7 @@ func mapRedis(v *refValues, out *refOut) {
 		out.set("redis-sentinel-master", parts[0])
 		out.set("redis-sentinel-addrs", strings.Join(plainAddrs(v, parts[1:]), ","))
 	case "cluster":
-		out.set("redis-cluster-addrs", strings.Join(plainAddrs(v, splitList(url)), ","))
+		out.set("redis-cluster-addrs", strings.Join(plainAddrs(v, addrList(url)), ","))
 	default:
 		v.fail("REDIS_TYPE", "want SINGLE, SENTINEL or CLUSTER, got %q", t)
 	}
@@ -777,7 +783,7 @@ func mapXDSTLS(v *refValues, out *refOut) {
 // --xds-backoff-max is then the initial wait. Ours double otherwise (a
 // factor other than 2 is named in the start warning), and spread by
 // ±--xds-backoff-jitter unless XDS_CLIENT_BACKOFF_JITTER is false. Run as
-// refName, the reference's defaults apply when its rules come over xDS.
+// Name, the reference's defaults apply when its rules come over xDS.
 func mapXDSBackoff(v *refValues, out *refOut) {
 	if !refXDS(v) && !slices.ContainsFunc([]string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
 		"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER"}, v.isSet) {
@@ -835,13 +841,13 @@ func mapGRPCTLS(v *refValues, out *refOut) {
 	}
 }
 
-// denyEntryBytes is what one deny-cache entry is taken to cost, to turn
+// DenyEntryBytes is what one deny-cache entry is taken to cost, to turn
 // the reference's LOCAL_CACHE_SIZE_IN_BYTES (the size of its cache of
 // over-limit keys) into --deny-cache-entries. Measured with Go's heap
 // statistics over 60000 entries: 177 bytes an entry with 40-byte keys,
 // 215 with 80-byte keys; 256 keeps the cache within the reference's
 // budget for keys up to about 120 bytes.
-const denyEntryBytes = 256
+const DenyEntryBytes = 256
 
 func denyCacheEntriesFor(v *refValues, name string) int64 {
 	n := v.integer(name)
@@ -852,7 +858,7 @@ func denyCacheEntriesFor(v *refValues, name string) int64 {
 	case n == 0:
 		return 0
 	}
-	return max(1, n/denyEntryBytes)
+	return max(1, n/DenyEntryBytes)
 }
 
 func mapHeaders(v *refValues, out *refOut) {
@@ -890,6 +896,106 @@ func mapTracing(v *refValues, out *refOut) {
 	out.set("tracing-sampling-rate", strconv.FormatFloat(rate, 'g', -1, 64))
 }
 
-// isRefMode reports whether the program runs as the reference's image
-// runs it, argv0 being its os.Args[0].
-func isRefMode(argv0 string) bool { return filepath.Base(argv0) == refName }
+// IsRefMode reports whether a program run as argv0 (os.Args[0]) runs in
+// the reference's place.
+func IsRefMode(argv0 string) bool { return filepath.Base(argv0) == Name }
+
+// Applied is what the reference's variables did to a flag set.
+type Applied struct {
+	// ByFlag names, for each flag the variables set, the variables (or
+	// the reference's defaults) it came from.
+	ByFlag map[string]string
+	// ByDefault holds the flags that the reference's defaults alone set,
+	// run as Name.
+	ByDefault map[string]bool
+	// Password and SentinelPassword are the Redis passwords the variables
+	// give, nil if none; PasswordFrom and SentinelPasswordFrom name the
+	// variables.
+	Password, SentinelPassword         *string
+	PasswordFrom, SentinelPasswordFrom string
+	// Refused lists the reference's settings in use that are not
+	// honoured, each with the reason.
+	Refused []string
+}
+
+// Apply sets fs's flags from the reference's variables, except those
+// in explicit (set by the command line or an RLS_ variable). Invalid
+// values are reported all at once, each naming its variable.
+func Apply(fs *flag.FlagSet, refMode bool, getenv func(string) (string, bool), explicit map[string]bool) (*Applied, error) {
+	v := &refValues{getenv: getenv, refMode: refMode}
+	a := &Applied{ByFlag: map[string]string{}, ByDefault: map[string]bool{}}
+	for _, m := range refMappings {
+		var set []string
+		for _, name := range m.vars {
+			if v.isSet(name) {
+				set = append(set, name)
+			}
+		}
+		if len(set) == 0 && !(refMode && m.defaults) {
+			continue
+		}
+		if m.whole && slices.ContainsFunc(m.flags, func(f string) bool { return explicit[f] }) {
+			continue
+		}
+		var out refOut
+		nerrs := len(v.errs)
+		m.apply(v, &out)
+		if len(v.errs) > nerrs {
+			continue
+		}
+		from := strings.Join(set, ", ")
+		switch {
+		case len(m.vars) == 0:
+			from = "envoyproxy/ratelimit's behaviour (run as " + Name + ")"
+		case len(set) == 0:
+			from = "the defaults of " + strings.Join(m.vars, ", ") + " (run as " + Name + ")"
+		}
+		for _, f := range out.flags {
+			if explicit[f.name] {
+				continue
+			}
+			if err := fs.Set(f.name, f.value); err != nil {
+				v.errs = append(v.errs, fmt.Errorf("%s (as --%s=%s): %w", strings.Join(m.vars, ", "), f.name, f.value, err))
+				continue
+			}
+			a.ByFlag[f.name] = from
+			a.ByDefault[f.name] = len(set) == 0
+		}
+		if out.password != nil {
+			a.Password, a.PasswordFrom = out.password, from
+		}
+		if out.sentinelPassword != nil {
+			a.SentinelPassword, a.SentinelPasswordFrom = out.sentinelPassword, from
+		}
+	}
+	for _, r := range refRefusals {
+		var on bool
+		if r.active != nil {
+			on = r.active(v)
+		} else {
+			on = v.anySetNonDefault(r.vars...)
+		}
+		if !on {
+			continue
+		}
+		names := slices.DeleteFunc(slices.Clone(r.vars), func(n string) bool { return !v.nonDefault(n) })
+		if len(names) == 0 {
+			names = slices.DeleteFunc(slices.Clone(r.vars), func(n string) bool { return !v.isSet(n) })
+		}
+		if len(names) == 0 {
+			names = []string{r.vars[0] + " (its default, run as " + Name + ")"}
+		}
+		a.Refused = append(a.Refused, strings.Join(names, ", ")+": "+r.reason)
+	}
+	return a, errors.Join(v.errs...)
+}
+
+// addrList splits a comma-separated list of addresses, dropping empty
+// entries and the spaces around each.
+func addrList(s string) []string {
+	parts := strings.Split(s, ",")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	return slices.DeleteFunc(parts, func(p string) bool { return p == "" })
+}
