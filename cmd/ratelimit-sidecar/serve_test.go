@@ -215,7 +215,7 @@ func TestShutdownUnderLoad(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(200 * time.Millisecond) // let load build up
+	waitFor(t, func() bool { return sent.Load() >= 100 }) // load under way
 	if err := s.stop(); err != nil {
 		t.Fatal(err)
 	}

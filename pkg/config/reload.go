@@ -32,6 +32,9 @@ type ReloadStatus struct {
 	LastAttempt time.Time
 	Successes   int
 	Failures    int
+	// Reads counts the times the files were read, changed or not: every
+	// Reload, and the one Watch makes once its watches are in place.
+	Reads int
 }
 
 // Reloader reloads an Engine's rules from a path when they change. Reload
@@ -95,6 +98,7 @@ func (r *Reloader) Status() ReloadStatus {
 func (r *Reloader) Reload() (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.status.Reads++
 	files, err := readFiles(r.path, r.readFile)
 	if err == nil && checksum(files) == r.status.Checksum {
 		if r.status.LastError != nil {
@@ -124,7 +128,7 @@ func (r *Reloader) Reload() (bool, error) {
 	r.engine.SetRules(rs)
 	r.status = ReloadStatus{
 		Checksum: rs.Checksum, LoadedAt: time.Now(), Files: rs.Files, LastAttempt: r.status.LastAttempt,
-		Successes: r.status.Successes + 1, Failures: r.status.Failures,
+		Successes: r.status.Successes + 1, Failures: r.status.Failures, Reads: r.status.Reads,
 	}
 	r.logReloaded(old, rs)
 	if r.notify != nil {

@@ -82,8 +82,11 @@ func watching(t *testing.T, path string, e *limits.Engine, setup ...func(*config
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	// Give the watcher its watches before the test changes files.
-	time.Sleep(50 * time.Millisecond)
+	// The watcher reads the files once its watches are in place: a change
+	// made before is seen then, one made after by its event. A change
+	// half-written while that first read runs would be read half, so
+	// the test changes nothing until it has run.
+	waitReads(t, r, 1)
 	wait := func(successes, failures int) {
 		t.Helper()
 		deadline := time.AfterFunc(5*time.Second, func() { mu.Lock(); changed.Broadcast(); mu.Unlock() })
@@ -103,6 +106,16 @@ func watching(t *testing.T, path string, e *limits.Engine, setup ...func(*config
 		}
 	}
 	return r, wait
+}
+
+// waitReads waits, for up to 5 s, until r has read its files n times.
+func waitReads(t *testing.T, r *config.Reloader, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); r.Status().Reads < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the files were read %d times, want %d within 5s", r.Status().Reads, n)
+		}
+	}
 }
 
 func load(t *testing.T, path string) *limits.Engine {
@@ -154,7 +167,7 @@ func TestReloadRenameEditAddRemove(t *testing.T) {
 	}
 	write(path, rulesV1)
 	e := load(t, dir)
-	_, wait := watching(t, dir, e)
+	r, wait := watching(t, dir, e)
 
 	// Atomic rename over the file.
 	write(filepath.Join(dir, ".rules.yaml.tmp"), rulesV2)
@@ -184,10 +197,13 @@ func TestReloadRenameEditAddRemove(t *testing.T) {
 	if e.Rules().HasDomain("other") {
 		t.Fatal("removed file still loaded")
 	}
-	// Rewriting the same bytes changes nothing, and a dot-file is ignored.
+	// Rewriting the same bytes changes nothing, and a dot-file is ignored:
+	// the files are read again, and neither a reload nor a failure comes
+	// of it.
+	reads := r.Status().Reads
 	write(path, rulesV3)
 	write(filepath.Join(dir, ".swap.yaml"), "not: [valid")
-	time.Sleep(100 * time.Millisecond)
+	waitReads(t, r, reads+1)
 	wait(4, 0)
 }
 
@@ -545,15 +561,22 @@ func TestReloadIgnoresTheParentsOtherEntries(t *testing.T) {
 	dir := filepath.Join(parent, "rules")
 	mustWriteFile(t, filepath.Join(dir, "rules.yaml"), rulesV1)
 	e := load(t, dir)
-	_, wait := watching(t, dir, e)
+	r, wait := watching(t, dir, e)
 	mustWriteFile(t, filepath.Join(dir, "rules.yaml"), rulesBad)
 	wait(0, 1)
+	reads := r.Status().Reads
 	for i := range 3 {
 		mustWriteFile(t, filepath.Join(parent, fmt.Sprintf("other-%d.yaml", i)), rulesV1)
 		mustWriteFile(t, filepath.Join(parent, "rules.yaml.orig"), rulesV1)
 	}
-	time.Sleep(100 * time.Millisecond) // 5 debounce periods
+	// Nothing may happen, so nothing can be waited for: the sleep is how
+	// long the test looks (5 debounce periods). A slow machine can make
+	// it miss a wrong read, never fail a right watcher.
+	time.Sleep(100 * time.Millisecond)
 	wait(0, 1)
+	if got := r.Status().Reads; got != reads {
+		t.Errorf("the files were read %d times after changes beside the config directory, want none", got-reads)
+	}
 }
 
 func mustRemove(t *testing.T, path string) {
