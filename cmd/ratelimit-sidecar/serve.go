@@ -70,7 +70,7 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	default:
 		log.Warn("starting without rules (--allow-empty-rules); every request gets OK", zap.String("config", c.configPath))
 	}
-	m := metrics.NewBuild(buildInfo().metrics(), c.nearLimitRatio, c.metricMaxValues)
+	m := metrics.New(buildInfo().metrics(), c.nearLimitRatio, c.metricMaxValues)
 	m.Loaded(rs.Checksum, time.Now())
 	tr, err := startTracing(ctx, c, log)
 	if err != nil {

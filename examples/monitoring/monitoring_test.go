@@ -120,7 +120,7 @@ func scrape(t *testing.T) (map[string][]string, map[string]bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := metrics.New("test", 0.8, metrics.DefaultMaxValues)
+	m := metrics.New(metrics.Build{Version: "test"}, 0.8, metrics.DefaultMaxValues)
 	ctx := context.Background()
 	user := limits.Request{Domain: "edge", Descriptors: []limits.Descriptor{
 		{Entries: []limits.Entry{{Key: "generic_key", Value: "global"}}},

@@ -19,7 +19,7 @@ func BenchmarkDecideObserved(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	m := metrics.New("bench", 0.8, metrics.DefaultMaxValues)
+	m := metrics.New(metrics.Build{Version: "bench"}, 0.8, metrics.DefaultMaxValues)
 	e := limits.NewEngine(rs, store.Timed(memory.New(memory.Options{}), m.StoreCalls("memory")), limits.EngineOptions{Observer: m})
 	reqs := make([]limits.Request, 1024)
 	for i := range reqs {
@@ -57,7 +57,7 @@ func BenchmarkDecideDetailed(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			m := metrics.New("bench", 0.8, metrics.DefaultMaxValues)
+			m := metrics.New(metrics.Build{Version: "bench"}, 0.8, metrics.DefaultMaxValues)
 			e := limits.NewEngine(rs, memory.New(memory.Options{}), limits.EngineOptions{Observer: m})
 			reqs := make([]limits.Request, bb.tenants)
 			for i := range reqs {

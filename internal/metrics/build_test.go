@@ -10,7 +10,7 @@ import (
 // TestBuildInfo: ratelimit_sidecar_build_info is 1, labelled with the
 // version, the Go version and the commit.
 func TestBuildInfo(t *testing.T) {
-	m := metrics.NewBuild(metrics.Build{Version: "v0.1.0", Revision: "0123456789abcdef0123456789abcdef01234567"}, 0.8, metrics.DefaultMaxValues)
+	m := metrics.New(metrics.Build{Version: "v0.1.0", Revision: "0123456789abcdef0123456789abcdef01234567"}, 0.8, metrics.DefaultMaxValues)
 	mfs, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +43,7 @@ func TestBuildInfo(t *testing.T) {
 // TestNewHasNoRevision: New, which takes the version alone, labels the
 // revision empty.
 func TestNewHasNoRevision(t *testing.T) {
-	m := metrics.New("test", 0.8, metrics.DefaultMaxValues)
+	m := metrics.New(metrics.Build{Version: "test"}, 0.8, metrics.DefaultMaxValues)
 	mfs, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ func (memoryStats) Evictions() uint64   { return 3 }
 func (memoryStats) GhostStarts() uint64 { return 2 }
 
 func TestMemoryStoreMetrics(t *testing.T) {
-	m := metrics.New("test", 0.8, metrics.DefaultMaxValues)
+	m := metrics.New(metrics.Build{Version: "test"}, 0.8, metrics.DefaultMaxValues)
 	m.MemoryStore("local", memoryStats{})
 	want := `
 # HELP ratelimit_sidecar_memory_store_evictions_total Live keys a memory store evicted to stay within --memory-max-keys, each folded into its ghost table.

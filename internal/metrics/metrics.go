@@ -147,18 +147,13 @@ type Build struct {
 	Revision string
 }
 
-// New is NewBuild for a build known by its version alone.
-func New(version string, nearRatio float64, maxValues int) *Metrics {
-	return NewBuild(Build{Version: version}, nearRatio, maxValues)
-}
-
-// NewBuild creates and registers every metric. nearRatio is the share of
+// New creates and registers every metric. nearRatio is the share of
 // a limit (0 to 1) past which admitted hits count as near the limit.
 // maxValues is how many metric names, made of a request's values, each
 // detailed_metric or value_to_metric rule gets series for; later names
 // share the rule's overflow series (see OverflowPrefix). With 0, every
 // value does.
-func NewBuild(b Build, nearRatio float64, maxValues int) *Metrics {
+func New(b Build, nearRatio float64, maxValues int) *Metrics {
 	reg := prometheus.NewRegistry()
 	ruleLabels := []string{"domain", "rule", "algorithm", "window"}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {

@@ -55,7 +55,7 @@ func decide(t *testing.T, e *limits.Engine, kv ...string) {
 }
 
 func TestRuleCountersExact(t *testing.T) {
-	m := metrics.New("test", 0.8, metrics.DefaultMaxValues)
+	m := metrics.New(metrics.Build{Version: "test"}, 0.8, metrics.DefaultMaxValues)
 	e := engine(t, m)
 	for range 12 {
 		decide(t, e, "user", "alice")
@@ -110,7 +110,7 @@ ratelimit_sidecar_decisions_total{result="over_limit"} 2
 // number of series must not grow with them. Only detailed_metric rules
 // name series by value, as they ask to.
 func TestCardinalityBounded(t *testing.T) {
-	m := metrics.New("test", 0.8, metrics.DefaultMaxValues)
+	m := metrics.New(metrics.Build{Version: "test"}, 0.8, metrics.DefaultMaxValues)
 	e := engine(t, m)
 	decide(t, e, "user", "u0")
 	before := testutil.CollectAndCount(m.Registry)
@@ -152,7 +152,7 @@ func value(t *testing.T, m *metrics.Metrics, name, rule string) float64 {
 }
 
 func TestReloadAndBreakerGauges(t *testing.T) {
-	m := metrics.New("test", 0.8, metrics.DefaultMaxValues)
+	m := metrics.New(metrics.Build{Version: "test"}, 0.8, metrics.DefaultMaxValues)
 	m.Reloaded(config.ReloadStatus{Checksum: "abc", LoadedAt: time.Unix(100, 0)}, nil)
 	m.Reloaded(config.ReloadStatus{}, fmt.Errorf("bad"))
 	m.BreakerChanged(true, nil)
@@ -184,7 +184,7 @@ ratelimit_sidecar_redis_circuit_open 1
 // TestObserveFailureMode: with the store down and a failure mode other than
 // local, no outcome exists; only hits and the fallback are counted.
 func TestObserveFailureMode(t *testing.T) {
-	m := metrics.New("test", 0.8, metrics.DefaultMaxValues)
+	m := metrics.New(metrics.Build{Version: "test"}, 0.8, metrics.DefaultMaxValues)
 	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(rules)}}, config.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -251,7 +251,7 @@ func series(t *testing.T, m *metrics.Metrics, name, prefix string) (n int, sum f
 // rule) must not make room for another 100.
 func TestDetailedMetricCapped(t *testing.T) {
 	const maxValues = 100
-	m := metrics.New("test", 0.8, maxValues)
+	m := metrics.New(metrics.Build{Version: "test"}, 0.8, maxValues)
 	e := engine(t, m)
 	for i := range 5000 {
 		decide(t, e, "tenant", fmt.Sprint("t", i))
@@ -288,7 +288,7 @@ func TestDetailedMetricCapped(t *testing.T) {
 // MaxValueNameBytes goes to the overflow series even while the rule has
 // room, so that long header values cannot grow the series' size.
 func TestDetailedMetricLongNames(t *testing.T) {
-	m := metrics.New("test", 0.8, metrics.DefaultMaxValues)
+	m := metrics.New(metrics.Build{Version: "test"}, 0.8, metrics.DefaultMaxValues)
 	e := engine(t, m)
 	long := "t" + strings.Repeat("x", metrics.MaxValueNameBytes)
 	decide(t, e, "tenant", long)
@@ -304,7 +304,7 @@ func TestDetailedMetricLongNames(t *testing.T) {
 // TestDetailedMetricNone: with no room at all, every value is counted in
 // the overflow series, and rules without detailed metrics are untouched.
 func TestDetailedMetricNone(t *testing.T) {
-	m := metrics.New("test", 0.8, 0)
+	m := metrics.New(metrics.Build{Version: "test"}, 0.8, 0)
 	e := engine(t, m)
 	decide(t, e, "tenant", "t1", "user", "u1")
 	decide(t, e, "tenant", "t2")
@@ -322,7 +322,7 @@ func TestDetailedMetricNone(t *testing.T) {
 // TestDetailedMetricTwoLimits: a descriptor that overflows a rule with two
 // limits is one overflowed descriptor, though both limits count its hits.
 func TestDetailedMetricTwoLimits(t *testing.T) {
-	m := metrics.New("test", 0.8, 1)
+	m := metrics.New(metrics.Build{Version: "test"}, 0.8, 1)
 	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(`
 domain: edge
 descriptors:
@@ -354,7 +354,7 @@ descriptors:
 // request, so caching their counters by limit would keep one entry per
 // request until the next reload.
 func TestOverrideNotCached(t *testing.T) {
-	m := metrics.New("test", 0.8, metrics.DefaultMaxValues)
+	m := metrics.New(metrics.Build{Version: "test"}, 0.8, metrics.DefaultMaxValues)
 	e := engine(t, m)
 	for i := range 1000 {
 		req := &limits.Request{Domain: "edge", Descriptors: []limits.Descriptor{{

@@ -10,7 +10,7 @@ import (
 )
 
 func TestRLQS(t *testing.T) {
-	m := metrics.New("test", 0.8, 0)
+	m := metrics.New(metrics.Build{Version: "test"}, 0.8, 0)
 	r := m.RLQS()
 	r.Streams(1)
 	r.Streams(1)

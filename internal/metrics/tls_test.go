@@ -13,7 +13,7 @@ import (
 )
 
 func TestTLS(t *testing.T) {
-	m := metrics.New("test", 0.8, metrics.DefaultMaxValues)
+	m := metrics.New(metrics.Build{Version: "test"}, 0.8, metrics.DefaultMaxValues)
 	if n, err := testutil.GatherAndCount(m.Registry, "ratelimit_sidecar_tls_certificate_expiry_timestamp_seconds"); err != nil || n != 0 {
 		t.Fatalf("before TLS: %d expiry series (%v), want none", n, err)
 	}

@@ -354,7 +354,7 @@ func TestReloadRestoresInUse(t *testing.T) {
 	write(rulesV1)
 	e := load(t, dir)
 	before := e.Rules()
-	m := metrics.New("test", 0.8, metrics.DefaultMaxValues)
+	m := metrics.New(metrics.Build{Version: "test"}, 0.8, metrics.DefaultMaxValues)
 	var errs []error
 	r := config.NewReloader(dir, e, zap.NewNop(), config.ReloaderOptions{OnReload: func(st config.ReloadStatus, err error) {
 		errs = append(errs, err)

@@ -36,8 +36,8 @@ var allModes = []HeaderMode{HeadersNone, HeadersDraft03, HeadersIETF, HeaderMode
 // the codec; the bytes must be equal.
 func encodeBoth(t *testing.T, d *limits.Decision, mode HeaderMode) {
 	t.Helper()
-	resp := Response(d)
-	AddHeaders(mode, d, resp)
+	resp := response(d)
+	addHeaders(mode, d, resp)
 	want, err := proto.Marshal(resp)
 	w := work{dec: *d}
 	r := w.encode(mode)
@@ -249,8 +249,8 @@ func TestReplyOwnership(t *testing.T) {
 	pooled := 0
 	for i := range 400 {
 		d := randomDecision(r, ls, 64)
-		resp := Response(d)
-		AddHeaders(HeadersIETF, d, resp)
+		resp := response(d)
+		addHeaders(HeadersIETF, d, resp)
 		want, err := proto.Marshal(resp)
 		if err != nil {
 			t.Fatal(err)
@@ -407,8 +407,8 @@ func BenchmarkResponseEncode(b *testing.B) {
 		b.Run("message/"+mode.String(), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				resp := Response(d)
-				AddHeaders(mode, d, resp)
+				resp := response(d)
+				addHeaders(mode, d, resp)
 				data, err := std.Marshal(resp)
 				if err != nil {
 					b.Fatal(err)

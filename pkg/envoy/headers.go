@@ -81,7 +81,7 @@ const (
 	headerRetryAfter = "Retry-After"
 )
 
-// AddHeaders appends to resp.ResponseHeadersToAdd the rate-limit headers
+// addHeaders appends to resp.ResponseHeadersToAdd the rate-limit headers
 // of mode for decision d, and Retry-After (seconds, rounded up, at least 1)
 // when the request is over the limit.
 //
@@ -94,8 +94,8 @@ const (
 // the store was down and the domain fails closed, since then no limit
 // was counted.
 //
-// With HeadersNone, AddHeaders returns at once and allocates nothing.
-func AddHeaders(mode HeaderMode, d *limits.Decision, resp *rlsv3.RateLimitResponse) {
+// With HeadersNone, addHeaders returns at once and allocates nothing.
+func addHeaders(mode HeaderMode, d *limits.Decision, resp *rlsv3.RateLimitResponse) {
 	if mode == HeadersNone {
 		return
 	}
@@ -110,7 +110,7 @@ func AddHeaders(mode HeaderMode, d *limits.Decision, resp *rlsv3.RateLimitRespon
 // maxHeaders is the most headers a mode adds: three, and Retry-After.
 const maxHeaders = 4
 
-// headers is the rate-limit headers of one response, as AddHeaders
+// headers is the rate-limit headers of one response, as addHeaders
 // documents them: the value of keys[i] is value(i). Its zero value holds
 // none. The wire encoder writes them without building HeaderValues.
 type headers struct {

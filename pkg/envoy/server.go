@@ -57,7 +57,7 @@ type work struct {
 // Options tunes a Server. The zero value is ready to use.
 type Options struct {
 	// Headers is the mode of the rate-limit headers the server adds to
-	// every response (see AddHeaders). Zero is HeadersNone.
+	// every response (see addHeaders). Zero is HeadersNone.
 	Headers HeaderMode
 	// Shadow answers every request OK overall, whatever its limits say;
 	// the descriptors' statuses, headers and metrics still tell the
@@ -135,8 +135,8 @@ func (s *Server) decideIn(ctx context.Context, w *work) error {
 
 // response returns w's decision as a message, with its headers.
 func (s *Server) response(w *work) *rlsv3.RateLimitResponse {
-	resp := Response(&w.dec)
-	AddHeaders(s.opts.Headers, &w.dec, resp)
+	resp := response(&w.dec)
+	addHeaders(s.opts.Headers, &w.dec, resp)
 	if s.opts.message() {
 		s.opts.HeaderNames.rename(resp)
 		if s.opts.DynamicMetadata {
@@ -188,13 +188,13 @@ func growEntries(s []limits.Entry, n int) []limits.Entry {
 	return s[:0]
 }
 
-// Response converts a decision to the RLS response. Per descriptor, in
+// response converts a decision to the RLS response. Per descriptor, in
 // request order: the code, the reported limit, what remains and the time
 // until reset, in whole seconds rounded up (see resetSeconds). An
 // unlimited descriptor reports no limit and the maximum remaining, and a
 // descriptor without a limit reports OK alone, as envoyproxy/ratelimit
 // does.
-func Response(d *limits.Decision) *rlsv3.RateLimitResponse {
+func response(d *limits.Decision) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: code(d.Code),
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(d.Statuses)),

@@ -449,18 +449,6 @@ func (l *Leases) Release(ctx context.Context) (uint64, error) {
 	return hits, nil
 }
 
-// Held returns how many leased hits the sidecar holds for key, for tests
-// and diagnostics.
-func (l *Leases) Held(key string) uint64 {
-	sh := l.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if ls := sh.m[key]; ls != nil && l.now().Before(ls.until) {
-		return ls.avail
-	}
-	return 0
-}
-
 func (l *Leases) shard(key string) *leaseShard {
 	return &l.shards[maphash.String(l.seed, key)%leaseShards]
 }
