@@ -215,6 +215,24 @@ func closedWithin(c net.Conn, wait time.Duration) bool {
 	}
 }
 
+// closedOf returns how many of conns their peer closes, waiting up to
+// wait for want of them.
+func closedOf(conns []net.Conn, want int, wait time.Duration) int {
+	closed := make(chan bool, len(conns))
+	for _, c := range conns {
+		go func() { closed <- closedWithin(c, wait) }()
+	}
+	n := 0
+	for range conns {
+		if <-closed {
+			if n++; n == want {
+				break
+			}
+		}
+	}
+	return n
+}
+
 // TestHTTPIdleTimeout opens more idle keep-alive connections than
 // --http-max-conns, one after another: the sidecar closes each, after
 // --idle-timeout or to make room for the next, and serves a new health

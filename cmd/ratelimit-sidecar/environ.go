@@ -87,39 +87,22 @@ func unknownRLS(fs *flag.FlagSet, environ []string) []string {
 	return out
 }
 
-// explicitFlags returns the flags that args or RLS_ variables set.
-func explicitFlags(fs *flag.FlagSet, args []string, getenv func(string) (string, bool)) map[string]bool {
-	out := map[string]bool{}
+// explicitFlags returns the flags that the command line (inArgs) or
+// RLS_ variables set.
+func explicitFlags(fs *flag.FlagSet, inArgs map[string]bool, getenv func(string) (string, bool)) map[string]bool {
+	out := maps.Clone(inArgs)
 	fs.VisitAll(func(f *flag.Flag) {
 		if _, ok := getenv(rlsEnvName(f.Name)); ok {
 			out[f.Name] = true
 		}
 	})
-	for _, name := range argsFlags(args) {
-		out[name] = true
-	}
 	return out
 }
-
-// argsFlags returns the names of the flags that args, which parse, set.
-func argsFlags(args []string) []string {
-	fs := flag.NewFlagSet("", flag.ContinueOnError)
-	fs.SetOutput(nopWriter{})
-	(&settings{}).define(fs)
-	fs.Parse(args) //nolint:errcheck // parsed for real elsewhere, which reports errors
-	var out []string
-	fs.Visit(func(f *flag.Flag) { out = append(out, f.Name) })
-	return out
-}
-
-type nopWriter struct{}
-
-func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
 
 // finish completes c once its flags are parsed and checked: the
 // reference's passwords, where neither an RLS_ variable nor a file gives
 // one, and the report of where each setting came from.
-func (a *refApplied) finish(c *settings, fs *flag.FlagSet, args []string, getenv func(string) (string, bool), environ []string) {
+func (a *refApplied) finish(c *settings, fs *flag.FlagSet, inArgs map[string]bool, getenv func(string) (string, bool), environ []string) {
 	if _, ok := getenv("RLS_REDIS_PASSWORD"); !ok && c.redisPasswordFile == "" && a.Password != nil {
 		c.redis.Password = *a.Password
 	} else {
@@ -129,10 +112,6 @@ func (a *refApplied) finish(c *settings, fs *flag.FlagSet, args []string, getenv
 		c.redis.SentinelPassword = *a.SentinelPassword
 	} else {
 		a.report.sentinelPasswordFrom = ""
-	}
-	inArgs := map[string]bool{}
-	for _, name := range argsFlags(args) {
-		inArgs[name] = true
 	}
 	// Every setting an RLS_ or reference variable set is logged, and those
 	// the reference's defaults set when they differ from ours.
@@ -154,13 +133,9 @@ func (a *refApplied) finish(c *settings, fs *flag.FlagSet, args []string, getenv
 	c.env = a.report
 }
 
-// noteRLS records the flags that their RLS_ variables set and args,
-// which parse, do not, for explain.
-func (a *refApplied) noteRLS(fs *flag.FlagSet, args []string, getenv func(string) (string, bool)) {
-	inArgs := map[string]bool{}
-	for _, name := range argsFlags(args) {
-		inArgs[name] = true
-	}
+// noteRLS records the flags that their RLS_ variables set and the
+// command line (inArgs) does not, for explain.
+func (a *refApplied) noteRLS(fs *flag.FlagSet, inArgs map[string]bool, getenv func(string) (string, bool)) {
 	a.byRLS = map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) {
 		if _, ok := getenv(rlsEnvName(f.Name)); ok && !inArgs[f.Name] {

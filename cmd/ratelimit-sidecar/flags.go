@@ -92,14 +92,24 @@ func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool
 	fs := flag.NewFlagSet("ratelimit-sidecar", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	failure := c.define(fs)
-	ref, err := applyRefEnv(fs, refenv.IsRefMode(argv0), getenv, explicitFlags(fs, args, getenv))
+	// The command line is parsed once, first; the variables then set only
+	// the flags it left alone, so it wins whatever order they are set in.
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	inArgs := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { inArgs[f.Name] = true })
+	ref, err := applyRefEnv(fs, refenv.IsRefMode(argv0), getenv, explicitFlags(fs, inArgs, getenv))
 	if err != nil {
 		return nil, err
 	}
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
-		name := "RLS_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := getenv(name); ok && envErr == nil {
+		name := rlsEnvName(f.Name)
+		if v, ok := getenv(name); ok && !inArgs[f.Name] && envErr == nil {
 			if err := fs.Set(f.Name, v); err != nil {
 				envErr = fmt.Errorf("%s: %w", name, err)
 			}
@@ -108,21 +118,15 @@ func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool
 	if envErr != nil {
 		return nil, envErr
 	}
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	ref.noteRLS(fs, args, getenv)
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	c.redisURLInArgs = inArgs(args, "redis-url")
+	ref.noteRLS(fs, inArgs, getenv)
+	c.redisURLInArgs = inArgs["redis-url"]
 	if err := c.finish(*failure, getenv); err != nil {
 		return nil, ref.explain(err)
 	}
 	if err := c.ref.check(); err != nil {
 		return nil, ref.explain(err)
 	}
-	ref.finish(c, fs, args, getenv, environ)
+	ref.finish(c, fs, inArgs, getenv, environ)
 	return c, nil
 }
 
@@ -323,15 +327,6 @@ const maxRedisPoolSize = 1000
 
 // inArgs reports whether args, which parse, set the flag name. The flag
 // set cannot tell: the environment's values are set on it too.
-func inArgs(args []string, name string) bool {
-	fs := flag.NewFlagSet("", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	(&settings{}).define(fs)
-	fs.Parse(args) //nolint:errcheck // parsed once already
-	found := false
-	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
-	return found
-}
 
 func splitList(s string) []string {
 	var out []string
