@@ -2,19 +2,23 @@ package k8s_test
 
 import (
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"net"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 )
 
-// flagsFile defines the sidecar's flags, each with one call on its
-// *flag.FlagSet, such as fs.StringVar(&c.configPath, "config", …).
-const flagsFile = "../cmd/ratelimit-sidecar/flags.go"
+// flagsDoc lists every flag of the sidecar, with its default, in
+// tables whose rows start "| `--name` | default |" (or several names). A
+// test in cmd/ratelimit-sidecar checks the page against the real flag
+// set: every flag has a row, every row is a flag, and a bool flag's
+// default, and only a bool flag's, reads false or true. This module
+// cannot import the command, and building it to ask for -h takes a
+// minute on a cold build cache, so the checked page is the list.
+const flagsDoc = "../docs/flags.md"
 
 var (
 	flagsOnce sync.Once
@@ -22,64 +26,38 @@ var (
 	flagsErr  error
 )
 
-// sidecarFlags returns the sidecar's flag names, read from the source of
-// its flag set, and whether each is a bool flag (so may stand alone).
-// Reading the source costs nothing, where building the binary to ask it
-// for -h takes a minute on a cold build cache.
+// sidecarFlags returns the sidecar's flag names, and whether each is a
+// bool flag (so may stand alone).
 func sidecarFlags(t *testing.T) map[string]bool {
 	t.Helper()
-	flagsOnce.Do(func() { flagsSet, flagsErr = readFlags(flagsFile) })
+	flagsOnce.Do(func() { flagsSet, flagsErr = readFlags(flagsDoc) })
 	if flagsErr != nil {
 		t.Fatal(flagsErr)
 	}
 	return flagsSet
 }
 
+var (
+	flagRow  = regexp.MustCompile("(?m)^\\| (`--[a-z0-9-]+`(?:, `--[a-z0-9-]+`)*) \\|([^|]*)\\|")
+	flagName = regexp.MustCompile("`--([a-z0-9-]+)`")
+)
+
 func readFlags(path string) (map[string]bool, error) {
-	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+	doc, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	flags := map[string]bool{}
-	ast.Inspect(f, func(n ast.Node) bool {
-		call, ok := n.(*ast.CallExpr)
-		if !ok {
-			return true
+	for _, row := range flagRow.FindAllSubmatch(doc, -1) {
+		def := strings.TrimSpace(string(row[2]))
+		for _, n := range flagName.FindAllSubmatch(row[1], -1) {
+			flags[string(n[1])] = def == "false" || def == "true"
 		}
-		sel, ok := call.Fun.(*ast.SelectorExpr)
-		if !ok {
-			return true
-		}
-		// The name is the first argument of fs.String(…), fs.Func(…) and
-		// the like, and the second of fs.StringVar(&v, …) and fs.Var(v, …).
-		method := sel.Sel.Name
-		i := 0
-		if strings.HasSuffix(method, "Var") {
-			i = 1
-		}
-		switch strings.TrimSuffix(method, "Var") {
-		case "", "String", "Bool", "Int", "Int64", "Uint", "Uint64", "Float64", "Duration", "Func", "BoolFunc", "Text":
-		default:
-			return true
-		}
-		if len(call.Args) <= i {
-			return true
-		}
-		lit, ok := call.Args[i].(*ast.BasicLit)
-		if !ok || lit.Kind != token.STRING {
-			return true
-		}
-		name, err := strconv.Unquote(lit.Value)
-		if err != nil {
-			return true
-		}
-		flags[name] = strings.HasPrefix(method, "Bool")
-		return true
-	})
-	// Guard against reading nothing after a refactor of flags.go.
+	}
+	// Guard against reading nothing after a change of the page's shape.
 	for _, want := range []string{"config", "grpc-addr", "http-addr", "redis-url", "version"} {
 		if _, ok := flags[want]; !ok {
-			return nil, fmt.Errorf("%s: found no flag %q (found %d flags); has the way flags are defined changed?", path, want, len(flags))
+			return nil, fmt.Errorf("%s: found no flag %q (found %d flags); has the table's shape changed?", path, want, len(flags))
 		}
 	}
 	return flags, nil
