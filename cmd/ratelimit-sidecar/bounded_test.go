@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -58,22 +57,5 @@ descriptors:
 	}
 	if got := tenant("a", nil).Statuses[0].LimitRemaining; got != 8 {
 		t.Errorf("remaining under the rule = %d, want 8", got)
-	}
-}
-
-func TestBoundedStateFlagsInvalid(t *testing.T) {
-	tests := []struct {
-		give []string
-		want string
-	}{
-		{[]string{"--metric-max-values", "-1"}, "--metric-max-values"},
-		{[]string{"--override-keys", "own"}, "override-keys"},
-	}
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
-			if _, err := parseFlags(tt.give, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("err = %v, want one naming %s", err, tt.want)
-			}
-		})
 	}
 }

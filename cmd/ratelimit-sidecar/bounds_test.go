@@ -440,33 +440,6 @@ func TestShutdownEndsWatch(t *testing.T) {
 	}
 }
 
-// TestBoundFlagsInvalid checks that every bound flag rejects a value out
-// of its range.
-func TestBoundFlagsInvalid(t *testing.T) {
-	tests := []struct {
-		give []string
-		want string
-	}{
-		{[]string{"--grpc-max-streams", "0"}, "--grpc-max-streams"},
-		{[]string{"--grpc-max-streams", "4294967296"}, "--grpc-max-streams"},
-		{[]string{"--grpc-max-conns", "-1"}, "--grpc-max-conns"},
-		{[]string{"--http-max-conns", "-1"}, "--http-max-conns"},
-		{[]string{"--grpc-request-timeout", "0s"}, "--grpc-request-timeout"},
-		{[]string{"--grpc-max-connection-age", "-1s"}, "--grpc-max-connection-age"},
-		{[]string{"--idle-timeout", "0s"}, "--idle-timeout"},
-		{[]string{"--idle-timeout", "1ns"}, "--idle-timeout: want 100ms or more, got 1ns"},
-		{[]string{"--grpc-request-timeout", "1ns"}, "--grpc-request-timeout: want 10ms or more, got 1ns"},
-		{[]string{"--grpc-max-connection-age", "1ns"}, "--grpc-max-connection-age: want 0 (no limit) or 100ms or more, got 1ns"},
-	}
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
-			if _, err := parseFlags(tt.give, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("err = %v, want one naming %s", err, tt.want)
-			}
-		})
-	}
-}
-
 // BenchmarkTap measures what the stream bound adds to a unary call as it
 // opens, against making the transport's context alone: only a check for
 // Envoy's calls, which carry a 20 ms grpc-timeout, and a timer for calls

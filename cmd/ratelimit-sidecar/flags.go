@@ -285,11 +285,8 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	if err := c.tracing.check(getenv); err != nil {
 		return err
 	}
-	if c.request.MaxDescriptors < 1 || c.request.MaxEntries < 1 || c.request.MaxValueBytes < 1 || c.request.MaxHits < 1 {
-		return fmt.Errorf("--max-descriptors, --max-entries, --max-value-bytes and --max-hits-addend must be at least 1")
-	}
-	if c.request.MaxHits > limits.MaxHitsAddend {
-		return fmt.Errorf("--max-hits-addend %d: at most %d (2^52), so that counters in debt stay exact", c.request.MaxHits, uint64(limits.MaxHitsAddend))
+	if err := c.checkRequestLimits(); err != nil {
+		return err
 	}
 	if c.rlqsBucketTTL < time.Second || c.rlqsBucketTTL%time.Second != 0 {
 		return fmt.Errorf("--rlqs-bucket-ttl %s: must be whole seconds, at least 1s (Envoy reads an assignment's time to live in whole seconds)", c.rlqsBucketTTL)
@@ -315,6 +312,27 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 		if err := c.redis.Validate(); err != nil {
 			return fmt.Errorf("redis flags (--redis-url, --redis-sentinel-master and --redis-sentinel-addrs, or --redis-cluster-addrs): %w", err)
 		}
+	}
+	return nil
+}
+
+// checkRequestLimits reports the first of the request's bounds out of
+// range.
+func (c *settings) checkRequestLimits() error {
+	for _, f := range []struct {
+		name string
+		n    int
+	}{
+		{"--max-descriptors", c.request.MaxDescriptors},
+		{"--max-entries", c.request.MaxEntries},
+		{"--max-value-bytes", c.request.MaxValueBytes},
+	} {
+		if f.n < 1 {
+			return fmt.Errorf("%s: want 1 or more, got %d", f.name, f.n)
+		}
+	}
+	if h := c.request.MaxHits; h < 1 || h > limits.MaxHitsAddend {
+		return fmt.Errorf("--max-hits-addend: want 1 to %d (2^52, so that counters in debt stay exact), got %d", uint64(limits.MaxHitsAddend), h)
 	}
 	return nil
 }

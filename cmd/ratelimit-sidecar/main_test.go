@@ -196,24 +196,3 @@ func TestGCFlags(t *testing.T) {
 		})
 	}
 }
-
-func TestGCFlagsInvalid(t *testing.T) {
-	tests := []struct {
-		give []string
-		want string
-	}{
-		{[]string{"--gc-percent", "0"}, "--gc-percent"},
-		{[]string{"--memory-limit", "64MB"}, "--memory-limit"},
-		{[]string{"--memory-limit", "-1"}, "--memory-limit"},
-		{[]string{"--memory-limit", "99999999TiB"}, "--memory-limit"},
-		{[]string{"--memory-limit", "1"}, "--memory-limit: want 0 (none) or 16MiB or more"},
-		{[]string{"--memory-limit", "15MiB"}, "--memory-limit: want 0 (none) or 16MiB or more"},
-	}
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
-			if _, err := parseFlags(tt.give, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("err = %v, want one naming %s", err, tt.want)
-			}
-		})
-	}
-}

@@ -144,30 +144,6 @@ func (s *tlsSidecar) metrics(t *testing.T) string {
 	return string(b)
 }
 
-func TestTLSFlagsInvalid(t *testing.T) {
-	pair := []string{"--grpc-tls-cert", "tls.crt", "--grpc-tls-key", "tls.key"}
-	tests := []struct {
-		give []string
-		want string
-	}{
-		{[]string{"--grpc-tls-cert", "tls.crt"}, "--grpc-tls-cert and --grpc-tls-key: set both or neither"},
-		{[]string{"--grpc-tls-key", "tls.key"}, "--grpc-tls-cert and --grpc-tls-key: set both or neither"},
-		{[]string{"--grpc-tls-client-ca", "ca.crt"}, "--grpc-tls-client-ca: needs --grpc-tls-cert and --grpc-tls-key"},
-		{[]string{"--grpc-tls-client-san", "envoy"}, "--grpc-tls-client-san: needs --grpc-tls-client-ca"},
-		{append([]string{"--grpc-tls-client-san", "envoy"}, pair...), "--grpc-tls-client-san: needs --grpc-tls-client-ca"},
-		{append([]string{"--grpc-tls-min-version", "1.1"}, pair...), `--grpc-tls-min-version: want 1.2 or 1.3, got "1.1"`},
-		{append([]string{"--grpc-tls-handshake-rate", "-1"}, pair...), "--grpc-tls-handshake-rate: want 0 (no limit) or more, got -1"},
-		{append([]string{"--grpc-tls-handshake-rate", "NaN"}, pair...), "--grpc-tls-handshake-rate: want 0 (no limit) or more, got NaN"},
-	}
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
-			if _, err := parseFlags(tt.give, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("err = %v, want one with %q", err, tt.want)
-			}
-		})
-	}
-}
-
 // TestTLSStartErrors: files that do not load stop startup, naming the
 // file and what is wrong.
 func TestTLSStartErrors(t *testing.T) {

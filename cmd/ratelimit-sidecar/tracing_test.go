@@ -173,27 +173,3 @@ func TestTracingOff(t *testing.T) {
 		}
 	}
 }
-
-// TestTracingFlagsInvalid: bad tracing flags are refused at start, named.
-func TestTracingFlagsInvalid(t *testing.T) {
-	tests := []struct {
-		give []string
-		env  []string
-		want string
-	}{
-		{[]string{"--tracing", "--tracing-protocol", "thrift"}, nil, `--tracing-protocol: want grpc or http, got "thrift"`},
-		{[]string{"--tracing"}, []string{"OTEL_EXPORTER_OTLP_PROTOCOL=http/json"}, `OTEL_EXPORTER_OTLP_PROTOCOL: want grpc or http/protobuf, got "http/json"`},
-		{[]string{"--tracing", "--tracing-sampling-rate", "1.5"}, nil, "--tracing-sampling-rate: want a number from 0 to 1, got 1.5"},
-		{[]string{"--tracing", "--tracing-sampling-rate", "NaN"}, nil, "--tracing-sampling-rate: want a number from 0 to 1, got NaN"},
-		{[]string{"--tracing", "--tracing-endpoint", "collector:4317"}, nil, `--tracing-endpoint: want an http:// or https:// URL, got "collector:4317"`},
-		{[]string{"--tracing", "--tracing-service-name", ""}, nil, "--tracing-service-name: empty"},
-	}
-	for _, tt := range tests {
-		t.Run(strings.Join(append(tt.give, tt.env...), " "), func(t *testing.T) {
-			_, err := parseFlags(tt.give, lookupIn(tt.env), io.Discard)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("err = %v, want %q", err, tt.want)
-			}
-		})
-	}
-}

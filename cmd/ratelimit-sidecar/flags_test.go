@@ -1,0 +1,134 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// flagRow is a row of docs/flags.md's tables: its first cell names one
+// flag or more (`--a`, `--b`), its second gives their default.
+var flagRow = regexp.MustCompile("(?m)^\\| (`--[a-z0-9-]+`(?:, `--[a-z0-9-]+`)*) \\|([^|]*)\\|")
+
+var flagName = regexp.MustCompile("`--([a-z0-9-]+)`")
+
+// TestFlagsDocumented: docs/flags.md has a row for every flag of the
+// server's flag set and for nothing else, and a bool flag's default reads
+// false or true there and no other flag's does. The k8s tests read the
+// flags from that page (their module cannot import this package), so
+// the page is the checked list of them.
+func TestFlagsDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs/flags.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults := map[string]string{}
+	for _, row := range flagRow.FindAllSubmatch(doc, -1) {
+		for _, n := range flagName.FindAllSubmatch(row[1], -1) {
+			defaults[string(n[1])] = string(row[2])
+		}
+	}
+	if len(defaults) < 50 {
+		t.Fatalf("read %d flags from docs/flags.md: the table's shape changed", len(defaults))
+	}
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	(&settings{}).define(fs)
+	fs.VisitAll(func(f *flag.Flag) {
+		def, ok := defaults[f.Name]
+		if !ok {
+			t.Errorf("docs/flags.md has no row for --%s", f.Name)
+			return
+		}
+		delete(defaults, f.Name)
+		isBool := false
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok {
+			isBool = b.IsBoolFlag()
+		}
+		if got := def == " false " || def == " true "; got != isBool {
+			t.Errorf("docs/flags.md: --%s's default reads %q; a bool flag's, and only a bool flag's, reads false or true", f.Name, def)
+		}
+	})
+	for name := range defaults {
+		t.Errorf("docs/flags.md has a row for --%s, which is no flag", name)
+	}
+}
+
+// TestFlagsInvalid: each flag's values out of range are refused at start,
+// in one shape: the flag (or the variable) that is wrong, what it wants
+// and what it got.
+func TestFlagsInvalid(t *testing.T) {
+	tlsPair := []string{"--grpc-tls-cert", "tls.crt", "--grpc-tls-key", "tls.key"}
+	tests := []struct {
+		give []string
+		env  []string
+		want string
+	}{
+		// Bounds of the servers.
+		{[]string{"--grpc-max-streams", "0"}, nil, "--grpc-max-streams"},
+		{[]string{"--grpc-max-streams", "4294967296"}, nil, "--grpc-max-streams"},
+		{[]string{"--grpc-max-conns", "-1"}, nil, "--grpc-max-conns"},
+		{[]string{"--http-max-conns", "-1"}, nil, "--http-max-conns"},
+		{[]string{"--grpc-request-timeout", "0s"}, nil, "--grpc-request-timeout"},
+		{[]string{"--grpc-max-connection-age", "-1s"}, nil, "--grpc-max-connection-age"},
+		{[]string{"--idle-timeout", "0s"}, nil, "--idle-timeout"},
+		{[]string{"--idle-timeout", "1ns"}, nil, "--idle-timeout: want 100ms or more, got 1ns"},
+		{[]string{"--grpc-request-timeout", "1ns"}, nil, "--grpc-request-timeout: want 10ms or more, got 1ns"},
+		{[]string{"--grpc-max-connection-age", "1ns"}, nil, "--grpc-max-connection-age: want 0 (no limit) or 100ms or more, got 1ns"},
+		// Bounded state.
+		{[]string{"--metric-max-values", "-1"}, nil, "--metric-max-values: want 0 or more, got -1"},
+		{[]string{"--override-keys", "own"}, nil, "override-keys"},
+		// The garbage collector.
+		{[]string{"--gc-percent", "0"}, nil, "--gc-percent"},
+		{[]string{"--memory-limit", "64MB"}, nil, "--memory-limit"},
+		{[]string{"--memory-limit", "-1"}, nil, "--memory-limit"},
+		{[]string{"--memory-limit", "99999999TiB"}, nil, "--memory-limit"},
+		{[]string{"--memory-limit", "1"}, nil, "--memory-limit: want 0 (none) or 16MiB or more"},
+		{[]string{"--memory-limit", "15MiB"}, nil, "--memory-limit: want 0 (none) or 16MiB or more"},
+		// TLS.
+		{[]string{"--grpc-tls-cert", "tls.crt"}, nil, "--grpc-tls-cert and --grpc-tls-key: set both or neither"},
+		{[]string{"--grpc-tls-key", "tls.key"}, nil, "--grpc-tls-cert and --grpc-tls-key: set both or neither"},
+		{[]string{"--grpc-tls-client-ca", "ca.crt"}, nil, "--grpc-tls-client-ca: needs --grpc-tls-cert and --grpc-tls-key"},
+		{[]string{"--grpc-tls-client-san", "envoy"}, nil, "--grpc-tls-client-san: needs --grpc-tls-client-ca"},
+		{append([]string{"--grpc-tls-client-san", "envoy"}, tlsPair...), nil, "--grpc-tls-client-san: needs --grpc-tls-client-ca"},
+		{append([]string{"--grpc-tls-min-version", "1.1"}, tlsPair...), nil, `--grpc-tls-min-version: want 1.2 or 1.3, got "1.1"`},
+		{append([]string{"--grpc-tls-handshake-rate", "-1"}, tlsPair...), nil, "--grpc-tls-handshake-rate: want 0 (no limit) or more, got -1"},
+		{append([]string{"--grpc-tls-handshake-rate", "NaN"}, tlsPair...), nil, "--grpc-tls-handshake-rate: want 0 (no limit) or more, got NaN"},
+		// Tracing.
+		{[]string{"--tracing", "--tracing-protocol", "thrift"}, nil, `--tracing-protocol: want grpc or http, got "thrift"`},
+		{[]string{"--tracing"}, []string{"OTEL_EXPORTER_OTLP_PROTOCOL=http/json"}, `OTEL_EXPORTER_OTLP_PROTOCOL: want grpc or http/protobuf, got "http/json"`},
+		{[]string{"--tracing", "--tracing-sampling-rate", "1.5"}, nil, "--tracing-sampling-rate: want a number from 0 to 1, got 1.5"},
+		{[]string{"--tracing", "--tracing-sampling-rate", "NaN"}, nil, "--tracing-sampling-rate: want a number from 0 to 1, got NaN"},
+		{[]string{"--tracing", "--tracing-endpoint", "collector:4317"}, nil, `--tracing-endpoint: want an http:// or https:// URL, got "collector:4317"`},
+		{[]string{"--tracing", "--tracing-service-name", ""}, nil, "--tracing-service-name: empty"},
+		// Requests, the memory store, the decision's numbers, Redis.
+		{[]string{"--max-descriptors", "0"}, nil, "--max-descriptors: want 1 or more, got 0"},
+		{[]string{"--max-entries", "-1"}, nil, "--max-entries: want 1 or more, got -1"},
+		{[]string{"--max-value-bytes", "0"}, nil, "--max-value-bytes: want 1 or more, got 0"},
+		{[]string{"--max-hits-addend", "0"}, nil, "--max-hits-addend: want 1 to 4503599627370496 (2^52, so that counters in debt stay exact), got 0"},
+		{[]string{"--max-hits-addend", "4503599627370497"}, nil, "--max-hits-addend: want 1 to 4503599627370496 (2^52, so that counters in debt stay exact), got 4503599627370497"},
+		{[]string{"--memory-max-keys", "0"}, nil, "--memory-max-keys: want 1 or more, got 0"},
+		{[]string{"--deny-cache-entries", "-1"}, nil, "--deny-cache-entries: want 0 (off) or more, got -1"},
+		{[]string{"--near-limit-ratio", "2"}, nil, "--near-limit-ratio: want a number above 0 and at most 1, got 2"},
+		{[]string{"--log-format", "xml"}, nil, `--log-format: want json or console, got "xml"`},
+		{[]string{"--redis-pool-size", "-1"}, nil, "--redis-pool-size: want 0 (go-redis's default) to 1000 connections per Redis node, got -1"},
+		{[]string{"--redis-timeout", "1ns"}, nil, "--redis-timeout: want 1ms or more, got 1ns"},
+		// The rejection log.
+		{[]string{"--log-rejections", "warn"}, nil, "--log-rejections: want off, debug or info"},
+		{[]string{"--log-rejections-rate", "0"}, nil, "--log-rejections-rate: want lines per second above 0"},
+		{[]string{"--log-rejections-rate", "NaN"}, nil, "--log-rejections-rate: want lines per second above 0"},
+		{[]string{"--log-rejections-rate", "1e7"}, nil, "at most 1000000"},
+		{[]string{"--log-rejections-values", "clear"}, nil, `--log-rejections-values: want hash or plain, got "clear"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(append(tt.give, tt.env...), " "), func(t *testing.T) {
+			_, err := parseFlags(tt.give, lookupIn(tt.env), io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want one with %q", err, tt.want)
+			}
+		})
+	}
+}
