@@ -39,6 +39,11 @@ const (
 	// httpWriteTimeout bounds writing a response; no endpoint streams.
 	httpWriteTimeout   = 30 * time.Second
 	httpMaxHeaderBytes = 16 << 10
+	// grpcMaxHeaderListBytes bounds a gRPC call's headers, as Envoy's own
+	// default (max_request_headers_kb, 60 KiB) bounds a request's: what
+	// Envoy sends us is a few hundred bytes. grpc-go's default, 16 MiB,
+	// let each stream of a connection hold that much while decoding.
+	grpcMaxHeaderListBytes = 64 << 10
 )
 
 // The shortest durations the bound flags take: below them a connection
@@ -106,6 +111,7 @@ func (b *bounds) grpcOptions(sb *streamBound, grace time.Duration) []grpc.Server
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(uint32(b.grpcMaxStreams)),
 		grpc.MaxRecvMsgSize(maxMessageBytes),
+		grpc.MaxHeaderListSize(grpcMaxHeaderListBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle:     b.idleTimeout,

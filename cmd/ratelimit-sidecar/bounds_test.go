@@ -13,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
@@ -407,6 +409,33 @@ func TestMessageAndHeaderSize(t *testing.T) {
 	r.Body.Close()
 	if r.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 		t.Errorf("24 KiB of headers: %s, want 431", r.Status)
+	}
+}
+
+// TestGRPCHeaderListSize: a call's headers are bounded as an HTTP
+// request's are. Before, grpc-go's default let each of a connection's 100
+// streams hold 16 MiB of headers while they were decoded: a few
+// connections could hold more than the pod's memory.
+func TestGRPCHeaderListSize(t *testing.T) {
+	// A request timeout that ends no stream during the test.
+	s := startSidecar(t, "--config", "../../config/", "--grpc-request-timeout", "1m")
+	// A client that ignores the SETTINGS that say so: its stream ends at
+	// once. Before, it stayed open, waiting for its message, with its
+	// headers held.
+	c := dialH2(t, s.grpcAddr)
+	ids := c.open(t, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", 1,
+		hpack.HeaderField{Name: "x-big", Value: strings.Repeat("x", 4*grpcMaxHeaderListBytes)})
+	if !c.wait(5*time.Second, func() bool { return c.endedAll(ids) || c.readErr != nil }) {
+		t.Errorf("a stream with %d KiB of headers is still open after 5s, want it refused", 4*grpcMaxHeaderListBytes>>10)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// What Envoy sends (a few hundred bytes, a trace context, a few
+	// custom headers) passes with room to spare.
+	fits := metadata.AppendToOutgoingContext(ctx, "x-fits", strings.Repeat("x", grpcMaxHeaderListBytes/2))
+	if _, err := s.rls.ShouldRateLimit(fits, userRequest("alice", 0)); err != nil {
+		t.Errorf("a call with %d KiB of headers: %v, want it answered", grpcMaxHeaderListBytes>>11, err)
 	}
 }
 

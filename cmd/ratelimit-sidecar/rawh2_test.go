@@ -151,28 +151,39 @@ func (c *rawH2) wait(d time.Duration, cond func() bool) bool {
 	}
 }
 
-// open sends HEADERS for n new streams calling method, without
-// END_STREAM and without a message, and returns their IDs.
-func (c *rawH2) open(t testing.TB, method string, n int) []uint32 {
+// open sends HEADERS for n new streams calling method, with the extra
+// header fields if any, without END_STREAM and without a message, and
+// returns their IDs. A header block larger than a frame goes on in
+// CONTINUATION frames, whatever the server's SETTINGS say.
+func (c *rawH2) open(t testing.TB, method string, n int, extra ...hpack.HeaderField) []uint32 {
 	t.Helper()
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	ids := make([]uint32, 0, n)
 	for range n {
 		c.hbuf.Reset()
-		for _, hf := range []hpack.HeaderField{
+		for _, hf := range append([]hpack.HeaderField{
 			{Name: ":method", Value: "POST"},
 			{Name: ":scheme", Value: "http"},
 			{Name: ":path", Value: method},
 			{Name: ":authority", Value: "sidecar"},
 			{Name: "content-type", Value: "application/grpc"},
 			{Name: "te", Value: "trailers"},
-		} {
+		}, extra...) {
 			c.enc.WriteField(hf) //nolint:errcheck // writes to a bytes.Buffer
 		}
 		id := c.next
 		c.next += 2
-		if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true}); err != nil {
+		const frame = 16 << 10 // the smallest SETTINGS_MAX_FRAME_SIZE
+		block := c.hbuf.Bytes()
+		first := block[:min(frame, len(block))]
+		err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: first, EndHeaders: len(block) <= frame})
+		for rest := block[len(first):]; err == nil && len(rest) > 0; {
+			part := rest[:min(frame, len(rest))]
+			rest = rest[len(part):]
+			err = c.fr.WriteContinuation(id, len(rest) == 0, part)
+		}
+		if err != nil {
 			t.Fatalf("HEADERS for stream %d: %v", id, err)
 		}
 		ids = append(ids, id)
