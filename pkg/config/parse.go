@@ -174,12 +174,13 @@ func parse(files []File, opts Options, generated bool) (*limits.Ruleset, error) 
 	var (
 		domains []*limits.Domain
 		byName  = map[string]*limits.Domain{}
+		levels  = map[*[]*limits.Rule]map[[2]string]*limits.Rule{}
 		names   []string
 		errs    []error
 	)
 	for _, f := range files {
 		names = append(names, f.Name)
-		p := &parser{file: f.Name, domains: byName, opts: opts, generated: generated}
+		p := &parser{file: f.Name, domains: byName, levels: levels, opts: opts, generated: generated}
 		if d := p.parseFile(f); d != nil {
 			domains = append(domains, d)
 		}
@@ -247,7 +248,9 @@ type parser struct {
 	generated bool
 	// levels indexes each level's rules by key and value, so a duplicate
 	// check costs O(1) rather than a scan of the level (which made one
-	// level of N descriptors cost O(N^2)).
+	// level of N descriptors cost O(N^2)). Every file's parser shares it:
+	// a domain merged from N files would otherwise be indexed again for
+	// each file, O(N^2) too.
 	levels map[*[]*limits.Rule]map[[2]string]*limits.Rule
 }
 
@@ -484,9 +487,6 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 // caller appends any rule it adds to level after this call, so the index
 // is rebuilt whenever level holds rules it has not seen.
 func (p *parser) sibling(level *[]*limits.Rule, key, value string) *limits.Rule {
-	if p.levels == nil {
-		p.levels = make(map[*[]*limits.Rule]map[[2]string]*limits.Rule)
-	}
 	idx := p.levels[level]
 	if idx == nil || len(idx) != len(*level) {
 		idx = make(map[[2]string]*limits.Rule, len(*level)+1)
