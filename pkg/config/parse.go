@@ -55,7 +55,10 @@ type File struct {
 	// covers (the source's bytes). Building nodes directly skips writing
 	// YAML text and reading it back, which for a large document costs
 	// many times the document in memory (yaml.v3's encoder keeps every
-	// event of a document until it ends).
+	// event of a document until it ends). Parse reads a Root once: it
+	// drops each descriptor's nodes from it once they are read, so that
+	// they and the rules made from them are not all held at once. Root
+	// must have no aliases.
 	Root *yaml.Node
 }
 
@@ -180,7 +183,7 @@ func parse(files []File, opts Options, generated bool) (*limits.Ruleset, error) 
 	)
 	for _, f := range files {
 		names = append(names, f.Name)
-		p := &parser{file: f.Name, domains: byName, levels: levels, opts: opts, generated: generated}
+		p := &parser{file: f.Name, domains: byName, levels: levels, opts: opts, generated: generated, release: f.Root != nil}
 		if d := p.parseFile(f); d != nil {
 			domains = append(domains, d)
 		}
@@ -246,6 +249,11 @@ type parser struct {
 	// generated leaves line numbers out of errors and rules: they would
 	// point into text nobody sees (ParseGenerated).
 	generated bool
+	// release drops each descriptor's nodes once it is read, so that the
+	// nodes of a File.Root and the rules made from them are not all held
+	// at once. Set only for a Root: a text document's nodes may be
+	// reached again through an alias.
+	release bool
 	// levels indexes each level's rules by key and value, so a duplicate
 	// check costs O(1) rather than a scan of the level (which made one
 	// level of N descriptors cost O(N^2)). Every file's parser shares it:
@@ -402,6 +410,9 @@ func (p *parser) descriptors(domain string, level *[]*limits.Rule, n *yaml.Node,
 	}
 	for i, item := range n.Content {
 		p.descriptor(domain, level, deref(item), fmt.Sprintf("%s[%d]", path, i))
+		if p.release {
+			n.Content[i] = nil
+		}
 	}
 }
 
