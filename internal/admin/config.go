@@ -202,7 +202,9 @@ func render(st config.ReloadStatus, rs *limits.Ruleset, max int) []byte {
 	writeDomains(w, rs)
 	w.writeString("\n}\n")
 	if w.err == nil {
-		return w.buf.Bytes()
+		// Kept until the next render: hold the page, not the buffer's
+		// room to grow (up to twice the page).
+		return bytes.Clone(w.buf.Bytes())
 	}
 	// Too large (or a value JSON cannot say): the head alone, which is
 	// small, and why the rules are missing.
