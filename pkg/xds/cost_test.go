@@ -32,6 +32,22 @@ func deepConfig(n int) *rlsconf.RateLimitConfig {
 	return edge(d)
 }
 
+// mergedConfigs is n resources of domain edge with one descriptor each.
+func mergedConfigs(n int) []*rlsconf.RateLimitConfig {
+	out := make([]*rlsconf.RateLimitConfig, n)
+	for i := range out {
+		out[i] = &rlsconf.RateLimitConfig{Name: fmt.Sprintf("part%d", i), Domain: "edge", Descriptors: []*rlsconf.RateLimitDescriptor{
+			{Key: "user", Value: fmt.Sprintf("u%d", i), RateLimit: policy(rlsconf.RateLimitUnit_SECOND, 10)},
+		}}
+	}
+	return out
+}
+
+// one makes a push of the single resource build makes.
+func one(build func(int) *rlsconf.RateLimitConfig) func(int) []*rlsconf.RateLimitConfig {
+	return func(n int) []*rlsconf.RateLimitConfig { return []*rlsconf.RateLimitConfig{build(n)} }
+}
+
 // allocated returns the bytes f allocates: the least of three runs, so
 // that a GC's own allocations or a stray goroutine's do not count.
 func allocated(f func()) uint64 {
@@ -50,22 +66,24 @@ func allocated(f func()) uint64 {
 // proportion to its size. Four times the descriptors may cost about four
 // times the bytes, flat or nested, never the sixteen times of a cost
 // quadratic in them. It counts bytes, not time, so a busy machine cannot
-// fail it. (A nested push renders as YAML whose indentation grew with
+// fail it. (A nested push rendered as YAML whose indentation grew with
 // the depth, and was refused for its depth only after that.)
 func TestPushCostLinear(t *testing.T) {
 	tests := []struct {
 		name  string
-		build func(int) *rlsconf.RateLimitConfig
+		build func(int) []*rlsconf.RateLimitConfig
+		opts  config.Options
 		n     int
 	}{
-		{name: "flat", build: flatConfig, n: 5_000},
-		{name: "nested", build: deepConfig, n: 300},
+		{name: "flat", build: one(flatConfig), n: 5_000},
+		{name: "nested", build: one(deepConfig), n: 300},
+		{name: "merged resources", build: mergedConfigs, opts: config.Options{MergeDomains: true}, n: 1_000},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cost := func(n int) uint64 {
-				cfg := tt.build(n)
-				return allocated(func() { parsePush(t, config.Options{}, cfg) }) //nolint:errcheck // nested pushes are refused: their cost is what counts
+				cfgs := tt.build(n)
+				return allocated(func() { parsePush(t, tt.opts, cfgs...) }) //nolint:errcheck // nested pushes are refused: their cost is what counts
 			}
 			small, large := cost(tt.n), cost(4*tt.n)
 			ratio := float64(large) / float64(small)
