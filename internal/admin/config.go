@@ -144,6 +144,24 @@ func (p *ConfigPage) page() []byte {
 	return p.body
 }
 
+// maxErrorBytes bounds last_error: a push or file with a problem in
+// every one of its descriptors has an error as large as itself, and the
+// log has all of it.
+const maxErrorBytes = 64 << 10
+
+// cutError cuts msg, a problem a line, at a line's end within
+// maxErrorBytes.
+func cutError(msg string) string {
+	if len(msg) <= maxErrorBytes {
+		return msg
+	}
+	cut := strings.LastIndexByte(msg[:maxErrorBytes], '\n')
+	if cut < 0 {
+		cut = maxErrorBytes
+	}
+	return fmt.Sprintf("%s\n(%d more lines in the sidecar's log)", msg[:cut], strings.Count(msg[cut:], "\n"))
+}
+
 // errTooLarge stops a render past the page's bound.
 var errTooLarge = errors.New("page too large")
 
@@ -190,7 +208,7 @@ func render(st config.ReloadStatus, rs *limits.Ruleset, max int) []byte {
 		Reloads: map[string]int{"success": st.Successes, "failure": st.Failures},
 	}
 	if st.LastError != nil {
-		head.LastError = st.LastError.Error()
+		head.LastError = cutError(st.LastError.Error())
 	}
 	if !st.LastAttempt.IsZero() {
 		head.LastAttempt = &st.LastAttempt

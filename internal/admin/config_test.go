@@ -139,6 +139,28 @@ func TestConfigPageBounded(t *testing.T) {
 	}
 }
 
+// TestConfigPageLongError: a reload error of a problem in each of
+// 100,000 descriptors shows its first 64 KiB of lines in last_error and
+// says how many more the log has, so the page stays within its bound
+// even when it must leave the rules out.
+func TestConfigPageLongError(t *testing.T) {
+	rs := parse(t, rulesDoc)
+	p, attempt := page(rs, 1024)
+	var b strings.Builder
+	for i := range 100_000 {
+		fmt.Fprintf(&b, "rules.yaml:%d: descriptors[%d].rate_limit.unit: unknown unit \"x\"\n", i+3, i)
+	}
+	attempt(errors.New(strings.TrimSuffix(b.String(), "\n")))
+	body := get(t, p)
+	var v admin.ConfigView
+	if err := json.Unmarshal(body, &v); err != nil {
+		t.Fatalf("not JSON: %v", err)
+	}
+	if len(body) > 80<<10 || !strings.HasPrefix(v.LastError, "rules.yaml:3: ") || !strings.HasSuffix(v.LastError, " more lines in the sidecar's log)") {
+		t.Errorf("page of %d bytes, last_error ending %q", len(body), v.LastError[max(0, len(v.LastError)-80):])
+	}
+}
+
 // flatRules is domain edge with n rules on one level.
 func flatRules(t testing.TB, n int) *limits.Ruleset {
 	var b strings.Builder
