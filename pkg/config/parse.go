@@ -55,10 +55,10 @@ type File struct {
 	// covers (the source's bytes). Building nodes directly skips writing
 	// YAML text and reading it back, which for a large document costs
 	// many times the document in memory (yaml.v3's encoder keeps every
-	// event of a document until it ends). Parse reads a Root once: it
-	// drops each descriptor's nodes from it once they are read, so that
-	// they and the rules made from them are not all held at once. Root
-	// must have no aliases.
+	// event of a document until it ends). Parse reads a Root once: if it
+	// has no aliases, Parse drops each descriptor's nodes from it once
+	// they are read, so that they and the rules made from them are not
+	// all held at once.
 	Root *yaml.Node
 }
 
@@ -183,7 +183,7 @@ func parse(files []File, opts Options, generated bool) (*limits.Ruleset, error) 
 	)
 	for _, f := range files {
 		names = append(names, f.Name)
-		p := &parser{file: f.Name, domains: byName, levels: levels, opts: opts, generated: generated, release: f.Root != nil}
+		p := &parser{file: f.Name, domains: byName, levels: levels, opts: opts, generated: generated}
 		if d := p.parseFile(f); d != nil {
 			domains = append(domains, d)
 		}
@@ -249,10 +249,10 @@ type parser struct {
 	// generated leaves line numbers out of errors and rules: they would
 	// point into text nobody sees (ParseGenerated).
 	generated bool
-	// release drops each descriptor's nodes once it is read, so that the
-	// nodes of a File.Root and the rules made from them are not all held
-	// at once. Set only for a Root: a text document's nodes may be
-	// reached again through an alias.
+	// release drops each descriptor's nodes once it is read, so that a
+	// document's nodes and the rules made from them are not all held at
+	// once. Set only for a document without aliases, whose nodes are
+	// each read once.
 	release bool
 	// levels indexes each level's rules by key and value, so a duplicate
 	// check costs O(1) rather than a scan of the level (which made one
@@ -297,10 +297,14 @@ func (p *parser) parseFile(f File) *limits.Domain {
 			return nil
 		}
 	}
-	if n, msg := checkSize(root); n != nil {
+	n, msg, aliases := measure(root)
+	if n != nil {
 		p.errorf(n, "", "%s", msg)
 		return nil
 	}
+	// Without aliases every node is read once, so each descriptor's
+	// nodes may go once read.
+	p.release = !aliases
 	if root.Kind != yaml.MappingNode {
 		p.errorf(root, "", "want a mapping with domain and descriptors, got %s", kindName(root))
 		return nil
@@ -833,6 +837,12 @@ const MaxExpandedNodes = 1 << 20
 // checkSize walks root as the parser will, aliases expanded, and returns
 // the first node past MaxDepth or MaxExpandedNodes with the reason, or nil.
 func checkSize(root *yaml.Node) (*yaml.Node, string) {
+	n, msg, _ := measure(root)
+	return n, msg
+}
+
+// measure is checkSize, also reporting whether root holds an alias.
+func measure(root *yaml.Node) (bad *yaml.Node, msg string, aliases bool) {
 	visited := 0
 	var walk func(n *yaml.Node, depth int, expanded bool) (*yaml.Node, string)
 	walk = func(n *yaml.Node, depth int, expanded bool) (*yaml.Node, string) {
@@ -844,6 +854,9 @@ func checkSize(root *yaml.Node) (*yaml.Node, string) {
 		}
 		if depth > MaxDepth {
 			return n, fmt.Sprintf("nested more than %d levels deep", MaxDepth)
+		}
+		if n.Kind == yaml.AliasNode {
+			aliases = true
 		}
 		if n.Kind == yaml.AliasNode && n.Alias != nil {
 			// Name the outermost alias: the one the author should look at.
@@ -859,5 +872,6 @@ func checkSize(root *yaml.Node) (*yaml.Node, string) {
 		}
 		return nil, ""
 	}
-	return walk(root, 0, false)
+	bad, msg = walk(root, 0, false)
+	return bad, msg, aliases
 }
