@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"go.uber.org/zap"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
@@ -275,62 +275,11 @@ func debugMux(config http.Handler, engine *limits.Engine) *http.ServeMux {
 			fmt.Fprintf(w, "%s: %s\n", p, endpoints[p])
 		}
 	})
-	mux.Handle("GET /rlconfig", rlconfig(engine))
+	mux.Handle("GET /rlconfig", admin.RLConfig(engine.Rules))
 	if config != nil {
 		mux.Handle("GET /debug/config", config)
 	}
 	return mux
-}
-
-// rlconfig answers /rlconfig: one line per limit of the rules in use, in
-// the reference's format,
-//
-//	<domain>.<key>[_<value>][.<key>[_<value>]...]: unit=<UNIT> requests_per_unit=<n>, shadow_mode: <bool>, quota_mode: false
-//
-// sorted by domain and in the files' order within one. An unlimited limit
-// has unit UNKNOWN and 0 requests, as in the reference. What the
-// reference cannot express follows on the same line: the algorithm and
-// window when it is not a fixed window of one unit, and the burst,
-// lease and name when set.
-func rlconfig(engine *limits.Engine) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		rs := engine.Rules()
-		var b strings.Builder
-		domains := rs.Domains()
-		sort.Strings(domains)
-		for _, d := range domains {
-			dumpRules(&b, d, rs.Rules(d))
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, b.String()) //nolint:errcheck // the client went away
-	})
-}
-
-func dumpRules(b *strings.Builder, domain string, rules []*limits.Rule) {
-	for _, r := range rules {
-		for _, l := range r.Limits {
-			unit, requests := "UNKNOWN", uint64(0)
-			if !l.Unlimited {
-				unit, requests = strings.ToUpper(l.Unit.String()), l.Requests
-			}
-			fmt.Fprintf(b, "%s.%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t",
-				domain, r.Name, unit, requests, r.ShadowMode || l.Shadow, r.QuotaMode || l.Quota)
-			if !l.Unlimited && (l.Algorithm != limits.FixedWindow || l.Multiplier > 1) {
-				fmt.Fprintf(b, ", algorithm: %s, window: %s", l.Algorithm, l.Window())
-			}
-			if l.Burst > 0 && l.Algorithm.Bucketed() {
-				fmt.Fprintf(b, ", burst: %d", l.Burst)
-			}
-			if l.Lease > 0 {
-				fmt.Fprintf(b, ", lease: %d", l.Lease)
-			}
-			if l.Name != "" {
-				fmt.Fprintf(b, ", name: %s", strconv.Quote(l.Name))
-			}
-			b.WriteByte('\n')
-		}
-		dumpRules(b, domain, r.Children)
-	}
 }
 
 // watchLink reloads the rules whenever the symbolic link at path is

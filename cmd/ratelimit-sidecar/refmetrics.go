@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -24,6 +25,22 @@ import (
 type refMetrics struct {
 	ours  prometheus.Gatherer
 	rules func() *limits.Ruleset
+
+	// refPaths of the ruleset last scraped: the walk of a large rule
+	// tree is paid once per ruleset, not per scrape.
+	mu      sync.Mutex // guards pathsOf and paths
+	pathsOf *limits.Ruleset
+	paths   map[[2]string]string
+}
+
+// pathsFor returns refPaths(rs), computed once per ruleset.
+func (r *refMetrics) pathsFor(rs *limits.Ruleset) map[[2]string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pathsOf != rs {
+		r.pathsOf, r.paths = rs, refPaths(rs)
+	}
+	return r.paths
 }
 
 var (
@@ -60,7 +77,7 @@ func (r *refMetrics) Describe(chan<- *prometheus.Desc) {}
 // Collect derives the reference's series from ours.
 func (r *refMetrics) Collect(ch chan<- prometheus.Metric) {
 	fams, _ := r.ours.Gather() // what gathered still counts
-	paths := refPaths(r.rules())
+	paths := r.pathsFor(r.rules())
 	var requests, redisErrors, invalid, reloadOK, reloadFailed float64
 	sums := map[refRuleKey]float64{}
 	var order []refRuleKey

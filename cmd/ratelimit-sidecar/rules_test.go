@@ -14,6 +14,8 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 )
 
 // TestStartRefusesNoRules: a config path without rules stops startup with
@@ -135,7 +137,7 @@ func TestReloadFailureClearedThroughSidecar(t *testing.T) {
 	}
 	lastError := func() string {
 		t.Helper()
-		var v configView
+		var v admin.ConfigView
 		if err := json.Unmarshal([]byte(s.getBody(t, "/debug/config")), &v); err != nil {
 			t.Fatal(err)
 		}

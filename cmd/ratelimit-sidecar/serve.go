@@ -25,6 +25,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	caplisten "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
@@ -376,18 +377,18 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	} else {
 		mux.Handle("GET "+c.ref.metricsPath, prom)
 	}
-	admin := mux
+	adminMux := mux
 	if c.adminAddr != "" {
-		admin = http.NewServeMux()
-		s.admin = c.bounds.httpServer(admin)
+		adminMux = http.NewServeMux()
+		s.admin = c.bounds.httpServer(adminMux)
 	}
 	var configPage http.Handler // nil: /debug/config is not served
 	if adminServed(c) {
-		configPage = debugConfig(reloader, engine)
-		admin.Handle("GET /debug/config", configPage)
+		configPage = admin.NewConfigPage(admin.ConfigOptions{Status: reloader.Status, Rules: engine.Rules})
+		adminMux.Handle("GET /debug/config", configPage)
 		cs := newCounters(engine, st, c, log, m)
-		admin.HandleFunc("GET /debug/counters", cs.read)
-		admin.HandleFunc("POST /debug/counters/reset", cs.reset)
+		adminMux.HandleFunc("GET /debug/counters", cs.read)
+		adminMux.HandleFunc("POST /debug/counters/reset", cs.reset)
 	}
 	if c.ref.debugAddr != "" {
 		if c.env.refMode {
@@ -395,7 +396,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 		}
 		s.debug = c.bounds.httpServer(debugMux(configPage, engine))
 	}
-	admin.Handle("/json", rls.JSONHandler()) // any method: the handler answers 405 itself
+	adminMux.Handle("/json", rls.JSONHandler()) // any method: the handler answers 405 itself
 	s.http = c.bounds.httpServer(mux)
 	return s
 }

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 )
 
@@ -135,7 +136,7 @@ func TestMetricsDebugConfigAndSIGHUP(t *testing.T) {
 		}
 	}
 
-	var before configView
+	var before admin.ConfigView
 	_, body = s.get(t, "/debug/config")
 	if err := json.Unmarshal([]byte(body), &before); err != nil {
 		t.Fatalf("/debug/config: %v\n%s", err, body)

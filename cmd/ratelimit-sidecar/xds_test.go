@@ -13,6 +13,7 @@ import (
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xdstest"
 )
@@ -57,14 +58,14 @@ func (s *sidecar) healthNow(t *testing.T) healthpb.HealthCheckResponse_ServingSt
 	return r.Status
 }
 
-func (s *sidecar) debugConfig(t *testing.T) configView {
+func (s *sidecar) debugConfig(t *testing.T) admin.ConfigView {
 	t.Helper()
 	r, err := http.Get("http://" + s.adminAddr + "/debug/config")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Body.Close()
-	var v configView
+	var v admin.ConfigView
 	if err := json.NewDecoder(r.Body).Decode(&v); err != nil {
 		t.Fatal(err)
 	}

@@ -49,6 +49,17 @@ func (e *Error) Error() string {
 type File struct {
 	Name string
 	Data []byte
+	// Root, if set, is the document already built as YAML nodes, as a
+	// program that renders rules from another form builds it: Parse
+	// reads Root and not Data, and Data is then only what the checksum
+	// covers (the source's bytes). Building nodes directly skips writing
+	// YAML text and reading it back, which for a large document costs
+	// many times the document in memory (yaml.v3's encoder keeps every
+	// event of a document until it ends). Parse reads a Root once: if it
+	// has no aliases, Parse drops each descriptor's nodes from it once
+	// they are read, so that they and the rules made from them are not
+	// all held at once.
+	Root *yaml.Node
 }
 
 // Options changes how rule files combine.
@@ -158,16 +169,22 @@ func readFiles(path string, readFile func(string) ([]byte, error)) ([]File, erro
 // problem it finds, not only the first. It accepts an empty file set: only
 // Load and a Reloader, which know the path, refuse one (ErrNoRules).
 func Parse(files []File, opts Options) (*limits.Ruleset, error) {
+	return parse(files, opts, false)
+}
+
+// parse is Parse; generated leaves out line numbers (see ParseGenerated).
+func parse(files []File, opts Options, generated bool) (*limits.Ruleset, error) {
 	var (
 		domains []*limits.Domain
 		byName  = map[string]*limits.Domain{}
+		levels  = map[*[]*limits.Rule]map[[2]string]*limits.Rule{}
 		names   []string
 		errs    []error
 	)
 	for _, f := range files {
 		names = append(names, f.Name)
-		p := &parser{file: f.Name, domains: byName, opts: opts}
-		if d := p.parseFile(f.Data); d != nil {
+		p := &parser{file: f.Name, domains: byName, levels: levels, opts: opts, generated: generated}
+		if d := p.parseFile(f); d != nil {
 			domains = append(domains, d)
 		}
 		errs = append(errs, p.errs...)
@@ -229,15 +246,25 @@ type parser struct {
 	opts    Options
 	domains map[string]*limits.Domain // every file's so far, by name
 	errs    []error
+	// generated leaves line numbers out of errors and rules: they would
+	// point into text nobody sees (ParseGenerated).
+	generated bool
+	// release drops each descriptor's nodes once it is read, so that a
+	// document's nodes and the rules made from them are not all held at
+	// once. Set only for a document without aliases, whose nodes are
+	// each read once.
+	release bool
 	// levels indexes each level's rules by key and value, so a duplicate
 	// check costs O(1) rather than a scan of the level (which made one
-	// level of N descriptors cost O(N^2)).
+	// level of N descriptors cost O(N^2)). Every file's parser shares it:
+	// a domain merged from N files would otherwise be indexed again for
+	// each file, O(N^2) too.
 	levels map[*[]*limits.Rule]map[[2]string]*limits.Rule
 }
 
 func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 	e := &Error{File: p.file, Path: path, Msg: fmt.Sprintf(format, args...)}
-	if n != nil {
+	if n != nil && !p.generated {
 		e.Line = n.Line
 	}
 	p.errs = append(p.errs, e)
@@ -252,7 +279,9 @@ func (p *parser) yamlError(err error) {
 	msg := err.Error()
 	e := &Error{File: p.file, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		e.Line, _ = strconv.Atoi(m[1])
+		if !p.generated {
+			e.Line, _ = strconv.Atoi(m[1])
+		}
 		e.Msg = "invalid YAML: " + msg[len(m[0]):]
 	}
 	p.errs = append(p.errs, e)
@@ -261,30 +290,21 @@ func (p *parser) yamlError(err error) {
 // parseFile parses one file into p.domains. It returns the file's domain
 // if the file defines a new one, nil if it adds to one already seen (or
 // is broken).
-func (p *parser) parseFile(data []byte) *limits.Domain {
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		p.yamlError(err)
-		return nil
+func (p *parser) parseFile(f File) *limits.Domain {
+	root := f.Root
+	if root == nil {
+		if root = p.decode(f.Data); root == nil {
+			return nil
+		}
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		p.errorf(&extra, "", "a second YAML document; put each domain in its own file")
-		return nil
-	} else if !errors.Is(err, io.EOF) {
-		p.yamlError(err)
-		return nil
-	}
-	if doc.Kind == 0 || len(doc.Content) == 0 {
-		p.errorf(nil, "domain", "required, and the file is empty")
-		return nil
-	}
-	root := doc.Content[0]
-	if n, msg := checkSize(root); n != nil {
+	n, msg, aliases := measure(root)
+	if n != nil {
 		p.errorf(n, "", "%s", msg)
 		return nil
 	}
+	// Without aliases every node is read once, so each descriptor's
+	// nodes may go once read.
+	p.release = !aliases
 	if root.Kind != yaml.MappingNode {
 		p.errorf(root, "", "want a mapping with domain and descriptors, got %s", kindName(root))
 		return nil
@@ -339,6 +359,30 @@ func (p *parser) parseFile(data []byte) *limits.Domain {
 	return d
 }
 
+// decode reads the one YAML document of data and returns its root node,
+// or nil after recording why there is none.
+func (p *parser) decode(data []byte) *yaml.Node {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		p.yamlError(err)
+		return nil
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		p.errorf(&extra, "", "a second YAML document; put each domain in its own file")
+		return nil
+	} else if !errors.Is(err, io.EOF) {
+		p.yamlError(err)
+		return nil
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		p.errorf(nil, "domain", "required, and the file is empty")
+		return nil
+	}
+	return doc.Content[0]
+}
+
 // fields calls fn for each key of a mapping node, rejecting non-string keys
 // and duplicates.
 func (p *parser) fields(n *yaml.Node, path string, fn func(key string, k, v *yaml.Node)) {
@@ -370,6 +414,9 @@ func (p *parser) descriptors(domain string, level *[]*limits.Rule, n *yaml.Node,
 	}
 	for i, item := range n.Content {
 		p.descriptor(domain, level, deref(item), fmt.Sprintf("%s[%d]", path, i))
+		if p.release {
+			n.Content[i] = nil
+		}
 	}
 }
 
@@ -378,7 +425,10 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 		p.errorf(n, path, "want a descriptor mapping, got %s", kindName(n))
 		return
 	}
-	r := &limits.Rule{Domain: domain, File: p.file, Line: n.Line, Path: path}
+	r := &limits.Rule{Domain: domain, File: p.file, Path: path}
+	if !p.generated {
+		r.Line = n.Line
+	}
 	var keyNode, limitNode, limitsNode, childNode, shareNode *yaml.Node
 	p.fields(n, path, func(key string, k, v *yaml.Node) {
 		fp := join(path, key)
@@ -439,7 +489,7 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 	}
 	if r.Key != "" {
 		if other := p.sibling(level, r.Key, r.Value); other != nil {
-			p.errorf(n, path, "duplicate descriptor key %q value %q at this level (first at %s:%d)", r.Key, r.Value, other.File, other.Line)
+			p.errorf(n, path, "duplicate descriptor key %q value %q at this level (first at %s)", r.Key, r.Value, where(other))
 		} else {
 			*level = append(*level, r)
 			p.levels[level][[2]string{r.Key, r.Value}] = r
@@ -452,9 +502,6 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 // caller appends any rule it adds to level after this call, so the index
 // is rebuilt whenever level holds rules it has not seen.
 func (p *parser) sibling(level *[]*limits.Rule, key, value string) *limits.Rule {
-	if p.levels == nil {
-		p.levels = make(map[*[]*limits.Rule]map[[2]string]*limits.Rule)
-	}
 	idx := p.levels[level]
 	if idx == nil || len(idx) != len(*level) {
 		idx = make(map[[2]string]*limits.Rule, len(*level)+1)
@@ -472,11 +519,26 @@ func (p *parser) sibling(level *[]*limits.Rule, key, value string) *limits.Rule 
 	return nil
 }
 
+// where is a rule's place for messages: file:line, or the file alone
+// for a rule without a line (a generated document's).
+func where(r *limits.Rule) string {
+	if r.Line == 0 {
+		return r.File
+	}
+	return r.File + ":" + strconv.Itoa(r.Line)
+}
+
 // limitList parses a rate_limits list into r.Limits.
 func (p *parser) limitList(r *limits.Rule, n *yaml.Node, path string) {
 	if n.Kind != yaml.SequenceNode {
 		p.errorf(n, path, "want a list of rate limits, got %s", kindName(n))
 		return
+	}
+	// ids finds a repeated window in one lookup, not a scan of the list
+	// (a list of N limits would cost N^2).
+	ids := make(map[string]bool, len(n.Content))
+	for _, l := range r.Limits {
+		ids[l.ID()] = true
 	}
 	for i, item := range n.Content {
 		item = deref(item)
@@ -485,11 +547,10 @@ func (p *parser) limitList(r *limits.Rule, n *yaml.Node, path string) {
 		if l == nil {
 			continue
 		}
-		for _, o := range r.Limits {
-			if o.ID() == l.ID() {
-				p.errorf(item, ip, "same algorithm and window as another limit of this descriptor (%s); they would share one counter", l.ID())
-			}
+		if ids[l.ID()] {
+			p.errorf(item, ip, "same algorithm and window as another limit of this descriptor (%s); they would share one counter", l.ID())
 		}
+		ids[l.ID()] = true
 		r.Limits = append(r.Limits, l)
 	}
 }
@@ -761,6 +822,11 @@ func join(path, field string) string {
 // well under ten descriptor levels.
 const MaxDepth = 64
 
+// MaxDescriptorLevels is how deeply descriptors may nest within
+// MaxDepth: the mapping of a descriptor at level L (1 at the top) is 2L
+// deep and its fields one deeper.
+const MaxDescriptorLevels = (MaxDepth - 2) / 2
+
 // MaxExpandedNodes bounds the YAML nodes reached through aliases, counted
 // at every use. The parser walks an alias's target at every use, so an
 // anchor used ten times at each of nine levels would cost 10^9 visits.
@@ -771,6 +837,12 @@ const MaxExpandedNodes = 1 << 20
 // checkSize walks root as the parser will, aliases expanded, and returns
 // the first node past MaxDepth or MaxExpandedNodes with the reason, or nil.
 func checkSize(root *yaml.Node) (*yaml.Node, string) {
+	n, msg, _ := measure(root)
+	return n, msg
+}
+
+// measure is checkSize, also reporting whether root holds an alias.
+func measure(root *yaml.Node) (bad *yaml.Node, msg string, aliases bool) {
 	visited := 0
 	var walk func(n *yaml.Node, depth int, expanded bool) (*yaml.Node, string)
 	walk = func(n *yaml.Node, depth int, expanded bool) (*yaml.Node, string) {
@@ -782,6 +854,9 @@ func checkSize(root *yaml.Node) (*yaml.Node, string) {
 		}
 		if depth > MaxDepth {
 			return n, fmt.Sprintf("nested more than %d levels deep", MaxDepth)
+		}
+		if n.Kind == yaml.AliasNode {
+			aliases = true
 		}
 		if n.Kind == yaml.AliasNode && n.Alias != nil {
 			// Name the outermost alias: the one the author should look at.
@@ -797,5 +872,6 @@ func checkSize(root *yaml.Node) (*yaml.Node, string) {
 		}
 		return nil, ""
 	}
-	return walk(root, 0, false)
+	bad, msg = walk(root, 0, false)
+	return bad, msg, aliases
 }

@@ -76,3 +76,22 @@ func BenchmarkDecideMemory(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMatchWildcardsOtherKey matches a key with no wildcard rules
+// on a level that has 10,000 wildcard rules of another key: they must
+// cost it nothing.
+func BenchmarkMatchWildcardsOtherKey(b *testing.B) {
+	var rules []*limits.Rule
+	for i := range 10_000 {
+		rules = append(rules, &limits.Rule{Key: "path", Value: fmt.Sprintf("/api/%d/*", i)})
+	}
+	rules = append(rules, &limits.Rule{Key: "user"})
+	rs := limits.NewRuleset([]*limits.Domain{{Name: "edge", Rules: rules}}, nil, "")
+	entries := []limits.Entry{{Key: "user", Value: "alice"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if rs.Match("edge", entries) == nil {
+			b.Fatal("no match")
+		}
+	}
+}

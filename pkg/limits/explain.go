@@ -231,8 +231,8 @@ func (l *level) explain(e Entry) ExplainStep {
 	if r := l.exact[e.Key][e.Value]; r != nil {
 		s.Via, s.Rule = ViaExact, r
 	}
-	for _, w := range l.wildcards {
-		if w.Key != e.Key || w == s.Rule {
+	for _, w := range l.wildcards[e.Key] {
+		if w == s.Rule {
 			continue
 		}
 		switch {

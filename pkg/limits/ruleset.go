@@ -106,7 +106,7 @@ type Rule struct {
 // level is how one rule's children are searched.
 type level struct {
 	exact     map[string]map[string]*Rule // key → value → rule; includes patterns, taken literally
-	wildcards []*Rule                     // values with '*', in config order
+	wildcards map[string][]*Rule          // key → values with '*', in config order
 	anyValue  map[string]*Rule            // key → rule without a value
 }
 
@@ -161,6 +161,11 @@ func (r *Rule) index(depth int, chain []*Rule) {
 		r.chain = append(chain[:depth-1:depth-1], r)
 		r.Name = r.MetricName(nil)
 	}
+	if len(r.Children) == 0 {
+		// A leaf's level stays empty: nil maps find nothing, and most
+		// rules are leaves.
+		return
+	}
 	r.next = level{exact: map[string]map[string]*Rule{}, anyValue: map[string]*Rule{}}
 	for _, c := range r.Children {
 		switch {
@@ -174,7 +179,10 @@ func (r *Rule) index(depth int, chain []*Rule) {
 			}
 			m[c.Value] = c
 			if strings.Contains(c.Value, "*") {
-				r.next.wildcards = append(r.next.wildcards, c)
+				if r.next.wildcards == nil {
+					r.next.wildcards = map[string][]*Rule{}
+				}
+				r.next.wildcards[c.Key] = append(r.next.wildcards[c.Key], c)
 			}
 		}
 		c.index(depth+1, r.chain)
@@ -238,8 +246,10 @@ func (l *level) find(e Entry) *Rule {
 			return r
 		}
 	}
-	for _, r := range l.wildcards {
-		if r.Key == e.Key && Glob(r.Value, e.Value) {
+	// Only the key's own wildcards: a level with many wildcard rules
+	// under other keys costs a request nothing.
+	for _, r := range l.wildcards[e.Key] {
+		if Glob(r.Value, e.Value) {
 			return r
 		}
 	}

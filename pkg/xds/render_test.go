@@ -206,3 +206,29 @@ func TestRenderBad(t *testing.T) {
 		})
 	}
 }
+
+// TestRenderMetadataValues: every kind of google.protobuf.Struct value
+// in a pushed descriptor's metadata means what it means in a rule file's.
+func TestRenderMetadataValues(t *testing.T) {
+	want := map[string]any{
+		"int": 5.0, "float": 1.5, "big": 1e21, "str": "007", "yes": true, "none": nil,
+		"list":   []any{"a", 2.0, false},
+		"nested": map[string]any{"deeper": map[string]any{"x": "y"}},
+	}
+	s, err := structpb.NewStruct(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := proto.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := withBytes(&rlsconf.RateLimitDescriptor{Key: "user", RateLimit: policy(rlsconf.RateLimitUnit_MINUTE, 1)}, 8, b)
+	rs, err := parsePush(t, config.Options{}, edge(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rs.Rules("edge")[0].Metadata; !cmp.Equal(got, want) {
+		t.Errorf("metadata: %s", cmp.Diff(want, got))
+	}
+}
