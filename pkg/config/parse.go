@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
@@ -44,6 +45,16 @@ func (e *Error) Error() string {
 	b.WriteString(e.Msg)
 	return b.String()
 }
+
+// MaxProblems is how many problems a refused file set's error lists;
+// the rest are counted in one more. The error goes to a log line and to
+// /debug/config: a generated push with a mistake in every descriptor
+// would otherwise make both as long as the push.
+const MaxProblems = 100
+
+// maxMessageBytes bounds one problem's message: a value quoted in it may
+// be as long as a YAML scalar.
+const maxMessageBytes = 1 << 10
 
 // File is one rule file's name and contents.
 type File struct {
@@ -190,9 +201,22 @@ func parse(files []File, opts Options, generated bool) (*limits.Ruleset, error) 
 		errs = append(errs, p.errs...)
 	}
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, errors.Join(listed(errs)...)
 	}
 	return limits.NewRuleset(domains, names, checksum(files)), nil
+}
+
+// listed returns the first MaxProblems of errs, and one more that counts
+// the rest in the file of the last one listed.
+func listed(errs []error) []error {
+	if len(errs) <= MaxProblems {
+		return errs
+	}
+	file := ""
+	if e, ok := errs[MaxProblems-1].(*Error); ok {
+		file = e.File
+	}
+	return append(errs[:MaxProblems:MaxProblems], &Error{File: file, Msg: fmt.Sprintf("%d more problems not listed", len(errs)-MaxProblems)})
 }
 
 // Problems lists the problems in an error of Load or Parse: the parts of
@@ -263,11 +287,24 @@ type parser struct {
 }
 
 func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
-	e := &Error{File: p.file, Path: path, Msg: fmt.Sprintf(format, args...)}
+	e := &Error{File: p.file, Path: path, Msg: cut(fmt.Sprintf(format, args...))}
 	if n != nil && !p.generated {
 		e.Line = n.Line
 	}
 	p.errs = append(p.errs, e)
+}
+
+// cut shortens a message past maxMessageBytes, saying how much it left
+// out.
+func cut(msg string) string {
+	if len(msg) <= maxMessageBytes {
+		return msg
+	}
+	keep := maxMessageBytes
+	for keep > 0 && !utf8.RuneStart(msg[keep]) {
+		keep--
+	}
+	return fmt.Sprintf("%s... (%d more bytes)", msg[:keep], len(msg)-keep)
 }
 
 // yamlLine finds the line number in a yaml.v3 error message.
@@ -277,12 +314,12 @@ var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
 // Error's.
 func (p *parser) yamlError(err error) {
 	msg := err.Error()
-	e := &Error{File: p.file, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
+	e := &Error{File: p.file, Msg: cut("invalid YAML: " + strings.TrimPrefix(msg, "yaml: "))}
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		if !p.generated {
 			e.Line, _ = strconv.Atoi(m[1])
 		}
-		e.Msg = "invalid YAML: " + msg[len(m[0]):]
+		e.Msg = cut("invalid YAML: " + msg[len(m[0]):])
 	}
 	p.errs = append(p.errs, e)
 }
