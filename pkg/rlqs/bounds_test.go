@@ -22,9 +22,11 @@ import (
 // held to the RLS path's bounds on entries and bytes. A bucket past
 // either is refused: answered by the domain's failure mode (here
 // DENY_ALL) and not kept, while the stream goes on serving the others.
-// A stream without a domain ends with InvalidArgument.
+// A stream without a domain ends with InvalidArgument. (The ids are
+// served from a limit: a bucket that is not is never kept, so it takes no
+// room.)
 func TestStreamBounds(t *testing.T) {
-	s := startServer(t, fleetRules, limits.EngineOptions{
+	s := startServer(t, perRouteRules, limits.EngineOptions{
 		Limits: limits.RequestLimits{MaxDescriptors: 1, MaxEntries: 2, MaxValueBytes: 16, MaxHits: 10},
 	}, rlqs.Options{MaxBuckets: 3})
 	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -102,3 +104,12 @@ func TestStreamBounds(t *testing.T) {
 		}
 	})
 }
+
+// perRouteRules limit every route on its own counter, so every bucket
+// keyed by route is served from a limit and kept.
+const perRouteRules = `
+domain: rlqs
+descriptors:
+  - key: route
+    rate_limit: {unit: minute, requests_per_unit: 100, lease: 10}
+`

@@ -111,7 +111,10 @@ type Options struct {
 	MaxTotalBytes   int64
 	// IdleAfter is how long a bucket may report no requests before it is
 	// abandoned: Envoy drops it, and subscribes again at its next
-	// request. Zero means 10 minutes.
+	// request. Zero means 30s, six of Envoy's 5s reports, so that buckets
+	// keyed per user or per address leave Envoy's report soon after their
+	// last use. (Buckets that are not kept, those not served from a limit
+	// or refused, are abandoned at their first report without requests.)
 	IdleAfter time.Duration
 	// Metrics, if set, is told what the server does.
 	Metrics Metrics
@@ -160,8 +163,8 @@ const bucketOverhead = 512
 // refused.
 var ErrServerFull = errors.New("bucket_id: the server holds its most rlqs buckets across streams")
 
-// hold counts a new bucket whose key is n bytes against the process's
-// bounds, or returns ErrServerFull and counts nothing.
+// hold counts a new bucket whose id and store key are n bytes against
+// the process's bounds, or returns ErrServerFull and counts nothing.
 func (s *Server) hold(n int) error {
 	c := int64(n) + bucketOverhead
 	if s.held.Add(1) > int64(s.o.MaxTotalBuckets) || s.heldBytes.Add(c) > s.o.MaxTotalBytes {
@@ -171,7 +174,7 @@ func (s *Server) hold(n int) error {
 	return nil
 }
 
-// release gives back what hold counted for a key of n bytes.
+// release gives back what hold counted for n bytes.
 func (s *Server) release(n int) {
 	s.held.Add(-1)
 	s.heldBytes.Add(-(int64(n) + bucketOverhead))
@@ -227,7 +230,7 @@ func NewServer(rules Rules, st limits.Store, log *zap.Logger, o Options) *Server
 		o.MaxTotalBytes = 32 << 20
 	}
 	if o.IdleAfter <= 0 {
-		o.IdleAfter = 10 * time.Minute
+		o.IdleAfter = 30 * time.Second
 	}
 	if o.AfterFunc == nil {
 		o.AfterFunc = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
@@ -262,8 +265,8 @@ func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_Strea
 			st.stop()
 		}
 		n := len(st.buckets)
-		for k := range st.buckets {
-			s.release(len(k))
+		for _, b := range st.buckets {
+			s.release(b.cost)
 		}
 		st.buckets = nil
 		st.mu.Unlock()
@@ -314,7 +317,7 @@ func (s *Server) serveReport(st *streamState, msg *rlqspb.RateLimitQuotaUsageRep
 			// One bucket Envoy cannot be served for does not end the
 			// stream: Envoy would send it again with every report, and
 			// every other bucket would go without quota.
-			a = s.refuse(st, u.GetBucketId(), fmt.Errorf("bucket_quota_usages[%d].%w", i, err))
+			a = s.refuse(st, u, fmt.Errorf("bucket_quota_usages[%d].%w", i, err))
 		}
 		if a != nil {
 			resp.BucketAction = append(resp.BucketAction, a)
@@ -498,7 +501,14 @@ func (s *Server) finish(st *streamState, resp *rlqspb.RateLimitQuotaResponse) *r
 		}
 		resp.BucketAction = out
 	}
-	st.timed = st.timed[:0]
+	// Keep no action of resp alive past its send, nor room for a large
+	// message's many: a stream between reports holds only its buckets.
+	if cap(st.timed) > 64 {
+		st.timed = nil
+	} else {
+		clear(st.timed)
+		st.timed = st.timed[:0]
+	}
 	return resp
 }
 
@@ -519,11 +529,17 @@ type timed struct {
 // longer than that.
 const sendSlack = 50 * time.Millisecond
 
-// refuse answers a bucket the stream cannot hold (past MaxBuckets) or
-// whose id breaks the request bounds by the domain's failure mode, for
-// BlanketTTL, without keeping it. The first refusal of a stream is
-// logged; all are counted.
-func (s *Server) refuse(st *streamState, id *rlqspb.BucketId, err error) *rlqspb.RateLimitQuotaResponse_BucketAction {
+// refuse answers a bucket the stream cannot hold (past MaxBuckets or the
+// process's bounds) or whose id breaks the request bounds by the domain's
+// failure mode, for BlanketTTL, without keeping it; or, when the report
+// holds no requests for it, with abandon, so that Envoy forgets it (see
+// unheld). The first refusal of a stream is logged; all are counted.
+func (s *Server) refuse(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, err error) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	id := u.GetBucketId()
+	if u.GetNumRequestsAllowed()+u.GetNumRequestsDenied() == 0 && len(id.GetBucket()) > 0 {
+		s.m.Assigned(st.label, "abandon", "refused")
+		return abandon(id)
+	}
 	if errors.Is(err, ErrServerFull) {
 		// Logged once for the process, not per stream: many streams
 		// past the bound would otherwise log one each.
