@@ -118,7 +118,8 @@ func (b *bounds) grpcOptions(sb *streamBound, grace time.Duration) []grpc.Server
 		// send a request, within the request timeout.
 		grpc.ConnectionTimeout(b.requestTimeout),
 		grpc.InTapHandle(sb.tap),
-		grpc.ChainStreamInterceptor(sb.intercept),
+		grpc.ChainStreamInterceptor(sb.running.stream, sb.intercept),
+		grpc.ChainUnaryInterceptor(sb.running.unary),
 	}
 }
 
@@ -155,6 +156,7 @@ type streamBound struct {
 	timeout   time.Duration   // more than 0
 	streaming map[string]bool // full method names of streaming methods
 	stopping  context.Context // ends when the server starts to stop
+	running   handlers        // the calls whose handlers run
 }
 
 // firstMessageKey keys a streaming call's first-message timer in its
