@@ -105,7 +105,10 @@ func limitListener(l net.Listener, n int) net.Listener {
 func (b *bounds) grpcOptions(sb *streamBound, grace time.Duration) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(uint32(b.grpcMaxStreams)),
-		grpc.MaxRecvMsgSize(maxMessageBytes),
+		// RLQS reports may be up to rlqsMaxMessageBytes; sizedCodec
+		// holds every other message to maxMessageBytes.
+		grpc.MaxRecvMsgSize(rlqsMaxMessageBytes),
+		grpc.ForceServerCodecV2(newSizedCodec()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle:     b.idleTimeout,
