@@ -239,10 +239,9 @@ func (e *Envoy) Buckets() int {
 
 // send reports bs, with mu held, and waits for a message in answer.
 func (e *Envoy) send(bs []*bucket) error {
-	msg := &rlqspb.RateLimitQuotaUsageReports{}
-	if !e.sent {
-		msg.Domain, e.sent = e.domain, true
-	}
+	// Envoy names the domain in every report, not only the first.
+	msg := &rlqspb.RateLimitQuotaUsageReports{Domain: e.domain}
+	e.sent = true
 	for _, b := range bs {
 		msg.BucketQuotaUsages = append(msg.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
 			BucketId: &rlqspb.BucketId{Bucket: b.id}, NumRequestsAllowed: b.allowed, NumRequestsDenied: b.denied,

@@ -88,6 +88,28 @@ func TestStreamBounds(t *testing.T) {
 		})
 	}
 
+	t.Run("domain changed", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		stream, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Envoy names the domain in every report: the same again is fine.
+		for _, d := range []string{"rlqs", "rlqs", "other"} {
+			_ = stream.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: d, BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+				{BucketId: &rlqspb.BucketId{Bucket: map[string]string{"route": "a"}}, NumRequestsAllowed: 1},
+			}})
+			_, err = stream.Recv()
+			if d == "rlqs" && err != nil {
+				t.Fatalf("a report naming the stream's domain again: %v", err)
+			}
+		}
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), `domain: "other", but the stream serves "rlqs"`) {
+			t.Fatalf("a report naming another domain: %v; want InvalidArgument naming domain", err)
+		}
+	})
+
 	t.Run("no domain", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

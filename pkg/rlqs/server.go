@@ -299,11 +299,14 @@ func (s *Server) serveReport(st *streamState, msg *rlqspb.RateLimitQuotaUsageRep
 			st.op = nil
 		}()
 	}
-	if st.domain == "" {
-		if msg.GetDomain() == "" {
-			return status.Error(codes.InvalidArgument, "domain: must be set in the first message")
-		}
-		st.domain = msg.GetDomain()
+	// Envoy names the domain in every report; one stream serves one.
+	switch d := msg.GetDomain(); {
+	case st.domain == "" && d == "":
+		return status.Error(codes.InvalidArgument, "domain: must be set in the first message")
+	case st.domain == "":
+		st.domain = d
+	case d != "" && d != st.domain:
+		return status.Errorf(codes.InvalidArgument, "domain: %q, but the stream serves %q, named by its first message", d, st.domain)
 	}
 	if s.rules.Rules().HasDomain(st.domain) {
 		st.label = st.domain
