@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/tap"
 
 	caplisten "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen" // serve.go declares listen
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 )
 
 // Bounds on what a client can make the servers hold. The ones a
@@ -108,7 +109,7 @@ func (b *bounds) grpcOptions(sb *streamBound, grace time.Duration) []grpc.Server
 		// RLQS reports may be up to rlqsMaxMessageBytes; sizedCodec
 		// holds every other message to maxMessageBytes.
 		grpc.MaxRecvMsgSize(rlqsMaxMessageBytes),
-		grpc.ForceServerCodecV2(newSizedCodec()),
+		grpc.ForceServerCodecV2(envoy.Codec(newSizedCodec())),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle:     b.idleTimeout,

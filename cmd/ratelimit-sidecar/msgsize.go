@@ -14,8 +14,10 @@ import (
 // Envoy's rate_limit_quota filter sends every bucket it holds in one
 // message at each report, so an RLQS report may be far larger than any
 // other request. grpc-go bounds messages per server, not per method: the
-// server takes messages up to rlqsMaxMessageBytes, and sizedCodec refuses
-// every other message over maxMessageBytes before decoding it.
+// server takes messages up to rlqsMaxMessageBytes, pkg/envoy's codec
+// refuses an RLS request over envoy.MaxRequestBytes with
+// RESOURCE_EXHAUSTED, and sizedCodec, beneath it, every other message
+// over maxMessageBytes, before decoding it.
 const (
 	// rlqsMaxMessageBytes bounds an RLQS usage report's bytes: 16 MiB
 	// takes rlqsMaxReportBuckets buckets with ids of over 300 bytes (a

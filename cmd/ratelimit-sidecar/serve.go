@@ -322,7 +322,8 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	// worker free, so there are workers for as many RPCs as a busy
 	// sidecar has in flight, not as many as it has CPUs. An idle worker
 	// costs a parked goroutine.
-	opts := append(envoy.ServerOptions(), grpc.NumStreamWorkers(uint32(max(4*runtime.GOMAXPROCS(0), streamWorkers))))
+	// The codec (RLS's own, and the message bounds) is set by grpcOptions.
+	opts := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(max(4*runtime.GOMAXPROCS(0), streamWorkers)))}
 	opts = append(opts, certs.serverOptions()...)
 	grace := c.shutdownTimeout
 	if c.ref.connGrace > 0 {
