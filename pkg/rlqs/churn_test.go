@@ -23,18 +23,19 @@ descriptors:
 // again, as buckets keyed per user or per address do) holds a bounded
 // number of buckets, and so sends a bounded report, because the server
 // abandons the ones that no longer get requests: a kept bucket after
-// IdleAfter (30s by default, six reports), one not kept (no rule, or
+// IdleAfter (a minute by default, twelve reports), one not kept (no rule, or
 // refused past MaxBuckets) at its first report without requests. Before,
 // a kept or unmatched bucket was abandoned only after 10 minutes and a
 // refused one never, so the Envoy held every id it had ever seen.
 func TestChurningBucketsLeaveEnvoy(t *testing.T) {
 	const (
 		n        = 50 // new ids each report
-		reports  = 20
+		reports  = 30
 		interval = 5 * time.Second
-		// A kept bucket goes at the sixth report after its last request,
-		// so at most 7 intervals of ids are held, and one more is sent.
-		most = 8 * n
+		// A kept bucket goes at the twelfth report after its last
+		// request, so at most 13 intervals of ids are held, and one more
+		// is sent.
+		most = 14 * n
 	)
 	tests := []struct {
 		name string

@@ -111,10 +111,13 @@ type Options struct {
 	MaxTotalBytes   int64
 	// IdleAfter is how long a bucket may report no requests before it is
 	// abandoned: Envoy drops it, and subscribes again at its next
-	// request. Zero means 30s, six of Envoy's 5s reports, so that buckets
-	// keyed per user or per address leave Envoy's report soon after their
-	// last use. (Buckets that are not kept, those not served from a limit
-	// or refused, are abandoned at their first report without requests.)
+	// request, which is decided by its no_assignment_behavior (denied,
+	// where that is DENY_ALL). Zero means 1 minute, twelve of Envoy's 5s
+	// reports: buckets keyed per user or per address leave Envoy's report
+	// a minute after their last use, and only a bucket quiet for a minute
+	// pays for it with a request decided without quota. (Buckets that are
+	// not kept, those not served from a limit or refused, are abandoned
+	// at their first report without requests.)
 	IdleAfter time.Duration
 	// Metrics, if set, is told what the server does.
 	Metrics Metrics
@@ -230,7 +233,7 @@ func NewServer(rules Rules, st limits.Store, log *zap.Logger, o Options) *Server
 		o.MaxTotalBytes = 32 << 20
 	}
 	if o.IdleAfter <= 0 {
-		o.IdleAfter = 30 * time.Second
+		o.IdleAfter = time.Minute
 	}
 	if o.AfterFunc == nil {
 		o.AfterFunc = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
