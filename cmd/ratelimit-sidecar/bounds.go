@@ -123,7 +123,6 @@ func (b *bounds) grpcOptions(sb *streamBound, grace time.Duration) []grpc.Server
 		grpc.ConnectionTimeout(b.requestTimeout),
 		grpc.InTapHandle(sb.tap),
 		grpc.ChainStreamInterceptor(sb.running.stream, sb.intercept),
-		grpc.ChainUnaryInterceptor(sb.running.unary),
 	}
 }
 
@@ -160,7 +159,7 @@ type streamBound struct {
 	timeout   time.Duration   // more than 0
 	streaming map[string]bool // full method names of streaming methods
 	stopping  context.Context // ends when the server starts to stop
-	running   handlers        // the calls whose handlers run
+	running   handlers        // the streaming calls whose handlers run
 }
 
 // firstMessageKey keys a streaming call's first-message timer in its

@@ -1,32 +1,34 @@
 package main
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
 )
 
-// handlers counts the gRPC calls whose handlers are running, so that
-// shutdown knows when all have returned. What a call still holds then is
-// its answer on the way to the client, which a client that stopped
-// reading never takes: grpc-go ends a stream only once the data queued
-// before its trailers is sent, and so its graceful stop would wait for
-// --shutdown-timeout (an RLQS client that stopped reading held it 10 s).
+// handlers counts the streaming calls whose handlers are running, so
+// that shutdown knows when all have returned. What a call still holds
+// then is its answers on the way to the client, which a client that
+// stopped reading never takes: grpc-go ends a stream only once the data
+// queued before its trailers is sent, and so its graceful stop would wait
+// for --shutdown-timeout (an RLQS client that stopped reading held it
+// 10 s).
+//
+// Unary calls are not counted: an interceptor would take RLS off its
+// direct encoding (pkg/envoy), and each already ends by its deadline,
+// --grpc-request-timeout at most (see streamBound).
 //
 // The zero value is ready to use, and it is safe for concurrent use.
 type handlers struct {
-	n  atomic.Int64
-	mu sync.Mutex
-	// idle, when set, is closed when n drops to 0.
-	idle chan struct{}
+	n     atomic.Int64
+	watch atomic.Bool // done was called: end must look for idle
+	mu    sync.Mutex
+	idle  chan struct{} // closed when n drops to 0, once done set it
 }
 
-func (h *handlers) start() { h.n.Add(1) }
-
 func (h *handlers) end() {
-	if h.n.Add(-1) != 0 {
+	if h.n.Add(-1) != 0 || !h.watch.Load() {
 		return
 	}
 	h.mu.Lock()
@@ -42,6 +44,7 @@ func (h *handlers) end() {
 func (h *handlers) done() <-chan struct{} {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.watch.Store(true) // before n is read: an end after the read sees it
 	ch := make(chan struct{})
 	if h.n.Load() == 0 {
 		close(ch)
@@ -51,15 +54,9 @@ func (h *handlers) done() <-chan struct{} {
 	return ch
 }
 
-// unary and stream are the server's interceptors that count handlers.
-func (h *handlers) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	h.start()
-	defer h.end()
-	return handler(ctx, req)
-}
-
+// stream is the server's stream interceptor that counts handlers.
 func (h *handlers) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	h.start()
+	h.n.Add(1)
 	defer h.end()
 	return handler(srv, ss)
 }

@@ -18,9 +18,10 @@ import (
 // TestRLQSStuckClientShutdown: an RLQS client that stops reading while
 // the sidecar answers its reports (its receive window full, the answers
 // queued behind it) does not hold shutdown for --shutdown-timeout: once
-// every call's handler has returned, what is left is data no client
-// reads, and the sidecar stops. Before, the stream's end waited behind
-// the queued answers, and the graceful stop for the whole 10 s.
+// every call's handler has returned (the unary ones by their 2 s
+// deadline), what is left is data no client reads, and the sidecar stops
+// a second later. Before, the stream's end waited behind the queued
+// answers, and the graceful stop for the whole 10 s.
 func TestRLQSStuckClientShutdown(t *testing.T) {
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()

@@ -293,7 +293,8 @@ type servers struct {
 	// which would otherwise hold GracefulStop for as long as their
 	// clients like.
 	stopStreams context.CancelFunc
-	// running counts the calls whose handlers run (see handlers).
+	// running counts the streaming calls whose handlers run (see
+	// handlers).
 	running *handlers
 
 	debug   *http.Server // nil without --debug-addr
@@ -504,14 +505,24 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 const flushGrace = time.Second
 
 // flushed returns a channel closed flushGrace after every gRPC handler
-// has returned, unless stopped is closed first.
+// has returned, unless stopped is closed first: the streaming ones,
+// which it counts (they end as shutdown begins), and the unary ones,
+// which end by their deadline, --grpc-request-timeout after shutdown
+// began at most.
 func (s *servers) flushed(stopped <-chan struct{}) <-chan struct{} {
 	out := make(chan struct{})
+	unary := time.NewTimer(s.c.bounds.requestTimeout)
+	streams := s.running.done()
 	go func() {
-		select {
-		case <-s.running.done():
-		case <-stopped:
-			return
+		defer unary.Stop()
+		for range 2 {
+			select {
+			case <-streams:
+				streams = nil
+			case <-unary.C:
+			case <-stopped:
+				return
+			}
 		}
 		t := time.NewTimer(flushGrace)
 		defer t.Stop()
