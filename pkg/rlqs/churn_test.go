@@ -1,9 +1,13 @@
 package rlqs_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
@@ -68,5 +72,35 @@ func TestChurningBucketsLeaveEnvoy(t *testing.T) {
 				t.Errorf("the server holds %d buckets, want at most %d", held, most)
 			}
 		})
+	}
+}
+
+// TestBucketCreatedWhileDown: a bucket whose first request comes while
+// the stream is down sends no subscription (Envoy logs that the stream is
+// closed): the server first sees it in the next report, on the new
+// stream, and serves it from there.
+func TestBucketCreatedWhileDown(t *testing.T) {
+	s := startServer(t, perUserRules, limits.EngineOptions{}, rlqs.Options{})
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	e := dialEnvoy(t, s.addr, "rlqs", s.clk.Now)
+	mustRequest(t, e, map[string]string{"user": "a"})
+	e.Close() // the stream is down
+	bob := map[string]string{"user": "b"}
+	if _, err := e.Request(bob); err != nil {
+		t.Fatalf("a new bucket while the stream is down: %v; want it decided by no_assignment_behavior, and no subscription", err)
+	}
+	if n := s.m.Count("token_bucket/grant"); n != 1 {
+		t.Fatalf("%d grants; want 1, the first bucket's: the second sent no subscription", n)
+	}
+	if err := e.Reconnect(context.Background(), conn); err != nil {
+		t.Fatal(err)
+	}
+	mustReport(t, e)
+	if e.Strategy(bob).GetTokenBucket() == nil {
+		t.Errorf("after the next report on the new stream: %v; want a token bucket", e.Strategy(bob))
 	}
 }
