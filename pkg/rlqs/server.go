@@ -50,7 +50,9 @@ type Metrics interface {
 	// or abandon, and why: grant or local (a token bucket from the
 	// shared or the local store), dry, window_ending, store_error,
 	// no_rule, unsupported, refused (past MaxBuckets or the request
-	// bounds), idle.
+	// bounds), idle. An abandon's reason is idle for a kept bucket, and
+	// for one that is not kept why it is not (no_rule, unsupported,
+	// dry, refused).
 	Assigned(domain, action, reason string)
 	// Granted counts hits assigned in token buckets, from the local
 	// store when local is true.
