@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/tap"
 
 	caplisten "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen" // serve.go declares listen
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 )
 
 // Bounds on what a client can make the servers hold. The ones a
@@ -110,7 +111,10 @@ func limitListener(l net.Listener, n int) net.Listener {
 func (b *bounds) grpcOptions(sb *streamBound, grace time.Duration) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(uint32(b.grpcMaxStreams)),
-		grpc.MaxRecvMsgSize(maxMessageBytes),
+		// RLQS reports may be up to rlqsMaxMessageBytes; sizedCodec
+		// holds every other message to maxMessageBytes.
+		grpc.MaxRecvMsgSize(rlqsMaxMessageBytes),
+		grpc.ForceServerCodecV2(envoy.Codec(newSizedCodec())),
 		grpc.MaxHeaderListSize(grpcMaxHeaderListBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
@@ -124,7 +128,7 @@ func (b *bounds) grpcOptions(sb *streamBound, grace time.Duration) []grpc.Server
 		// send a request, within the request timeout.
 		grpc.ConnectionTimeout(b.requestTimeout),
 		grpc.InTapHandle(sb.tap),
-		grpc.ChainStreamInterceptor(sb.intercept),
+		grpc.ChainStreamInterceptor(sb.running.stream, sb.intercept),
 	}
 }
 
@@ -161,6 +165,7 @@ type streamBound struct {
 	timeout   time.Duration   // more than 0
 	streaming map[string]bool // full method names of streaming methods
 	stopping  context.Context // ends when the server starts to stop
+	running   handlers        // the streaming calls whose handlers run
 }
 
 // firstMessageKey keys a streaming call's first-message timer in its

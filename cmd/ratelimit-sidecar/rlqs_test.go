@@ -374,6 +374,11 @@ func TestRLQSRulesReload(t *testing.T) {
 	}
 
 	reload(t, fmt.Sprintf(rules, "path", 40)) // no rule for user any more
+	// A bucket no rule serves is answered only while it has requests:
+	// at a report without any it is abandoned.
+	if _, err := e.Request(alice); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.Report(); err != nil {
 		t.Fatalf("report after the rule was removed: %v; want the stream to survive", err)
 	}
@@ -382,6 +387,9 @@ func TestRLQSRulesReload(t *testing.T) {
 	}
 
 	reload(t, fmt.Sprintf(rules, "user", 1000))
+	if _, err := e.Request(alice); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.Report(); err != nil {
 		t.Fatalf("report after the rule came back: %v", err)
 	}
@@ -396,7 +404,8 @@ func TestRLQSRulesReload(t *testing.T) {
 // path's request bounds (--max-value-bytes, --max-entries) or empty, and
 // a bucket past the 10,000 a stream holds, is refused alone: answered by
 // its domain's failure mode (closed: DENY_ALL, open: ALLOW_ALL), again at
-// every report, while the stream serves its other buckets; the stream's
+// every report with requests in it and abandoned at one without, while
+// the stream serves its other buckets; the stream's
 // first refusal is logged at Warn with the reason, and each is counted. A
 // stream without a domain ends with InvalidArgument.
 func TestRLQSBuckets(t *testing.T) {
@@ -474,17 +483,29 @@ func TestRLQSBuckets(t *testing.T) {
 			if got, err := subscribe(e, alice); err != nil || tokens(got) == 0 {
 				t.Fatalf("a good bucket on the stream after the refusal: %s, %v; want a token bucket", describe(got), err)
 			}
+			if _, err := e.Request(tt.id); err != nil {
+				t.Fatal(err)
+			}
 			if err := e.Report(); err != nil {
 				t.Fatalf("report of both buckets: %v; want the stream to go on", err)
 			}
 			if got := e.Strategy(tt.id); describe(got) != tt.want {
-				t.Errorf("refused bucket at the next report: %s; want %s again", describe(got), tt.want)
+				t.Errorf("refused bucket at the next report with a request: %s; want %s again", describe(got), tt.want)
 			}
 			if got := e.Strategy(alice); tokens(got) == 0 {
 				t.Errorf("good bucket at the next report: %s; want its token bucket", describe(got))
 			}
 			if n := metricValue(t, s, fmt.Sprintf(series, strings.ToLower(tt.want), tt.domain)) - max(counted, 0); n != 2 {
 				t.Errorf("%g refusals counted; want 2 (the subscription and the report)", n)
+			}
+			if len(tt.id) > 0 {
+				// Envoy drops the bucket at a report without requests in it.
+				if err := e.Report(); err != nil {
+					t.Fatal(err)
+				}
+				if n := e.Buckets(); n != 1 {
+					t.Errorf("after a report without requests in the refused bucket, the Envoy holds %d buckets; want 1, the good one", n)
+				}
 			}
 			var lines int
 			for _, l := range strings.Split(logs.String(), "\n") {
@@ -514,9 +535,10 @@ func TestRLQSBuckets(t *testing.T) {
 		}
 	})
 
-	// A stream holds at most 10,000 buckets (rlqs.Options.MaxBuckets,
-	// which no flag sets): of one report of 10,001 new buckets, the last
-	// is refused.
+	// A stream holds at most --rlqs-max-buckets (10,000) buckets, but a
+	// bucket no rule serves is not held, so it takes no room: one report
+	// of 10,001 of them is answered ALLOW_ALL for each. (pkg/rlqs's
+	// TestStreamBounds refuses buckets past the bound.)
 	t.Run("bucket 10,001", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -545,7 +567,7 @@ func TestRLQSBuckets(t *testing.T) {
 			}
 			got[s]++
 		}
-		if want := map[string]int{"ALLOW_ALL": 10_000, "last: DENY_ALL": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		if want := map[string]int{"ALLOW_ALL": 10_000, "last: ALLOW_ALL": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("answers to 10,001 buckets without a rule: %v; want %v", got, want)
 		}
 		_ = stream.CloseSend()

@@ -310,6 +310,9 @@ type servers struct {
 	// which would otherwise hold GracefulStop for as long as their
 	// clients like.
 	stopStreams context.CancelFunc
+	// running counts the streaming calls whose handlers run (see
+	// handlers).
+	running *handlers
 
 	debug   *http.Server // nil without --debug-addr
 	metrics *http.Server // nil: the metrics are on http
@@ -329,6 +332,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	stopping, stopStreams := context.WithCancel(context.Background())
 	s.stopStreams = stopStreams
 	sb := &streamBound{timeout: c.bounds.requestTimeout, stopping: stopping}
+	s.running = &sb.running
 	// Stream workers serve RPCs on long-lived goroutines whose stacks have
 	// already grown: a new goroutine per RPC spent about a tenth of the
 	// CPU growing its stack. A worker stays busy while its RPC waits for
@@ -336,7 +340,8 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	// worker free, so there are workers for as many RPCs as a busy
 	// sidecar has in flight, not as many as it has CPUs. An idle worker
 	// costs a parked goroutine.
-	opts := append(envoy.ServerOptions(), grpc.NumStreamWorkers(uint32(max(4*runtime.GOMAXPROCS(0), streamWorkers))))
+	// The codec (RLS's own, and the message bounds) is set by grpcOptions.
+	opts := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(max(4*runtime.GOMAXPROCS(0), streamWorkers)))}
 	opts = append(opts, certs.serverOptions()...)
 	grace := c.shutdownTimeout
 	if c.ref.connGrace > 0 {
@@ -511,6 +516,42 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 	return g.Wait()
 }
 
+// flushGrace is how long answers of calls whose handlers have returned
+// get to reach their clients at shutdown before the server stops hard: a
+// client that reads takes them in milliseconds.
+const flushGrace = time.Second
+
+// flushed returns a channel closed flushGrace after every gRPC handler
+// has returned, unless stopped is closed first: the streaming ones,
+// which it counts (they end as shutdown begins), and the unary ones,
+// which end by their deadline, --grpc-request-timeout after shutdown
+// began at most.
+func (s *servers) flushed(stopped <-chan struct{}) <-chan struct{} {
+	out := make(chan struct{})
+	unary := time.NewTimer(s.c.bounds.requestTimeout)
+	streams := s.running.done()
+	go func() {
+		defer unary.Stop()
+		for range 2 {
+			select {
+			case <-streams:
+				streams = nil
+			case <-unary.C:
+			case <-stopped:
+				return
+			}
+		}
+		t := time.NewTimer(flushGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			close(out)
+		case <-stopped:
+		}
+	}()
+	return out
+}
+
 func serveHTTP(g *errgroup.Group, srv *http.Server, lis net.Listener) {
 	g.Go(func() error {
 		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -541,6 +582,13 @@ func (s *servers) shutdown(drain bool) error {
 	defer t.Stop()
 	select {
 	case <-stopped:
+	case <-s.flushed(stopped):
+		// Every handler has returned and what they sent had
+		// flushGrace to go out: what is left is queued for clients
+		// that stopped reading.
+		s.log.Info("calls finished, but some answers are not taken by their clients; stopping")
+		s.grpc.Stop()
+		<-stopped
 	case <-t.C:
 		s.log.Warn("in-flight requests did not finish in time; stopping")
 		s.grpc.Stop()

@@ -759,7 +759,8 @@ func matchString(m *xdsmatcherv3.StringMatcher, v, path string) (bool, error) {
 // value as is; a header's value, with the key left out when the value is
 // empty; and no bucket at all (the request admitted unreported) when a
 // header is missing. An empty bucket id is an error: the sidecar refuses
-// it and ends the stream.
+// it, and Envoy skips an answer without an id, so the bucket is never
+// assigned quota.
 func bucketID(b *rlqv3.RateLimitQuotaBucketSettings_BucketIdBuilder, s sample) (map[string]string, error) {
 	if b == nil {
 		return nil, errors.New("bucket_id_builder missing: Envoy decides by no_assignment_behavior alone and reports nothing")
@@ -786,7 +787,7 @@ func bucketID(b *rlqv3.RateLimitQuotaBucketSettings_BucketIdBuilder, s sample) (
 		}
 	}
 	if len(id) == 0 {
-		return nil, errors.New("builds an empty bucket id, which the sidecar refuses by ending the stream")
+		return nil, errors.New("builds an empty bucket id, which the sidecar refuses, and Envoy skips any answer without an id: its requests stay on no_assignment_behavior")
 	}
 	return id, nil
 }

@@ -19,8 +19,10 @@ import (
 
 // Envoy plays the filter as its source (global_client_impl.cc) does: a
 // bucket's first request is decided by no_assignment_behavior and sends
-// the bucket's first report, its subscription; Report sends every
-// bucket's usage, as the reporting timer does. A token bucket assignment
+// the bucket's first report, its subscription (none while the stream is
+// down: the bucket first appears in the next report); Report sends every
+// bucket's usage, as the reporting timer does, with the domain in every
+// message. A token bucket assignment
 // starts full and is kept when an assignment repeats it exactly
 // (max_tokens, tokens_per_fill and fill_interval's nanos); one that
 // replaces another token bucket starts as full as that one was (Envoy
@@ -48,6 +50,7 @@ type Envoy struct {
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when the receiving goroutine ends
 	recvErr  error         // why the stream ended, once it has
+	ended    bool          // the stream ended: a new bucket sends no subscription
 	sent     bool          // the domain went out in the first message
 	bucks    map[string]*bucket
 	received int // messages applied
@@ -100,7 +103,7 @@ func (e *Envoy) open(ctx context.Context, conn grpc.ClientConnInterface) error {
 	}
 	done := make(chan struct{})
 	e.mu.Lock()
-	e.stream, e.cancel, e.done, e.sent, e.recvErr = stream, cancel, done, false, nil
+	e.stream, e.cancel, e.done, e.sent, e.recvErr, e.ended = stream, cancel, done, false, nil, false
 	e.mu.Unlock()
 	go e.receive(stream, done)
 	return nil
@@ -113,7 +116,7 @@ func (e *Envoy) receive(stream rlqspb.RateLimitQuotaService_StreamRateLimitQuota
 		resp, err := stream.Recv()
 		e.mu.Lock()
 		if err != nil {
-			e.recvErr = fmt.Errorf("receive: %w", err)
+			e.recvErr, e.ended = fmt.Errorf("receive: %w", err), true
 			e.cond.Broadcast()
 			e.mu.Unlock()
 			return
@@ -193,6 +196,11 @@ func (e *Envoy) Request(id map[string]string) (bool, error) {
 		} else {
 			b.denied = 1
 		}
+		if e.ended {
+			// Envoy logs that the stream is closed and sends nothing:
+			// the bucket first appears in the next report.
+			return ok, nil
+		}
 		return ok, e.send([]*bucket{b})
 	}
 	ok := b.decide(e.now(), e.allow)
@@ -239,17 +247,15 @@ func (e *Envoy) Buckets() int {
 
 // send reports bs, with mu held, and waits for a message in answer.
 func (e *Envoy) send(bs []*bucket) error {
-	msg := &rlqspb.RateLimitQuotaUsageReports{}
-	if !e.sent {
-		msg.Domain, e.sent = e.domain, true
-	}
+	// Envoy names the domain in every report, not only the first.
+	msg := &rlqspb.RateLimitQuotaUsageReports{Domain: e.domain}
+	e.sent = true
 	for _, b := range bs {
 		msg.BucketQuotaUsages = append(msg.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
 			BucketId: &rlqspb.BucketId{Bucket: b.id}, NumRequestsAllowed: b.allowed, NumRequestsDenied: b.denied,
 		})
 		b.allowed, b.denied = 0, 0
 	}
-	e.reports++
 	if err := e.stream.Send(msg); err != nil {
 		if errors.Is(err, io.EOF) {
 			// The server ended the stream; why is for Recv to tell.
@@ -259,6 +265,7 @@ func (e *Envoy) send(bs []*bucket) error {
 		}
 		return fmt.Errorf("send report: %w", err)
 	}
+	e.reports++ // a report that never left is answered by no one
 	// The server answers every report, and may push between reports: a
 	// test that knows how many it pushed (Sync) waits for exactly the
 	// answer; otherwise a push can stand for it.

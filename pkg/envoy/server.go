@@ -256,6 +256,8 @@ func Code(err error) codes.Code {
 	switch {
 	case errors.As(err, &re):
 		return codes.InvalidArgument
+	case errors.Is(err, ErrRequestTooLarge):
+		return codes.ResourceExhausted
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):

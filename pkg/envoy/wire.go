@@ -31,8 +31,23 @@ import (
 // encode.go). Everything else (the health and reflection services, and
 // RLS responses when an interceptor is installed) uses the standard codec.
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.ForceServerCodecV2(codec{std: encoding.GetCodecV2(proto.Name)})}
+	return []grpc.ServerOption{grpc.ForceServerCodecV2(Codec(encoding.GetCodecV2(proto.Name)))}
 }
+
+// Codec returns the codec ServerOptions sets, with std for every message
+// but RLS's, for a server that must also bound or decode others its own
+// way.
+func Codec(std encoding.CodecV2) encoding.CodecV2 { return codec{std: std} }
+
+// MaxRequestBytes bounds an RLS request on gRPC, as a POST /json body
+// is bounded: a request is smaller in protobuf than in JSON, so gRPC takes
+// every request /json takes. The codec refuses a larger one before
+// copying it, with ErrRequestTooLarge (RESOURCE_EXHAUSTED), whatever
+// message size the server takes for other services.
+const MaxRequestBytes = maxJSONBody
+
+// ErrRequestTooLarge is why a request over MaxRequestBytes is refused.
+var ErrRequestTooLarge = errors.New("request larger than the sidecar takes")
 
 type codec struct{ std encoding.CodecV2 }
 
@@ -51,6 +66,10 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 // here into Internal.
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if w, ok := v.(*work); ok {
+		if n := data.Len(); n > MaxRequestBytes {
+			w.bad = fmt.Errorf("%w: %d bytes, more than %d", ErrRequestTooLarge, n, MaxRequestBytes)
+			return nil
+		}
 		buf := make([]byte, data.Len())
 		data.CopyTo(buf)
 		w.bad = w.decode(unsafe.String(unsafe.SliceData(buf), len(buf)))

@@ -22,9 +22,11 @@ import (
 // held to the RLS path's bounds on entries and bytes. A bucket past
 // either is refused: answered by the domain's failure mode (here
 // DENY_ALL) and not kept, while the stream goes on serving the others.
-// A stream without a domain ends with InvalidArgument.
+// A stream without a domain ends with InvalidArgument. (The ids are
+// served from a limit: a bucket that is not is never kept, so it takes no
+// room.)
 func TestStreamBounds(t *testing.T) {
-	s := startServer(t, fleetRules, limits.EngineOptions{
+	s := startServer(t, perRouteRules, limits.EngineOptions{
 		Limits: limits.RequestLimits{MaxDescriptors: 1, MaxEntries: 2, MaxValueBytes: 16, MaxHits: 10},
 	}, rlqs.Options{MaxBuckets: 3})
 	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -86,6 +88,28 @@ func TestStreamBounds(t *testing.T) {
 		})
 	}
 
+	t.Run("domain changed", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		stream, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Envoy names the domain in every report: the same again is fine.
+		for _, d := range []string{"rlqs", "rlqs", "other"} {
+			_ = stream.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: d, BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+				{BucketId: &rlqspb.BucketId{Bucket: map[string]string{"route": "a"}}, NumRequestsAllowed: 1},
+			}})
+			_, err = stream.Recv()
+			if d == "rlqs" && err != nil {
+				t.Fatalf("a report naming the stream's domain again: %v", err)
+			}
+		}
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), `domain: "other", but the stream serves "rlqs"`) {
+			t.Fatalf("a report naming another domain: %v; want InvalidArgument naming domain", err)
+		}
+	})
+
 	t.Run("no domain", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -102,3 +126,12 @@ func TestStreamBounds(t *testing.T) {
 		}
 	})
 }
+
+// perRouteRules limit every route on its own counter, so every bucket
+// keyed by route is served from a limit and kept.
+const perRouteRules = `
+domain: rlqs
+descriptors:
+  - key: route
+    rate_limit: {unit: minute, requests_per_unit: 100, lease: 10}
+`

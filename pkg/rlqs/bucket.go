@@ -50,6 +50,7 @@ type bucket struct {
 	entries []limits.Entry
 	rules   *limits.Ruleset
 	plan    plan
+	cost    int       // what hold counted for it, less bucketOverhead
 	active  time.Time // the last report with requests in it, or the subscription
 	last    time.Time // the last report
 	// What the last report asked for (allowed and denied), and the time
@@ -124,24 +125,34 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 	k := bucketKey(ents)
 	b := st.buckets[k]
 	if b == nil {
-		if len(st.buckets) >= s.o.MaxBuckets {
-			return nil, fmt.Errorf("bucket_id: more than %d buckets on one stream", s.o.MaxBuckets)
-		}
-		if err := s.hold(len(k)); err != nil {
-			return nil, err
-		}
 		// What a stream holds is bounded by MaxBuckets times what one
 		// bucket may hold: the RLS path's bounds on entries and bytes.
 		req := limits.Request{Domain: st.domain, Descriptors: []limits.Descriptor{{Entries: ents}}}
 		if err := s.rules.Validate(&req); err != nil {
-			s.release(len(k))
 			return nil, fmt.Errorf("bucket_id, matched as a descriptor: %w", err)
+		}
+		rs := s.rules.Rules()
+		s.noteRules(rs)
+		p := s.match(rs, st.domain, ents)
+		if p.kind != planGrant {
+			// Not served from a limit: answered by the plan, and not
+			// kept, so such buckets cost nothing between reports.
+			return s.unheld(st, u, p), nil
+		}
+		if len(st.buckets) >= s.o.MaxBuckets {
+			return nil, fmt.Errorf("bucket_id: more than %d buckets on one stream", s.o.MaxBuckets)
+		}
+		// The id is held once, and the limit's store key, which holds
+		// the values again, beside it.
+		cost := len(k) + len(p.key)
+		if err := s.hold(cost); err != nil {
+			return nil, err
 		}
 		ents = compactEntries(k, len(ents))
 		// Grants are told apart by a number (see tokenBucket); it starts
 		// anywhere, so that a new stream's first grant does not repeat the
 		// one Envoy still holds from a stream before.
-		b = &bucket{entries: ents, active: now, last: now, gen: rand.Int32N(999_999_999)}
+		b = &bucket{entries: ents, cost: cost, active: now, last: now, gen: rand.Int32N(999_999_999)}
 		st.buckets[k] = b
 		s.m.Buckets(1)
 	}
@@ -188,22 +199,46 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 	} else if now.Sub(b.active) >= s.o.IdleAfter {
 		// Idle: Envoy drops the bucket and subscribes again at its next
 		// request, and the stream's room for buckets is kept for busy ones.
-		delete(st.buckets, k)
-		s.release(len(k))
-		s.m.Buckets(-1)
+		s.drop(st, k)
 		s.m.Assigned(st.label, "abandon", "idle")
 		return abandon(b.bucketID()), nil
 	}
 	s.rematch(st, b, false)
-	switch b.plan.kind {
-	case planAllow:
-		s.m.Assigned(st.label, "allow_all", b.plan.reason)
-		return blanket(b.bucketID(), typev3.RateLimitStrategy_ALLOW_ALL, s.o.BlanketTTL), nil
-	case planDeny:
-		s.m.Assigned(st.label, "deny_all", b.plan.reason)
-		return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL), nil
+	if b.plan.kind != planGrant {
+		// The rules changed under it: no longer served from a limit, so
+		// no longer kept.
+		s.drop(st, k)
+		return s.unheld(st, u, b.plan), nil
 	}
 	return s.grant(st, b, false, false), nil
+}
+
+// drop lets go of b, kept under k. What its live grant holds is not given
+// back: Envoy may spend from it until the abandon or the new answer
+// reaches it, and no later report would tell.
+func (s *Server) drop(st *streamState, k string) {
+	s.release(st.buckets[k].cost)
+	delete(st.buckets, k)
+	s.m.Buckets(-1)
+}
+
+// unheld answers a bucket that is not kept because p does not serve it
+// from a limit: by p's blanket rule while Envoy reports requests in it,
+// and with abandon at the first report without any, so that Envoy's
+// report does not carry it for good. Envoy then decides its next request
+// by no_assignment_behavior and subscribes it again.
+func (s *Server) unheld(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, p plan) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	id := u.GetBucketId()
+	if u.GetNumRequestsAllowed()+u.GetNumRequestsDenied() == 0 {
+		s.m.Assigned(st.label, "abandon", p.reason)
+		return abandon(id)
+	}
+	if p.kind == planDeny {
+		s.m.Assigned(st.label, "deny_all", p.reason)
+		return blanket(id, typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL)
+	}
+	s.m.Assigned(st.label, "allow_all", p.reason)
+	return blanket(id, typev3.RateLimitStrategy_ALLOW_ALL, s.o.BlanketTTL)
 }
 
 // rematch matches b again when the rules changed since it last was; a

@@ -50,7 +50,9 @@ type Metrics interface {
 	// or abandon, and why: grant or local (a token bucket from the
 	// shared or the local store), dry, window_ending, store_error,
 	// no_rule, unsupported, refused (past MaxBuckets or the request
-	// bounds), idle.
+	// bounds), idle. An abandon's reason is idle for a kept bucket, and
+	// for one that is not kept why it is not (no_rule, unsupported,
+	// dry, refused).
 	Assigned(domain, action, reason string)
 	// Granted counts hits assigned in token buckets, from the local
 	// store when local is true.
@@ -111,7 +113,13 @@ type Options struct {
 	MaxTotalBytes   int64
 	// IdleAfter is how long a bucket may report no requests before it is
 	// abandoned: Envoy drops it, and subscribes again at its next
-	// request. Zero means 10 minutes.
+	// request, which is decided by its no_assignment_behavior (denied,
+	// where that is DENY_ALL). Zero means 1 minute, twelve of Envoy's 5s
+	// reports: buckets keyed per user or per address leave Envoy's report
+	// a minute after their last use, and only a bucket quiet for a minute
+	// pays for it with a request decided without quota. (Buckets that are
+	// not kept, those not served from a limit or refused, are abandoned
+	// at their first report without requests.)
 	IdleAfter time.Duration
 	// Metrics, if set, is told what the server does.
 	Metrics Metrics
@@ -160,8 +168,8 @@ const bucketOverhead = 512
 // refused.
 var ErrServerFull = errors.New("bucket_id: the server holds its most rlqs buckets across streams")
 
-// hold counts a new bucket whose key is n bytes against the process's
-// bounds, or returns ErrServerFull and counts nothing.
+// hold counts a new bucket whose id and store key are n bytes against
+// the process's bounds, or returns ErrServerFull and counts nothing.
 func (s *Server) hold(n int) error {
 	c := int64(n) + bucketOverhead
 	if s.held.Add(1) > int64(s.o.MaxTotalBuckets) || s.heldBytes.Add(c) > s.o.MaxTotalBytes {
@@ -171,7 +179,7 @@ func (s *Server) hold(n int) error {
 	return nil
 }
 
-// release gives back what hold counted for a key of n bytes.
+// release gives back what hold counted for n bytes.
 func (s *Server) release(n int) {
 	s.held.Add(-1)
 	s.heldBytes.Add(-(int64(n) + bucketOverhead))
@@ -227,7 +235,7 @@ func NewServer(rules Rules, st limits.Store, log *zap.Logger, o Options) *Server
 		o.MaxTotalBytes = 32 << 20
 	}
 	if o.IdleAfter <= 0 {
-		o.IdleAfter = 10 * time.Minute
+		o.IdleAfter = time.Minute
 	}
 	if o.AfterFunc == nil {
 		o.AfterFunc = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
@@ -262,8 +270,8 @@ func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_Strea
 			st.stop()
 		}
 		n := len(st.buckets)
-		for k := range st.buckets {
-			s.release(len(k))
+		for _, b := range st.buckets {
+			s.release(b.cost)
 		}
 		st.buckets = nil
 		st.mu.Unlock()
@@ -296,11 +304,14 @@ func (s *Server) serveReport(st *streamState, msg *rlqspb.RateLimitQuotaUsageRep
 			st.op = nil
 		}()
 	}
-	if st.domain == "" {
-		if msg.GetDomain() == "" {
-			return status.Error(codes.InvalidArgument, "domain: must be set in the first message")
-		}
-		st.domain = msg.GetDomain()
+	// Envoy names the domain in every report; one stream serves one.
+	switch d := msg.GetDomain(); {
+	case st.domain == "" && d == "":
+		return status.Error(codes.InvalidArgument, "domain: must be set in the first message")
+	case st.domain == "":
+		st.domain = d
+	case d != "" && d != st.domain:
+		return status.Errorf(codes.InvalidArgument, "domain: %q, but the stream serves %q, named by its first message", d, st.domain)
 	}
 	if s.rules.Rules().HasDomain(st.domain) {
 		st.label = st.domain
@@ -314,7 +325,7 @@ func (s *Server) serveReport(st *streamState, msg *rlqspb.RateLimitQuotaUsageRep
 			// One bucket Envoy cannot be served for does not end the
 			// stream: Envoy would send it again with every report, and
 			// every other bucket would go without quota.
-			a = s.refuse(st, u.GetBucketId(), fmt.Errorf("bucket_quota_usages[%d].%w", i, err))
+			a = s.refuse(st, u, fmt.Errorf("bucket_quota_usages[%d].%w", i, err))
 		}
 		if a != nil {
 			resp.BucketAction = append(resp.BucketAction, a)
@@ -498,7 +509,14 @@ func (s *Server) finish(st *streamState, resp *rlqspb.RateLimitQuotaResponse) *r
 		}
 		resp.BucketAction = out
 	}
-	st.timed = st.timed[:0]
+	// Keep no action of resp alive past its send, nor room for a large
+	// message's many: a stream between reports holds only its buckets.
+	if cap(st.timed) > 64 {
+		st.timed = nil
+	} else {
+		clear(st.timed)
+		st.timed = st.timed[:0]
+	}
 	return resp
 }
 
@@ -519,11 +537,17 @@ type timed struct {
 // longer than that.
 const sendSlack = 50 * time.Millisecond
 
-// refuse answers a bucket the stream cannot hold (past MaxBuckets) or
-// whose id breaks the request bounds by the domain's failure mode, for
-// BlanketTTL, without keeping it. The first refusal of a stream is
-// logged; all are counted.
-func (s *Server) refuse(st *streamState, id *rlqspb.BucketId, err error) *rlqspb.RateLimitQuotaResponse_BucketAction {
+// refuse answers a bucket the stream cannot hold (past MaxBuckets or the
+// process's bounds) or whose id breaks the request bounds by the domain's
+// failure mode, for BlanketTTL, without keeping it; or, when the report
+// holds no requests for it, with abandon, so that Envoy forgets it (see
+// unheld). The first refusal of a stream is logged; all are counted.
+func (s *Server) refuse(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, err error) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	id := u.GetBucketId()
+	if u.GetNumRequestsAllowed()+u.GetNumRequestsDenied() == 0 && len(id.GetBucket()) > 0 {
+		s.m.Assigned(st.label, "abandon", "refused")
+		return abandon(id)
+	}
 	if errors.Is(err, ErrServerFull) {
 		// Logged once for the process, not per stream: many streams
 		// past the bound would otherwise log one each.

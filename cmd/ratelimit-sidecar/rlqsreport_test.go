@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+)
+
+// TestRLQSLargeReports: Envoy sends every bucket it holds in one report,
+// so an RLQS stream takes messages up to 16 MiB, while every other
+// method keeps its 1 MiB (TestMessageAndHeaderSize). A report of 50,000
+// buckets of tenant-length ids (2.4 MB) is answered, bucket by bucket; a
+// report of more than 50,000 buckets is refused before it is decoded,
+// ending the stream. Before, any report over 1 MiB ended the stream with
+// RESOURCE_EXHAUSTED: an Envoy of about 45,000 short ids (17,000
+// tenant-length ones) lost its stream at every report.
+func TestRLQSLargeReports(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s, _ := startRLQS(t, srv, fmt.Sprintf(rlqsRules, ""))
+	conn := grpcConn(t, s.grpcAddr, nil)
+	report := func(n int) (*rlqspb.RateLimitQuotaResponse, int, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		stream, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx, grpc.MaxCallSendMsgSize(32<<20), grpc.MaxCallRecvMsgSize(32<<20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := &rlqspb.RateLimitQuotaUsageReports{Domain: "edge"}
+		for i := range n {
+			// Buckets no rule serves: answered without a Redis call each.
+			id := fmt.Sprintf("tenant-%08d-", i)
+			msg.BucketQuotaUsages = append(msg.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+				BucketId: &rlqspb.BucketId{Bucket: map[string]string{"path": id + strings.Repeat("t", 32-len(id))}}, NumRequestsAllowed: 1})
+		}
+		if err := stream.Send(msg); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		_ = stream.CloseSend()
+		return resp, proto.Size(msg), err
+	}
+
+	start := time.Now()
+	resp, size, err := report(50_000)
+	t.Logf("a report of 50,000 buckets (%d bytes) answered in %v", size, time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		t.Fatalf("a report of 50,000 buckets (%d bytes): %v; want an answer", size, err)
+	}
+	if n := len(resp.GetBucketAction()); n != 50_000 {
+		t.Errorf("%d actions for 50,000 buckets", n)
+	}
+
+	_, size, err = report(50_001)
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "bucket_quota_usages: 50001 buckets in one report, more than 50000") {
+		t.Errorf("a report of 50,001 buckets (%d bytes): %v; want it refused for its buckets", size, err)
+	}
+}
