@@ -320,3 +320,21 @@ func TestSentinels(t *testing.T) {
 		t.Fatalf("not every sentinel names the new master %s: %v", s.Replica.Addr, err)
 	}
 }
+
+// TestClusterWithReplicas: a replicated cluster forms, and FailOver
+// promotes the replica of a killed master.
+func TestClusterWithReplicas(t *testing.T) {
+	c := StartClusterWithReplicas(t)
+	if len(c.Nodes) != clusterSize || len(c.Replicas) != clusterSize {
+		t.Fatalf("%d masters and %d replicas, want %d of each", len(c.Nodes), len(c.Replicas), clusterSize)
+	}
+	took := c.FailOver(t, 0)
+	t.Logf("replica promoted %v after its master was killed", took)
+	info, err := doString(c.Replicas[0].Addr, cmdTimeout, "CLUSTER", "INFO")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := infoField(info, "cluster_state"); got != "ok" {
+		t.Errorf("cluster_state %q after the failover, want ok", got)
+	}
+}

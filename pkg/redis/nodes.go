@@ -86,6 +86,13 @@ func (s *Store) runNode(node *goredis.Client, c *call) ([]int64, error) {
 	_, moved := goredis.IsMovedError(err)
 	_, ask := goredis.IsAskError(err)
 	resharding := moved || ask || goredis.IsTryAgainError(err)
+	if !resharding {
+		// The master may have died and a replica taken its slots: learn
+		// the layout again now rather than at go-redis's next periodic
+		// reload, a minute away. go-redis runs one reload at a time, at
+		// most five a second, however many calls fail.
+		s.cc.ReloadState(ctx)
+	}
 	if !resharding && !limits.CallerGaveUp(callerCtx(ctx), short) && h.counted.CompareAndSwap(seen, seen+1) && h.fails.Add(1) >= nodeFailures {
 		s.cutOff(addr, node, h)
 	}
@@ -127,6 +134,10 @@ func (s *Store) probeNode(stop <-chan struct{}, addr string, node *goredis.Clien
 		if v, ok := s.addrs.Load(addr); ok {
 			node = v.(*goredis.Client) // go-redis may have replaced it
 		}
+		// While the master is cut off, its slots' requests go nowhere:
+		// follow a promotion of its replica as soon as the cluster
+		// announces it, by reloading the slot map at every probe.
+		s.cc.ReloadState(context.Background())
 		ctx, cancel := context.WithTimeout(context.Background(), nodeProbeTimeout)
 		served, err := s.probeNodeOnce(ctx, node)
 		cancel()
