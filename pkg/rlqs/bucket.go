@@ -111,6 +111,10 @@ type giveBack struct {
 	// replaced, or ended), so that the report was sent after that.
 	// Reports before it take what they allowed off hits, and wait.
 	after time.Time
+	// ends is when the hits stop counting: a window grant's window end,
+	// after which giving them back would be a Redis call for nothing;
+	// zero on a bucket, whose refill they join.
+	ends time.Time
 }
 
 // report handles one bucket's usage report and returns the action to
@@ -166,7 +170,9 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 		b.ret = r
 		if !now.Before(r.after) {
 			b.ret = giveBack{}
-			s.giveBack(st, r)
+			if r.ends.IsZero() || now.Before(r.ends) {
+				s.giveBack(st, r)
+			}
 		}
 	}
 	if b.live && !now.Before(b.gDead) {
@@ -271,6 +277,14 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 		want = max(want, most/4)
 	}
 	want = min(max(want, 1), most)
+	if left := windowLeft(p.limit, now); p.ttl == 0 && left-s.o.Margin < time.Second {
+		// Too close to the window's end for a whole-second time to live
+		// by the sidecar's clock: deny until the next window without a
+		// grant that would go straight back (two Redis calls for none).
+		b.push = now.Add(left + pushDelay)
+		s.m.Assigned(st.label, "deny_all", "window_ending")
+		return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, left)
+	}
 	batch := limits.Batch{Checks: []limits.Check{{Key: p.key, Limit: p.limit, Extra: want}}}
 	how := "grant"
 	if err := s.store.Apply(ctx, &batch); err != nil {
@@ -417,6 +431,9 @@ func (b *bucket) replaced(now time.Time, pushed bool, margin time.Duration) {
 	}
 	if r := b.unspent(); !b.gLocal && r > 0 {
 		b.ret = giveBack{hits: r, key: b.gKey, limit: b.gLimit, receipt: b.gReceipt, after: now.Add(margin)}
+		if !b.gLimit.Algorithm.Bucketed() {
+			b.ret.ends = b.gDead
+		}
 	}
 }
 
