@@ -31,16 +31,13 @@ import (
 
 // The load BenchmarkRLQS puts on one sidecar, the same on both paths.
 const (
-	// rlqsBenchRate is the requests per second of an RLQS phase; a phase
-	// of either path has N = rlqsBenchRate times -rlqsbench.run requests.
-	rlqsBenchRate = 20_000
 	// rlqsBenchClients are the RLS phase's concurrent gRPC clients, one
 	// connection each, like Envoy's workers.
 	rlqsBenchClients = 8
 	// rlqsBenchEnvoys are the RLQS phase's Envoys, one stream and one
 	// connection each.
 	rlqsBenchEnvoys = 3
-	// rlqsBenchWarm is how long the Envoys warm up at rlqsBenchRate, and
+	// rlqsBenchWarm is how long the Envoys warm up at -rlqsbench.rate, and
 	// rlqsBenchIdle how long the idle phase lasts.
 	rlqsBenchWarm = 2 * time.Second
 	rlqsBenchIdle = 5 * time.Second
@@ -55,7 +52,13 @@ const (
 // rlqsBenchRun is how long an RLQS phase spreads its N requests over: a
 // few seconds by default; over 60s, every RLQS phase holds one end of the
 // limit's window, which the default catches in about one phase in 12.
-var rlqsBenchRun = flag.Duration("rlqsbench.run", 5*time.Second, "BenchmarkRLQS: the RLQS phase's length, whole seconds; N is 20,000 requests a second of it")
+// rlqsBenchRate is the requests per second of a phase: a phase of either
+// path has N = -rlqsbench.rate times -rlqsbench.run requests. The default
+// is about what the RLS phase reaches on a development machine; a low
+// rate (say 200) shows RLQS's fixed costs per request.
+var rlqsBenchRate = flag.Int("rlqsbench.rate", 20_000, "BenchmarkRLQS: requests a second of a phase")
+
+var rlqsBenchRun = flag.Duration("rlqsbench.run", 5*time.Second, "BenchmarkRLQS: the RLQS phase's length, whole seconds; N is -rlqsbench.rate requests a second of it")
 
 // rlqsBenchRules is the one limit both paths decide on. The limit is far
 // above what a run asks for, so every request fits. The lease (1% of the
@@ -72,7 +75,7 @@ descriptors:
 // served over RLS and over RLQS. Each iteration is one round of three
 // phases, side by side (A B C A B C, since the machine is noisy):
 //
-//   - RLS: N = rlqsBenchRate × -rlqsbench.run ShouldRateLimit calls for
+//   - RLS: N = -rlqsbench.rate × -rlqsbench.run ShouldRateLimit calls for
 //     the descriptor [route=api] from 8 concurrent gRPC clients, as fast
 //     as the sidecar answers;
 //   - RLQS: 3 rlqstest Envoys, on streams opened once and warmed up
@@ -82,7 +85,7 @@ descriptors:
 //   - idle: no requests for rlqsBenchIdle while the Envoys go on
 //     reporting every interval, as Envoy does: what RLQS costs with no
 //     traffic. Its figures per request are over the N of rlqsBenchIdle
-//     at rlqsBenchRate.
+//     at -rlqsbench.rate.
 //
 // The Envoys are silent during the RLS phase, so that Redis calls their
 // grants make do not count as RLS's; their report at the start of the
@@ -101,6 +104,8 @@ descriptors:
 //     sidecar's scripts (pkg/redis/scripts) run, which the sidecar never
 //     sends itself here: what it sent to Redis;
 //   - evalsha/1000req: the EVALSHA calls alone;
+//   - idle-redis-calls/s: every command Redis ran in the idle phase, a
+//     second;
 //
 // and rlqs/rls-cpu and rlqs/rls-sched, RLQS's CPU per request over RLS's,
 // and rlqs-denied/1000req, the requests the Envoys denied (RLS must admit
@@ -114,7 +119,7 @@ func BenchmarkRLQS(b *testing.B) {
 	if run < rlqsBenchInterval || run%rlqsBenchInterval != 0 {
 		b.Fatalf("-rlqsbench.run %v: want whole seconds, at least one", run)
 	}
-	n := int(rlqsBenchRate * run.Seconds())
+	n := int(float64(*rlqsBenchRate) * run.Seconds())
 	inScripts, err := scriptCommands(filepath.Join(repoRoot, "pkg", "redis", "scripts"))
 	if err != nil {
 		b.Fatal(err)
@@ -174,7 +179,7 @@ func BenchmarkRLQS(b *testing.B) {
 	})(); err != nil {
 		b.Fatalf("RLS warm-up: %v%s", err, logsOf([]*fleetSidecar{sc}))
 	}
-	warm := int(rlqsBenchRate * rlqsBenchWarm.Seconds())
+	warm := int(float64(*rlqsBenchRate) * rlqsBenchWarm.Seconds())
 	if _, err := withDeadline(func(ctx context.Context) (int, error) {
 		return driveRLQS(ctx, envoys, warm, rlqsBenchWarm)
 	})(); err != nil {
@@ -202,7 +207,7 @@ func BenchmarkRLQS(b *testing.B) {
 			return driveRLQS(ctx, envoys, n, run)
 		})},
 		{
-			name: "idle", requests: int(rlqsBenchRate * rlqsBenchIdle.Seconds()),
+			name: "idle", requests: int(float64(*rlqsBenchRate) * rlqsBenchIdle.Seconds()),
 			before: func() error { rep = startReporting(base, envoys); return nil },
 			drive: withDeadline(func(ctx context.Context) (int, error) {
 				return 0, idle(ctx, rlqsBenchIdle)
@@ -237,7 +242,11 @@ func BenchmarkRLQS(b *testing.B) {
 	}{{"rls", rls}, {"rlqs", rlqs}, {"idle", idle}} {
 		b.ReportMetric(p.c.perReq(p.c.cpu), p.name+"-sidecar-cpu-ns/req")
 		b.ReportMetric(p.c.perReq(p.c.sched), p.name+"-sidecar-sched-ns/req")
-		if p.c != idle {
+		if p.c == idle {
+			// No requests: what the sidecar sends Redis in the
+			// background, a second.
+			b.ReportMetric(float64(p.c.calls)/p.c.elapsed.Seconds(), "idle-redis-calls/s")
+		} else {
 			b.ReportMetric(p.c.per1000(p.c.calls), p.name+"-redis-calls/1000req")
 			b.ReportMetric(p.c.per1000(p.c.trips), p.name+"-redis-roundtrips/1000req")
 			b.ReportMetric(p.c.per1000(p.c.evalsha), p.name+"-evalsha/1000req")

@@ -15,24 +15,33 @@ import (
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// Envoy plays the filter as its source (global_client_impl.cc) does: a
-// bucket's first request is decided by no_assignment_behavior and sends
-// the bucket's first report, its subscription (none while the stream is
-// down: the bucket first appears in the next report); Report sends every
-// bucket's usage, as the reporting timer does, with the domain in every
-// message. A token bucket assignment
-// starts full and is kept when an assignment repeats it exactly
-// (max_tokens, tokens_per_fill and fill_interval's nanos); one that
-// replaces another token bucket starts as full as that one was (Envoy
-// since 1.33); it refills at tokens_per_fill per whole seconds of
+// Envoy plays the filter as its source (global_client_impl.cc, read at
+// envoyproxy/envoy main of 2025) does: a bucket's first request is
+// decided by no_assignment_behavior and sends the bucket's first report,
+// its subscription, unless the stream is down: then the bucket first
+// appears in the next report. Report sends every bucket's usage, as the
+// reporting timer does. Every message carries the domain, and each
+// bucket's time_elapsed in whole seconds (truncated, so 0 with counts
+// for a bucket created within a second of the report). A token bucket
+// assignment starts full and is kept when an assignment repeats it
+// exactly (max_tokens, tokens_per_fill and fill_interval's nanos); one
+// that replaces another token bucket starts with floor(max_tokens ×
+// remaining / old max_tokens) tokens, so a share under one token starts
+// empty; it refills at tokens_per_fill per whole seconds of
 // fill_interval. Actions apply in order, so a blanket rule before a token
-// bucket in one message makes it start full. An assignment
-// expires after the whole seconds of its time to live, and the bucket
-// then falls back to no_assignment_behavior (no
-// expired_assignment_behavior is configured). requests_per_time_unit is
-// ignored by Envoy; receiving one is an error here.
+// bucket in one message makes it start full. Every action restarts the
+// assignment's expiry timer, a blanket rule included: it expires after
+// the whole seconds of its time to live, and the bucket then falls back
+// to no_assignment_behavior (no expired_assignment_behavior is
+// configured). requests_per_time_unit is ignored by Envoy; receiving one
+// is an error here.
+//
+// Discarded counts the tokens Envoy held in token buckets that another
+// assignment replaced (less what a replacing token bucket kept): quota
+// the server granted that Envoy could no longer spend.
 //
 // Time is what Now returns. Every message the server sends is applied as
 // it arrives, by a goroutine of the Envoy's own: answers to reports, and
@@ -51,13 +60,13 @@ type Envoy struct {
 	done     chan struct{} // closed when the receiving goroutine ends
 	recvErr  error         // why the stream ended, once it has
 	ended    bool          // the stream ended: a new bucket sends no subscription
-	sent     bool          // the domain went out in the first message
 	bucks    map[string]*bucket
 	received int // messages applied
 	pushes   int // messages the server pushed, as Sync was told
 	// reports counts the reports sent (subscriptions included) and
 	// assignments the quota assignments received.
 	reports, assignments int
+	discarded            float64 // see Discarded
 }
 
 // Options tunes an Envoy. The zero value is ready to use.
@@ -78,6 +87,7 @@ type bucket struct {
 	tokens          float64 // of a token bucket strategy
 	rate            float64 // tokens per second
 	last            time.Time
+	reported        time.Time // the bucket's last report, or its creation
 }
 
 // Dial opens a stream on conn for domain.
@@ -103,7 +113,7 @@ func (e *Envoy) open(ctx context.Context, conn grpc.ClientConnInterface) error {
 	}
 	done := make(chan struct{})
 	e.mu.Lock()
-	e.stream, e.cancel, e.done, e.sent, e.recvErr, e.ended = stream, cancel, done, false, nil, false
+	e.stream, e.cancel, e.done, e.recvErr, e.ended = stream, cancel, done, nil, false
 	e.mu.Unlock()
 	go e.receive(stream, done)
 	return nil
@@ -188,7 +198,7 @@ func (e *Envoy) Request(id map[string]string) (bool, error) {
 	k := Key(id)
 	b := e.bucks[k]
 	if b == nil {
-		b = &bucket{id: id}
+		b = &bucket{id: id, reported: e.now()}
 		e.bucks[k] = b
 		ok := e.allow
 		if ok {
@@ -238,6 +248,15 @@ func (e *Envoy) Strategy(id map[string]string) *typev3.RateLimitStrategy {
 	return b.strategy
 }
 
+// Discarded returns the tokens Envoy held in token buckets when other
+// assignments replaced them, less what a replacing token bucket started
+// with: quota granted and lost without being spent.
+func (e *Envoy) Discarded() float64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.discarded
+}
+
 // Buckets returns how many buckets the Envoy holds.
 func (e *Envoy) Buckets() int {
 	e.mu.Lock()
@@ -247,14 +266,14 @@ func (e *Envoy) Buckets() int {
 
 // send reports bs, with mu held, and waits for a message in answer.
 func (e *Envoy) send(bs []*bucket) error {
-	// Envoy names the domain in every report, not only the first.
 	msg := &rlqspb.RateLimitQuotaUsageReports{Domain: e.domain}
-	e.sent = true
+	now := e.now()
 	for _, b := range bs {
 		msg.BucketQuotaUsages = append(msg.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
 			BucketId: &rlqspb.BucketId{Bucket: b.id}, NumRequestsAllowed: b.allowed, NumRequestsDenied: b.denied,
+			TimeElapsed: &durationpb.Duration{Seconds: int64(now.Sub(b.reported) / time.Second)},
 		})
-		b.allowed, b.denied = 0, 0
+		b.allowed, b.denied, b.reported = 0, 0, now
 	}
 	if err := e.stream.Send(msg); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -299,26 +318,34 @@ func (e *Envoy) apply(a *rlqspb.RateLimitQuotaResponse_BucketAction) error {
 		return fmt.Errorf("bucket %v assigned %v: Envoy applies only blanket_rule and token_bucket", b.id, s)
 	}
 	now := e.now()
-	if tb := s.GetTokenBucket(); tb != nil {
-		if tb.GetFillInterval().GetSeconds() < 1 || tb.GetTokensPerFill().GetValue() == 0 {
-			return fmt.Errorf("bucket %v: token bucket %v refills in under a second or never", b.id, tb)
+	if b.assigned && !now.Before(b.expires) {
+		b.assigned, b.strategy = false, nil
+	}
+	old := b.strategy.GetTokenBucket()
+	tb := s.GetTokenBucket()
+	if old != nil {
+		b.refill(now)
+	}
+	switch {
+	case tb == nil:
+		if old != nil {
+			e.discarded += b.tokens // a blanket rule drops the token bucket
 		}
-		old := b.strategy.GetTokenBucket()
-		if !b.assigned || old == nil || old.GetMaxTokens() != tb.GetMaxTokens() ||
-			old.GetTokensPerFill().GetValue() != tb.GetTokensPerFill().GetValue() ||
-			old.GetFillInterval().GetNanos() != tb.GetFillInterval().GetNanos() {
-			// A new token bucket starts full, unless it replaces one: then,
-			// as Envoy does since 1.33, it starts as full as the old one
-			// was (its tokens over its max).
-			fill := 1.0
-			if b.assigned && old != nil {
-				b.refill(now)
-				fill = b.tokens / float64(old.GetMaxTokens())
-			}
-			b.tokens = fill * float64(tb.GetMaxTokens())
-			b.rate = float64(tb.GetTokensPerFill().GetValue()) / float64(tb.GetFillInterval().GetSeconds())
-			b.last = now
+	case tb.GetFillInterval().GetSeconds() < 1 || tb.GetTokensPerFill().GetValue() == 0:
+		return fmt.Errorf("bucket %v: token bucket %v refills in under a second or never", b.id, tb)
+	case old == nil || old.GetMaxTokens() != tb.GetMaxTokens() ||
+		old.GetTokensPerFill().GetValue() != tb.GetTokensPerFill().GetValue() ||
+		old.GetFillInterval().GetNanos() != tb.GetFillInterval().GetNanos():
+		// A new token bucket starts full, unless it replaces one: then it
+		// starts with the old one's share of its max, rounded down.
+		start := float64(tb.GetMaxTokens())
+		if old != nil {
+			start = math.Floor(start * (b.tokens / float64(old.GetMaxTokens())))
+			e.discarded += max(b.tokens-start, 0)
 		}
+		b.tokens = start
+		b.rate = float64(tb.GetTokensPerFill().GetValue()) / float64(tb.GetFillInterval().GetSeconds())
+		b.last = now
 	}
 	e.assignments++
 	b.assigned, b.strategy = true, s

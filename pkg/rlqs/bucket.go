@@ -112,6 +112,10 @@ type giveBack struct {
 	// replaced, or ended), so that the report was sent after that.
 	// Reports before it take what they allowed off hits, and wait.
 	after time.Time
+	// ends is when the hits stop counting: a window grant's window end,
+	// after which giving them back would be a Redis call for nothing;
+	// zero on a bucket, whose refill they join.
+	ends time.Time
 }
 
 // report handles one bucket's usage report and returns the action to
@@ -177,7 +181,9 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 		b.ret = r
 		if !now.Before(r.after) {
 			b.ret = giveBack{}
-			s.giveBack(st, r)
+			if r.ends.IsZero() || now.Before(r.ends) {
+				s.giveBack(st, r)
+			}
 		}
 	}
 	if b.live && !now.Before(b.gDead) {
@@ -273,11 +279,11 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 	now := s.o.Now()
 	if b.live && !topUp && !b.spent && now.Before(b.until.Add(-s.o.Margin)) && b.used < b.granted {
 		// It stands; but if at the last report's rate it runs out before
-		// the next report, replace it a little before it is expected to
-		// (at three quarters of the time), losing what is left then,
-		// unless the limit is running out: there what is lost counts.
+		// the next report, replace it just before it is expected to (see
+		// topUpAt), losing what is left then, unless the limit is running
+		// out: there what is lost counts.
 		if left := b.granted - b.used; b.demand > left && !b.capped {
-			at := now.Add(time.Duration(mulDiv(uint64(max(b.interval, time.Second)), 3*left, 4*b.demand)))
+			at := now.Add(topUpAt(b.interval, left, b.demand))
 			if at.Before(b.push) || b.push.IsZero() {
 				b.push, b.topUp = at, true
 			}
@@ -306,6 +312,14 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 		want = max(want, most/4)
 	}
 	want = min(max(want, 1), most)
+	if left := windowLeft(p.limit, now); p.ttl == 0 && left-s.o.Margin < time.Second {
+		// Too close to the window's end for a whole-second time to live
+		// by the sidecar's clock: deny until the next window without a
+		// grant that would go straight back (two Redis calls for none).
+		b.push = now.Add(left + pushDelay)
+		s.m.Assigned(st.label, "deny_all", "window_ending")
+		return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, left)
+	}
 	batch := limits.Batch{Checks: []limits.Check{{Key: p.key, Limit: p.limit, Extra: want}}}
 	how := "grant"
 	if err := s.store.Apply(ctx, &batch); err != nil {
@@ -332,15 +346,23 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 		// Run dry (a grant never takes the last hit): deny until a grant
 		// can be taken again.
 		s.m.Assigned(st.label, "deny_all", "dry")
-		d := max(dryFor(batch.Checks[0].Limit, out), time.Second)
-		b.push = now.Add(d + pushDelay)
+		d := max(dryFor(batch.Checks[0].Limit, out, now), time.Second)
+		next := d
+		if p.rule.Algorithm == limits.SlidingWindow {
+			next = min(next, regrowEvery(p.rule)) // the push replaces the denial
+		}
+		b.push = now.Add(next + pushDelay)
 		return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, d)
 	}
 	var ttl time.Duration
 	if p.ttl > 0 {
+		// Pushed the margin before it ends, so that the next reaches
+		// Envoy in time; but a grant shorter than twice the margin is
+		// pushed at three quarters of its time to live instead, not
+		// replaced as soon as it is sent.
 		ttl = p.ttl
 		b.until = now.Add(ttl)
-		b.push = b.until.Add(-s.o.Margin)
+		b.push = b.until.Add(-min(s.o.Margin, ttl/4))
 	} else {
 		b.push = now.Add(out.GrantFor + pushDelay)
 		b.until = now.Add(out.GrantFor)
@@ -365,14 +387,20 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 	}
 	// A grant the last report's rate spends before the next report (the
 	// lease is smaller than what Envoy spends in an interval) is topped
-	// up at three quarters of that time, and so on, so that one Envoy's
-	// rate is not capped at a lease per report.
-	if !b.capped && b.demand > g {
-		iv := max(b.interval, time.Second)
-		at := now.Add(time.Duration(mulDiv(uint64(iv), 3*g, 4*b.demand)))
-		if b.push.IsZero() || at.Before(b.push) {
-			b.push, b.topUp = at, true
-		}
+	// up just before that time (topUpAt), and so on, so that one Envoy's
+	// rate is not capped at a lease per report. On a sliding window that
+	// granted less than asked, room regrows as the previous window's
+	// weight fades: it is asked again once the grant is expected spent,
+	// but not before regrowEvery, instead of only at the next report.
+	var at time.Time
+	switch {
+	case !b.capped && b.demand > g:
+		at = now.Add(topUpAt(b.interval, g, b.demand))
+	case b.capped && p.rule.Algorithm == limits.SlidingWindow && b.demand > 0:
+		at = now.Add(max(regrowEvery(p.rule), topUpAt(b.interval, g, b.demand)))
+	}
+	if !at.IsZero() && (b.push.IsZero() || at.Before(b.push)) {
+		b.push, b.topUp = at, true
 	}
 	b.gen = b.gen%999_999_999 + 1
 	b.every = max(p.limit.Window(), ttl)
@@ -438,6 +466,9 @@ func (b *bucket) replaced(now time.Time, pushed bool, margin time.Duration) {
 	}
 	if r := b.unspent(); !b.gLocal && r > 0 {
 		b.ret = giveBack{hits: r, key: b.gKey, limit: b.gLimit, receipt: b.gReceipt, after: now.Add(margin)}
+		if !b.gLimit.Algorithm.Bucketed() {
+			b.ret.ends = b.gDead
+		}
 	}
 }
 
@@ -448,17 +479,56 @@ func (b *bucket) unspent() uint64 {
 	return b.granted - min(b.used+b.carried, b.granted)
 }
 
-// dryFor is how long a limit that granted nothing is denied: until its
-// window resets, or, on a bucket, until two hits have refilled (a grant
-// takes at most half of what is left); whole seconds, at least one.
-func dryFor(l *limits.Limit, out limits.Outcome) time.Duration {
-	if !l.Algorithm.Bucketed() || out.Over {
+// dryFor is how long a limit that granted nothing at now is denied:
+// on a bucket, until two hits have refilled (a grant takes at most half
+// of what is left); on a window until it has room again, but never past
+// the current window's end, so that no denial outlives the window it
+// was decided in (a sliding window is asked again sooner, by a push:
+// see regrowEvery). Whole seconds, at least one.
+func dryFor(l *limits.Limit, out limits.Outcome, now time.Time) time.Duration {
+	if !l.Algorithm.Bucketed() {
+		return max(min(out.Reset, windowLeft(l, now)), time.Second)
+	}
+	if out.Over {
 		return out.Reset
 	}
 	need := 2 - min(out.Remaining, 2)
 	per := l.Window() / time.Duration(max(l.Requests, 1))
 	d := time.Duration(need) * per
 	return (d + time.Second - 1).Truncate(time.Second)
+}
+
+// topUpAt is when a grant of left hits, which a demand per interval
+// spends before the next report, is replaced: at fifteen sixteenths of
+// the time the demand takes to spend it, so that at a steady rate the
+// push lands before Envoy runs out (a rate up to 6% higher still does
+// not) and what it replaces is a sixteenth of the grant, not a quarter.
+func topUpAt(interval time.Duration, left, demand uint64) time.Duration {
+	return time.Duration(mulDiv(uint64(max(interval, time.Second)), 15*left, 16*demand))
+}
+
+// regrowEvery is how often a sliding window l that is running out is
+// asked again for the room that the previous window's fading weight
+// leaves: a twentieth of the window, at least regrowMin, so that about a
+// twentieth of the previous window's count regrows in between.
+func regrowEvery(l *limits.Limit) time.Duration {
+	return max(l.Window()/20, regrowMin)
+}
+
+// regrowMin bounds how often a sliding window running out is asked
+// again: one Redis call per bucket and stream at most this often.
+const regrowMin = 500 * time.Millisecond
+
+// windowLeft is how long l's current window has left at now, by the
+// sidecar's clock: windows start at multiples of their length since the
+// Unix epoch, as the store counts them.
+func windowLeft(l *limits.Limit, now time.Time) time.Duration {
+	w := l.Window()
+	if w <= 0 {
+		return 0
+	}
+	since := time.Duration(now.UnixNano() % int64(w))
+	return w - since
 }
 
 // giveBack returns r's hits to the shared store, if it takes hits back.

@@ -315,8 +315,8 @@ descriptors:
 		mustRequest(t, e, id) // a grant of 25
 		spend(t, e, id, 20)
 		clk.Advance(5 * time.Second)
-		mustReport(t, e) // 20 of 25 used in 5 s: a top-up within a second
-		clk.Advance(time.Second)
+		mustReport(t, e) // 20 of 25 used in 5 s: a top-up in 15/16 of 1.25 s
+		clk.Advance(1200 * time.Millisecond)
 		if err := e.Sync(m.Pushes()); err != nil {
 			t.Fatal(err)
 		}
@@ -324,7 +324,7 @@ descriptors:
 			t.Fatalf("%d pushes, want the top-up", m.Pushes())
 		}
 		spend(t, e, id, 2) // from the new grant; the 5 left of the old are lost to Envoy
-		clk.Advance(4 * time.Second)
+		clk.Advance(3800 * time.Millisecond)
 		mustReport(t, e) // allowed 2: at least 3 of the old 5 were never spent
 		if got := m.ReturnedHits(); got != 3 {
 			t.Errorf("%d hits returned, want 3", got)

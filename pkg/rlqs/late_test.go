@@ -172,8 +172,8 @@ descriptors:
 	}
 	send("rlqs", 1, 0, 1) // G1 (2 tokens)
 	clk.Set(clk.Now().Add(time.Second))
-	send("", 2, 18, 1) // G1 spent; G2 (10 tokens), top-up due in 375 ms
-	clk.Advance(375 * time.Millisecond)
+	send("", 2, 18, 1) // G1 spent; G2 (10 tokens), top-up due in 469 ms (15/16 of 500)
+	clk.Advance(469 * time.Millisecond)
 	t.Logf("pushes %d", m.Pushes())
 	// Envoy sent this report before the push reached it: 7 of G2 spent.
 	// Before the push arrived it spent 2 more (9 of 10): G2 holds 1.
