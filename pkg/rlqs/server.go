@@ -332,9 +332,12 @@ func (s *Server) serveReport(st *streamState, msg *rlqspb.RateLimitQuotaUsageRep
 		}
 	}
 	st.sent = len(resp.BucketAction)
-	err = st.send(s.finish(st, resp))
+	resp = s.finish(st, resp)
+	// Armed before the answer goes out, so that whoever has the answer
+	// knows the next push is set (a fake clock's test advances at once);
+	// the push waits for st.mu, which the send holds.
 	s.arm(st)
-	return err
+	return st.send(resp)
 }
 
 // endSpan ends the span of a message of st that considered buckets.
