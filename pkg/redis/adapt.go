@@ -30,14 +30,12 @@ import (
 //
 // Below adaptFrom nothing changes: the pipe batches as it always has,
 // which is what keeps Redis's CPU per decision low on a nearby Redis. The
-// RTT is the shortest of the last rttWindow to 2×rttWindow samples, one
-// taken every probeEvery while the pipe has traffic (see ended): the
-// duration of the round trip that just ended, if it was under adaptFrom,
-// which proves the link near at no cost; else that of a PING (see
-// probe), since a round trip that carried a large batch, or whose leader
-// waited for a busy sidecar's scheduler, takes longer than the link
-// does, and adding round trips would not shorten it. So a pipe on a
-// nearby Redis sends no PING at all, and an idle one never does.
+// RTT is that of a PING, which a pipe with traffic sends every
+// probeEvery (see probe): the shortest of the last rttWindow to
+// 2×rttWindow. Not the round trips' own durations: a round trip that
+// carried a large batch, or whose leader waited for a busy sidecar's
+// scheduler, takes longer than the link does, and adding round trips
+// would not shorten it.
 const (
 	// adaptFrom is the RTT from which a pipe adds round trips.
 	adaptFrom = time.Millisecond
@@ -136,9 +134,7 @@ func (p *pipe) started(now time.Duration) {
 }
 
 // ended forgets the round trip that started at start and, if the RTT
-// was last measured probeEvery ago, measures it again: from this round
-// trip's duration if that was under adaptFrom, else with a PING. p.mu
-// must be held.
+// was last measured probeEvery ago, measures it again. p.mu must be held.
 func (p *pipe) ended(start, now time.Duration) {
 	for i, s := range p.starts {
 		if s == start {
@@ -148,15 +144,9 @@ func (p *pipe) ended(start, now time.Duration) {
 			break
 		}
 	}
-	if p.probing || (p.probedAt != 0 && now-p.probedAt < probeEvery) {
-		return
+	if !p.probing && (p.probedAt == 0 || now-p.probedAt >= probeEvery) {
+		p.probe(now)
 	}
-	if d := now - start; d > 0 && d < adaptFrom {
-		p.probedAt = now
-		p.measured(d)
-		return
-	}
-	p.probe(now)
 }
 
 // probe measures the RTT with a PING in the background, and records it
