@@ -51,7 +51,7 @@ func StartCluster(t testing.TB, opts ...Option) *Cluster {
 
 	err = poll(formTimeout, func() error {
 		for _, addr := range c.Addrs {
-			if err := checkClusterNode(addr); err != nil {
+			if err := checkClusterNode(addr, clusterSize); err != nil {
 				return fmt.Errorf("node %s: %w", addr, err)
 			}
 		}
@@ -110,7 +110,7 @@ func StartClusterWithReplicas(t testing.TB, opts ...Option) *Cluster {
 			c.Addrs = append(c.Addrs, m.Addr)
 		}
 		for _, s := range all {
-			if err := checkReplicatedNode(s.Addr); err != nil {
+			if err := checkClusterNode(s.Addr, 2*clusterSize); err != nil {
 				return fmt.Errorf("node %s: %w", s.Addr, err)
 			}
 		}
@@ -169,27 +169,6 @@ func roles(all []*Server) (masters, replicas []*Server, err error) {
 	return masters, replicas, nil
 }
 
-// checkReplicatedNode reports whether the node at addr sees a healthy
-// cluster of clusterSize masters, each with a replica.
-func checkReplicatedNode(addr string) error {
-	info, err := doString(addr, cmdTimeout, "CLUSTER", "INFO")
-	if err != nil {
-		return err
-	}
-	want := map[string]string{
-		"cluster_state":       "ok",
-		"cluster_slots_ok":    "16384",
-		"cluster_known_nodes": fmt.Sprint(2 * clusterSize),
-		"cluster_size":        fmt.Sprint(clusterSize),
-	}
-	for field, v := range want {
-		if got := infoField(info, field); got != v {
-			return fmt.Errorf("%s is %q, want %q", field, got, v)
-		}
-	}
-	return nil
-}
-
 // FailOver kills master i with SIGKILL and waits until its replica is a
 // master that the other nodes see serving its slots. It returns how long
 // the promotion took.
@@ -230,8 +209,9 @@ func (c *Cluster) FailOver(t testing.TB, i int) time.Duration {
 }
 
 // checkClusterNode reports whether the node at addr sees a healthy cluster
-// of clusterSize masters covering all slots.
-func checkClusterNode(addr string) error {
+// of clusterSize masters covering all slots, and known nodes in all
+// (clusterSize, or twice as many with a replica each).
+func checkClusterNode(addr string, known int) error {
 	info, err := doString(addr, cmdTimeout, "CLUSTER", "INFO")
 	if err != nil {
 		return err
@@ -240,7 +220,7 @@ func checkClusterNode(addr string) error {
 		"cluster_state":          "ok",
 		"cluster_slots_assigned": "16384",
 		"cluster_slots_ok":       "16384",
-		"cluster_known_nodes":    fmt.Sprint(clusterSize),
+		"cluster_known_nodes":    fmt.Sprint(known),
 		"cluster_size":           fmt.Sprint(clusterSize),
 	}
 	for field, v := range want {
