@@ -226,6 +226,27 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 
 // finish checks the parsed flags and derives what they imply.
 func (c *settings) finish(failure string, getenv func(string) (string, bool)) error {
+	for _, step := range []func() error{
+		func() error { return c.finishLogs(failure) },
+		func() error { return c.finishRedisAddrs(getenv) },
+		func() error { return c.finishMemory(getenv) },
+		c.bounds.check,
+		c.tls.check,
+		c.xds.finish,
+		func() error { return c.tracing.check(getenv) },
+		c.checkRequestLimits,
+		c.checkRLQS,
+		c.checkRedis,
+	} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finishLogs checks the log's flags and reads the failure mode.
+func (c *settings) finishLogs(failure string) error {
 	var err error
 	switch c.logFormat {
 	case "json", "console":
@@ -241,6 +262,13 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	if !(c.nearLimitRatio > 0 && c.nearLimitRatio <= 1) { // NaN too
 		return fmt.Errorf("--near-limit-ratio: want a number above 0 and at most 1, got %v", c.nearLimitRatio)
 	}
+	return nil
+}
+
+// finishRedisAddrs reads Redis's URL, its address lists and its
+// passwords.
+func (c *settings) finishRedisAddrs(getenv func(string) (string, bool)) error {
+	var err error
 	if c.redis.URL, c.redisHostPort, err = redisURL(c.redis.URL); err != nil {
 		return err
 	}
@@ -249,19 +277,22 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	if c.redis.Password, err = secret(getenv, "RLS_REDIS_PASSWORD", "--redis-password-file", c.redisPasswordFile); err != nil {
 		return err
 	}
-	if c.redis.SentinelPassword, err = secret(getenv, "RLS_REDIS_SENTINEL_PASSWORD", "--redis-sentinel-password-file", c.sentinelPassFile); err != nil {
-		return err
-	}
-	if c.memoryMaxKeys < 1 {
+	c.redis.SentinelPassword, err = secret(getenv, "RLS_REDIS_SENTINEL_PASSWORD", "--redis-sentinel-password-file", c.sentinelPassFile)
+	return err
+}
+
+// finishMemory checks what bounds the process's memory, and reads the
+// collector's settings unless GOGC and GOMEMLIMIT gave them.
+func (c *settings) finishMemory(getenv func(string) (string, bool)) error {
+	var err error
+	switch {
+	case c.memoryMaxKeys < 1:
 		return fmt.Errorf("--memory-max-keys: want 1 or more, got %d", c.memoryMaxKeys)
-	}
-	if c.metricMaxValues < 0 {
+	case c.metricMaxValues < 0:
 		return fmt.Errorf("--metric-max-values: want 0 or more, got %d", c.metricMaxValues)
-	}
-	if c.denyCacheEntries < 0 {
+	case c.denyCacheEntries < 0:
 		return fmt.Errorf("--deny-cache-entries: want 0 (off) or more, got %d", c.denyCacheEntries)
-	}
-	if c.gc.percent < 1 {
+	case c.gc.percent < 1:
 		return fmt.Errorf("--gc-percent: want 1 or more, got %d; set GOGC=off to turn the collector off", c.gc.percent)
 	}
 	if c.gc.limit, err = parseBytes(c.memoryLimit); err != nil {
@@ -273,41 +304,34 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	_, gogc := getenv("GOGC")
 	_, gomemlimit := getenv("GOMEMLIMIT")
 	c.gc.setPercent, c.gc.setLimit = !gogc, !gomemlimit
-	if err := c.bounds.check(); err != nil {
-		return err
+	return nil
+}
+
+// checkRLQS checks the RLQS flags.
+func (c *settings) checkRLQS() error {
+	switch {
+	case c.rlqsBucketTTL < time.Second || c.rlqsBucketTTL%time.Second != 0:
+		return fmt.Errorf("--rlqs-bucket-ttl: want whole seconds, at least 1s (Envoy reads an assignment's time to live in whole seconds), got %s", c.rlqsBucketTTL)
+	case c.rlqsMargin < 10*time.Millisecond || c.rlqsMargin > time.Minute:
+		return fmt.Errorf("--rlqs-margin: want 10ms to 1m, got %s", c.rlqsMargin)
+	case c.rlqsMaxBuckets < 1:
+		return fmt.Errorf("--rlqs-max-buckets: want 1 or more, got %d", c.rlqsMaxBuckets)
+	case c.rlqsIdleAfter <= 0:
+		return fmt.Errorf("--rlqs-idle-after: want more than 0, got %s", c.rlqsIdleAfter)
 	}
-	if err := c.tls.check(); err != nil {
-		return err
-	}
-	if err := c.xds.finish(); err != nil {
-		return err
-	}
-	if err := c.tracing.check(getenv); err != nil {
-		return err
-	}
-	if err := c.checkRequestLimits(); err != nil {
-		return err
-	}
-	if c.rlqsBucketTTL < time.Second || c.rlqsBucketTTL%time.Second != 0 {
-		return fmt.Errorf("--rlqs-bucket-ttl %s: must be whole seconds, at least 1s (Envoy reads an assignment's time to live in whole seconds)", c.rlqsBucketTTL)
-	}
-	if c.rlqsMargin < 10*time.Millisecond || c.rlqsMargin > time.Minute {
-		return fmt.Errorf("--rlqs-margin %s: must be from 10ms to 1m", c.rlqsMargin)
-	}
-	if c.rlqsMaxBuckets < 1 {
-		return fmt.Errorf("--rlqs-max-buckets %d: must be at least 1", c.rlqsMaxBuckets)
-	}
-	if c.rlqsIdleAfter <= 0 {
-		return fmt.Errorf("--rlqs-idle-after %s: must be above 0", c.rlqsIdleAfter)
-	}
+	return nil
+}
+
+// checkRedis checks the Redis flags: a flag that names only part of a
+// topology is a mistake to report now, not a reason to run on the
+// memory store.
+func (c *settings) checkRedis() error {
 	if c.redis.PoolSize < 0 || c.redis.PoolSize > maxRedisPoolSize {
 		return fmt.Errorf("--redis-pool-size: want 0 (go-redis's default) to %d connections per Redis node, got %d", maxRedisPoolSize, c.redis.PoolSize)
 	}
 	if c.redis.Timeout != 0 && c.redis.Timeout < time.Millisecond {
 		return fmt.Errorf("--redis-timeout: want 1ms or more, got %v", c.redis.Timeout)
 	}
-	// A Redis flag that names only part of a topology is a mistake to
-	// report now, not a reason to run on the memory store.
 	if c.redis.Configured() {
 		if err := c.redis.Validate(); err != nil {
 			return fmt.Errorf("redis flags (--redis-url, --redis-sentinel-master and --redis-sentinel-addrs, or --redis-cluster-addrs): %w", err)

@@ -116,6 +116,12 @@ func TestFlagsInvalid(t *testing.T) {
 		{[]string{"--log-format", "xml"}, nil, `--log-format: want json or console, got "xml"`},
 		{[]string{"--redis-pool-size", "-1"}, nil, "--redis-pool-size: want 0 (go-redis's default) to 1000 connections per Redis node, got -1"},
 		{[]string{"--redis-timeout", "1ns"}, nil, "--redis-timeout: want 1ms or more, got 1ns"},
+		// RLQS.
+		{[]string{"--rlqs-bucket-ttl", "1500ms"}, nil, "--rlqs-bucket-ttl: want whole seconds, at least 1s (Envoy reads an assignment's time to live in whole seconds), got 1.5s"},
+		{[]string{"--rlqs-bucket-ttl", "0s"}, nil, "--rlqs-bucket-ttl: want whole seconds, at least 1s (Envoy reads an assignment's time to live in whole seconds), got 0s"},
+		{[]string{"--rlqs-idle-after", "0s"}, nil, "--rlqs-idle-after: want more than 0, got 0s"},
+		{[]string{"--rlqs-margin", "1ms"}, nil, "--rlqs-margin: want 10ms to 1m, got 1ms"},
+		{[]string{"--rlqs-max-buckets", "0"}, nil, "--rlqs-max-buckets: want 1 or more, got 0"},
 		// The rejection log.
 		{[]string{"--log-rejections", "warn"}, nil, "--log-rejections: want off, debug or info"},
 		{[]string{"--log-rejections-rate", "0"}, nil, "--log-rejections-rate: want lines per second above 0"},
