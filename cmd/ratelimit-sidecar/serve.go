@@ -51,25 +51,9 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	c.gc.apply()
 
 	opts := config.Options{MergeDomains: c.mergeDomains, AllowEmpty: c.allowEmptyRules}
-	// With --health-requires-rules (envoyproxy/ratelimit's
-	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED), starting without rules is
-	// meant: the sidecar says it is not serving until rules arrive. A
-	// reload to no rules is still refused.
-	startOpts := opts
-	startOpts.AllowEmpty = opts.AllowEmpty || c.ref.healthRequiresRules
-	rs, err := startRules(c, startOpts)
-	if errors.Is(err, config.ErrNoRules) {
-		return fmt.Errorf("invalid config:\n%w; set --allow-empty-rules to start without rules", err)
-	}
+	rs, err := loadFirstRules(c, opts, log)
 	if err != nil {
-		return fmt.Errorf("invalid config:\n%w", err)
-	}
-	switch {
-	case len(rs.Domains()) > 0 || c.xds.enabled:
-	case !c.allowEmptyRules:
-		log.Warn("starting without rules (--health-requires-rules): not serving until rules load", zap.String("config", c.configPath))
-	default:
-		log.Warn("starting without rules (--allow-empty-rules); every request gets OK", zap.String("config", c.configPath))
+		return err
 	}
 	m := metrics.New(buildInfo().metrics(), c.nearLimitRatio, c.metricMaxValues)
 	m.Loaded(rs.Checksum, time.Now())
@@ -83,14 +67,7 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if st.close == nil {
-			return
-		}
-		if err := st.close(); err != nil {
-			log.Warn("close store", zap.Error(err))
-		}
-	}()
+	defer st.closeLogged(log)
 	engine := newEngine(rs, st, c, m)
 	var srv *servers // set before anything reloads: rules load from run on
 	// onRules follows every reload and xDS push.
@@ -140,6 +117,43 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	tr.shutdown(c.shutdownTimeout)
 	log.Info("stopped", zap.Error(err))
 	return err
+}
+
+// loadFirstRules loads the rules the sidecar starts with, and says at
+// Warn when it starts without any.
+func loadFirstRules(c *settings, opts config.Options, log *zap.Logger) (*limits.Ruleset, error) {
+	// With --health-requires-rules (envoyproxy/ratelimit's
+	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED), starting without rules is
+	// meant: the sidecar says it is not serving until rules arrive. A
+	// reload to no rules is still refused.
+	startOpts := opts
+	startOpts.AllowEmpty = opts.AllowEmpty || c.ref.healthRequiresRules
+	rs, err := startRules(c, startOpts)
+	if errors.Is(err, config.ErrNoRules) {
+		return nil, fmt.Errorf("invalid config:\n%w; set --allow-empty-rules to start without rules", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("invalid config:\n%w", err)
+	}
+	switch {
+	case len(rs.Domains()) > 0 || c.xds.enabled:
+	case !c.allowEmptyRules:
+		log.Warn("starting without rules (--health-requires-rules): not serving until rules load", zap.String("config", c.configPath))
+	default:
+		log.Warn("starting without rules (--allow-empty-rules); every request gets OK", zap.String("config", c.configPath))
+	}
+	return rs, nil
+}
+
+// closeLogged closes the store, if it has anything to close, and logs a
+// failure to.
+func (st *sidecarStore) closeLogged(log *zap.Logger) {
+	if st.close == nil {
+		return
+	}
+	if err := st.close(); err != nil {
+		log.Warn("close store", zap.Error(err))
+	}
 }
 
 func newLogger(c *settings, w io.Writer) (*zap.Logger, error) {
