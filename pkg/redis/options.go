@@ -272,115 +272,122 @@ func skipHostname(cfg *tls.Config) {
 
 // client builds the go-redis client that o describes. It does not connect.
 func (o *Options) client() (goredis.UniversalClient, error) {
-	timeout := max(o.timeout(), backstopTimeout)
-	// Maintenance notifications are a Redis Enterprise feature; leaving
-	// them on auto would only add a command to every new connection.
-	maint := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	switch {
 	case o.URL != "":
-		ro, err := goredis.ParseURL(o.URL)
-		if err != nil {
-			// The URL may hold a password: do not repeat it.
-			return nil, errors.New("invalid Redis URL: " + redactURLError(err))
-		}
-		if ro.TLSConfig, err = o.tlsConfig(ro.TLSConfig); err != nil {
-			return nil, err
-		}
-		if o.Username != "" {
-			ro.Username = o.Username
-		}
-		if o.Password != "" {
-			ro.Password = o.Password
-		}
-		ro.PoolSize = o.PoolSize
-		ro.ReadTimeout, ro.WriteTimeout = timeout, timeout
-		// Request contexts carry their deadline but may not close at it
-		// (see deadlineCtx): bound a wait for a pooled connection alike.
-		ro.PoolTimeout = o.timeout()
-		ro.ContextTimeoutEnabled = true
-		ro.DialerRetries = dialAttempts
-		ro.MaxRetries = noRetries
-		ro.PipelinePoolSize = onePool
-		ro.MaintNotificationsConfig = maint
-		rdb := goredis.NewClient(ro)
-		if o.watch != nil {
-			rdb.AddHook(o.watch.hook(RoleServer, ro.Addr, ro.TLSConfig != nil))
-		}
-		return rdb, nil
+		return o.urlClient()
 	case len(o.ClusterAddrs) > 0:
-		cfg, err := o.tlsConfig(nil)
-		if err != nil {
-			return nil, err
-		}
-		co := &goredis.ClusterOptions{
-			Addrs:                    o.ClusterAddrs,
-			Username:                 o.Username,
-			Password:                 o.Password,
-			TLSConfig:                cfg,
-			PoolSize:                 o.PoolSize,
-			ReadTimeout:              timeout,
-			WriteTimeout:             timeout,
-			PoolTimeout:              o.timeout(),
-			ContextTimeoutEnabled:    true,
-			DialerRetries:            dialAttempts,
-			MaintNotificationsConfig: maint,
-			// The store follows MOVED and ASK itself, once. go-redis
-			// would also resend a command whose connection dropped
-			// after sending, which could run a script twice.
-			MaxRedirects: noRetries,
-		}
-		if w := o.watch; w != nil {
-			// Every node's client, the seeds' too, is built here.
-			co.NewClient = func(opt *goredis.Options) *goredis.Client {
-				c := goredis.NewClient(opt)
-				c.AddHook(w.hook(RoleNode, opt.Addr, opt.TLSConfig != nil))
-				return c
-			}
-		}
-		return goredis.NewClusterClient(co), nil
+		return o.clusterClient()
 	default:
-		cfg, err := o.tlsConfig(nil)
-		if err != nil {
-			return nil, err
-		}
-		// Not go-redis's FailoverClient, which keeps writing to the old
-		// master for a second after a promotion: see sentinel.go.
-		node := goredis.Options{
-			Username:                 o.Username,
-			Password:                 o.Password,
-			TLSConfig:                cfg,
-			PoolSize:                 o.PoolSize,
-			ReadTimeout:              timeout,
-			WriteTimeout:             timeout,
-			PoolTimeout:              o.timeout(),
-			ContextTimeoutEnabled:    true,
-			DialerRetries:            dialAttempts,
-			MaxRetries:               noRetries,
-			PipelinePoolSize:         onePool,
-			MaintNotificationsConfig: maint,
-		}
-		sentinel := goredis.Options{
-			Username:                 o.SentinelUsername,
-			Password:                 o.SentinelPassword,
-			TLSConfig:                cfg,
-			ReadTimeout:              timeout,
-			WriteTimeout:             timeout,
-			ContextTimeoutEnabled:    true,
-			DialerRetries:            dialAttempts,
-			MaxRetries:               noRetries,
-			MaintNotificationsConfig: maint,
-		}
-		m := newSentinelMaster(o.SentinelMaster, o.SentinelAddrs, sentinel, node, o.watch)
-		node.Addr = "sentinel:" + o.SentinelMaster // shown only: m dials
-		node.Dialer = m.dial
-		node.OnConnect = m.onConnect
-		rdb := goredis.NewClient(&node)
-		rdb.AddHook(readOnlyHook{m})
-		if o.watch != nil {
-			rdb.AddHook(&watchHook{w: o.watch, role: RoleMaster, key: RoleMaster, addr: m.current, tls: cfg != nil})
-		}
-		return &sentinelClient{Client: rdb, m: m}, nil
+		return o.sentinelClient()
 	}
+}
+
+// share sets on opts what every client of the store shares: its
+// timeouts, no retries (a command that may have run is never sent
+// again), no maintenance notifications (a Redis Enterprise feature; on
+// auto they only add a command to every new connection) and one pool.
+func (o *Options) share(opts *goredis.Options) {
+	timeout := max(o.timeout(), backstopTimeout)
+	opts.PoolSize = o.PoolSize
+	opts.ReadTimeout, opts.WriteTimeout = timeout, timeout
+	// Request contexts carry their deadline but may not close at it (see
+	// deadlineCtx): bound a wait for a pooled connection alike.
+	opts.PoolTimeout = o.timeout()
+	opts.ContextTimeoutEnabled = true
+	opts.DialerRetries = dialAttempts
+	opts.MaxRetries = noRetries
+	opts.PipelinePoolSize = onePool
+	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}
+
+// base returns the shared options with the credentials given.
+func (o *Options) base(username, password string, tls *tls.Config) goredis.Options {
+	opts := goredis.Options{Username: username, Password: password, TLSConfig: tls}
+	o.share(&opts)
+	return opts
+}
+
+// urlClient is the client of a standalone Redis named by o.URL: the
+// URL's options, with the store's shared ones over them.
+func (o *Options) urlClient() (goredis.UniversalClient, error) {
+	ro, err := goredis.ParseURL(o.URL)
+	if err != nil {
+		// The URL may hold a password: do not repeat it.
+		return nil, errors.New("invalid Redis URL: " + redactURLError(err))
+	}
+	if ro.TLSConfig, err = o.tlsConfig(ro.TLSConfig); err != nil {
+		return nil, err
+	}
+	if o.Username != "" {
+		ro.Username = o.Username
+	}
+	if o.Password != "" {
+		ro.Password = o.Password
+	}
+	o.share(ro)
+	rdb := goredis.NewClient(ro)
+	if o.watch != nil {
+		rdb.AddHook(o.watch.hook(RoleServer, ro.Addr, ro.TLSConfig != nil))
+	}
+	return rdb, nil
+}
+
+// clusterClient is the client of the Redis Cluster of o.ClusterAddrs.
+func (o *Options) clusterClient() (goredis.UniversalClient, error) {
+	cfg, err := o.tlsConfig(nil)
+	if err != nil {
+		return nil, err
+	}
+	b := o.base(o.Username, o.Password, cfg)
+	co := &goredis.ClusterOptions{
+		Addrs:                    o.ClusterAddrs,
+		Username:                 b.Username,
+		Password:                 b.Password,
+		TLSConfig:                b.TLSConfig,
+		PoolSize:                 b.PoolSize,
+		ReadTimeout:              b.ReadTimeout,
+		WriteTimeout:             b.WriteTimeout,
+		PoolTimeout:              b.PoolTimeout,
+		ContextTimeoutEnabled:    b.ContextTimeoutEnabled,
+		DialerRetries:            b.DialerRetries,
+		MaintNotificationsConfig: b.MaintNotificationsConfig,
+		// The store follows MOVED and ASK itself, once. go-redis would
+		// also resend a command whose connection dropped after sending,
+		// which could run a script twice.
+		MaxRedirects: noRetries,
+	}
+	if w := o.watch; w != nil {
+		// Every node's client, the seeds' too, is built here.
+		co.NewClient = func(opt *goredis.Options) *goredis.Client {
+			c := goredis.NewClient(opt)
+			c.AddHook(w.hook(RoleNode, opt.Addr, opt.TLSConfig != nil))
+			return c
+		}
+	}
+	return goredis.NewClusterClient(co), nil
+}
+
+// sentinelClient is the client of o.SentinelMaster, found through its
+// sentinels. Not go-redis's FailoverClient, which keeps writing to the
+// old master for a second after a promotion: see sentinel.go.
+func (o *Options) sentinelClient() (goredis.UniversalClient, error) {
+	cfg, err := o.tlsConfig(nil)
+	if err != nil {
+		return nil, err
+	}
+	node := o.base(o.Username, o.Password, cfg)
+	sentinel := o.base(o.SentinelUsername, o.SentinelPassword, cfg)
+	sentinel.PoolSize, sentinel.PoolTimeout, sentinel.PipelinePoolSize = 0, 0, 0
+	m := newSentinelMaster(o.SentinelMaster, o.SentinelAddrs, sentinel, node, o.watch)
+	node.Addr = "sentinel:" + o.SentinelMaster // shown only: m dials
+	node.Dialer = m.dial
+	node.OnConnect = m.onConnect
+	rdb := goredis.NewClient(&node)
+	rdb.AddHook(readOnlyHook{m})
+	if o.watch != nil {
+		rdb.AddHook(&watchHook{w: o.watch, role: RoleMaster, key: RoleMaster, addr: m.current, tls: cfg != nil})
+	}
+	return &sentinelClient{Client: rdb, m: m}, nil
 }
 
 // sentinelClient is the store's client for a Sentinel master: a plain
