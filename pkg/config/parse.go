@@ -599,72 +599,21 @@ func (p *parser) limit(r *limits.Rule, n *yaml.Node, path string, single bool) *
 		return nil
 	}
 	l := &limits.Limit{Shadow: r.ShadowMode, Quota: r.QuotaMode, Charge: r.Charge}
-	var unitNode, algNode, burstNode, multNode, replNode, leaseNode *yaml.Node
-	var unitStr string
 	nerr := len(p.errs)
-	p.fields(n, path, func(key string, k, v *yaml.Node) {
-		fp := join(path, key)
-		switch key {
-		case "unit":
-			unitNode = v
-			unitStr = p.str(v, fp)
-		case "requests_per_unit":
-			l.Requests = p.uint(v, fp, 1<<32-1)
-		case "unlimited":
-			l.Unlimited = p.bool(v, fp)
-		case "name":
-			l.Name = p.str(v, fp)
-		case "replaces":
-			replNode = v
-			l.Replaces = p.replaces(v, fp)
-		case "algorithm":
-			algNode = v
-			if a, err := limits.ParseAlgorithm(p.str(v, fp)); err != nil {
-				p.errorf(v, fp, "%v", err)
-			} else {
-				l.Algorithm = a
-			}
-		case "burst":
-			burstNode = v
-			l.Burst = p.positive(v, fp)
-		case "unit_multiplier":
-			multNode = v
-			l.Multiplier = p.positive(v, fp)
-		case "lease":
-			leaseNode = v
-			l.Lease = p.positive(v, fp)
-		default:
-			p.errorf(k, fp, "unknown field")
-		}
-	})
+	ln := p.limitFields(l, n, path)
 	for _, name := range l.Replaces {
 		if name != "" && name == l.Name {
-			p.errorf(replNode, join(path, "replaces"), "a limit cannot replace itself (%q)", name)
+			p.errorf(ln.repl, join(path, "replaces"), "a limit cannot replace itself (%q)", name)
 		}
 	}
 	if l.Unlimited {
-		p.onlyCounted(n, path, single, map[string]*yaml.Node{"unit": unitNode, "algorithm": algNode, "burst": burstNode, "unit_multiplier": multNode, "lease": leaseNode})
+		p.onlyCounted(n, path, single, map[string]*yaml.Node{"unit": ln.unit, "algorithm": ln.alg, "burst": ln.burst, "unit_multiplier": ln.mult, "lease": ln.lease})
 		if len(p.errs) > nerr {
 			return nil
 		}
 		return l
 	}
-	if unitNode == nil {
-		p.errorf(n, join(path, "unit"), "required (%s)", limits.UnitNames())
-	} else if u, err := limits.ParseUnit(unitStr); err != nil {
-		p.errorf(unitNode, join(path, "unit"), "%v", err)
-	} else {
-		l.Unit = u
-	}
-	if burstNode != nil && !l.Algorithm.Bucketed() {
-		p.errorf(burstNode, join(path, "burst"), "applies only to token_bucket and leaky_bucket, not %s", l.Algorithm)
-	}
-	if burstNode != nil && l.Requests == 0 {
-		p.errorf(burstNode, join(path, "burst"), "needs requests_per_unit above 0 (0 bans every request)")
-	}
-	if leaseNode != nil && !l.Algorithm.Leasable() {
-		p.errorf(leaseNode, join(path, "lease"), "applies only to %s, not %s", limits.LeasableNames(), l.Algorithm)
-	}
+	p.checkCounted(l, ln, n, path)
 	if len(p.errs) > nerr {
 		return nil
 	}
@@ -675,6 +624,70 @@ func (p *parser) limit(r *limits.Rule, n *yaml.Node, path string, single bool) *
 	}
 	c.Name, c.Replaces, c.Shadow, c.Quota, c.Lease, c.Charge = l.Name, l.Replaces, l.Shadow, l.Quota, l.Lease, l.Charge
 	return c
+}
+
+// limitNodes are the fields of a rate_limit mapping that later checks
+// name in their errors; unit is read as text first.
+type limitNodes struct {
+	unit, alg, burst, mult, repl, lease *yaml.Node
+	unitText                            string
+}
+
+// limitFields reads the fields of rate_limit mapping n into l.
+func (p *parser) limitFields(l *limits.Limit, n *yaml.Node, path string) limitNodes {
+	var ln limitNodes
+	p.fields(n, path, func(key string, k, v *yaml.Node) {
+		fp := join(path, key)
+		switch key {
+		case "unit":
+			ln.unit, ln.unitText = v, p.str(v, fp)
+		case "requests_per_unit":
+			l.Requests = p.uint(v, fp, 1<<32-1)
+		case "unlimited":
+			l.Unlimited = p.bool(v, fp)
+		case "name":
+			l.Name = p.str(v, fp)
+		case "replaces":
+			ln.repl, l.Replaces = v, p.replaces(v, fp)
+		case "algorithm":
+			ln.alg = v
+			if a, err := limits.ParseAlgorithm(p.str(v, fp)); err != nil {
+				p.errorf(v, fp, "%v", err)
+			} else {
+				l.Algorithm = a
+			}
+		case "burst":
+			ln.burst, l.Burst = v, p.positive(v, fp)
+		case "unit_multiplier":
+			ln.mult, l.Multiplier = v, p.positive(v, fp)
+		case "lease":
+			ln.lease, l.Lease = v, p.positive(v, fp)
+		default:
+			p.errorf(k, fp, "unknown field")
+		}
+	})
+	return ln
+}
+
+// checkCounted checks the fields of a limit that counts: its unit, and
+// the fields that only some algorithms take.
+func (p *parser) checkCounted(l *limits.Limit, ln limitNodes, n *yaml.Node, path string) {
+	if ln.unit == nil {
+		p.errorf(n, join(path, "unit"), "required (%s)", limits.UnitNames())
+	} else if u, err := limits.ParseUnit(ln.unitText); err != nil {
+		p.errorf(ln.unit, join(path, "unit"), "%v", err)
+	} else {
+		l.Unit = u
+	}
+	if ln.burst != nil && !l.Algorithm.Bucketed() {
+		p.errorf(ln.burst, join(path, "burst"), "applies only to token_bucket and leaky_bucket, not %s", l.Algorithm)
+	}
+	if ln.burst != nil && l.Requests == 0 {
+		p.errorf(ln.burst, join(path, "burst"), "needs requests_per_unit above 0 (0 bans every request)")
+	}
+	if ln.lease != nil && !l.Algorithm.Leasable() {
+		p.errorf(ln.lease, join(path, "lease"), "applies only to %s, not %s", limits.LeasableNames(), l.Algorithm)
+	}
 }
 
 // metadata parses a rule's metadata mapping into the values a
