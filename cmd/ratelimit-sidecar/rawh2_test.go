@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -157,6 +158,16 @@ func (c *rawH2) wait(d time.Duration, cond func() bool) bool {
 // CONTINUATION frames, whatever the server's SETTINGS say.
 func (c *rawH2) open(t testing.TB, method string, n int, extra ...hpack.HeaderField) []uint32 {
 	t.Helper()
+	ids, err := c.send(method, n, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// send is open, returning the first write that fails: the server may
+// reset a connection while its headers are still being sent.
+func (c *rawH2) send(method string, n int, extra ...hpack.HeaderField) ([]uint32, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	ids := make([]uint32, 0, n)
@@ -184,11 +195,11 @@ func (c *rawH2) open(t testing.TB, method string, n int, extra ...hpack.HeaderFi
 			err = c.fr.WriteContinuation(id, len(rest) == 0, part)
 		}
 		if err != nil {
-			t.Fatalf("HEADERS for stream %d: %v", id, err)
+			return ids, fmt.Errorf("HEADERS for stream %d: %w", id, err)
 		}
 		ids = append(ids, id)
 	}
-	return ids
+	return ids, nil
 }
 
 // endedAll reports whether the server ended every stream in ids; it
