@@ -5,10 +5,10 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/alloctest"
 )
 
 // TestDebugConfigConcurrentGETs: 32 GETs of /debug/config at once, on a
@@ -38,15 +38,7 @@ func TestDebugConfigConcurrentGETs(t *testing.T) {
 		}
 	}
 	allocated := func(gets int) uint64 {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		var wg sync.WaitGroup
-		for range gets {
-			wg.Go(fetch)
-		}
-		wg.Wait()
-		runtime.ReadMemStats(&after)
-		return after.TotalAlloc - before.TotalAlloc
+		return alloctest.Once(func() { alloctest.Concurrently(gets, fetch) })
 	}
 	first := allocated(1) // renders the page
 	one := allocated(1)

@@ -8,13 +8,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/alloctest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
@@ -192,15 +192,7 @@ func TestConfigPageConcurrentGETs(t *testing.T) {
 		}
 	}
 	allocated := func(gets int) uint64 {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		var wg sync.WaitGroup
-		for range gets {
-			wg.Go(fetch)
-		}
-		wg.Wait()
-		runtime.ReadMemStats(&after)
-		return after.TotalAlloc - before.TotalAlloc
+		return alloctest.Once(func() { alloctest.Concurrently(gets, fetch) })
 	}
 	one := allocated(1)
 	attempt(nil) // a new status: the next GETs render again

@@ -2,9 +2,9 @@ package config_test
 
 import (
 	"fmt"
-	"runtime"
 	"testing"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/alloctest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 )
 
@@ -19,20 +19,6 @@ func mergedFiles(n int) []config.File {
 		}
 	}
 	return files
-}
-
-// allocated returns the bytes f allocates: the least of three runs, so
-// that a GC's own allocations or a stray goroutine's do not count.
-func allocated(f func()) uint64 {
-	least := ^uint64(0)
-	for range 3 {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		f()
-		runtime.ReadMemStats(&after)
-		least = min(least, after.TotalAlloc-before.TotalAlloc)
-	}
-	return least
 }
 
 // TestParseCostLinear: parsing allocates in proportion to the
@@ -55,7 +41,7 @@ func TestParseCostLinear(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cost := func(n int) uint64 {
 				files := tt.build(n)
-				return allocated(func() {
+				return alloctest.Bytes(func() {
 					if _, err := config.Parse(files, tt.opts); err != nil {
 						t.Fatal(err)
 					}

@@ -2,11 +2,11 @@ package xds_test
 
 import (
 	"fmt"
-	"runtime"
 	"testing"
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/alloctest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 )
 
@@ -48,20 +48,6 @@ func one(build func(int) *rlsconf.RateLimitConfig) func(int) []*rlsconf.RateLimi
 	return func(n int) []*rlsconf.RateLimitConfig { return []*rlsconf.RateLimitConfig{build(n)} }
 }
 
-// allocated returns the bytes f allocates: the least of three runs, so
-// that a GC's own allocations or a stray goroutine's do not count.
-func allocated(f func()) uint64 {
-	least := ^uint64(0)
-	for range 3 {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		f()
-		runtime.ReadMemStats(&after)
-		least = min(least, after.TotalAlloc-before.TotalAlloc)
-	}
-	return least
-}
-
 // TestPushCostLinear: rendering and parsing a push allocates in
 // proportion to its size. Four times the descriptors may cost about four
 // times the bytes, flat or nested, never the sixteen times of a cost
@@ -83,7 +69,7 @@ func TestPushCostLinear(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cost := func(n int) uint64 {
 				cfgs := tt.build(n)
-				return allocated(func() { parsePush(t, tt.opts, cfgs...) }) //nolint:errcheck // nested pushes are refused: their cost is what counts
+				return alloctest.Bytes(func() { parsePush(t, tt.opts, cfgs...) }) //nolint:errcheck // nested pushes are refused: their cost is what counts
 			}
 			small, large := cost(tt.n), cost(4*tt.n)
 			ratio := float64(large) / float64(small)
