@@ -27,7 +27,7 @@ func TestRLQSStuckClientShutdown(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), fmt.Sprintf(rlqsRules, ""))
 	logs := &lockedBuffer{}
-	s := startSidecarLog(t, logs, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--drain-delay", "0s", "--shutdown-timeout", "10s")
+	s := startSidecarLog(t, logs, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--drain-delay", "0s", "--shutdown-timeout", "30s")
 
 	// Fixed windows turn off grpc-go's growing of them: the client reads
 	// no more than 64 KiB of answers it does not take.
@@ -72,8 +72,11 @@ func TestRLQSStuckClientShutdown(t *testing.T) {
 	}
 	d := time.Since(start)
 	t.Logf("shutdown with a client that stopped reading took %v", d.Round(time.Millisecond))
-	if d > 5*time.Second {
-		t.Errorf("shutdown took %v, want well under --shutdown-timeout (10s)", d.Round(time.Millisecond))
+	// About 3 s here (the request timeout and a second's grace); held by
+	// the client, it took the whole --shutdown-timeout. Half of it is a
+	// bound no busy machine reaches by chance.
+	if d > 15*time.Second {
+		t.Errorf("shutdown took %v, want well under --shutdown-timeout (30s)", d.Round(time.Millisecond))
 	}
 	if l := logs.String(); strings.Contains(l, "in-flight requests did not finish in time") {
 		t.Errorf("the stuck stream held the graceful stop until --shutdown-timeout")
