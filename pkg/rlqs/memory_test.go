@@ -58,6 +58,21 @@ func openStream(t *testing.T, ctx context.Context, conn *grpc.ClientConn) (rlqsp
 
 // closeStream ends stream and waits for the server's handler to return,
 // which is when the stream's buckets are let go.
+// endFreed ends the open streams and checks that their buckets and their
+// heap, down to base, are given back.
+func endFreed(t *testing.T, s *server, open []rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient, base uint64) {
+	t.Helper()
+	for _, stream := range open {
+		closeStream(t, stream)
+	}
+	if n := s.m.BucketsHeld(); n != 0 {
+		t.Errorf("%d buckets held after the streams ended", n)
+	}
+	if after := heap(); after > base+8<<20 {
+		t.Errorf("heap %d MiB after the streams ended, was %d MiB before", after>>20, base>>20)
+	}
+}
+
 func closeStream(t *testing.T, stream rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient) {
 	t.Helper()
 	if err := stream.CloseSend(); err != nil {
@@ -107,15 +122,7 @@ func TestLargeBucketIDsBounded(t *testing.T) {
 	if refused == 0 || s.m.BucketsHeld()+refused != streams*perStream {
 		t.Errorf("%d buckets held and %d refused, want some refused and %d in all", s.m.BucketsHeld(), refused, streams*perStream)
 	}
-	for _, stream := range open {
-		closeStream(t, stream)
-	}
-	if n := s.m.BucketsHeld(); n != 0 {
-		t.Errorf("%d buckets held after the streams ended", n)
-	}
-	if after := heap(); after > base+8<<20 {
-		t.Errorf("heap %d MiB after the streams ended, was %d MiB before", after>>20, base>>20)
-	}
+	endFreed(t, s, open, base)
 }
 
 // TestBucketsBoundedAcrossStreams: many streams of small buckets, each
@@ -233,13 +240,5 @@ func TestManyStreamsOfSmallBuckets(t *testing.T) {
 	if n, r := s.m.BucketsHeld(), s.m.Count("deny_all/refused"); n != 50_000 || r != streams*perStream-50_000 {
 		t.Errorf("%d buckets held and %d refused, want 50000 and %d", n, r, streams*perStream-50_000)
 	}
-	for _, stream := range open {
-		closeStream(t, stream)
-	}
-	if n := s.m.BucketsHeld(); n != 0 {
-		t.Errorf("%d buckets held after the streams ended", n)
-	}
-	if after := heap(); after > base+8<<20 {
-		t.Errorf("heap %d MiB after the streams ended, was %d MiB before", after>>20, base>>20)
-	}
+	endFreed(t, s, open, base)
 }
