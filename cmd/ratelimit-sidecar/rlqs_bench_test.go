@@ -494,28 +494,7 @@ func idle(ctx context.Context, d time.Duration) error {
 func commandCalls(rdb *goredis.Client) (map[string]int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), fleetRPCTimeout)
 	defer cancel()
-	info, err := rdb.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return nil, err
-	}
-	calls := map[string]int64{}
-	for line := range strings.SplitSeq(info, "\n") {
-		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
-		name, isCmd := strings.CutPrefix(name, "cmdstat_")
-		if !ok || !isCmd {
-			continue
-		}
-		for kv := range strings.SplitSeq(fields, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					return nil, fmt.Errorf("INFO commandstats %q: %w", line, err)
-				}
-				calls[name] += n
-			}
-		}
-	}
-	return calls, nil
+	return redistest.CommandCalls(ctx, rdb)
 }
 
 // rlqsBenchRequest is the RLS request for the bucket {route: api}.

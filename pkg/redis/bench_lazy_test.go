@@ -70,5 +70,5 @@ func BenchmarkProbe(b *testing.B) {
 		n++
 	}
 	after := commandStats(b, rc)
-	b.ReportMetric(float64(after["evalsha"].usec-before["evalsha"].usec)/float64(n), "redis-µs/op")
+	b.ReportMetric(float64(after["evalsha"].Usec-before["evalsha"].Usec)/float64(n), "redis-µs/op")
 }

@@ -69,8 +69,8 @@ func benchmarkApply(b *testing.B, opts redis.Options, rc goredis.UniversalClient
 				i++
 			}
 			after := commandStats(b, rc)
-			calls := after["evalsha"].calls + after["eval"].calls - before["evalsha"].calls - before["eval"].calls
-			usec := after["evalsha"].usec + after["eval"].usec - before["evalsha"].usec - before["eval"].usec
+			calls := after["evalsha"].Calls + after["eval"].Calls - before["evalsha"].Calls - before["eval"].Calls
+			usec := after["evalsha"].Usec + after["eval"].Usec - before["evalsha"].Usec - before["eval"].Usec
 			b.ReportMetric(float64(calls)/float64(i), "roundtrips/op")
 			b.ReportMetric(float64(usec)/float64(i), "redis-µs/op")
 		})

@@ -3,9 +3,7 @@ package redis_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
@@ -67,69 +66,21 @@ func urlOf(addr string) string { return "redis://" + addr }
 // commandCalls returns the calls of each command from INFO commandstats.
 func commandCalls(t testing.TB, c goredis.UniversalClient) map[string]int64 {
 	t.Helper()
-	calls := map[string]int64{}
-	for name, st := range commandStats(t, c) {
-		calls[name] = st.calls
+	calls, err := redistest.CommandCalls(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return calls
 }
 
-// cmdStat is one command's line of INFO commandstats.
-type cmdStat struct {
-	calls int64
-	usec  int64 // total time Redis spent in the command
-}
-
 // commandStats returns INFO commandstats, summed over the masters of a
 // cluster.
-func commandStats(t testing.TB, c goredis.UniversalClient) map[string]cmdStat {
+func commandStats(t testing.TB, c goredis.UniversalClient) map[string]redistest.CommandStat {
 	t.Helper()
-	stats := map[string]cmdStat{}
-	add := func(info string) {
-		for line := range strings.SplitSeq(info, "\n") {
-			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if !ok || !strings.HasPrefix(name, "cmdstat_") {
-				continue
-			}
-			st := stats[strings.TrimPrefix(name, "cmdstat_")]
-			for field := range strings.SplitSeq(rest, ",") {
-				k, v, _ := strings.Cut(field, "=")
-				if k != "calls" && k != "usec" {
-					continue
-				}
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					t.Fatalf("commandstats %q: %v", line, err)
-				}
-				if k == "calls" {
-					st.calls += n
-				} else {
-					st.usec += n
-				}
-			}
-			stats[strings.TrimPrefix(name, "cmdstat_")] = st
-		}
-	}
-	ctx := context.Background()
-	if cc, ok := c.(*goredis.ClusterClient); ok {
-		var mu sync.Mutex
-		err := cc.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error {
-			info, err := n.Info(ctx, "commandstats").Result()
-			mu.Lock()
-			defer mu.Unlock()
-			add(info)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return stats
-	}
-	info, err := c.Info(ctx, "commandstats").Result()
+	stats, err := redistest.CommandStats(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	add(info)
 	return stats
 }
 

@@ -2,8 +2,6 @@ package rlqs_test
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -87,26 +85,9 @@ func redisCommands(t *testing.T, rc *goredis.Client) map[string]int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	info, err := rc.Info(ctx, "commandstats").Result()
+	calls, err := redistest.CommandCalls(ctx, rc)
 	if err != nil {
 		t.Fatal(err)
-	}
-	calls := map[string]int64{}
-	for line := range strings.SplitSeq(info, "\n") {
-		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
-		name, isCmd := strings.CutPrefix(name, "cmdstat_")
-		if !ok || !isCmd {
-			continue
-		}
-		for kv := range strings.SplitSeq(fields, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					t.Fatalf("commandstats %q: %v", line, err)
-				}
-				calls[name] = n
-			}
-		}
 	}
 	return calls
 }
