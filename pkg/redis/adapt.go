@@ -30,9 +30,12 @@ import (
 //
 // Below adaptFrom nothing changes: the pipe batches as it always has,
 // which is what keeps Redis's CPU per decision low on a nearby Redis. The
-// RTT is that of a PING, which a pipe with traffic sends every
-// probeEvery (see probe): the shortest of the last rttWindow to
-// 2×rttWindow. Not the round trips' own durations: a round trip that
+// RTT is that of a PING: three when the store starts (see seed), then one
+// every probeEvery while calls find max round trips out (see probe), the
+// only time the RTT decides anything. A pipe whose calls never wait, such
+// as one serving RLQS grants or a light load, sends none: a thousand
+// sidecars would otherwise send Redis 20,000 PINGs a second for nothing.
+// The RTT is the shortest of the last rttWindow to 2×rttWindow PINGs. Not the round trips' own durations: a round trip that
 // carried a large batch, or whose leader waited for a busy sidecar's
 // scheduler, takes longer than the link does, and adding round trips
 // would not shorten it.
@@ -44,7 +47,7 @@ const (
 	// maxAdaptive bounds the round trips a pipe has out when it adds
 	// them, unless max is higher (or the pool smaller).
 	maxAdaptive = 16
-	// probeEvery is how often a pipe with traffic measures the RTT.
+	// probeEvery is how often a pipe whose calls wait measures the RTT.
 	probeEvery = 50 * time.Millisecond
 	// rttWindow is the number of PINGs over which the shortest is the
 	// RTT: it follows a change within 0.2 to 0.4 s.
@@ -97,6 +100,7 @@ func gap(rtt time.Duration) time.Duration { return rtt/16 + gapMin }
 // one more at now; if not, when it may try again (0: it is to wait for a
 // round trip to end instead). p.mu must be held.
 func (p *pipe) due(now time.Duration) (bool, time.Duration) {
+	p.waited = true
 	rtt := p.rtt.get()
 	if p.out >= p.adaptCap() || rtt < adaptFrom || len(p.starts) == 0 {
 		return false, 0
@@ -133,8 +137,9 @@ func (p *pipe) started(now time.Duration) {
 	p.starts = append(p.starts, now)
 }
 
-// ended forgets the round trip that started at start and, if the RTT
-// was last measured probeEvery ago, measures it again. p.mu must be held.
+// ended forgets the round trip that started at start and, if a call has
+// waited since the RTT was last measured and that was probeEvery ago,
+// measures it again. p.mu must be held.
 func (p *pipe) ended(start, now time.Duration) {
 	for i, s := range p.starts {
 		if s == start {
@@ -144,7 +149,7 @@ func (p *pipe) ended(start, now time.Duration) {
 			break
 		}
 	}
-	if !p.probing && (p.probedAt == 0 || now-p.probedAt >= probeEvery) {
+	if p.waited && !p.probing && (p.probedAt == 0 || now-p.probedAt >= probeEvery) {
 		p.probe(now)
 	}
 }
@@ -155,6 +160,7 @@ func (p *pipe) probe(now time.Duration) {
 	if p.warmer == nil {
 		return
 	}
+	p.waited = false
 	p.probing = p.warmer.do(func(ctx context.Context) {
 		start := clock()
 		err := p.rdb.Ping(ctx).Err()

@@ -111,5 +111,5 @@ func ApplyTogether(ctx context.Context, s *Store, bs []*limits.Batch) error {
 	return errors.Join(errs...)
 }
 
-// ProbeEvery is how often a pipe with traffic PINGs to measure the RTT.
+// ProbeEvery is how often a pipe whose calls wait PINGs to measure the RTT.
 const ProbeEvery = probeEvery

@@ -63,6 +63,36 @@ func TestOneEvalshaPerRequest(t *testing.T) {
 	}
 }
 
+// TestNoPingsWithoutWaiting: a pipe whose calls never wait for a round
+// trip (one call at a time, each more than a probe interval after the
+// last, as RLQS grants and light loads are) sends Redis nothing but its
+// scripts. It sent a PING after every such call: with a fleet of
+// sidecars, Redis's busiest command while it had little else to do.
+func TestNoPingsWithoutWaiting(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rc := srv.Client(t)
+	s := newStore(t, redis.Options{URL: urlOf(srv.Addr)})
+	l := mustLimit(t, limits.FixedWindow, 1000, limits.UnitHour, 1, 0)
+	apply(t, s, check("warm", l, 1)) // the store's own start-up PINGs
+	before := commandCalls(t, rc)
+	const n = 10
+	last := time.Now()
+	for range n {
+		// Spacing, not waiting for an event: each call must come a probe
+		// interval after the previous one, when the old pipe PINGed.
+		time.Sleep(redis.ProbeEvery - time.Since(last) + time.Millisecond)
+		last = time.Now()
+		apply(t, s, check("light", l, 1))
+	}
+	after := commandCalls(t, rc)
+	if got := after["evalsha"] - before["evalsha"]; got != n {
+		t.Errorf("%d EVALSHA for %d calls, want one each", got, n)
+	}
+	if d := after["ping"] - before["ping"]; d != 0 {
+		t.Errorf("%d PINGs for %d calls that never waited, want none", d, n)
+	}
+}
+
 // TestKeyTTLs: every key a request writes expires, no later than its
 // algorithm needs it, so memory stays bounded, and no sooner than the
 // state it holds is still needed: a key that expired early would let its

@@ -71,10 +71,11 @@ type pipe struct {
 	// conns is the number of connections open when last counted (see
 	// probe); warming is set while warm opens more, which it last began
 	// at warmedAt; probing is set while probe measures the RTT, which it
-	// last did at probedAt.
-	conns              int
-	warming, probing   bool
-	warmedAt, probedAt time.Duration
+	// last did at probedAt; waited is set when a call finds max round
+	// trips out (see due), and cleared by probe.
+	conns                    int
+	warming, probing, waited bool
+	warmedAt, probedAt       time.Duration
 }
 
 // newPipe returns a pipe that sends through rdb, with at most max round
