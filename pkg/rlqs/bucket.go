@@ -129,77 +129,15 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 	k := bucketKey(ents)
 	b := st.buckets[k]
 	if b == nil {
-		// What a stream holds is bounded by MaxBuckets times what one
-		// bucket may hold: the RLS path's bounds on entries and bytes.
-		req := limits.Request{Domain: st.domain, Descriptors: []limits.Descriptor{{Entries: ents}}}
-		if err := s.rules.Validate(&req); err != nil {
-			return nil, fmt.Errorf("bucket_id, matched as a descriptor: %w", err)
+		var unheld *rlqspb.RateLimitQuotaResponse_BucketAction
+		if b, unheld, err = s.subscribe(st, u, k, ents, now); b == nil {
+			return unheld, err
 		}
-		rs := s.rules.Rules()
-		s.noteRules(rs)
-		p := s.match(rs, st.domain, ents)
-		if p.kind != planGrant {
-			// Not served from a limit: answered by the plan, and not
-			// kept, so such buckets cost nothing between reports.
-			return s.unheld(st, u, p), nil
-		}
-		if len(st.buckets) >= s.o.MaxBuckets {
-			return nil, fmt.Errorf("bucket_id: more than %d buckets on one stream", s.o.MaxBuckets)
-		}
-		// The id is held once, and the limit's store key, which holds
-		// the values again, beside it.
-		cost := len(k) + len(p.key)
-		if err := s.hold(cost); err != nil {
-			return nil, err
-		}
-		ents = compactEntries(k, len(ents))
-		// Grants are told apart by a number (see tokenBucket); it starts
-		// anywhere, so that a new stream's first grant does not repeat the
-		// one Envoy still holds from a stream before.
-		b = &bucket{entries: ents, cost: cost, active: now, last: now, gen: rand.Int32N(999_999_999)}
-		st.buckets[k] = b
-		s.m.Buckets(1)
 	}
 	allowed, denied := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
 	s.m.Usage(st.label, allowed, denied)
-	b.demand, b.interval, b.last, b.allowed = allowed+denied, now.Sub(b.last), now, allowed
-	old := min(allowed, b.carry)
-	b.used += allowed - old
-	b.carried += old
-	if denied > 0 && b.live && !b.pushed {
-		// Envoy denies only once its token bucket is empty (or its
-		// assignment ended): whatever the count says, the grant is spent,
-		// and replaced. (After a push, the denials may be from before it.)
-		b.spent = true
-	}
-	b.carry, b.pushed = 0, false
-	if r := b.ret; r.hits > 0 {
-		// At most allowed of its hits were spent since it was last
-		// reported on; once a report is surely later than the last
-		// spending, the rest never will be.
-		r.hits -= min(allowed, r.hits)
-		b.ret = r
-		if !now.Before(r.after) {
-			b.ret = giveBack{}
-			if r.ends.IsZero() || now.Before(r.ends) {
-				s.giveBack(st, r)
-			}
-		}
-	}
-	if b.live && !now.Before(b.gDead) {
-		// A grant Envoy can no longer spend: what is left goes back once
-		// a report surely tells all it spent (but a window's, whose
-		// window has ended, where nothing is taken back).
-		b.live = false
-		if r := b.unspent(); !b.gLocal && b.gLimit.Algorithm.Bucketed() && r > 0 && b.ret.hits == 0 {
-			g := giveBack{hits: r, key: b.gKey, limit: b.gLimit, receipt: b.gReceipt, after: b.gDead.Add(s.o.Margin)}
-			if now.Before(g.after) {
-				b.ret = g // this report may have been sent before the end
-			} else {
-				s.giveBack(st, g)
-			}
-		}
-	}
+	b.counted(allowed, denied, now)
+	s.settle(st, b, allowed, now)
 	if allowed+denied > 0 {
 		b.active = now
 	} else if now.Sub(b.active) >= s.o.IdleAfter {
@@ -217,6 +155,88 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 		return s.unheld(st, u, b.plan), nil
 	}
 	return s.grant(st, b, false, false), nil
+}
+
+// subscribe keeps a bucket new to st, under k, if a limit serves it; a
+// bucket no limit serves is answered (unheld) and not kept, so that such
+// buckets cost nothing between reports. What a stream holds is bounded
+// by MaxBuckets times what one bucket may hold: the RLS path's bounds on
+// entries and bytes.
+func (s *Server) subscribe(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, k string, ents []limits.Entry, now time.Time) (b *bucket, unheld *rlqspb.RateLimitQuotaResponse_BucketAction, err error) {
+	req := limits.Request{Domain: st.domain, Descriptors: []limits.Descriptor{{Entries: ents}}}
+	if err := s.rules.Validate(&req); err != nil {
+		return nil, nil, fmt.Errorf("bucket_id, matched as a descriptor: %w", err)
+	}
+	rs := s.rules.Rules()
+	s.noteRules(rs)
+	p := s.match(rs, st.domain, ents)
+	if p.kind != planGrant {
+		return nil, s.unheld(st, u, p), nil
+	}
+	if len(st.buckets) >= s.o.MaxBuckets {
+		return nil, nil, fmt.Errorf("bucket_id: more than %d buckets on one stream", s.o.MaxBuckets)
+	}
+	// The id is held once, and the limit's store key, which holds the
+	// values again, beside it.
+	cost := len(k) + len(p.key)
+	if err := s.hold(cost); err != nil {
+		return nil, nil, err
+	}
+	// Grants are told apart by a number (see tokenBucket); it starts
+	// anywhere, so that a new stream's first grant does not repeat the
+	// one Envoy still holds from a stream before.
+	b = &bucket{entries: compactEntries(k, len(ents)), cost: cost, active: now, last: now, gen: rand.Int32N(999_999_999)}
+	st.buckets[k] = b
+	s.m.Buckets(1)
+	return b, nil, nil
+}
+
+// counted takes in a report of allowed and denied requests at now.
+func (b *bucket) counted(allowed, denied uint64, now time.Time) {
+	b.demand, b.interval, b.last, b.allowed = allowed+denied, now.Sub(b.last), now, allowed
+	old := min(allowed, b.carry)
+	b.used += allowed - old
+	b.carried += old
+	if denied > 0 && b.live && !b.pushed {
+		// Envoy denies only once its token bucket is empty (or its
+		// assignment ended): whatever the count says, the grant is spent,
+		// and replaced. (After a push, the denials may be from before it.)
+		b.spent = true
+	}
+	b.carry, b.pushed = 0, false
+}
+
+// settle gives back, once a report surely tells all Envoy spent of
+// them, the hits of a replaced grant that were never spent, and ends a
+// live grant that Envoy can no longer spend.
+func (s *Server) settle(st *streamState, b *bucket, allowed uint64, now time.Time) {
+	if r := b.ret; r.hits > 0 {
+		// At most allowed of its hits were spent since it was last
+		// reported on; once a report is surely later than the last
+		// spending, the rest never will be.
+		r.hits -= min(allowed, r.hits)
+		b.ret = r
+		if !now.Before(r.after) {
+			b.ret = giveBack{}
+			if r.ends.IsZero() || now.Before(r.ends) {
+				s.giveBack(st, r)
+			}
+		}
+	}
+	if b.live && !now.Before(b.gDead) {
+		// What is left goes back once a report surely tells all it spent
+		// (but a window's, whose window has ended, where nothing is taken
+		// back).
+		b.live = false
+		if r := b.unspent(); !b.gLocal && b.gLimit.Algorithm.Bucketed() && r > 0 && b.ret.hits == 0 {
+			g := giveBack{hits: r, key: b.gKey, limit: b.gLimit, receipt: b.gReceipt, after: b.gDead.Add(s.o.Margin)}
+			if now.Before(g.after) {
+				b.ret = g // this report may have been sent before the end
+			} else {
+				s.giveBack(st, g)
+			}
+		}
+	}
 }
 
 // drop lets go of b, kept under k. What its live grant holds is not given
@@ -275,43 +295,15 @@ func (s *Server) rematch(st *streamState, b *bucket, pushed bool) {
 // the tokens left in the old one are lost. It also sets when b wants a
 // push.
 func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.RateLimitQuotaResponse_BucketAction {
-	ctx := st.ctxOf()
 	now := s.o.Now()
 	if b.live && !topUp && !b.spent && now.Before(b.until.Add(-s.o.Margin)) && b.used < b.granted {
-		// It stands; but if at the last report's rate it runs out before
-		// the next report, replace it just before it is expected to (see
-		// topUpAt), losing what is left then, unless the limit is running
-		// out: there what is lost counts.
-		if left := b.granted - b.used; b.demand > left && !b.capped {
-			at := now.Add(topUpAt(b.interval, left, b.demand))
-			if at.Before(b.push) || b.push.IsZero() {
-				b.push, b.topUp = at, true
-			}
-		}
+		b.planTopUp(now)
 		return nil
 	}
 	b.replaced(now, pushed, s.o.Margin)
 	b.live, b.push, b.topUp, b.refresh = false, time.Time{}, false, time.Time{}
 	p := &b.plan
-	most := leaseOf(p.rule)
-	// Size the grant from the report rate: on a window, twice what the
-	// last report asked for (allowed and denied), so that a steady Envoy
-	// spends it over two reports; on a bucket, what it asks for in one
-	// grant's time to live, and a quarter more. At least a quarter of the
-	// lease (one hit if nothing was asked), at most all of it.
-	want := 2 * b.demand
-	if p.ttl > 0 {
-		want = mulDiv(b.demand, uint64(p.ttl+p.ttl/4), uint64(max(b.interval, time.Second)))
-	}
-	if b.demand == 0 {
-		// Nothing asked since the last report: one hit, so that the next
-		// request is not denied while a bucket that is not used holds
-		// little.
-		want = 1
-	} else {
-		want = max(want, most/4)
-	}
-	want = min(max(want, 1), most)
+	want := b.wanted()
 	if left := windowLeft(p.limit, now); p.ttl == 0 && left-s.o.Margin < time.Second {
 		// Too close to the window's end for a whole-second time to live
 		// by the sidecar's clock: deny until the next window without a
@@ -320,78 +312,175 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 		s.m.Assigned(st.label, "deny_all", "window_ending")
 		return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, left)
 	}
-	batch := limits.Batch{Checks: []limits.Check{{Key: p.key, Limit: p.limit, Extra: want}}}
+	t, refused := s.take(st, b, want)
+	if refused != nil {
+		return refused
+	}
+	out := t.out
+	if out.Over || out.Granted == 0 {
+		return s.dry(st, b, t, now)
+	}
+	ttl, ok := s.grantTTL(b, out, now)
+	if !ok {
+		// Too close to the window's end for a whole-second time to live:
+		// the hits go back (if they were taken from the shared store),
+		// and Envoy is denied until the next window.
+		if !t.local {
+			s.giveBack(st, giveBack{hits: out.Granted, key: p.key, limit: p.limit, receipt: out.GrantReceipt})
+		}
+		s.m.Assigned(st.label, "deny_all", "window_ending")
+		return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, b.until.Sub(s.o.Now()))
+	}
+	b.hold(t, want, now, s.o.Margin)
+	b.every = max(p.limit.Window(), ttl)
+	b.refresh = time.Time{}
+	if p.ttl == 0 && ttl-ttl.Truncate(time.Second) > 2*refreshEarly {
+		// Envoy reads whole seconds, so the assignment lapses up to a
+		// second before it must: a second (and a little: timers fire
+		// late) before that, the same token bucket is sent again for one
+		// second, which Envoy applies keeping its tokens, to live until
+		// about the margin before the window's end.
+		b.refresh = b.until.Add(-s.o.Margin - time.Second - refreshEarly)
+	}
 	how := "grant"
+	if t.local {
+		how = "local"
+	}
+	s.m.Granted(st.label, b.granted, t.local)
+	s.m.Assigned(st.label, "token_bucket", how)
+	a := tokenBucket(b.bucketID(), b.granted, b.every, b.gen, ttl)
+	st.timed = append(st.timed, timed{a: a, fresh: true, at: now, window: p.ttl == 0, until: b.until, ttl: ttl})
+	return a
+}
+
+// planTopUp is for a live grant that stands: if at the last report's
+// rate it runs out before the next report, it is replaced just before it
+// is expected to (see topUpAt), losing what is left then, unless the
+// limit is running out: there what is lost counts.
+func (b *bucket) planTopUp(now time.Time) {
+	if left := b.granted - b.used; b.demand > left && !b.capped {
+		at := now.Add(topUpAt(b.interval, left, b.demand))
+		if at.Before(b.push) || b.push.IsZero() {
+			b.push, b.topUp = at, true
+		}
+	}
+}
+
+// wanted sizes b's next grant from the report rate: on a window, twice
+// what the last report asked for (allowed and denied), so that a steady
+// Envoy spends it over two reports; on a bucket, what it asks for in one
+// grant's time to live, and a quarter more. At least a quarter of the
+// lease (one hit if nothing was asked, so that the next request is not
+// denied while a bucket that is not used holds little), at most all of
+// it.
+func (b *bucket) wanted() uint64 {
+	p := &b.plan
+	most := leaseOf(p.rule)
+	want := 2 * b.demand
+	if p.ttl > 0 {
+		want = mulDiv(b.demand, uint64(p.ttl+p.ttl/4), uint64(max(b.interval, time.Second)))
+	}
+	if b.demand == 0 {
+		want = 1
+	} else {
+		want = max(want, most/4)
+	}
+	return min(max(want, 1), most)
+}
+
+// taken is what a grant took: its check and outcome, and whether the
+// memory store decided it (--failure-mode local, with Redis down).
+type taken struct {
+	limit *limits.Limit
+	out   limits.Outcome
+	local bool
+}
+
+// take asks the store for want hits of b's limit. When the store fails,
+// the domain's failure mode decides: a blanket answer to send instead
+// (refused), or a grant from the memory store.
+func (s *Server) take(st *streamState, b *bucket, want uint64) (t taken, refused *rlqspb.RateLimitQuotaResponse_BucketAction) {
+	ctx := st.ctxOf()
+	p := &b.plan
+	batch := limits.Batch{Checks: []limits.Check{{Key: p.key, Limit: p.limit, Extra: want}}}
 	if err := s.store.Apply(ctx, &batch); err != nil {
 		mode := s.rules.FailureMode(st.domain)
 		s.log.Warn("rlqs grant failed", zap.String("domain", st.domain), zap.Stringer("failure_mode", mode), zap.Error(err))
 		switch mode {
 		case limits.FailOpen:
 			s.m.Assigned(st.label, "allow_all", "store_error")
-			return blanket(b.bucketID(), typev3.RateLimitStrategy_ALLOW_ALL, s.o.BlanketTTL)
+			return t, blanket(b.bucketID(), typev3.RateLimitStrategy_ALLOW_ALL, s.o.BlanketTTL)
 		case limits.FailLocal:
 			batch = limits.Batch{Checks: []limits.Check{{Key: p.key, Limit: p.limit, Extra: want}}}
 			if err := s.rules.ApplyLocal(ctx, &batch); err == nil {
-				how = "local"
+				t.local = true
 				break
 			}
 			fallthrough
 		default:
 			s.m.Assigned(st.label, "deny_all", "store_error")
-			return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL)
+			return t, blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL)
 		}
 	}
-	out := batch.Outcomes[0]
-	if out.Over || out.Granted == 0 {
-		// Run dry (a grant never takes the last hit): deny until a grant
-		// can be taken again.
-		s.m.Assigned(st.label, "deny_all", "dry")
-		d := max(dryFor(batch.Checks[0].Limit, out, now), time.Second)
-		next := d
-		if p.rule.Algorithm == limits.SlidingWindow {
-			next = min(next, regrowEvery(p.rule)) // the push replaces the denial
-		}
-		b.push = now.Add(next + pushDelay)
-		return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, d)
+	t.limit, t.out = batch.Checks[0].Limit, batch.Outcomes[0]
+	return t, nil
+}
+
+// dry answers a limit that has run dry (a grant never takes the last
+// hit): deny until a grant can be taken again, and ask again then (a
+// sliding window sooner, as room regrows; the push replaces the denial).
+func (s *Server) dry(st *streamState, b *bucket, t taken, now time.Time) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	s.m.Assigned(st.label, "deny_all", "dry")
+	d := max(dryFor(t.limit, t.out, now), time.Second)
+	next := d
+	if b.plan.rule.Algorithm == limits.SlidingWindow {
+		next = min(next, regrowEvery(b.plan.rule))
 	}
-	var ttl time.Duration
-	if p.ttl > 0 {
-		// Pushed the margin before it ends, so that the next reaches
-		// Envoy in time; but a grant shorter than twice the margin is
-		// pushed at three quarters of its time to live instead, not
-		// replaced as soon as it is sent.
-		ttl = p.ttl
+	b.push = now.Add(next + pushDelay)
+	return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, d)
+}
+
+// grantTTL sets until when b's new grant, out, may be spent and when it
+// is pushed again, and returns the time to live to send Envoy; not ok
+// when that is under a whole second.
+//
+// A bucket's grant (its plan's ttl) is pushed the margin before it
+// ends, so that the next reaches Envoy in time; but one shorter than
+// twice the margin is pushed at three quarters of its time to live
+// instead, not replaced as soon as it is sent. A window's grant is
+// spent until the store's GrantFor, and lives for Envoy until the margin
+// before that.
+func (s *Server) grantTTL(b *bucket, out limits.Outcome, now time.Time) (time.Duration, bool) {
+	if ttl := b.plan.ttl; ttl > 0 {
 		b.until = now.Add(ttl)
 		b.push = b.until.Add(-min(s.o.Margin, ttl/4))
-	} else {
-		b.push = now.Add(out.GrantFor + pushDelay)
-		b.until = now.Add(out.GrantFor)
-		ttl = b.until.Sub(s.o.Now()) - s.o.Margin
-		if ttl < time.Second {
-			// Too close to the window's end for a whole-second time to
-			// live: the hits go back (if they were taken from the shared
-			// store), and Envoy is denied until the next window.
-			if how == "grant" {
-				s.giveBack(st, giveBack{hits: out.Granted, key: p.key, limit: p.limit, receipt: out.GrantReceipt})
-			}
-			s.m.Assigned(st.label, "deny_all", "window_ending")
-			return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, b.until.Sub(s.o.Now()))
-		}
+		return ttl, true
 	}
-	g := min(out.Granted, math.MaxUint32)
-	b.live, b.granted, b.used, b.carried, b.spent, b.capped = true, g, 0, 0, false, out.Granted < want
-	b.gKey, b.gLimit, b.gReceipt, b.gLocal = p.key, batch.Checks[0].Limit, out.GrantReceipt, how == "local"
-	b.gDead, b.gEnd = b.until, b.until.Add(-s.o.Margin)
+	b.push = now.Add(out.GrantFor + pushDelay)
+	b.until = now.Add(out.GrantFor)
+	ttl := b.until.Sub(s.o.Now()) - s.o.Margin
+	return ttl, ttl >= time.Second
+}
+
+// hold makes t, taken when b wanted want, b's live grant, and sets when
+// it is topped up.
+//
+// A grant the last report's rate spends before the next report (the
+// lease is smaller than what Envoy spends in an interval) is topped up
+// just before that time (topUpAt), and so on, so that one Envoy's rate is
+// not capped at a lease per report. On a sliding window that granted
+// less than asked, room regrows as the previous window's weight fades:
+// it is asked again once the grant is expected spent, but not before
+// regrowEvery, instead of only at the next report.
+func (b *bucket) hold(t taken, want uint64, now time.Time, margin time.Duration) {
+	p := &b.plan
+	g := min(t.out.Granted, math.MaxUint32)
+	b.live, b.granted, b.used, b.carried, b.spent, b.capped = true, g, 0, 0, false, t.out.Granted < want
+	b.gKey, b.gLimit, b.gReceipt, b.gLocal = p.key, t.limit, t.out.GrantReceipt, t.local
+	b.gDead, b.gEnd = b.until, b.until.Add(-margin)
 	if p.ttl > 0 {
-		b.gDead, b.gEnd = b.until.Add(s.o.Margin), b.until
+		b.gDead, b.gEnd = b.until.Add(margin), b.until
 	}
-	// A grant the last report's rate spends before the next report (the
-	// lease is smaller than what Envoy spends in an interval) is topped
-	// up just before that time (topUpAt), and so on, so that one Envoy's
-	// rate is not capped at a lease per report. On a sliding window that
-	// granted less than asked, room regrows as the previous window's
-	// weight fades: it is asked again once the grant is expected spent,
-	// but not before regrowEvery, instead of only at the next report.
 	var at time.Time
 	switch {
 	case !b.capped && b.demand > g:
@@ -403,21 +492,6 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 		b.push, b.topUp = at, true
 	}
 	b.gen = b.gen%999_999_999 + 1
-	b.every = max(p.limit.Window(), ttl)
-	b.refresh = time.Time{}
-	if p.ttl == 0 && ttl-ttl.Truncate(time.Second) > 2*refreshEarly {
-		// Envoy reads whole seconds, so the assignment lapses up to a
-		// second before it must: a second (and a little: timers fire
-		// late) before that, the same token bucket is sent again for one
-		// second, which Envoy applies keeping its tokens, to live until
-		// about the margin before the window's end.
-		b.refresh = b.until.Add(-s.o.Margin - time.Second - refreshEarly)
-	}
-	s.m.Granted(st.label, g, how == "local")
-	s.m.Assigned(st.label, "token_bucket", how)
-	a := tokenBucket(b.bucketID(), g, b.every, b.gen, ttl)
-	st.timed = append(st.timed, timed{a: a, fresh: true, at: now, window: p.ttl == 0, until: b.until, ttl: ttl})
-	return a
 }
 
 // refreshEarly is how much sooner than exactly a second before the margin
