@@ -7,7 +7,6 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
 )
 
 // registerRLQS serves Envoy's Rate Limit Quota Service on g, beside RLS
@@ -20,7 +19,7 @@ func registerRLQS(g *grpc.Server, c *settings, engine *limits.Engine, st *sideca
 		log.Info("rlqs not served: quota is shared through Redis; set --redis-url (or Sentinel or Cluster) to serve Envoy's rate_limit_quota filter")
 		return false
 	}
-	ret, _ := st.counters.(store.Returner)
+	ret, _ := st.counters.(limits.Returner)
 	rlqs.NewServer(engine, st.shared, log.Named("rlqs"), rlqs.Options{
 		Return:     ret,
 		BucketTTL:  c.rlqsBucketTTL,

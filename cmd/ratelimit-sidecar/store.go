@@ -279,7 +279,7 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 	// Leased limits (lease: N) admit from local leases before anything
 	// else; only a shared store can grant them. At shutdown, the hits
 	// they hold go back to the backend itself, past the breaker.
-	ret, _ := o.Store.(store.Returner)
+	ret, _ := o.Store.(limits.Returner)
 	s.leases = store.NewLeases(s.Store, store.LeasesOptions{Return: ret})
 	s.Store = s.leases
 	return s, nil

@@ -188,6 +188,14 @@ func (l *Limit) CountsLike(o *Limit) bool {
 	return l.Algorithm == o.Algorithm && l.window == o.window && l.Requests == o.Requests && l.Burst == o.Burst
 }
 
+// GrantsLike reports whether hits granted ahead under l (a lease, an
+// RLQS grant) still stand under o: o counts like l and grants as much at
+// a time. A reload that changes either ends what was granted under l.
+// o may be nil, which grants nothing alike.
+func (l *Limit) GrantsLike(o *Limit) bool {
+	return o != nil && l.CountsLike(o) && l.Lease == o.Lease
+}
+
 // Window returns the limit's window: Multiplier × Unit.
 func (l *Limit) Window() time.Duration { return l.window }
 
@@ -256,7 +264,7 @@ type Outcome struct {
 	GrantFor time.Duration
 	// GrantReceipt tells which state the granted hits went to: the
 	// State.Start after them (the window's start in µs, or the bucket's
-	// tick). A store that takes unused granted hits back (store.Returner)
+	// tick). A store that takes unused granted hits back (Returner)
 	// finds them by it, and a lease knows a grant of a new window by it.
 	GrantReceipt int64
 }

@@ -303,3 +303,40 @@ func TestLeakyBucket(t *testing.T) {
 			want: over(0, dur(500*ms))},
 	}...))
 }
+
+// TestGrantsLike: hits granted ahead under a limit (a lease, an RLQS
+// grant) stand under another only if it counts alike and grants as much
+// at a time; leases and RLQS grants share this one answer.
+func TestGrantsLike(t *testing.T) {
+	base := func() *limits.Limit {
+		l := newLimit(t, limits.TokenBucket, 100, limits.UnitMinute, 1, 10)
+		l.Lease = 5
+		return l
+	}
+	tests := []struct {
+		name   string
+		change func(*limits.Limit) *limits.Limit
+		want   bool
+	}{
+		{"same numbers, another limit", func(l *limits.Limit) *limits.Limit { return l }, true},
+		{"other requests", func(l *limits.Limit) *limits.Limit { l.Requests = 101; return l }, false},
+		{"other burst", func(l *limits.Limit) *limits.Limit { l.Burst = 11; return l }, false},
+		{"other lease", func(l *limits.Limit) *limits.Limit { l.Lease = 6; return l }, false},
+		{"other algorithm", func(*limits.Limit) *limits.Limit {
+			l := newLimit(t, limits.LeakyBucket, 100, limits.UnitMinute, 1, 10)
+			l.Lease = 5
+			return l
+		}, false},
+		{"other window", func(*limits.Limit) *limits.Limit {
+			l := newLimit(t, limits.TokenBucket, 100, limits.UnitMinute, 2, 10)
+			l.Lease = 5
+			return l
+		}, false},
+		{"none", func(*limits.Limit) *limits.Limit { return nil }, false},
+	}
+	for _, tt := range tests {
+		if got := base().GrantsLike(tt.change(base())); got != tt.want {
+			t.Errorf("%s: GrantsLike = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -136,6 +136,15 @@ type Store interface {
 	Apply(ctx context.Context, b *Batch) error
 }
 
+// Returner is a shared store that can take back hits it granted ahead
+// (Outcome.Granted, for a lease or an RLQS grant) that were not spent:
+// Hits of each check's key, granted under receipts[i]
+// (Outcome.GrantReceipt). It must never take back more than the key
+// still holds of them.
+type Returner interface {
+	Return(ctx context.Context, checks []Check, receipts []int64) error
+}
+
 // ErrStoreUnavailable is wrapped by stores when they cannot reach their
 // backend, so callers can apply a failure mode.
 var ErrStoreUnavailable = errors.New("store unavailable")

@@ -69,7 +69,7 @@ const returnChunk = 256
 
 // Return gives back hits that a lease took and did not spend: Hits of
 // each check's key, granted under receipts[i] (limits.Outcome's
-// GrantReceipt). It implements store.Returner. refund.lua takes back no
+// GrantReceipt). It implements limits.Returner. refund.lua takes back no
 // more than the key still holds of them (none once the window they went
 // to has ended, and less what a bucket drained since), so a return can
 // leave a limit stricter than exact, never looser. It is bounded by ctx

@@ -277,7 +277,7 @@ func (s *Server) rematch(st *streamState, b *bucket, pushed bool) {
 	s.noteRules(rs)
 	p := s.match(rs, st.domain, b.entries)
 	if p.kind != b.plan.kind || p.key != b.plan.key || p.ttl != b.plan.ttl ||
-		(p.rule != nil && !sameLimit(p.rule, b.plan.rule)) {
+		(p.rule != nil && !p.rule.GrantsLike(b.plan.rule)) {
 		if p.kind != planGrant && p.reason != "no_rule" {
 			s.log.Warn("rlqs bucket not served from a limit", zap.String("domain", st.domain),
 				zap.String("bucket", bucketKey(b.entries)), zap.String("reason", p.why))
@@ -758,11 +758,6 @@ func divMul(a, b, c uint64) (q uint64, exact bool) {
 	}
 	q, r := bits.Div64(hi, lo, c)
 	return q, r == 0
-}
-
-// sameLimit reports whether a and b are the same limit's numbers.
-func sameLimit(a, b *limits.Limit) bool {
-	return b != nil && a.CountsLike(b) && a.Lease == b.Lease
 }
 
 // leaseOf is the most one grant takes: the limit's lease, else a tenth

@@ -74,12 +74,6 @@ func (noMetrics) Granted(string, uint64, bool)    {}
 func (noMetrics) Pushed()                         {}
 func (noMetrics) Returned(string, uint64)         {}
 
-// Returner takes back hits granted for quota that was not assigned
-// (store.Returner's contract); the Redis store is one.
-type Returner interface {
-	Return(ctx context.Context, checks []limits.Check, receipts []int64) error
-}
-
 // Options tunes a Server. The zero value is ready to use.
 type Options struct {
 	// Now is the clock assignments are timed by; nil means time.Now.
@@ -137,7 +131,7 @@ type Options struct {
 	// Return, if set, takes back quota taken from the store but not
 	// assigned (a grant too close to its window's end); nil: those hits
 	// end with their window.
-	Return Returner
+	Return limits.Returner
 }
 
 // Server serves RateLimitQuotaService. It is safe for concurrent use;
@@ -146,7 +140,7 @@ type Server struct {
 	rlqspb.UnimplementedRateLimitQuotaServiceServer
 	rules Rules
 	store limits.Store
-	ret   Returner // nil: hits of grants too late to assign end with their window
+	ret   limits.Returner // nil: hits of grants too late to assign end with their window
 	log   *zap.Logger
 	o     Options
 	m     Metrics

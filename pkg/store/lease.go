@@ -45,7 +45,7 @@ const leaseShards = 64
 // Leases is safe for concurrent use and starts no goroutines.
 type Leases struct {
 	next   limits.Store
-	ret    Returner
+	ret    limits.Returner
 	now    func() time.Time
 	seed   maphash.Seed
 	shards [leaseShards]leaseShard
@@ -58,15 +58,7 @@ type LeasesOptions struct {
 	Now func() time.Time
 	// Return is the shared store that Release gives unused hits back
 	// to; nil: they end with their windows.
-	Return Returner
-}
-
-// Returner is a shared store that can take back hits it granted for a
-// lease (limits.Outcome.Granted) that were not spent: Hits of each
-// check's key, granted under receipts[i] (limits.Outcome.GrantReceipt).
-// It must never take back more than the key still holds of them.
-type Returner interface {
-	Return(ctx context.Context, checks []limits.Check, receipts []int64) error
+	Return limits.Returner
 }
 
 type leaseShard struct {
@@ -76,7 +68,7 @@ type leaseShard struct {
 
 // lease is one key's local lease. requires its shard's mu
 type lease struct {
-	limit     *limits.Limit // what it was taken under; see sameNumbers
+	limit     *limits.Limit // what it was taken under; see Limit.GrantsLike
 	avail     uint64        // hits left to admit locally
 	until     time.Time     // when the lease ends
 	shared    uint64        // the store's Remaining when it was last refilled
@@ -277,7 +269,7 @@ func (l *Leases) take(c *limits.Check, now time.Time, out *limits.Outcome, taken
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ls := sh.m[c.Key]
-	if ls == nil || !sameNumbers(ls.limit, c.Limit) {
+	if ls == nil || !ls.limit.GrantsLike(c.Limit) {
 		if ls != nil {
 			ls.endRefill() // its waiters retry with the new lease
 		}
@@ -334,7 +326,7 @@ func (l *Leases) giveBack(c *limits.Check, hits uint64) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ls := sh.m[c.Key]
-	if ls == nil || !sameNumbers(ls.limit, c.Limit) {
+	if ls == nil || !ls.limit.GrantsLike(c.Limit) {
 		return // the lease was replaced meanwhile: its hits are gone
 	}
 	ls.endRefill()
@@ -348,7 +340,7 @@ func (l *Leases) refilled(c *limits.Check, sent time.Time, out limits.Outcome, a
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ls := sh.m[c.Key]
-	if ls == nil || !sameNumbers(ls.limit, c.Limit) {
+	if ls == nil || !ls.limit.GrantsLike(c.Limit) {
 		return out
 	}
 	ls.endRefill()
@@ -396,7 +388,7 @@ func (l *Leases) charged(c *limits.Check, now time.Time, out limits.Outcome) lim
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ls := sh.m[c.Key]
-	if ls == nil || !sameNumbers(ls.limit, c.Limit) || !now.Before(ls.until) {
+	if ls == nil || !ls.limit.GrantsLike(c.Limit) || !now.Before(ls.until) {
 		return out
 	}
 	if out.Over {
@@ -506,8 +498,3 @@ func leasable(cs []limits.Check, i int) bool {
 	return true
 }
 
-// sameNumbers reports whether a and b count alike, so that a lease taken
-// under a can serve b.
-func sameNumbers(a, b *limits.Limit) bool {
-	return a.CountsLike(b) && a.Lease == b.Lease
-}
