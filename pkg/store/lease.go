@@ -497,4 +497,3 @@ func leasable(cs []limits.Check, i int) bool {
 	}
 	return true
 }
-
