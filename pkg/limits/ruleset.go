@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"iter"
 	"sort"
 	"strings"
 )
@@ -205,6 +206,31 @@ func (rs *Ruleset) Rules(domain string) []*Rule {
 		return d.root.Children
 	}
 	return nil
+}
+
+// All yields every rule of rs with its domain: domains sorted by name,
+// and within one, each rule before its children, in the order the rule
+// files give them. It is the one walk over the rule tree for callers that
+// want each rule once; those that print the tree recurse on Children.
+func (rs *Ruleset) All() iter.Seq2[string, *Rule] {
+	return func(yield func(string, *Rule) bool) {
+		for _, d := range rs.Domains() {
+			if !yieldTree(d, rs.domains[d].root.Children, yield) {
+				return
+			}
+		}
+	}
+}
+
+// yieldTree yields rules and their descendants, depth first, and reports
+// whether yield wants more.
+func yieldTree(domain string, rules []*Rule, yield func(string, *Rule) bool) bool {
+	for _, r := range rules {
+		if !yield(domain, r) || !yieldTree(domain, r.Children, yield) {
+			return false
+		}
+	}
+	return true
 }
 
 // HasDomain reports whether any rule file defines domain.

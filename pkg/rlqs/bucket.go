@@ -679,8 +679,7 @@ func (s *Server) planLimit(l *limits.Limit) (plan, error) {
 // domain's failure mode.
 func (s *Server) Unserved(rs *limits.Ruleset) []string {
 	var out []string
-	var walk func(r *limits.Rule)
-	walk = func(r *limits.Rule) {
+	for _, r := range rs.All() {
 		var enforced []*limits.Limit
 		for _, l := range r.Limits {
 			if !l.Shadow && !l.Unlimited {
@@ -696,14 +695,6 @@ func (s *Server) Unserved(rs *limits.Ruleset) []string {
 		}
 		if err != nil {
 			out = append(out, fmt.Sprintf("%s:%d %s: %v", r.File, r.Line, r.Path, err))
-		}
-		for _, c := range r.Children {
-			walk(c)
-		}
-	}
-	for _, d := range rs.Domains() {
-		for _, r := range rs.Rules(d) {
-			walk(r)
 		}
 	}
 	return out
