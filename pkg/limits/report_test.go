@@ -181,3 +181,23 @@ func TestFailClosedReset(t *testing.T) {
 		t.Errorf("statuses (-want +got):\n%s", diff)
 	}
 }
+
+// TestSizeOutcomes: one outcome per check, on the batch's own array once
+// it is large enough, so that a reused batch allocates nothing.
+func TestSizeOutcomes(t *testing.T) {
+	var b limits.Batch
+	b.Checks = make([]limits.Check, 3)
+	b.SizeOutcomes()
+	if len(b.Outcomes) != 3 {
+		t.Fatalf("%d outcomes for 3 checks", len(b.Outcomes))
+	}
+	first := &b.Outcomes[0]
+	b.Reset()
+	b.Checks = append(b.Checks, limits.Check{}, limits.Check{})
+	if n := testing.AllocsPerRun(100, b.SizeOutcomes); n != 0 {
+		t.Errorf("SizeOutcomes allocated %v times on a reused batch", n)
+	}
+	if len(b.Outcomes) != 2 || &b.Outcomes[0] != first {
+		t.Errorf("got %d outcomes on a new array, want 2 on the old one", len(b.Outcomes))
+	}
+}

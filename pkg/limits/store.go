@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 )
 
@@ -61,6 +62,13 @@ type Batch struct {
 	// (the deny cache, leases). Empty means the backend decided. For logs
 	// and diagnostics only; Reset clears it.
 	DecidedBy string
+}
+
+// SizeOutcomes makes b.Outcomes one per check, reusing its array: the
+// first thing a store's Apply does. The outcomes keep what they held,
+// for the store to overwrite; Reset does not keep them.
+func (b *Batch) SizeOutcomes() {
+	b.Outcomes = slices.Grow(b.Outcomes[:0], len(b.Checks))[:len(b.Checks)]
 }
 
 // Reset empties b for reuse, keeping its capacity.

@@ -119,7 +119,7 @@ func New(o Options) *Store {
 // Apply implements limits.Store.
 func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 	n := len(b.Checks)
-	b.Outcomes = slices.Grow(b.Outcomes[:0], n)[:n]
+	b.SizeOutcomes()
 	b.Admitted = true
 	if n == 0 {
 		return nil

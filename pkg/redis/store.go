@@ -38,7 +38,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -136,7 +135,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // may still have run. That under-admits; it never over-admits.
 func (s *Store) Apply(ctx context.Context, b *limits.Batch) error {
 	n := len(b.Checks)
-	b.Outcomes = slices.Grow(b.Outcomes[:0], n)[:n]
+	b.SizeOutcomes()
 	b.Admitted = true
 	if n == 0 {
 		return nil

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"hash/maphash"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -170,8 +169,7 @@ func (c *DenyCache) Apply(ctx context.Context, b *limits.Batch) error {
 // check over there (limits.Batch.QuotaOver). If not, b's outcomes are
 // left for the store.
 func (c *DenyCache) deny(b *limits.Batch, now time.Time) bool {
-	n := len(b.Checks)
-	b.Outcomes = slices.Grow(b.Outcomes[:0], n)[:n]
+	b.SizeOutcomes()
 	over, quota := false, false
 	for i := range b.Checks {
 		ch := &b.Checks[i]

@@ -116,7 +116,7 @@ func (l *Leases) Apply(ctx context.Context, b *limits.Batch) error {
 		return l.next.Apply(ctx, b)
 	}
 	n := len(b.Checks)
-	b.Outcomes = slices.Grow(b.Outcomes[:0], n)[:n]
+	b.SizeOutcomes()
 	s := l.pool.Get().(*leaseScratch)
 	defer l.pool.Put(s)
 	s.reset(n)
