@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,7 +13,6 @@ import (
 const DefaultDenyCacheEntries = 65536
 
 const (
-	denyShards = 64
 	// denySweepEvery bounds how often one shard scans for expired entries
 	// while it has room; a full cache sweeps a shard whenever one of its
 	// entries has expired.
@@ -90,14 +88,13 @@ type DenyCache struct {
 	next limits.Store
 	now  func() time.Time
 	max  int64
-	seed maphash.Seed
 
 	gen      atomic.Uint64 // bumped by Clear, so calls that started before it record nothing
 	n        atomic.Int64  // entries in all shards
 	answered atomic.Uint64
 	dropped  atomic.Uint64
 
-	shards [denyShards]denyShard
+	shards shards[denyShard]
 }
 
 type denyShard struct {
@@ -127,9 +124,9 @@ func NewDenyCache(next limits.Store, opts DenyCacheOptions) *DenyCache {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	c := &DenyCache{next: next, now: opts.Now, max: int64(opts.MaxEntries), seed: maphash.MakeSeed()}
-	for i := range c.shards {
-		c.shards[i].m = make(map[string]denyEntry)
+	c := &DenyCache{next: next, now: opts.Now, max: int64(opts.MaxEntries), shards: newShards[denyShard]()}
+	for i := range c.shards.all {
+		c.shards.all[i].m = make(map[string]denyEntry)
 	}
 	return c
 }
@@ -199,7 +196,7 @@ func (c *DenyCache) deny(b *limits.Batch, now time.Time) bool {
 // at now. Only ch's own probe counts, not hits of earlier checks on the
 // same key in the batch: if ch alone is over, the batch is.
 func (c *DenyCache) lookup(ch *limits.Check, now time.Time) (time.Time, bool) {
-	sh := c.shard(ch.Key)
+	sh := c.shards.of(ch.Key)
 	sh.mu.RLock()
 	e, ok := sh.m[ch.Key]
 	sh.mu.RUnlock()
@@ -259,7 +256,7 @@ func (c *DenyCache) insert(ch *limits.Check, until, now time.Time, gen uint64) {
 		// is when one hit fits again, after the charge (the debt repaid).
 		e.probe = 1
 	}
-	sh := c.shard(ch.Key)
+	sh := c.shards.of(ch.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if c.gen.Load() != gen {
@@ -311,17 +308,13 @@ func (c *DenyCache) sweep(sh *denyShard, now time.Time) {
 	}
 }
 
-func (c *DenyCache) shard(key string) *denyShard {
-	return &c.shards[maphash.String(c.seed, key)%denyShards]
-}
-
 // Clear drops every entry. Calls to the wrapped store that are under way
 // record nothing. Call it when the rules are reloaded, and whenever the
 // store's counters may have been reset behind the cache's back.
 func (c *DenyCache) Clear() {
 	c.gen.Add(1)
-	for i := range c.shards {
-		sh := &c.shards[i]
+	for i := range c.shards.all {
+		sh := &c.shards.all[i]
 		sh.mu.Lock()
 		c.n.Add(-int64(len(sh.m)))
 		sh.m = make(map[string]denyEntry)

@@ -550,7 +550,7 @@ func keysInShard(c *DenyCache, l *limits.Limit, n int) []string {
 	for i := 0; len(names) < n; i++ {
 		name := fmt.Sprint("key", i)
 		key := storetest.Key("deny", name, l)
-		if sh := c.shard(key); first == nil || sh == first {
+		if sh := c.shards.of(key); first == nil || sh == first {
 			first = sh
 			names = append(names, name)
 		}

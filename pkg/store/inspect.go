@@ -30,7 +30,7 @@ type DenyEntry struct {
 // for diagnostics.
 func (c *DenyCache) Entry(key string) (DenyEntry, bool) {
 	now := c.now()
-	sh := c.shard(key)
+	sh := c.shards.of(key)
 	sh.mu.RLock()
 	e, ok := sh.m[key]
 	sh.mu.RUnlock()
@@ -46,7 +46,7 @@ func (c *DenyCache) Entry(key string) (DenyEntry, bool) {
 // runs record nothing, so none can put back what the reset undid.
 func (c *DenyCache) Forget(key string) bool {
 	c.gen.Add(1)
-	sh := c.shard(key)
+	sh := c.shards.of(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if _, ok := sh.m[key]; !ok {
@@ -68,7 +68,7 @@ type LeaseState struct {
 // Lease returns the live lease of key, for diagnostics.
 func (l *Leases) Lease(key string) (LeaseState, bool) {
 	now := l.now()
-	sh := l.shard(key)
+	sh := l.shards.of(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ls := sh.m[key]
@@ -85,7 +85,7 @@ func (l *Leases) Lease(key string) (LeaseState, bool) {
 // a new one.
 func (l *Leases) Drop(key string) (held uint64, ok bool) {
 	now := l.now()
-	sh := l.shard(key)
+	sh := l.shards.of(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ls := sh.m[key]

@@ -2,15 +2,12 @@ package store
 
 import (
 	"context"
-	"hash/maphash"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
-
-const leaseShards = 64
 
 // Leases is a limits.Store that admits from leases: for a limit with
 // Limit.Lease N, it takes up to N hits at a time from the shared store it
@@ -47,8 +44,7 @@ type Leases struct {
 	next   limits.Store
 	ret    limits.Returner
 	now    func() time.Time
-	seed   maphash.Seed
-	shards [leaseShards]leaseShard
+	shards shards[leaseShard]
 	pool   sync.Pool // *leaseScratch
 }
 
@@ -94,12 +90,12 @@ type leaseScratch struct {
 // NewLeases returns a Leases in front of next, a shared store that grants
 // extra hits (limits.Check.Extra).
 func NewLeases(next limits.Store, o LeasesOptions) *Leases {
-	l := &Leases{next: next, ret: o.Return, now: o.Now, seed: maphash.MakeSeed()}
+	l := &Leases{next: next, ret: o.Return, now: o.Now, shards: newShards[leaseShard]()}
 	if l.now == nil {
 		l.now = time.Now
 	}
-	for i := range l.shards {
-		l.shards[i].m = make(map[string]*lease)
+	for i := range l.shards.all {
+		l.shards.all[i].m = make(map[string]*lease)
 	}
 	l.pool.New = func() any { return new(leaseScratch) }
 	return l
@@ -265,7 +261,7 @@ func (l *Leases) merge(b *limits.Batch, s *leaseScratch, now time.Time, ok bool)
 // the hits that would top the lease up to Limit.Lease. A lease below a
 // quarter asks for its refill while it still answers.
 func (l *Leases) take(c *limits.Check, now time.Time, out *limits.Outcome, taken, room *uint64) (local, refill bool, wait <-chan struct{}) {
-	sh := l.shard(c.Key)
+	sh := l.shards.of(c.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ls := sh.m[c.Key]
@@ -322,7 +318,7 @@ func (ls *lease) endRefill() {
 // giveBack returns hits taken for a request that was not admitted, and
 // ends the refill it asked for, if any.
 func (l *Leases) giveBack(c *limits.Check, hits uint64) {
-	sh := l.shard(c.Key)
+	sh := l.shards.of(c.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ls := sh.m[c.Key]
@@ -336,7 +332,7 @@ func (l *Leases) giveBack(c *limits.Check, hits uint64) {
 // refilled adds what the store granted to c's lease and returns the
 // outcome to report.
 func (l *Leases) refilled(c *limits.Check, sent time.Time, out limits.Outcome, admitted bool) limits.Outcome {
-	sh := l.shard(c.Key)
+	sh := l.shards.of(c.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ls := sh.m[c.Key]
@@ -384,7 +380,7 @@ func (l *Leases) refilled(c *limits.Check, sent time.Time, out limits.Outcome, a
 // debt until out.Reset from now: the hits the lease holds (counted
 // already) are not admitted, and no top-up is asked for before then.
 func (l *Leases) charged(c *limits.Check, now time.Time, out limits.Outcome) limits.Outcome {
-	sh := l.shard(c.Key)
+	sh := l.shards.of(c.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ls := sh.m[c.Key]
@@ -416,8 +412,8 @@ func (l *Leases) Release(ctx context.Context) (uint64, error) {
 	var checks []limits.Check
 	var receipts []int64
 	var hits uint64
-	for i := range l.shards {
-		sh := &l.shards[i]
+	for i := range l.shards.all {
+		sh := &l.shards.all[i]
 		sh.mu.Lock()
 		for key, ls := range sh.m {
 			h := min(ls.avail, ls.granted)
@@ -439,10 +435,6 @@ func (l *Leases) Release(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	return hits, nil
-}
-
-func (l *Leases) shard(key string) *leaseShard {
-	return &l.shards[maphash.String(l.seed, key)%leaseShards]
 }
 
 // sweep drops ended leases that no request is refilling, when the shard
