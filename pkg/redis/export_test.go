@@ -113,3 +113,36 @@ func ApplyTogether(ctx context.Context, s *Store, bs []*limits.Batch) error {
 
 // ProbeEvery is how often a pipe whose calls wait PINGs to measure the RTT.
 const ProbeEvery = probeEvery
+
+// Ping (for tests) checks that Redis answers within the store's timeout: the master on
+// standalone and Sentinel, every master on a Cluster. A Redis that
+// answers may still refuse every write: Probe checks that too.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var err error
+	if cc, ok := s.rdb.(*goredis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {
+			return c.Ping(ctx).Err()
+		})
+	} else {
+		err = s.rdb.Ping(ctx).Err()
+	}
+	if err != nil {
+		return wrap(ctx, "ping", err)
+	}
+	return nil
+}
+
+// NodesDown (for tests) returns the addresses of the Cluster masters that are cut
+// off now; nil elsewhere.
+func (s *Store) NodesDown() []string {
+	var down []string
+	s.healths.Range(func(k, v any) bool {
+		if v.(*nodeHealth).down.Load() {
+			down = append(down, k.(string))
+		}
+		return true
+	})
+	return down
+}

@@ -141,15 +141,6 @@ func (l *Lazy) Return(ctx context.Context, checks []limits.Check, receipts []int
 	return s.Return(ctx, checks, receipts)
 }
 
-// Ping is Store.Ping once connected.
-func (l *Lazy) Ping(ctx context.Context) error {
-	s := l.store.Load()
-	if s == nil {
-		return l.notConnectedErr()
-	}
-	return s.Ping(ctx)
-}
-
 // ProbeAny is Store.ProbeAny once connected.
 func (l *Lazy) ProbeAny(ctx context.Context) error {
 	s := l.store.Load()

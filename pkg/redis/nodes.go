@@ -157,19 +157,6 @@ func (s *Store) probeNodeOnce(ctx context.Context, node *goredis.Client) (served
 	return s.probeMaster(ctx, node, probeTags(ranges))
 }
 
-// NodesDown returns the addresses of the Cluster masters that are cut
-// off now; nil elsewhere.
-func (s *Store) NodesDown() []string {
-	var down []string
-	s.healths.Range(func(k, v any) bool {
-		if v.(*nodeHealth).down.Load() {
-			down = append(down, k.(string))
-		}
-		return true
-	})
-	return down
-}
-
 // probes owns the probe goroutines of the masters cut off. The zero
 // value is ready to use.
 type probes struct {

@@ -106,26 +106,6 @@ func (s *Store) Close() error {
 	return s.rdb.Close()
 }
 
-// Ping checks that Redis answers within the store's timeout: the master on
-// standalone and Sentinel, every master on a Cluster. A Redis that
-// answers may still refuse every write: Probe checks that too.
-func (s *Store) Ping(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	var err error
-	if cc, ok := s.rdb.(*goredis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {
-			return c.Ping(ctx).Err()
-		})
-	} else {
-		err = s.rdb.Ping(ctx).Err()
-	}
-	if err != nil {
-		return wrap(ctx, "ping", err)
-	}
-	return nil
-}
-
 // Apply implements limits.Store. Its Redis calls end by the earlier of
 // ctx's deadline and Options.Timeout, except a cross-slot refund, which
 // gets a fresh Options.Timeout: abandoning it would waste the budgets it

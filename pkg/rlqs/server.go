@@ -179,12 +179,6 @@ func (s *Server) release(n int) {
 	s.heldBytes.Add(-(int64(n) + bucketOverhead))
 }
 
-// Held reports the buckets all streams hold and the bytes they count
-// against MaxTotalBytes.
-func (s *Server) Held() (buckets int, bytes int64) {
-	return int(s.held.Load()), s.heldBytes.Load()
-}
-
 // noteRules logs, once per ruleset, the rules RLQS cannot serve from a
 // limit, when a stream first uses it: their buckets get the domain's
 // failure mode, which an operator should learn at deploy, not from the
