@@ -1,0 +1,457 @@
+// Package refbench compares two RLS servers side by side on one Redis:
+// this project's sidecar and envoyproxy/ratelimit (the reference), or two
+// builds of the sidecar. It measures what a fleet pays per decision,
+// Redis's CPU above all, since every sidecar of a fleet shares one Redis,
+// then the server's own CPU and its latency, in rounds that alternate the
+// servers (A B A B) so that a shared, noisy machine weighs on both alike.
+//
+// It is test support: BenchmarkAgainstReference uses it, and its own test
+// runs it with the sidecar in both slots.
+package refbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	goredis "github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Domain is the domain of Rules and of every request Load sends.
+const Domain = "bench"
+
+// Rules is the rule file both servers load: the tiers of a multi-tenant
+// API, fixed windows, in the reference's format. Limits are far above
+// what a run sends, so that every request is decided by Redis and
+// admitted: a benchmark of the path that writes.
+const Rules = `domain: bench
+descriptors:
+  - key: generic_key
+    value: global
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 1000000000}
+    descriptors:
+      - key: user
+        rate_limit: {unit: second, requests_per_unit: 1000000}
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000}
+`
+
+// Workloads are the request shapes Load sends: one hot key; one of 10,000
+// users; and the three tiers of a tenant's user (global, tenant, tenant
+// and user: three descriptors, one of 100 tenants, one of 10,000 users).
+var Workloads = []string{"hot", "users", "tiered"}
+
+// Server is one slot of a comparison: how to start it on a Redis and a
+// gRPC address, with Rules written to rulesDir.
+type Server struct {
+	Name  string
+	Start func(redisAddr, grpcAddr, rulesDir string) (*exec.Cmd, error)
+}
+
+// Sidecar returns the slot of the sidecar binary bin, run as the
+// reference is benchmarked: failing a request Redis cannot answer, with a
+// store timeout a busy machine does not reach.
+func Sidecar(name, bin string) Server {
+	return Server{Name: name, Start: func(redisAddr, grpcAddr, rulesDir string) (*exec.Cmd, error) {
+		cmd := exec.Command(bin, "--config", rulesDir, "--grpc-addr", grpcAddr, "--http-addr", "127.0.0.1:0",
+			"--redis-url", "redis://"+redisAddr, "--failure-mode", "error", "--redis-timeout", "100ms", "--log-level", "warn")
+		return cmd, cmd.Start()
+	}}
+}
+
+// Reference returns the slot of envoyproxy/ratelimit's binary bin, with
+// its runtime directory under rulesDir's parent, statistics off, and its
+// HTTP and debug ports on free loopback ports.
+func Reference(bin string) Server {
+	return Server{Name: "reference", Start: func(redisAddr, grpcAddr, rulesDir string) (*exec.Cmd, error) {
+		root := filepath.Join(filepath.Dir(rulesDir), "runtime")
+		if err := os.MkdirAll(filepath.Join(root, "ratelimit", "config"), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(root, "ratelimit", "config", "bench.yaml"), []byte(Rules), 0o644); err != nil {
+			return nil, err
+		}
+		host, port, _ := net.SplitHostPort(grpcAddr)
+		httpPort, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		debugPort, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(bin)
+		cmd.Env = append(os.Environ(), "USE_STATSD=false", "DISABLE_STATS=true", "LOG_LEVEL=warn",
+			"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr, "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit",
+			"RUNTIME_WATCH_ROOT=false", "RUNTIME_IGNOREDOTFILES=true", "HOST=127.0.0.1", "PORT="+strconv.Itoa(httpPort),
+			"GRPC_HOST="+host, "GRPC_PORT="+port, "DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(debugPort))
+		return cmd, cmd.Start()
+	}}
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Result is what one server cost for one round of one workload.
+type Result struct {
+	Server, Workload string
+	Requests, Errors int
+	Elapsed          time.Duration
+	// ServerCPU is the server process's user and system time; RedisCPU
+	// Redis's (INFO cpu), both over the round.
+	ServerCPU, RedisCPU time.Duration
+	P50, P99            time.Duration
+}
+
+// PerDecision returns d per request of r, in µs.
+func (r Result) PerDecision(d time.Duration) float64 {
+	return float64(d.Nanoseconds()) / 1000 / float64(max(r.Requests, 1))
+}
+
+// Options shape a comparison.
+type Options struct {
+	Workloads   []string      // default Workloads
+	Rounds      int           // A B rounds; default 3
+	Concurrency int           // requests in flight; default 64
+	Duration    time.Duration // of each round's load; default 5 s
+	MaxRequests int           // per round, to bound it; default 2,000,000
+}
+
+func (o *Options) defaults() {
+	if len(o.Workloads) == 0 {
+		o.Workloads = Workloads
+	}
+	o.Rounds = cmp(o.Rounds, 3)
+	o.Concurrency = cmp(o.Concurrency, 64)
+	if o.Duration <= 0 {
+		o.Duration = 5 * time.Second
+	}
+	o.MaxRequests = cmp(o.MaxRequests, 2_000_000)
+}
+
+func cmp(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// Compare runs each workload on each server in turn, round after round,
+// against the Redis at redisAddr, with the rules in rulesDir, and returns
+// every round's result. Each server is started once, warmed up with a
+// short load of each workload, and stopped at the end.
+func Compare(ctx context.Context, redisAddr, rulesDir string, servers []Server, o Options) ([]Result, error) {
+	o.defaults()
+	rdb := goredis.NewClient(&goredis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	running := make([]*running, len(servers))
+	for i, s := range servers {
+		r, err := start(ctx, s, redisAddr, rulesDir)
+		if err != nil {
+			return nil, err
+		}
+		defer r.stop()
+		running[i] = r
+	}
+	var out []Result
+	for _, w := range o.Workloads {
+		for _, r := range running {
+			warm := o
+			warm.Duration, warm.MaxRequests = time.Second, 20_000
+			if _, err := r.round(ctx, rdb, w, warm); err != nil {
+				return nil, err
+			}
+		}
+		for range o.Rounds {
+			for _, r := range running {
+				res, err := r.round(ctx, rdb, w, o)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, res)
+			}
+		}
+	}
+	return out, nil
+}
+
+// running is a started server and a connection to it.
+type running struct {
+	name string
+	cmd  *exec.Cmd
+	conn *grpc.ClientConn
+	rls  rlsv3.RateLimitServiceClient
+}
+
+func start(ctx context.Context, s Server, redisAddr, rulesDir string) (*running, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	cmd, err := s.Start(redisAddr, addr, rulesDir)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", s.Name, err)
+	}
+	r := &running{name: s.Name, cmd: cmd}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		r.stop()
+		return nil, err
+	}
+	r.conn, r.rls = conn, rlsv3.NewRateLimitServiceClient(conn)
+	// Ready once it decides a request: the reference has no readiness
+	// endpoint that says its rules are loaded.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := r.rls.ShouldRateLimit(cctx, request("hot", 0))
+		cancel()
+		if err == nil {
+			return r, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			r.stop()
+			return nil, fmt.Errorf("%s never answered on %s: %w", s.Name, addr, err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a process that is starting
+	}
+}
+
+func (r *running) stop() {
+	if r.conn != nil {
+		r.conn.Close()
+	}
+	if r.cmd.Process != nil {
+		_ = r.cmd.Process.Kill()
+		_ = r.cmd.Wait()
+	}
+}
+
+// round sends workload w at o.Concurrency for o.Duration (or
+// o.MaxRequests) and measures what it cost.
+func (r *running) round(ctx context.Context, rdb *goredis.Client, w string, o Options) (Result, error) {
+	res := Result{Server: r.name, Workload: w}
+	cpu0, err := processCPU(r.cmd.Process.Pid)
+	if err != nil {
+		return res, err
+	}
+	redis0, err := RedisCPU(ctx, rdb)
+	if err != nil {
+		return res, err
+	}
+	lats, errs, elapsed := r.load(ctx, w, o)
+	cpu1, err := processCPU(r.cmd.Process.Pid)
+	if err != nil {
+		return res, err
+	}
+	redis1, err := RedisCPU(ctx, rdb)
+	if err != nil {
+		return res, err
+	}
+	slices.Sort(lats)
+	res.Requests, res.Errors, res.Elapsed = len(lats), errs, elapsed
+	res.ServerCPU, res.RedisCPU = cpu1-cpu0, redis1-redis0
+	if len(lats) > 0 {
+		res.P50, res.P99 = lats[len(lats)/2], lats[len(lats)*99/100]
+	}
+	if errs > 0 {
+		return res, fmt.Errorf("%s %s: %d of %d requests failed", r.name, w, errs, len(lats)+errs)
+	}
+	return res, nil
+}
+
+// load runs the workers of one round and returns the latency of each
+// request that succeeded, the count of those that failed, and the time
+// the round took.
+func (r *running) load(ctx context.Context, w string, o Options) ([]time.Duration, int, time.Duration) {
+	var (
+		mu    sync.Mutex
+		lats  = make([]time.Duration, 0, 1<<16)
+		errs  int
+		sent  atomic.Int64
+		wg    sync.WaitGroup
+		start = time.Now()
+		until = start.Add(o.Duration)
+	)
+	for g := range o.Concurrency {
+		wg.Go(func() {
+			mine := make([]time.Duration, 0, 1024)
+			bad := 0
+			for n := g; time.Now().Before(until) && sent.Add(1) <= int64(o.MaxRequests); n += o.Concurrency {
+				t := time.Now()
+				if _, err := r.rls.ShouldRateLimit(ctx, request(w, n)); err != nil {
+					bad++
+					continue
+				}
+				mine = append(mine, time.Since(t))
+			}
+			mu.Lock()
+			lats, errs = append(lats, mine...), errs+bad
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return lats, errs, time.Since(start)
+}
+
+// request returns the n-th request of workload w: which user and tenant
+// follow from n by a fixed spread, so both servers see the same keys.
+func request(w string, n int) *rlsv3.RateLimitRequest {
+	entry := func(k, v string) *commonrl.RateLimitDescriptor_Entry {
+		return &commonrl.RateLimitDescriptor_Entry{Key: k, Value: v}
+	}
+	desc := func(es ...*commonrl.RateLimitDescriptor_Entry) *commonrl.RateLimitDescriptor {
+		return &commonrl.RateLimitDescriptor{Entries: es}
+	}
+	h := uint64(n) * 0x9e3779b97f4a7c15
+	user, tenant := "u"+strconv.FormatUint(h%10_000, 10), "t"+strconv.FormatUint(h>>32%100, 10)
+	req := &rlsv3.RateLimitRequest{Domain: Domain, HitsAddend: 1}
+	switch w {
+	case "hot":
+		req.Descriptors = append(req.Descriptors, desc(entry("generic_key", "global")))
+	case "users":
+		req.Descriptors = append(req.Descriptors, desc(entry("user", user)))
+	default:
+		req.Descriptors = append(req.Descriptors, desc(entry("generic_key", "global")),
+			desc(entry("tenant", tenant)), desc(entry("tenant", tenant), entry("user", user)))
+	}
+	return req
+}
+
+// processCPU returns the user and system time of process pid, from
+// /proc/pid/stat (fields 14 and 15, in clock ticks of 1/100 s: USER_HZ
+// is 100 on Linux whatever the kernel's HZ).
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errors.New("malformed /proc stat: " + s)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, errors.New("short /proc stat: " + s)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
+// RedisCPU returns the CPU time Redis has used, user and system, from
+// INFO cpu (in µs).
+func RedisCPU(ctx context.Context, rdb *goredis.Client) (time.Duration, error) {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("INFO cpu %q: %w", line, err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
+// Row is the medians over the rounds of one server on one workload, and
+// their ratios to the first server's (Compare's servers[0]).
+type Row struct {
+	Server, Workload string
+	// Per decision, in µs.
+	RedisCPU, ServerCPU float64
+	RPS                 float64
+	P99                 time.Duration
+	// RedisRatio and ServerRatio divide this server's figures by the
+	// first server's on the same workload.
+	RedisRatio, ServerRatio float64
+}
+
+// Summarize returns a Row per workload and server of results, in the
+// order they first appear.
+func Summarize(results []Result) []Row {
+	type key struct{ server, workload string }
+	var order []key
+	by := map[key][]Result{}
+	for _, r := range results {
+		k := key{r.Server, r.Workload}
+		if _, ok := by[k]; !ok {
+			order = append(order, k)
+		}
+		by[k] = append(by[k], r)
+	}
+	median := func(rs []Result, f func(Result) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	rows := make([]Row, 0, len(order))
+	first := map[string]Row{}
+	for _, k := range order {
+		rs := by[k]
+		row := Row{Server: k.server, Workload: k.workload,
+			RedisCPU:  median(rs, func(r Result) float64 { return r.PerDecision(r.RedisCPU) }),
+			ServerCPU: median(rs, func(r Result) float64 { return r.PerDecision(r.ServerCPU) }),
+			RPS:       median(rs, func(r Result) float64 { return float64(r.Requests) / r.Elapsed.Seconds() }),
+			P99:       time.Duration(median(rs, func(r Result) float64 { return float64(r.P99) })),
+		}
+		f, ok := first[k.workload]
+		if !ok {
+			f = row
+			first[k.workload] = row
+		}
+		row.RedisRatio, row.ServerRatio = row.RedisCPU/f.RedisCPU, row.ServerCPU/f.ServerCPU
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// Table renders rows as a Markdown table.
+func Table(rows []Row) string {
+	var b strings.Builder
+	b.WriteString("| workload | server | decisions/s | Redis µs/decision | ÷ first | server µs/decision | ÷ first | p99 |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %v |\n", r.Workload, r.Server, r.RPS,
+			r.RedisCPU, r.RedisRatio, r.ServerCPU, r.ServerRatio, r.P99.Round(10*time.Microsecond))
+	}
+	return b.String()
+}

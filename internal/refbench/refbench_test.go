@@ -1,0 +1,154 @@
+package refbench_test
+
+import (
+	"context"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refbench"
+)
+
+var (
+	refSrc = flag.String("refbench.src", os.Getenv("RLS_REFERENCE_SRC"),
+		"BenchmarkAgainstReference: a checkout of github.com/envoyproxy/ratelimit to build the reference from (default $RLS_REFERENCE_SRC)")
+	beforeSrc = flag.String("refbench.before", "",
+		"BenchmarkAgainstReference: a checkout of this repository (e.g. a git worktree at the commit before a change) to add as a third server, \"before\"")
+	rounds   = flag.Int("refbench.rounds", 3, "BenchmarkAgainstReference: A B rounds per workload")
+	duration = flag.Duration("refbench.duration", 5*time.Second, "BenchmarkAgainstReference: each round's load")
+	conc     = flag.Int("refbench.concurrency", 64, "BenchmarkAgainstReference: requests in flight")
+	only     = flag.String("refbench.workloads", "", "BenchmarkAgainstReference: comma-separated workloads (default hot,users,tiered)")
+)
+
+// BenchmarkAgainstReference runs the comparison issue 29 asks for: the
+// sidecar of this tree, envoyproxy/ratelimit built from -refbench.src,
+// and optionally the sidecar built from -refbench.before, A B A B on one
+// private redis-server, each workload at 64 requests in flight. It logs
+// the table of medians (docs/performance.md shows one) and reports the
+// sidecar's Redis and server CPU per decision as ratios to the
+// reference's. Without a reference checkout it skips:
+//
+//	go test -run '^$' -bench AgainstReference -benchtime 1x ./internal/refbench \
+//	    -args -refbench.src=$HOME/src/ratelimit
+func BenchmarkAgainstReference(b *testing.B) {
+	if *refSrc == "" {
+		b.Skip("set -refbench.src (or RLS_REFERENCE_SRC) to a checkout of github.com/envoyproxy/ratelimit to compare against it")
+	}
+	ref := build(b, *refSrc, "./src/service_cmd")
+	servers := []refbench.Server{refbench.Reference(ref), refbench.Sidecar("sidecar", build(b, repoRoot(b), "./cmd/ratelimit-sidecar"))}
+	if *beforeSrc != "" {
+		servers = append(servers, refbench.Sidecar("before", build(b, *beforeSrc, "./cmd/ratelimit-sidecar")))
+	}
+	o := refbench.Options{Rounds: *rounds, Duration: *duration, Concurrency: *conc}
+	if *only != "" {
+		o.Workloads = strings.Split(*only, ",")
+	}
+	var rows []refbench.Row
+	for b.Loop() {
+		results := compare(b, servers, o)
+		rows = refbench.Summarize(results)
+	}
+	b.Logf("\n%s", refbench.Table(rows))
+	for _, r := range rows {
+		if r.Server != "reference" {
+			b.ReportMetric(r.RedisRatio, r.Server+"-"+r.Workload+"-redis/ref")
+			b.ReportMetric(r.ServerRatio, r.Server+"-"+r.Workload+"-cpu/ref")
+		}
+	}
+}
+
+// TestCompareSelf runs the harness with the sidecar in both slots, a
+// little of each workload, so that the benchmark above cannot rot
+// unnoticed: every request of every workload is decided (a request the
+// rules did not match, or a failure, fails the round), both servers
+// report Redis CPU, and a server compared with itself is within a wide
+// band of 1.
+func TestCompareSelf(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the sidecar")
+	}
+	bin := build(t, repoRoot(t), "./cmd/ratelimit-sidecar")
+	o := refbench.Options{Rounds: 1, Duration: 300 * time.Millisecond, Concurrency: 8, MaxRequests: 3000}
+	results := compare(t, []refbench.Server{refbench.Sidecar("a", bin), refbench.Sidecar("b", bin)}, o)
+	if want := 2 * len(refbench.Workloads); len(results) != want {
+		t.Fatalf("%d results, want %d (2 servers × %v)", len(results), want, refbench.Workloads)
+	}
+	for _, r := range results {
+		if r.Requests == 0 || r.RedisCPU <= 0 || r.P99 < r.P50 || r.P50 <= 0 {
+			t.Errorf("%s %s: %d requests, Redis CPU %v, p50 %v, p99 %v: want requests, Redis work and latencies", r.Server, r.Workload, r.Requests, r.RedisCPU, r.P50, r.P99)
+		}
+	}
+	rows := refbench.Summarize(results)
+	table := refbench.Table(rows)
+	t.Logf("\n%s", table)
+	for _, r := range rows {
+		if r.Server == "a" && r.RedisRatio != 1 {
+			t.Errorf("%s: the first server's ratio to itself is %v", r.Workload, r.RedisRatio)
+		}
+	}
+	// The tiered workload decides three descriptors a request: Redis does
+	// more for it than for one hot key, whichever server runs it.
+	perDecision := map[string]float64{}
+	for _, r := range rows {
+		if r.Server == "a" {
+			perDecision[r.Workload] = r.RedisCPU
+		}
+	}
+	if perDecision["tiered"] <= perDecision["hot"] {
+		t.Errorf("Redis µs per decision: tiered %.2f, hot %.2f; want tiered above hot", perDecision["tiered"], perDecision["hot"])
+	}
+}
+
+// compare starts a private redis-server, writes the rules and runs the
+// comparison.
+func compare(t testing.TB, servers []refbench.Server, o refbench.Options) []refbench.Result {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	rules := filepath.Join(t.TempDir(), "rules")
+	if err := os.MkdirAll(rules, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rules, "bench.yaml"), []byte(refbench.Rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	results, err := refbench.Compare(ctx, srv.Addr, rules, servers, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return results
+}
+
+// build builds the command pkg of the module in dir into a temporary
+// directory.
+func build(t testing.TB, dir, pkg string) string {
+	t.Helper()
+	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goTool); err != nil {
+		goTool = "go"
+	}
+	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	cmd := exec.Command(goTool, "build", "-o", bin, pkg)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s in %s: %v\n%s", pkg, dir, err, out)
+	}
+	return bin
+}
+
+// repoRoot is this repository's root: two levels above this package.
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(wd, "..", "..")
+}
