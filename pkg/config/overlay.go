@@ -321,7 +321,7 @@ func (o *Overlay) Apply(files []File) *Applied {
 	a.file = o.File
 	changed := make([]bool, len(files))
 	for _, e := range o.entries {
-		why := "no rule document has domain " + fmt.Sprintf("%q", e.domain)
+		why := fmt.Sprintf("no rules of domain %q", e.domain)
 		matched := false
 		for i, f := range files {
 			if f.Root == nil || f.Root.Kind != yaml.MappingNode || scalarOf(get(f.Root, "domain")) != e.domain {

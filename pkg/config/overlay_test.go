@@ -162,7 +162,7 @@ func TestOverlayUnmatched(t *testing.T) {
 		name, give, want string
 	}{
 		{"domain", "overlays:\n  - domain: default/eg/https\n    failure_mode: closed\n",
-			`overlay.yaml:2: overlays[0]: matches nothing: no rule document has domain "default/eg/https"`},
+			`overlay.yaml:2: overlays[0]: matches nothing: no rules of domain "default/eg/https"`},
 		{"top level", "overlays:\n  - domain: default/eg/http\n    path: [{key: rule-0-match-0}]\n    rate_limit: {algorithm: sliding_window}\n",
 			`overlay.yaml:2: overlays[0]: matches nothing: path[0]: no descriptor with key "rule-0-match-0" and no value at the top level of domain "default/eg/http"`},
 		{"second level", "overlays:\n  - domain: default/eg/http\n    failure_mode: closed\n  - domain: default/eg/http\n    path:\n      - {key: httproute/default/api/rule/0/match/0/*, value: httproute/default/api/rule/0/match/0/*}\n      - {key: rule-0-match-1}\n    rate_limit: {algorithm: sliding_window}\n",
