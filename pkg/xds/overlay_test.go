@@ -169,6 +169,16 @@ func TestOverlayReload(t *testing.T) {
 			t.Errorf("%s: route api's limit %s, want the last good overlay's token bucket", bad.name, got)
 		}
 	}
+	// With the bad edit still in the file, a push gets the last good
+	// overlay; the status still says the file was refused.
+	srv.Set(t, node, "2", egConfig(5, "api", "web"))
+	_, n = srv.Await(t, n, "ACKing version 2", isACK("2"))
+	if a := c.awaitApplied(t); a.status.LastError == nil {
+		t.Errorf("push while the overlay file is refused: status without the overlay's error")
+	}
+	if got := c.limitOf(t, "api"); !strings.HasPrefix(got, "token_bucket 5 per 1m0s, burst 8") {
+		t.Errorf("route api's limit after a push: %s, want the pushed count with the last good overlay's token bucket", got)
+	}
 	writeFile(t, ovPath, good)
 	if a := c.awaitApplied(t); a.err != nil || a.status.LastError != nil {
 		t.Errorf("good overlay restored: %v (status error %v), want no error", a.err, a.status.LastError)
@@ -176,8 +186,8 @@ func TestOverlayReload(t *testing.T) {
 
 	// Route api goes from the control plane: the push is ACKed, the
 	// entry for it reported, not NACKed.
-	srv.Set(t, node, "2", egConfig(4, "web"))
-	srv.Await(t, n, "ACKing version 2", isACK("2"))
+	srv.Set(t, node, "3", egConfig(4, "web"))
+	srv.Await(t, n, "ACKing version 3", isACK("3"))
 	if a := c.awaitApplied(t); a.err != nil {
 		t.Fatalf("push without route api: %v", a.err)
 	}
