@@ -209,3 +209,15 @@ func toStrings(v any) []string {
 	}
 	return out
 }
+
+// TestOverlayBadAtStart: a bad overlay file stops the client's start,
+// naming the file, line, path and reason.
+func TestOverlayBadAtStart(t *testing.T) {
+	ovPath := filepath.Join(t.TempDir(), "overlay.yaml")
+	writeFile(t, ovPath, overlayFor("api", "{algoritm: sliding_window}"))
+	engine := limits.NewEngine(limits.NewRuleset(nil, nil, ""), memory.New(memory.Options{}), limits.EngineOptions{})
+	_, err := xds.New(engine, nil, xds.Options{Server: "127.0.0.1:1", OverlayPath: ovPath})
+	if want := "xds overlay: " + ovPath + ":6: overlays[0].rate_limit.algoritm: unknown field"; err == nil || err.Error() != want {
+		t.Errorf("New with a bad overlay: %v, want %q", err, want)
+	}
+}
