@@ -381,7 +381,7 @@ func (c *Client) apply(resources []*anypb.Any) (repeated bool, err error) {
 	c.inUse = resources
 	c.applied.Store(true)
 	defer c.markReady()
-	c.use(rs, p)
+	c.use(rs, p, "xds push restores the rules in use")
 	return false, nil
 }
 
@@ -398,33 +398,62 @@ func (c *Client) reject(msg string, field zap.Field, err error) {
 }
 
 // use makes rs, parsed from p, the rules in use, unless they are those
-// in use already. While the overlay file's last reading stands refused,
-// the status keeps saying so. Requires c.applyMu held.
-func (c *Client) use(rs *limits.Ruleset, p prepared) {
+// in use already; then, if a refusal is over, restored is logged. The
+// status's error stays that of a refusal that still stands (see
+// standing). Requires c.applyMu held.
+func (c *Client) use(rs *limits.Ruleset, p prepared, restored string) {
 	c.reportUnmatched(p.applied.Unmatched)
 	now := time.Now()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.status.LastAttempt = now
-	if rs.Checksum == c.status.Checksum {
-		// The rules in use, again: after a reconnect, or a rejected push
-		// undone. Nothing to swap; a rejection is over.
-		if c.status.LastError != nil && c.status.LastError != c.overlayErr {
-			c.status.LastError = c.overlayErr
-			c.status.Successes++
-			c.log.Info("xds push restores the rules in use", zap.String("checksum", rs.Checksum))
-			c.notify(c.overlayErr)
-		}
+	same := rs.Checksum == c.status.Checksum
+	c.mu.Unlock()
+	if same {
+		// The rules in use, again: after a reconnect, a rejected push
+		// undone, or an overlay edit that changes no rule.
+		c.resolved(restored)
 		return
 	}
+	err := c.standing()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	old := c.engine.Rules()
 	c.engine.SetRules(rs)
 	c.status = config.ReloadStatus{
-		Checksum: rs.Checksum, LoadedAt: now, Files: rs.Files, LastAttempt: now, LastError: c.overlayErr,
+		Checksum: rs.Checksum, LoadedAt: now, Files: rs.Files, LastAttempt: now, LastError: err,
 		Successes: c.status.Successes + 1, Failures: c.status.Failures,
 	}
 	c.logApplied(old, rs, p.names())
-	c.notify(c.overlayErr)
+	c.notify(err)
+}
+
+// standing is the refusal that still stands, which the status reports:
+// the overlay file's last reading's, else the last push's, else nil.
+// Requires c.applyMu held.
+func (c *Client) standing() error {
+	if c.overlayErr != nil {
+		return c.overlayErr
+	}
+	return c.rejectedErr
+}
+
+// resolved updates the status after a refusal ended: if none stands any
+// more, the status's error is cleared, msg logged, and a success
+// reported. Requires c.applyMu held.
+func (c *Client) resolved(msg string) {
+	err := c.standing()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.status.LastError == nil || c.status.LastError == err {
+		return
+	}
+	c.status.LastError = err
+	if err != nil {
+		return
+	}
+	c.status.Successes++
+	c.log.Info(msg, zap.String("checksum", c.status.Checksum))
+	c.notify(nil)
 }
 
 // logApplied logs one line for a swap from old to rs: at Warn if it

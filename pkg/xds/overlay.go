@@ -92,9 +92,11 @@ func (c *Client) ReloadOverlay() (bool, error) {
 	}
 	c.applyMu.Lock()
 	defer c.applyMu.Unlock()
+	const restored = "xds overlay restored to one that fits the rules"
 	data, err := os.ReadFile(c.o.OverlayPath)
 	if err == nil && sum(data) == c.overlay.Checksum {
-		c.overlayRestored()
+		c.overlayErr = nil
+		c.resolved(restored)
 		return false, nil
 	}
 	var ov *config.Overlay
@@ -121,28 +123,13 @@ func (c *Client) ReloadOverlay() (bool, error) {
 	c.overlay, c.overlayErr = ov, nil
 	if rs == nil {
 		c.log.Info("xds overlay loaded; it applies from the first push", zap.String("overlay", c.o.OverlayPath))
-		c.overlayRestored()
+		c.resolved(restored)
 		return false, nil
 	}
 	c.log.Info("xds overlay reloaded", zap.String("overlay", c.o.OverlayPath))
 	before := c.engine.Rules().Checksum
-	c.use(rs, p)
+	c.use(rs, p, restored)
 	return rs.Checksum != before, nil
-}
-
-// overlayRestored clears a refused overlay reading from the status once
-// the file is the overlay in use again. Requires c.applyMu held.
-func (c *Client) overlayRestored() {
-	c.overlayErr = nil
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.status.LastError == nil {
-		return
-	}
-	c.status.LastError = nil
-	c.status.Successes++
-	c.log.Info("xds overlay restored to the one in use", zap.String("overlay", c.o.OverlayPath))
-	c.notify(nil)
 }
 
 // watchOverlay reloads the overlay whenever its file changes, until ctx

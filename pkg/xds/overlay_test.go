@@ -221,3 +221,27 @@ func TestOverlayBadAtStart(t *testing.T) {
 		t.Errorf("New with a bad overlay: %v, want %q", err, want)
 	}
 }
+
+// TestOverlayRereadKeepsPushRejection: reading an unchanged overlay
+// again (SIGHUP, or an event for another file of its directory) does not
+// clear the error of a push that stands rejected.
+func TestOverlayRereadKeepsPushRejection(t *testing.T) {
+	ovPath := filepath.Join(t.TempDir(), "overlay.yaml")
+	writeFile(t, ovPath, overlayFor("api", "{algorithm: sliding_window}"))
+	srv := xdstest.Start(t)
+	srv.Set(t, node, "1", egConfig(4, "api"))
+	c := startClient(t, fast(xds.Options{Server: srv.Addr, OverlayPath: ovPath}))
+	c.awaitApplied(t)
+	bad := egConfig(4, "api")
+	bad.Descriptors[0].Descriptors[0].RateLimit.Unit = 42
+	srv.Set(t, node, "2", bad)
+	if a := c.awaitApplied(t); a.err == nil {
+		t.Fatal("a push with an unknown unit was applied")
+	}
+	if _, err := c.ReloadOverlay(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Status().LastError; err == nil || !strings.Contains(err.Error(), `unknown unit "42"`) {
+		t.Errorf("status error after rereading the overlay: %v, want the push's rejection", err)
+	}
+}
