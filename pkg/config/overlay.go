@@ -78,7 +78,7 @@ type overlayEntry struct {
 // overlayStep is one level of an entry's path.
 type overlayStep struct{ key, value string }
 
-// where names the entry in messages: overlays[i], at its line.
+// where is the entry's YAML path, overlays[i], for messages.
 func (e *overlayEntry) where() string { return fmt.Sprintf("overlays[%d]", e.index) }
 
 // LoadOverlay reads and parses the overlay file at path.
