@@ -320,6 +320,7 @@ func (o *Overlay) Apply(files []File) *Applied {
 	}
 	a.file = o.File
 	changed := make([]bool, len(files))
+	idx := levelIndex{}
 	for _, e := range o.entries {
 		why := fmt.Sprintf("no rules of domain %q", e.domain)
 		matched := false
@@ -327,7 +328,7 @@ func (o *Overlay) Apply(files []File) *Applied {
 			if f.Root == nil || f.Root.Kind != yaml.MappingNode || scalarOf(get(f.Root, "domain")) != e.domain {
 				continue
 			}
-			targets, reason := e.targets(f.Root)
+			targets, reason := e.targets(f.Root, idx)
 			if len(targets) == 0 {
 				why = reason
 				continue
@@ -360,10 +361,10 @@ func (a *Applied) touch(file, path string, e *overlayEntry) {
 // targets returns the descriptor mappings of root that e sets fields of,
 // by their YAML paths (the root itself at "" for a domain-only entry), or
 // none and why.
-func (e *overlayEntry) targets(root *yaml.Node) (map[string]*yaml.Node, string) {
+func (e *overlayEntry) targets(root *yaml.Node, idx levelIndex) (map[string]*yaml.Node, string) {
 	switch {
 	case e.path != nil:
-		return e.byPath(root)
+		return e.byPath(root, idx)
 	case e.name != "":
 		out := map[string]*yaml.Node{}
 		walkDescriptors(get(root, "descriptors"), "descriptors", func(path string, d *yaml.Node) {
@@ -379,20 +380,43 @@ func (e *overlayEntry) targets(root *yaml.Node) (map[string]*yaml.Node, string) 
 	return map[string]*yaml.Node{"": root}, ""
 }
 
+// levelIndex indexes the descriptors of each level an overlay looks in
+// by key and value, so that N entries on a level of M descriptors cost
+// N+M, not N*M. The first of a key and value wins, as in matching.
+type levelIndex map[*yaml.Node]map[overlayStep]int
+
+// find returns the index in level of the descriptor with s's key and
+// value, or -1.
+func (idx levelIndex) find(level *yaml.Node, s overlayStep) int {
+	if level == nil || level.Kind != yaml.SequenceNode {
+		return -1
+	}
+	m, ok := idx[level]
+	if !ok {
+		m = make(map[overlayStep]int, len(level.Content))
+		for j, item := range level.Content {
+			item = deref(item)
+			k := overlayStep{scalarOf(get(item, "key")), scalarOf(get(item, "value"))}
+			if _, dup := m[k]; !dup && item.Kind == yaml.MappingNode {
+				m[k] = j
+			}
+		}
+		idx[level] = m
+	}
+	if j, ok := m[s]; ok {
+		return j
+	}
+	return -1
+}
+
 // byPath finds the descriptor at the end of e's path.
-func (e *overlayEntry) byPath(root *yaml.Node) (map[string]*yaml.Node, string) {
+func (e *overlayEntry) byPath(root *yaml.Node, idx levelIndex) (map[string]*yaml.Node, string) {
 	level, at := get(root, "descriptors"), "descriptors"
 	var d *yaml.Node
 	for i, s := range e.path {
 		d = nil
-		if level != nil && level.Kind == yaml.SequenceNode {
-			for j, item := range level.Content {
-				item = deref(item)
-				if item.Kind == yaml.MappingNode && scalarOf(get(item, "key")) == s.key && scalarOf(get(item, "value")) == s.value {
-					d, at = item, fmt.Sprintf("%s[%d]", at, j)
-					break
-				}
-			}
+		if j := idx.find(level, s); j >= 0 {
+			d, at = deref(level.Content[j]), fmt.Sprintf("%s[%d]", at, j)
 		}
 		if d == nil {
 			under := "at the top level"
