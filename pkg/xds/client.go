@@ -9,7 +9,8 @@
 // is ACKed; a bad one is NACKed with every problem, each naming the
 // resource, the path of the field and the reason, in error_detail, and
 // the rules in use keep deciding with their counters, which do not depend
-// on where rules came from.
+// on where rules came from. An overlay file (Options.OverlayPath) gives
+// every push the fields a RateLimitConfig cannot carry.
 package xds
 
 import (
