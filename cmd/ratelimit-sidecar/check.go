@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/xds"
 )
 
 // runCheck implements `ratelimit-sidecar check --config DIR
@@ -26,8 +28,9 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ratelimit-sidecar check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: ratelimit-sidecar check [--config PATH] [--merge-domains] [--allow-empty-rules] [--rlqs]")
+		fmt.Fprintln(fs.Output(), "Usage: ratelimit-sidecar check [--config PATH] [--merge-domains] [--allow-empty-rules] [--rlqs] [--xds-overlay FILE]")
 		fmt.Fprintln(fs.Output(), "Validates the rule files and prints their rules, or every problem found.")
+		fmt.Fprintln(fs.Output(), "With --xds-overlay, PATH holds RateLimitConfigs as an xDS server pushes them, and check prints the rules with the overlay applied.")
 		fs.PrintDefaults()
 	}
 	path := fs.String("config", "config/", "rule file or directory of *.yaml/*.yml rule files")
@@ -35,13 +38,20 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 	allowEmpty := fs.Bool("allow-empty-rules", false, "accept a path with no rule files, as the server does with this flag")
 	withRLQS := fs.Bool("rlqs", false, "also list the rules Envoy's rate_limit_quota filter (RLQS) cannot be served from: their buckets get the domain's failure mode")
 	bucketTTL := fs.Duration("rlqs-bucket-ttl", 6*time.Second, "with --rlqs: the sidecar's --rlqs-bucket-ttl")
+	overlay := fs.String("xds-overlay", "", "an overlay file for rules over xDS: --config then names RateLimitConfigs, one a file, as YAML or JSON (see docs/xds.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("check: unexpected argument %q", fs.Arg(0))
 	}
-	rs, err := loadRules(*path, config.Options{MergeDomains: *merge, AllowEmpty: *allowEmpty}, stderr)
+	load := loadRules
+	if *overlay != "" {
+		load = func(path string, opts config.Options, stderr io.Writer) (*limits.Ruleset, error) {
+			return checkOverlay(path, *overlay, opts, stderr)
+		}
+	}
+	rs, err := load(*path, config.Options{MergeDomains: *merge, AllowEmpty: *allowEmpty}, stderr)
 	if errors.Is(err, config.ErrNoRules) {
 		return fmt.Errorf("%w; pass --allow-empty-rules if the server is meant to run without rules", err)
 	}
@@ -86,6 +96,33 @@ func loadRules(path string, opts config.Options, stderr io.Writer) (*limits.Rule
 	return nil, fmt.Errorf("invalid config %s: %d problems", path, len(problems))
 }
 
+// checkOverlay previews the rules a push of the RateLimitConfigs at
+// path makes with the overlay file overlay, as the xDS client would make
+// them. An overlay entry that matches nothing fails the check, as a
+// problem in the rules does: each is printed to stderr.
+func checkOverlay(path, overlay string, opts config.Options, stderr io.Writer) (*limits.Ruleset, error) {
+	ov, err := config.LoadOverlay(overlay)
+	if err == nil {
+		var resources []*anypb.Any
+		if resources, err = xds.ReadConfigs(path); err == nil {
+			var rs *limits.Ruleset
+			var unmatched []error
+			if rs, unmatched, err = xds.Preview(resources, ov, opts); err == nil && len(unmatched) == 0 {
+				return rs, nil
+			}
+			err = errors.Join(append(unmatched, err)...)
+		}
+	}
+	problems := config.Problems(err)
+	if !errors.As(err, new(*config.Error)) {
+		return nil, err
+	}
+	for _, p := range problems {
+		fmt.Fprintln(stderr, p)
+	}
+	return nil, fmt.Errorf("%s with overlay %s: %s", path, overlay, plural(len(problems), "problem"))
+}
+
 // checkPrint writes the rules of every domain as a tree, e.g.
 //
 //	domain edge
@@ -115,7 +152,7 @@ func checkPrint(w io.Writer, rs *limits.Ruleset, root string) {
 				}
 				nrules++
 				nlimits += len(r.Limits)
-				fmt.Fprintf(w, "%s%s%s  # %s:%d\n", indent, branch, formatRule(r), relPath(root, r.File), r.Line)
+				fmt.Fprintf(w, "%s%s%s  # %s\n", indent, branch, formatRule(r), ruleOrigin(root, r))
 				walk(r.Children, indent+next)
 			}
 		}
@@ -152,6 +189,15 @@ func formatRule(r *limits.Rule) string {
 		b.WriteString("no rate_limit (always OK)")
 	}
 	return b.String()
+}
+
+// ruleOrigin is where r is defined: file:line, or for a rule pushed over
+// xDS (which has no line) the resource and the YAML path.
+func ruleOrigin(root string, r *limits.Rule) string {
+	if r.Line == 0 {
+		return r.File + " " + r.Path
+	}
+	return fmt.Sprintf("%s:%d", relPath(root, r.File), r.Line)
 }
 
 // relPath is file relative to the --config directory, or its base name

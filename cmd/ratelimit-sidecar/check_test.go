@@ -223,3 +223,43 @@ func TestCheckNoRules(t *testing.T) {
 		t.Errorf("stdout:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// TestCheckXDSOverlay: with --xds-overlay, check reads the RateLimitConfigs
+// Envoy Gateway would push and prints the rules the overlay makes of
+// them; an overlay with entries that match nothing fails, each entry
+// named with the file, line, path and reason.
+func TestCheckXDSOverlay(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"--config", "testdata/xds-overlay/push", "--xds-overlay", "testdata/xds-overlay/overlay.yaml"}
+	if err := runCheck(args, &stdout, &stderr); err != nil {
+		t.Fatalf("check: %v\n%s", err, stderr.String())
+	}
+	want := `domain default/eg/http (failure_mode: closed)
+└── httproute/default/api/rule/0/match/0/*=httproute/default/api/rule/0/match/0/*: no rate_limit  # RateLimitConfig "default/eg/http" descriptors[0]
+    └── rule-0-match-0, any value: sliding_window 100 per 1m0s; fixed_window 10000 per 24h0m0s  # RateLimitConfig "default/eg/http" descriptors[0].descriptors[0]
+
+ok: 1 domain, 2 rules, 2 limits in 1 file
+`
+	if got := stdout.String(); got != want {
+		t.Errorf("stdout:\n%s\nwant:\n%s", got, want)
+	}
+
+	stdout.Reset()
+	args[3] = "testdata/xds-overlay/unmatched.yaml"
+	err := runCheck(args, &stdout, &stderr)
+	if err == nil || !strings.HasSuffix(err.Error(), "with overlay testdata/xds-overlay/unmatched.yaml: 2 problems") {
+		t.Errorf("check of an overlay that matches nothing: %v, want it to fail counting 2 problems", err)
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	for i, want := range []string{
+		`testdata/xds-overlay/unmatched.yaml:2: overlays[0]: matches nothing: path[0]: no descriptor with key "httproute/default/web/rule/0/match/0/*"`,
+		`testdata/xds-overlay/unmatched.yaml:9: overlays[1]: matches nothing: no rules of domain "default/eg/https"`,
+	} {
+		if i >= len(lines) || !strings.HasPrefix(lines[i], want) {
+			t.Errorf("stderr line %d: want it to start %q; stderr:\n%s", i+1, want, stderr.String())
+		}
+	}
+	if stdout.Len() > 0 {
+		t.Errorf("stdout of a failed check: %s", stdout.String())
+	}
+}

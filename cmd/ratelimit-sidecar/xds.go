@@ -46,6 +46,7 @@ type xdsSettings struct {
 	}
 	maxMessageBytes int
 	forceStart      bool
+	overlay         string
 
 	// What finish derives.
 	enabled  bool // --config-type xds
@@ -68,6 +69,9 @@ func (x *xdsSettings) finish() error {
 	}
 	if x.forceStart && !x.enabled {
 		return fmt.Errorf("--force-start-without-rules: only with --config-type xds")
+	}
+	if x.overlay != "" && !x.enabled {
+		return fmt.Errorf("--xds-overlay: only with --config-type xds (rule files say it all themselves)")
 	}
 	// A wait below minXDSBackoff would let a client hammer a server
 	// that refuses it.
@@ -178,6 +182,8 @@ func rulesFrom(c *settings, files *config.Reloader, engine *limits.Engine, log *
 		AllowEmpty:        c.allowEmptyRules,
 		StartWithoutRules: c.xds.forceStart,
 		OnApply:           onApply,
+		OverlayPath:       c.xds.overlay,
+		OverlayDebounce:   c.reloadDebounce,
 	}
 	if c.xds.tls {
 		o.TLS = &xds.TLSOptions{CAFile: c.xds.tlsCA, CertFile: c.xds.tlsCert, KeyFile: c.xds.tlsKey, ServerName: c.xds.tlsServerName}
@@ -186,7 +192,7 @@ func rulesFrom(c *settings, files *config.Reloader, engine *limits.Engine, log *
 	if err != nil {
 		return nil, fmt.Errorf("--config-type xds: %w", err)
 	}
-	return &xdsRules{Client: client, log: log, server: c.xds.server, nodeID: c.xds.nodeID}, nil
+	return &xdsRules{Client: client, log: log, server: c.xds.server, nodeID: c.xds.nodeID, overlay: c.xds.overlay != ""}, nil
 }
 
 // xdsRules is an xDS client as a rule source.
@@ -194,17 +200,21 @@ type xdsRules struct {
 	*xds.Client
 	log            *zap.Logger
 	server, nodeID string
+	overlay        bool // --xds-overlay: SIGHUP reads it again
 }
 
 // metricsState is the client's state for the metrics.
 func (x *xdsRules) metricsState() metrics.XDSState {
 	st := x.State()
-	return metrics.XDSState{Connected: st.Connected, LastPush: st.LastPush, Applied: st.Applied}
+	return metrics.XDSState{Connected: st.Connected, LastPush: st.LastPush, Applied: st.Applied, OverlayUnmatched: st.OverlayUnmatched}
 }
 
-// Reload answers SIGHUP: the rules are the server's last push, and there
-// is nothing to read again.
+// Reload answers SIGHUP: the rules are the server's last push, and only
+// the overlay, if any, is read again.
 func (x *xdsRules) Reload() (bool, error) {
+	if x.overlay {
+		return x.ReloadOverlay()
+	}
 	x.log.Info("SIGHUP ignored: the rules come from the xDS server", zap.String("server", x.server))
 	return false, nil
 }

@@ -241,6 +241,7 @@ func TestXDSFlags(t *testing.T) {
 	}{
 		{give: []string{"--config-type", "consul"}, want: `--config-type: want file or xds, got "consul"`},
 		{give: []string{"--force-start-without-rules"}, want: "--force-start-without-rules: only with --config-type xds"},
+		{give: []string{"--xds-overlay", "overlay.yaml"}, want: "--xds-overlay: only with --config-type xds"},
 		{give: []string{"--xds-node-metadata", "cluster"}, want: `--xds-node-metadata: want key=value, got "cluster"`},
 		{give: []string{"--xds-node-metadata", "{cluster"}, want: "--xds-node-metadata: want a JSON object"},
 		{give: []string{"--xds-headers", "x-token=abc"}, want: `--xds-headers: want name:value, got "x-token=abc"`},
@@ -258,6 +259,7 @@ func TestXDSFlags(t *testing.T) {
 	env := map[string]string{
 		"RLS_CONFIG_TYPE": "GRPC_XDS_SOTW", "RLS_XDS_SERVER": "envoy-gateway:18001", "RLS_XDS_TLS_CA": "/certs/ca.crt",
 		"RLS_XDS_NODE_METADATA": "zone=a, rack = 7", "RLS_XDS_HEADERS": "X-Token:abc:def",
+		"RLS_XDS_OVERLAY": "/etc/overlay/overlay.yaml",
 	}
 	c, err := parseFlags(nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, io.Discard)
 	if err != nil {
@@ -272,6 +274,9 @@ func TestXDSFlags(t *testing.T) {
 	}
 	if len(x.header) != 1 || x.header["x-token"] != "abc:def" {
 		t.Errorf("headers %v", x.header)
+	}
+	if x.overlay != "/etc/overlay/overlay.yaml" {
+		t.Errorf("overlay %q, want RLS_XDS_OVERLAY's", x.overlay)
 	}
 
 	err = run(context.Background(), []string{"--config-type", "xds", "--xds-tls-ca", "/nonexistent/ca.pem", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, io.Discard, io.Discard)

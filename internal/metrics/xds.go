@@ -11,6 +11,9 @@ type XDSState struct {
 	Connected bool      // a stream to the server is open
 	LastPush  time.Time // zero: no push yet
 	Applied   bool      // a push's rules have been in use
+	// OverlayUnmatched counts the --xds-overlay entries that match
+	// nothing in the rules in use.
+	OverlayUnmatched int
 }
 
 // XDS registers the metrics of an xDS rule source, read from state at
@@ -34,6 +37,8 @@ func (m *Metrics) XDS(state func() XDSState) {
 				}
 				return float64(s.LastPush.UnixNano()) / 1e9
 			}),
+		gauge("xds_overlay_unmatched_entries", "Entries of --xds-overlay that match nothing in the rules in use: the push was applied without them (docs/xds.md).",
+			func(s XDSState) float64 { return float64(s.OverlayUnmatched) }),
 	)
 }
 

@@ -1,7 +1,8 @@
 // Package config reads rule files: envoyproxy/ratelimit's descriptor YAML
 // and its superset. It parses and validates them into a *limits.Ruleset,
 // reporting every problem with its file, line and YAML path, and reloads
-// them when they change (see Reloader).
+// them when they change (see Reloader). An overlay file (see Overlay)
+// adds the fields of our rule files to rules another program renders.
 package config
 
 import (

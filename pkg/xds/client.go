@@ -9,7 +9,8 @@
 // is ACKed; a bad one is NACKed with every problem, each naming the
 // resource, the path of the field and the reason, in error_detail, and
 // the rules in use keep deciding with their counters, which do not depend
-// on where rules came from.
+// on where rules came from. An overlay file (Options.OverlayPath) gives
+// every push the fields a RateLimitConfig cannot carry.
 package xds
 
 import (
@@ -105,7 +106,17 @@ type Options struct {
 	// in use, was rejected, or restored the rules in use after a
 	// rejection, with the new status and the push's error. A rejected
 	// push that the server sends again unchanged is not reported again.
+	// Overlay readings that change the rules or are refused are reported
+	// too.
 	OnApply func(config.ReloadStatus, error)
+	// OverlayPath, if set, names an overlay file (config.Overlay) applied
+	// to every push: it gives pushed rules the fields a RateLimitConfig
+	// cannot carry. New reads it, and fails if it is bad; Watch reads it
+	// again whenever it changes, as does ReloadOverlay.
+	OverlayPath string
+	// OverlayDebounce is how long Watch waits for the overlay file's
+	// events to stop before reading it; 0 is 200ms.
+	OverlayDebounce time.Duration
 }
 
 // Client keeps the engine's rules those of the management server's
@@ -120,19 +131,33 @@ type Client struct {
 	readyOnce sync.Once
 	quiet     time.Duration // quietAfter; tests shorten it
 
-	// rejected identifies the last push refused (its checksum, or its
-	// error if it did not render), and rejectedErr is why; only Watch's
-	// goroutine uses them.
+	// applyMu serializes pushes and overlay readings, and guards the
+	// fields up to mu.
+	applyMu sync.Mutex
+	// rejected identifies the last push refused (its checksum with the
+	// overlay applied, or its error if it did not render), and
+	// rejectedErr is why.
 	rejected    string
 	rejectedErr error
+	// overlay is the overlay in use (nil: none), overlayErr why the
+	// overlay file's last reading was refused (nil if it was not), and
+	// inUse the push whose rules are in use, which an overlay edit is
+	// checked against.
+	overlay    *config.Overlay
+	overlayErr error
+	inUse      []*anypb.Any
+	// unmatched is what the rules in use leave unmatched of the overlay,
+	// one message an entry, logged when it changes.
+	unmatched []string
 
 	mu     sync.Mutex // guards status
 	status config.ReloadStatus
 
 	// What State reports, written by Watch's goroutine.
-	connected atomic.Bool
-	lastPush  atomic.Int64 // Unix nanoseconds; 0: none yet
-	applied   atomic.Bool  // a push's rules have been in use
+	connected  atomic.Bool
+	lastPush   atomic.Int64 // Unix nanoseconds; 0: none yet
+	applied    atomic.Bool  // a push's rules have been in use
+	nUnmatched atomic.Int64 // len(unmatched)
 }
 
 // State is what a Client knows of its server, for metrics and the log.
@@ -146,11 +171,14 @@ type State struct {
 	// equal to the rules in use counts); the rules the client started
 	// with do not count.
 	Applied bool
+	// OverlayUnmatched counts the overlay's entries that match nothing in
+	// the rules in use.
+	OverlayUnmatched int
 }
 
 // State returns what the client knows of its server now.
 func (c *Client) State() State {
-	st := State{Connected: c.connected.Load(), Applied: c.applied.Load()}
+	st := State{Connected: c.connected.Load(), Applied: c.applied.Load(), OverlayUnmatched: int(c.nUnmatched.Load())}
 	if n := c.lastPush.Load(); n != 0 {
 		st.LastPush = time.Unix(0, n)
 	}
@@ -200,9 +228,16 @@ func New(engine *limits.Engine, log *zap.Logger, o Options) (*Client, error) {
 		return nil, fmt.Errorf("xds server %q: %w", o.Server, err)
 	}
 	conn.Close()
+	var ov *config.Overlay
+	if o.OverlayPath != "" {
+		if ov, err = config.LoadOverlay(o.OverlayPath); err != nil {
+			return nil, fmt.Errorf("xds overlay: %w", err)
+		}
+	}
 	rs := engine.Rules()
 	c := &Client{
-		o: o, engine: engine, log: log, dial: dial,
+		overlay: ov,
+		o:       o, engine: engine, log: log, dial: dial,
 		node:   &core.Node{Id: o.NodeID, Metadata: o.NodeMetadata, UserAgentName: "ratelimit-sidecar"},
 		ready:  make(chan struct{}),
 		quiet:  quietAfter,
@@ -234,6 +269,15 @@ func (c *Client) markReady() { c.readyOnce.Do(func() { close(c.ready) }) }
 // tells the server the version last ACKed, as Envoy does, so a server
 // whose rules did not change meanwhile need not push them again.
 func (c *Client) Watch(ctx context.Context) error {
+	if c.o.OverlayPath != "" {
+		wctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.watchOverlay(wctx)
+		}()
+		defer func() { stop(); <-done }()
+	}
 	sctx := metadata.NewOutgoingContext(ctx, metadata.New(c.o.Headers))
 	ads := sotw.NewADSClient(sctx, c.node, resource.RateLimitConfigType)
 	reconnect, repeat := c.backoff(), c.backoff()
@@ -314,65 +358,103 @@ func (c *Client) stream(ctx context.Context, ads sotw.ADSClient, repeat *backoff
 // push equal to the last one rejected, which is neither logged nor
 // reported again. Only Watch's goroutine calls it.
 func (c *Client) apply(resources []*anypb.Any) (repeated bool, err error) {
-	files, err := render(resources)
-	key := "render: "
-	if err == nil {
-		key = config.Checksum(files)
-	} else {
-		key += err.Error()
-	}
-	if c.rejected != "" && key == c.rejected {
+	c.applyMu.Lock()
+	defer c.applyMu.Unlock()
+	p := prepare(resources, c.overlay)
+	if c.rejected != "" && p.key == c.rejected {
 		return true, c.rejectedErr
 	}
 	var rs *limits.Ruleset
 	switch {
-	case err != nil:
-	case len(files) == 0 && !c.o.AllowEmpty:
+	case p.err != nil:
+		err = p.err
+	case len(p.files) == 0 && !c.o.AllowEmpty:
 		err = ErrNoResources
 	default:
-		rs, err = config.ParseGenerated(files, c.o.Rules)
+		rs, err = p.parse(c.o.Rules)
 	}
-	names := make([]string, len(files))
-	for i, f := range files {
-		names[i] = f.Name
-	}
-
-	now := time.Now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.status.LastAttempt = now
 	if err != nil {
-		c.rejected, c.rejectedErr = key, err
-		c.status.Failures++
-		c.status.LastError = err
-		c.log.Error("xds push rejected; keeping the rules in use",
-			zap.Int("resources", len(resources)), zap.String("checksum", c.status.Checksum), zap.Error(err))
-		c.notify(err)
+		c.rejected, c.rejectedErr = p.key, err
+		c.reject("xds push rejected; keeping the rules in use", zap.Int("resources", len(resources)), err)
 		return false, err
 	}
 	c.rejected, c.rejectedErr = "", nil
+	c.inUse = resources
 	c.applied.Store(true)
 	defer c.markReady()
-	if rs.Checksum == c.status.Checksum {
-		// The rules in use, again: after a reconnect, or a rejected push
-		// undone. Nothing to swap; a rejection is over.
-		if c.status.LastError != nil {
-			c.status.LastError = nil
-			c.status.Successes++
-			c.log.Info("xds push restores the rules in use", zap.String("checksum", rs.Checksum))
-			c.notify(nil)
-		}
-		return false, nil
+	c.use(rs, p, "xds push restores the rules in use")
+	return false, nil
+}
+
+// reject records a refused push or overlay, logged at Error with msg.
+// Requires c.applyMu held.
+func (c *Client) reject(msg string, field zap.Field, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.status.LastAttempt = time.Now()
+	c.status.Failures++
+	c.status.LastError = err
+	c.log.Error(msg, field, zap.String("checksum", c.status.Checksum), zap.Error(err))
+	c.notify(err)
+}
+
+// use makes rs, parsed from p, the rules in use, unless they are those
+// in use already; then, if a refusal is over, restored is logged. The
+// status's error stays that of a refusal that still stands (see
+// standing). Requires c.applyMu held.
+func (c *Client) use(rs *limits.Ruleset, p prepared, restored string) {
+	c.reportUnmatched(p.applied.Unmatched)
+	now := time.Now()
+	c.mu.Lock()
+	c.status.LastAttempt = now
+	same := rs.Checksum == c.status.Checksum
+	c.mu.Unlock()
+	if same {
+		// The rules in use, again: after a reconnect, a rejected push
+		// undone, or an overlay edit that changes no rule.
+		c.resolved(restored)
+		return
 	}
+	err := c.standing()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	old := c.engine.Rules()
 	c.engine.SetRules(rs)
 	c.status = config.ReloadStatus{
-		Checksum: rs.Checksum, LoadedAt: now, Files: rs.Files, LastAttempt: now,
+		Checksum: rs.Checksum, LoadedAt: now, Files: rs.Files, LastAttempt: now, LastError: err,
 		Successes: c.status.Successes + 1, Failures: c.status.Failures,
 	}
-	c.logApplied(old, rs, names)
+	c.logApplied(old, rs, p.names())
+	c.notify(err)
+}
+
+// standing is the refusal that still stands, which the status reports:
+// the overlay file's last reading's, else the last push's, else nil.
+// Requires c.applyMu held.
+func (c *Client) standing() error {
+	if c.overlayErr != nil {
+		return c.overlayErr
+	}
+	return c.rejectedErr
+}
+
+// resolved updates the status after a refusal ended: if none stands any
+// more, the status's error is cleared, msg logged, and a success
+// reported. Requires c.applyMu held.
+func (c *Client) resolved(msg string) {
+	err := c.standing()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.status.LastError == nil || c.status.LastError == err {
+		return
+	}
+	c.status.LastError = err
+	if err != nil {
+		return
+	}
+	c.status.Successes++
+	c.log.Info(msg, zap.String("checksum", c.status.Checksum))
 	c.notify(nil)
-	return false, nil
 }
 
 // logApplied logs one line for a swap from old to rs: at Warn if it

@@ -52,11 +52,17 @@ func fast(o xds.Options) xds.Options {
 // each of before on it before it starts.
 func startClient(t *testing.T, o xds.Options, before ...func(*xds.Client)) *client {
 	t.Helper()
+	return startClientOn(t, memory.New(memory.Options{}), o, before...)
+}
+
+// startClientOn is startClient with an engine deciding on store.
+func startClientOn(t *testing.T, store limits.Store, o xds.Options, before ...func(*xds.Client)) *client {
+	t.Helper()
 	if o.NodeID == "" {
 		o.NodeID = node
 	}
 	c := &client{
-		engine: limits.NewEngine(limits.NewRuleset(nil, nil, config.Checksum(nil)), memory.New(memory.Options{}), limits.EngineOptions{}),
+		engine: limits.NewEngine(limits.NewRuleset(nil, nil, config.Checksum(nil)), store, limits.EngineOptions{}),
 		// Room for every report of a test: none of them reports more.
 		applied: make(chan applied, 64),
 	}

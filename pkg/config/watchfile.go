@@ -1,0 +1,55 @@
+package config
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"go.uber.org/zap"
+)
+
+// WatchFile calls fn whenever the file at path may have changed, until
+// ctx ends, and once when its watch is in place (a change made before
+// that has no event). It watches the file's directory, so that an
+// in-place edit, an atomic rename and a Kubernetes ConfigMap's ..data
+// swap are all seen; events are debounced (200ms if debounce is 0), so a
+// burst calls fn once. fn must tell a real change from none itself (a
+// checksum): an event in the directory may be about another file. fn runs
+// on WatchFile's goroutine.
+func WatchFile(ctx context.Context, path string, debounce time.Duration, log *zap.Logger, fn func()) error {
+	if debounce <= 0 {
+		debounce = 200 * time.Millisecond
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", path, err)
+	}
+	defer w.Close()
+	if err := w.Add(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("watch %s: %w", path, err)
+	}
+	fn()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			timer.Reset(debounce)
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			log.Warn("watch error", zap.String("path", path), zap.Error(err))
+		case <-timer.C:
+			fn()
+		}
+	}
+}
