@@ -34,7 +34,7 @@ func TestBreakerFloodOfShortDeadlines(t *testing.T) {
 	}
 	defer rs.Close()
 	var opened atomic.Int64
-	b := store.NewBreaker(rs, rs.Ping, store.BreakerOptions{
+	b := store.NewBreaker(rs, rs.Probe, store.BreakerOptions{
 		OnChange: func(open bool, _ error) {
 			if open {
 				opened.Add(1)

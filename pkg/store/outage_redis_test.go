@@ -27,7 +27,7 @@ func TestLocalFallbackKeepsKnownOverDenied(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rs.Close()
-	breaker := store.NewBreaker(rs, rs.Ping, store.BreakerOptions{Failures: 1})
+	breaker := store.NewBreaker(rs, rs.Probe, store.BreakerOptions{Failures: 1})
 	defer breaker.Close()
 	deny := store.NewDenyCache(breaker, store.DenyCacheOptions{})
 	rules, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(`
