@@ -370,7 +370,7 @@ func processCPU(pid int) (time.Duration, error) {
 
 // RedisCPU returns the CPU time Redis has used, user and system, from
 // INFO cpu (in µs).
-func RedisCPU(ctx context.Context, rdb *goredis.Client) (time.Duration, error) {
+func RedisCPU(ctx context.Context, rdb goredis.UniversalClient) (time.Duration, error) {
 	info, err := rdb.Info(ctx, "cpu").Result()
 	if err != nil {
 		return 0, err

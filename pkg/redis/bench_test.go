@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refbench"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
 )
@@ -159,22 +158,11 @@ func redisCPU(t testing.TB, c goredis.UniversalClient) time.Duration {
 		}
 		return total
 	}
-	info, err := c.Info(context.Background(), "cpu").Result()
+	d, err := refbench.RedisCPU(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var total float64
-	for line := range strings.SplitSeq(info, "\n") {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if k == "used_cpu_sys" || k == "used_cpu_user" {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("INFO cpu %q: %v", line, err)
-			}
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
+	return d
 }
 
 // processCPU returns the CPU time this process has used.
