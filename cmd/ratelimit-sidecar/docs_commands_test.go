@@ -51,7 +51,7 @@ func otherCommand(line string) bool {
 		return false
 	}
 	switch f[0] {
-	case "curl", "docker", "git", "helm", "kubectl", "redis-cli", "redis-server", "redis-benchmark", "grpcurl", "envoy":
+	case "curl", "docker", "git", "helm", "kubectl", "redis-cli", "redis-server", "redis-benchmark", "grpcurl", "envoy", "skopeo", "crane":
 		return true
 	}
 	return false
