@@ -5,12 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -18,7 +15,6 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"go.uber.org/zap"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
@@ -227,59 +223,6 @@ var healthNames = []string{"", envoy.ServiceName, refHealthName}
 // rules at all, if --health-requires-rules asks for them.
 func servingRules(c *settings, rs *limits.Ruleset) bool {
 	return !c.ref.healthRequiresRules || len(rs.Domains()) > 0
-}
-
-// healthcheck answers GET /healthcheck as the reference does: 200 "OK"
-// while the sidecar serves, 500 once it is shutting down (SIGTERM: while
-// it drains), 500 while no rule is loaded if --health-requires-rules asks
-// for rules, and 500 while Redis refuses the sidecar's configuration if
-// --health-requires-redis-config says so.
-func healthcheck(ctx context.Context, c *settings, engine *limits.Engine, st *sidecarStore) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case ctx.Err() != nil:
-			http.Error(w, "shutting down", http.StatusInternalServerError)
-		case !servingRules(c, engine.Rules()):
-			http.Error(w, "no rules loaded", http.StatusInternalServerError)
-		case c.ref.healthRequiresRedisConfig && st.refused() != nil:
-			// Check again, as /readyz does: a probe that Redis now
-			// accepts ends the refusal, and gRPC health follows.
-			if err := st.ready(r.Context()); errors.Is(err, errMisconfigured) {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-				return
-			}
-			io.WriteString(w, "OK") //nolint:errcheck // the client went away
-		default:
-			io.WriteString(w, "OK") //nolint:errcheck // the client went away
-		}
-	})
-}
-
-// debugMux serves the debug listener: an index at /, /rlconfig and,
-// unless config is nil, /debug/config.
-func debugMux(config http.Handler, engine *limits.Engine) *http.ServeMux {
-	endpoints := map[string]string{
-		"/rlconfig": "the rules in use, one line per limit, as envoyproxy/ratelimit prints them",
-	}
-	if config != nil {
-		endpoints["/debug/config"] = "the rules in use as JSON, with their files and reload status"
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		paths := make([]string, 0, len(endpoints))
-		for p := range endpoints {
-			paths = append(paths, p)
-		}
-		sort.Strings(paths)
-		for _, p := range paths {
-			fmt.Fprintf(w, "%s: %s\n", p, endpoints[p])
-		}
-	})
-	mux.Handle("GET /rlconfig", admin.RLConfig(engine.Rules))
-	if config != nil {
-		mux.Handle("GET /debug/config", config)
-	}
-	return mux
 }
 
 // watchLink reloads the rules whenever the symbolic link at path is

@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -382,12 +381,9 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	sb.streaming = streamingMethods(s.grpc)
 	s.refreshHealth()
 
+	adm := admin.New(adminOptions(ctx, c, log, engine, reloader, st, m))
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.Handle("GET /readyz", readyWithRules(reloader, readyz(ctx, engine, st.ready)))
-	mux.Handle("GET /healthcheck", readyWithRules(reloader, healthcheck(ctx, c, engine, st)))
+	adm.Health(mux)
 	prom := metricsHandler(c, m.Registry, engine.Rules)
 	if c.separateMetrics() {
 		mm := http.NewServeMux()
@@ -401,19 +397,12 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 		adminMux = http.NewServeMux()
 		s.admin = c.bounds.httpServer(adminMux)
 	}
-	var configPage http.Handler // nil: /debug/config is not served
 	if adminServed(c) {
-		configPage = admin.NewConfigPage(admin.ConfigOptions{Status: reloader.Status, Rules: engine.Rules})
-		adminMux.Handle("GET /debug/config", configPage)
-		cs := newCounters(engine, st, c, log, m)
-		adminMux.HandleFunc("GET /debug/counters", cs.read)
-		adminMux.HandleFunc("POST /debug/counters/reset", cs.reset)
+		adm.Debug(adminMux)
 	}
 	if c.ref.debugAddr != "" {
-		if c.env.refMode {
-			configPage = nil // the reference's debug port has no such endpoint
-		}
-		s.debug = c.bounds.httpServer(debugMux(configPage, engine))
+		// The reference's debug port has no /debug/config.
+		s.debug = c.bounds.httpServer(adm.DebugPort(!c.env.refMode))
 	}
 	adminMux.Handle("/json", rls.JSONHandler()) // any method: the handler answers 405 itself
 	s.http = c.bounds.httpServer(mux)
@@ -428,33 +417,39 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 // reference has it.
 func adminServed(c *settings) bool { return !c.env.refMode || c.adminAddr != "" }
 
-// readyz answers /readyz: ready when the store can decide, or when the
-// failure mode of every domain in use can answer in its place. Domains
-// with failure mode error cannot: their requests fail while the store is
-// unavailable, so the sidecar is not ready then. Nor is it while Redis
-// refuses its configuration (errMisconfigured), which waiting does not
-// fix.
-func readyz(ctx context.Context, engine *limits.Engine, ready func(context.Context) error) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if ctx.Err() != nil {
-			http.Error(w, "shutting down", http.StatusServiceUnavailable)
-			return
-		}
-		err := ready(r.Context())
-		if err == nil {
-			fmt.Fprintln(w, "ok")
-			return
-		}
-		if errors.Is(err, errMisconfigured) {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if failing := engine.FailingDomains(); len(failing) > 0 {
-			http.Error(w, fmt.Sprintf("store unavailable: %v; failure mode error for domains %s", err, strings.Join(failing, ", ")), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok (store unavailable; every domain is served by its failure mode)")
-	})
+// adminOptions are what the admin endpoints read of the sidecar. ctx is
+// serve's: once it ends, the probes say the sidecar is shutting down.
+func adminOptions(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, rules ruleSource, st *sidecarStore, m *metrics.Metrics) admin.Options {
+	o := admin.Options{
+		Stopping:           ctx.Done(),
+		Rules:              engine.Rules,
+		Status:             rules.Status,
+		StoreReady:         st.ready,
+		FailingDomains:     engine.FailingDomains,
+		RequireRules:       c.ref.healthRequiresRules,
+		Refused:            st.refused,
+		RequireStoreConfig: c.ref.healthRequiresRedisConfig,
+	}
+	o.RulesReady, o.RulesWaiting = pending(rules)
+	if !adminServed(c) {
+		return o
+	}
+	values, _ := rejectlog.ParseValues(c.rejections.values) // checked with the flags
+	o.Counters = admin.CountersOptions{
+		Rules: engine.Rules, Validate: engine.Validate,
+		StoreName: st.name, AllowReset: c.counterReset, Log: log, Values: values,
+		ResetDone: m.CounterResets(),
+	}
+	if st.counters != nil {
+		o.Counters.Store = st.counters
+	}
+	if st.deny != nil {
+		o.Counters.Deny = st.deny
+	}
+	if st.leases != nil {
+		o.Counters.Leases = st.leases
+	}
+	return o
 }
 
 // run serves until ctx ends or a server fails, reloading the rules on

@@ -9,6 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
@@ -125,11 +126,6 @@ var (
 	}
 )
 
-// errMisconfigured marks the readiness error of a store that Redis
-// refuses for its configuration: unlike an outage, waiting does not end
-// it, so the sidecar is not ready even where failure modes could answer.
-var errMisconfigured = errors.New("redis refuses the sidecar's configuration")
-
 // misconfigured returns the readiness error for refusals es, nil if
 // there are none.
 func misconfigured(es []*redis.ConfigError) error {
@@ -140,7 +136,7 @@ func misconfigured(es []*redis.ConfigError) error {
 	for i, e := range es {
 		errs[i] = e
 	}
-	return fmt.Errorf("%w: %w", errMisconfigured, errors.Join(errs...))
+	return fmt.Errorf("%w: %w", admin.ErrMisconfigured, errors.Join(errs...))
 }
 
 // sidecarStore is the store the engine decides on, with what readiness
@@ -157,7 +153,7 @@ type sidecarStore struct {
 	// leases admit leased limits locally; nil for a local backend.
 	leases *store.Leases
 	// counters is the backend, for the admin counter endpoints.
-	counters counterStore
+	counters admin.CounterStore
 	// shared is the shared store behind its breaker, which RLQS takes
 	// quota from; nil for a local backend.
 	shared limits.Store
@@ -169,7 +165,7 @@ type sidecarStore struct {
 }
 
 // refused returns the error of Redis refusing the sidecar's
-// configuration (errMisconfigured), nil if it does not.
+// configuration (admin.ErrMisconfigured), nil if it does not.
 func (s *sidecarStore) refused() error {
 	if s.refusals == nil {
 		return nil
@@ -231,7 +227,7 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 		refusals:       o.refusals,
 		refusalChanged: o.refusalChanged,
 	}
-	s.counters, _ = o.Store.(counterStore)
+	s.counters, _ = o.Store.(admin.CounterStore)
 	if o.ping == nil {
 		return s, nil
 	}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xdstest"
@@ -354,7 +355,7 @@ func TestUsageChargesObserved(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Body.Close()
-	var v countersView
+	var v admin.CountersView
 	if err := json.NewDecoder(r.Body).Decode(&v); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
@@ -231,21 +230,4 @@ func serveWhenReady(ctx context.Context, s *servers, src ruleSource) {
 	case <-ready:
 		s.refreshHealth()
 	}
-}
-
-// readyWithRules answers /readyz with 503 while src waits for its first
-// rules, and as next does after.
-func readyWithRules(src ruleSource, next http.Handler) http.Handler {
-	ready, waiting := pending(src)
-	if ready == nil {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-ready:
-			next.ServeHTTP(w, r)
-		default:
-			http.Error(w, waiting, http.StatusServiceUnavailable)
-		}
-	})
 }
