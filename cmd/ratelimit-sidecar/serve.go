@@ -384,7 +384,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	adm := admin.New(adminOptions(ctx, c, log, engine, reloader, st, m))
 	mux := http.NewServeMux()
 	adm.Health(mux)
-	prom := metricsHandler(c, m.Registry, engine.Rules)
+	prom := metrics.Handler(m.Registry, engine.Rules, c.ref.referenceMetrics)
 	if c.separateMetrics() {
 		mm := http.NewServeMux()
 		mm.Handle("GET "+c.ref.metricsPath, prom)
