@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"runtime"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/tap"
 
-	caplisten "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen" // serve.go declares listen
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 )
 
@@ -92,17 +90,6 @@ func (b *bounds) check() error {
 		return fmt.Errorf("--idle-timeout: want %v or more, got %v", minIdleTimeout, b.idleTimeout)
 	}
 	return nil
-}
-
-// limitListener caps the connections l has open at once at n (0: no
-// cap). A new client never waits for room: the connection that has sent
-// nothing for longest, of the peer holding the most, is closed for it,
-// so no client can hold the cap (internal/listen).
-func limitListener(l net.Listener, n int) net.Listener {
-	if n <= 0 {
-		return l
-	}
-	return caplisten.New(l, n)
 }
 
 // grpcOptions returns the gRPC server's options that bound its

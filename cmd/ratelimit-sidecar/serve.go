@@ -25,7 +25,6 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
-	caplisten "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
@@ -189,62 +188,6 @@ func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Met
 		OverrideKeys: c.overrideKeys,
 		QuotaMode:    c.ref.quotaMode,
 	})
-}
-
-// listeners are the sidecar's sockets. admin is nil unless --admin-addr
-// is set, debug unless --debug-addr is, and metrics unless --metrics-addr
-// is set to an address other than --http-addr.
-type listeners struct {
-	grpc, http, admin net.Listener
-	debug, metrics    net.Listener
-}
-
-// listen opens every listener, or none, each capped at its number of
-// connections.
-func listen(c *settings) (*listeners, error) {
-	var l listeners
-	var err error
-	if l.grpc, err = listenGRPC(c); err != nil {
-		return nil, err
-	}
-	if l.http, err = net.Listen("tcp", c.httpAddr); err != nil {
-		l.grpc.Close()
-		return nil, fmt.Errorf("listen --http-addr: %w", err)
-	}
-	if c.adminAddr != "" {
-		if l.admin, err = net.Listen("tcp", c.adminAddr); err != nil {
-			l.grpc.Close()
-			l.http.Close()
-			return nil, fmt.Errorf("listen --admin-addr: %w", err)
-		}
-		l.admin = limitListener(l.admin, c.bounds.httpMaxConns)
-	}
-	if err := l.listenRef(c); err != nil {
-		return nil, err
-	}
-	l.grpc = limitListener(l.grpc, c.bounds.grpcMaxConns)
-	l.http = limitListener(l.http, c.bounds.httpMaxConns)
-	return &l, nil
-}
-
-// capped returns the listeners that cap their connections, by name.
-func (l *listeners) capped() map[string]metrics.CappedListener {
-	all := map[string]net.Listener{"grpc": l.grpc, "http": l.http, "admin": l.admin, "debug": l.debug, "metrics": l.metrics}
-	out := make(map[string]metrics.CappedListener, len(all))
-	for name, x := range all {
-		if c, ok := x.(*caplisten.Listener); ok {
-			out[name] = c
-		}
-	}
-	return out
-}
-
-// adminAddr is where the admin endpoints are served.
-func (l *listeners) adminAddr() string {
-	if l.admin != nil {
-		return l.admin.Addr().String()
-	}
-	return l.http.Addr().String()
 }
 
 // warnPasswordInArgs warns once if --redis-url on the command line holds
@@ -512,7 +455,7 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 	if s.c.ref.watchLink != "" {
 		g.Go(func() error {
 			reload := func() { reloader.Reload() } //nolint:errcheck // Reload logs its own errors
-			if err := watchLink(gctx, s.c.ref.watchLink, reload, s.log); err != nil {
+			if err := config.WatchLink(gctx, s.c.ref.watchLink, reload, s.log); err != nil {
 				s.log.Error("--watch-link watch failed; reload with SIGHUP", zap.Error(err))
 			}
 			return nil
