@@ -15,7 +15,6 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/xds"
 )
 
 // settings is every flag's value.
@@ -104,6 +103,9 @@ func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool
 	fs.Visit(func(f *flag.Flag) { inArgs[f.Name] = true })
 	ref, err := applyRefEnv(fs, refenv.IsRefMode(argv0), getenv, explicitFlags(fs, inArgs, getenv))
 	if err != nil {
+		return nil, err
+	}
+	if err := c.setFlagless(ref); err != nil {
 		return nil, err
 	}
 	var envErr error
@@ -214,10 +216,6 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.xds.tlsCert, "xds-tls-cert", "", "PEM client certificate for the xDS server (mutual TLS); read again at every reconnect")
 	fs.StringVar(&c.xds.tlsKey, "xds-tls-key", "", "PEM key of --xds-tls-cert")
 	fs.StringVar(&c.xds.tlsServerName, "xds-tls-server-name", "", "name the xDS server's certificate must hold (default: the host of --xds-server)")
-	fs.DurationVar(&c.xds.backoff.initial, "xds-backoff-initial", xds.DefaultBackoffInitial, "first wait before reconnecting to the xDS server, doubled at each failure")
-	fs.DurationVar(&c.xds.backoff.max, "xds-backoff-max", xds.DefaultBackoffMax, "longest wait before reconnecting to the xDS server")
-	fs.Float64Var(&c.xds.backoff.jitter, "xds-backoff-jitter", xds.DefaultBackoffJitter, "spread of each reconnect wait, as a share of it (0 to 1)")
-	fs.IntVar(&c.xds.maxMessageBytes, "xds-max-message-bytes", 0, "largest push accepted from the xDS server, in bytes (0: gRPC's default, 4 MiB)")
 	fs.BoolVar(&c.xds.forceStart, "force-start-without-rules", false, "with --config-type xds, be ready before the first push, with no rules until it arrives (envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, health and /readyz report not serving until the first good push")
 	c.tracing.define(fs)
 	c.defineRef(fs)

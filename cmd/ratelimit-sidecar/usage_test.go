@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -379,7 +380,7 @@ func TestUsageChargesOverXDS(t *testing.T) {
 			RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, RequestsPerUnit: 1000},
 		}},
 	}}})
-	s := startSidecar(t, xdsArgs(xsrv)...)
+	s := startXDS(t, io.Discard, xsrv)
 	s.awaitHealth(t, healthpb.HealthCheckResponse_SERVING)
 	call := func(n uint64) string {
 		req := &rlsv3.RateLimitRequest{Domain: "default/eg/http", Descriptors: []*rlscommon.RateLimitDescriptor{{
