@@ -86,15 +86,18 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 // in an environment of which getenv reads one variable and environ lists
 // all (nil: unknown). Below the RLS_ variables come envoyproxy/ratelimit's
 // (refenv.go), and run as "ratelimit" its defaults.
-func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool), environ []string, stderr io.Writer) (*settings, error) {
+func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool), environ []string, _ io.Writer) (*settings, error) {
 	c := &settings{request: limits.DefaultRequestLimits}
 	fs := flag.NewFlagSet("ratelimit-sidecar", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// A command line that does not parse is one line (flagError), not
+	// the usage.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	failure := c.define(fs)
 	// The command line is parsed once, first; the variables then set only
 	// the flags it left alone, so it wins whatever order they are set in.
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		return nil, flagError(fs, err)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
