@@ -38,12 +38,17 @@ import (
 // serve runs the sidecar until ctx is cancelled, then shuts down in order:
 // health NOT_SERVING, drain delay, graceful gRPC stop (falling back to a
 // hard stop), HTTP shutdown, store close.
-func serve(ctx context.Context, c *settings, logw io.Writer) error {
+func serve(ctx context.Context, c *settings, logw io.Writer) (err error) {
 	log, err := newLogger(c, logw)
 	if err != nil {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do if the log cannot flush
+	defer func() {
+		if err != nil {
+			err = logFatal(log, c, err)
+		}
+	}()
 	warnPasswordInArgs(log, c)
 	logEnv(log, c)
 	c.gc.apply()
@@ -113,8 +118,27 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	// The calls have ended, and their spans with them: send what is
 	// queued before the store closes.
 	tr.shutdown(c.shutdownTimeout)
-	log.Info("stopped", zap.Error(err))
+	if err == nil {
+		log.Info("stopped")
+	}
 	return err
+}
+
+// loggedError is an error that ends the program, already logged.
+type loggedError struct{ error }
+
+func (e loggedError) Unwrap() error { return e.error }
+
+// logFatal logs err, which ends serve, at Error in the log's format.
+// With --log-format json it returns err as a loggedError, so that main
+// writes no plain line among the JSON ones; a console log keeps the
+// plain line, for whoever reads the terminal.
+func logFatal(log *zap.Logger, c *settings, err error) error {
+	log.Error("ratelimit-sidecar stopped on an error", zap.Error(err))
+	if c.logFormat == "console" {
+		return err
+	}
+	return loggedError{err}
 }
 
 // loadFirstRules loads the rules the sidecar starts with, and says at
