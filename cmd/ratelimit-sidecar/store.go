@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redislog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
@@ -46,6 +47,9 @@ type opened struct {
 	// refusalChanged receives when a refusal starts, changes or ends;
 	// nil if refusals is.
 	refusalChanged <-chan struct{}
+	// clientLog takes the client library's own messages; nil if it
+	// writes none.
+	clientLog *redislog.Logger
 }
 
 // refusals is what a store reports of refusals for its configuration:
@@ -77,7 +81,8 @@ func openMemory(_ context.Context, c *settings, _ *zap.Logger) (opened, error) {
 }
 
 func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error) {
-	goredis.SetLogger(redisLog{log})
+	clientLog := redislog.New(log)
+	goredis.SetLogger(clientLog)
 	// Size 1: a change not yet seen needs no second signal, since its
 	// reader reads the refusals as they are then.
 	changed := make(chan struct{}, 1)
@@ -97,7 +102,8 @@ func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error
 	if !lazy.Connected() {
 		log.Error("redis not connected at startup; serving by the failure mode while retrying", zap.Error(lazy.LastError()))
 	}
-	return opened{Store: lazy, ping: lazy.Probe, probe: lazy.ProbeAny, close: lazy.Close, refusals: lazy, refusalChanged: changed}, nil
+	return opened{Store: lazy, ping: lazy.Probe, probe: lazy.ProbeAny, close: lazy.Close, refusals: lazy, refusalChanged: changed,
+		clientLog: clientLog}, nil
 }
 
 // logConfigError logs a refusal of the sidecar by Redis for its
@@ -218,6 +224,9 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 	if o.refusals != nil {
 		m.RedisConfigErrors(redis.ConfigErrorKinds, o.refusals)
 	}
+	if o.clientLog != nil {
+		m.RedisClientMessages(o.clientLog.Messages)
+	}
 	s := &sidecarStore{
 		Store: store.Timed(o.Store, m.StoreCalls(b.name)),
 		name:  b.name,
@@ -240,8 +249,11 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 			m.BreakerChanged(open, cause)
 			if open {
 				log.Error(b.name+" failing; circuit open, serving by the failure mode", zap.Error(cause))
-			} else {
-				log.Info(b.name + " answers again; circuit closed")
+				return
+			}
+			log.Info(b.name + " answers again; circuit closed")
+			if o.clientLog != nil {
+				o.clientLog.Recovered()
 			}
 		},
 	})
@@ -279,13 +291,4 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 	s.leases = store.NewLeases(s.Store, store.LeasesOptions{Return: ret})
 	s.Store = s.leases
 	return s, nil
-}
-
-// redisLog sends go-redis's own messages (dial failures and the like) to
-// zap at Warn, where the logger's sampling keeps an outage from flooding
-// the log.
-type redisLog struct{ log *zap.Logger }
-
-func (l redisLog) Printf(_ context.Context, format string, v ...any) {
-	l.log.Warn("go-redis", zap.String("message", fmt.Sprintf(format, v...)))
 }
