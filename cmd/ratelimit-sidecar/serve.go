@@ -38,17 +38,21 @@ import (
 // serve runs the sidecar until ctx is cancelled, then shuts down in order:
 // health NOT_SERVING, drain delay, graceful gRPC stop (falling back to a
 // hard stop), HTTP shutdown, store close.
-func serve(ctx context.Context, c *settings, logw io.Writer) (err error) {
+func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	log, err := newLogger(c, logw)
 	if err != nil {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do if the log cannot flush
-	defer func() {
-		if err != nil {
-			err = logFatal(log, c, err)
-		}
-	}()
+	if err := serveLogged(ctx, c, log); err != nil {
+		return logFatal(log, c, err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// serveLogged is serve once the log is open.
+func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	warnPasswordInArgs(log, c)
 	logEnv(log, c)
 	c.gc.apply()
@@ -118,9 +122,6 @@ func serve(ctx context.Context, c *settings, logw io.Writer) (err error) {
 	// The calls have ended, and their spans with them: send what is
 	// queued before the store closes.
 	tr.shutdown(c.shutdownTimeout)
-	if err == nil {
-		log.Info("stopped")
-	}
 	return err
 }
 
