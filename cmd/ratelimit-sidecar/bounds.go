@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/tap"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/msgsize"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 )
 
@@ -19,10 +20,6 @@ import (
 // deployment may need to tune are flags, in bounds; docs/server-bounds.md
 // explains each.
 const (
-	// maxMessageBytes bounds a gRPC request message as pkg/envoy bounds a
-	// POST /json body. A request is smaller in protobuf than in JSON, so
-	// gRPC takes every request /json takes.
-	maxMessageBytes = 1 << 20
 	// keepaliveMinTime is how often a client may ping: as often as a
 	// grpc-go client can be set to. More often earns a GOAWAY.
 	keepaliveMinTime = 10 * time.Second
@@ -98,10 +95,10 @@ func (b *bounds) check() error {
 func (b *bounds) grpcOptions(sb *streamBound, grace time.Duration) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(uint32(b.grpcMaxStreams)),
-		// RLQS reports may be up to rlqsMaxMessageBytes; sizedCodec
-		// holds every other message to maxMessageBytes.
-		grpc.MaxRecvMsgSize(rlqsMaxMessageBytes),
-		grpc.ForceServerCodecV2(envoy.Codec(newSizedCodec())),
+		// RLQS reports may be up to msgsize.RLQSMaxBytes; its codec
+		// holds every other message to msgsize.MaxBytes.
+		grpc.MaxRecvMsgSize(msgsize.RLQSMaxBytes),
+		grpc.ForceServerCodecV2(envoy.Codec(msgsize.NewCodec())),
 		grpc.MaxHeaderListSize(grpcMaxHeaderListBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
