@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
@@ -57,7 +58,7 @@ type settings struct {
 	rejections   rejectionSettings // --log-rejections*
 	counterReset bool              // --admin-counter-reset
 
-	gc          gcSettings
+	gc          gctune.Settings
 	memoryLimit string // --memory-limit's text, for finish to parse
 
 	xds xdsSettings // --config-type xds: see xds.go
@@ -166,8 +167,8 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.IntVar(&c.rlqsMaxBuckets, "rlqs-max-buckets", 10_000, "RLQS: most buckets one stream may hold; a bucket past it is answered by its domain's failure mode and not kept")
 	fs.DurationVar(&c.rlqsIdleAfter, "rlqs-idle-after", time.Minute, "RLQS: abandon a bucket that has reported no requests for this long; Envoy subscribes to it again at its next request")
 	fs.DurationVar(&c.reloadDebounce, "reload-debounce", 200*time.Millisecond, "how long file changes must settle before rules are reloaded")
-	fs.IntVar(&c.gc.percent, "gc-percent", defaultGCPercent, "the Go garbage collector's GOGC, unless the GOGC environment variable is set")
-	fs.StringVar(&c.memoryLimit, "memory-limit", defaultMemoryLimit, "the Go runtime's soft memory limit (64MiB, 1GiB, ...; 0: none), unless the GOMEMLIMIT environment variable is set")
+	fs.IntVar(&c.gc.Percent, "gc-percent", gctune.DefaultPercent, "the Go garbage collector's GOGC, unless the GOGC environment variable is set")
+	fs.StringVar(&c.memoryLimit, "memory-limit", gctune.DefaultMemoryLimit, "the Go runtime's soft memory limit (64MiB, 1GiB, ...; 0: none), unless the GOMEMLIMIT environment variable is set")
 
 	// Bounds on what clients can make the servers hold: see bounds.go.
 	fs.UintVar(&c.bounds.grpcMaxStreams, "grpc-max-streams", 100, "most gRPC calls in flight on one connection; the server refuses more, and Envoy opens another connection for them")
@@ -293,18 +294,18 @@ func (c *settings) finishMemory(getenv func(string) (string, bool)) error {
 		return fmt.Errorf("--metric-max-values: want 0 or more, got %d", c.metricMaxValues)
 	case c.denyCacheEntries < 0:
 		return fmt.Errorf("--deny-cache-entries: want 0 (off) or more, got %d", c.denyCacheEntries)
-	case c.gc.percent < 1:
-		return fmt.Errorf("--gc-percent: want 1 or more, got %d; set GOGC=off to turn the collector off", c.gc.percent)
+	case c.gc.Percent < 1:
+		return fmt.Errorf("--gc-percent: want 1 or more, got %d; set GOGC=off to turn the collector off", c.gc.Percent)
 	}
-	if c.gc.limit, err = parseBytes(c.memoryLimit); err != nil {
+	if c.gc.Limit, err = gctune.ParseBytes(c.memoryLimit); err != nil {
 		return fmt.Errorf("--memory-limit: %w", err)
 	}
-	if c.gc.limit != 0 && c.gc.limit < minMemoryLimit {
+	if c.gc.Limit != 0 && c.gc.Limit < gctune.MinMemoryLimit {
 		return fmt.Errorf("--memory-limit: want 0 (none) or 16MiB or more, got %q: below the live heap the collector never stops", c.memoryLimit)
 	}
 	_, gogc := getenv("GOGC")
 	_, gomemlimit := getenv("GOMEMLIMIT")
-	c.gc.setPercent, c.gc.setLimit = !gogc, !gomemlimit
+	c.gc.SetPercent, c.gc.SetLimit = !gogc, !gomemlimit
 	return nil
 }
 

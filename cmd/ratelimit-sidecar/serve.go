@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
@@ -55,7 +56,7 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	warnPasswordInArgs(log, c)
 	logEnv(log, c)
-	c.gc.apply()
+	c.gc.Apply()
 
 	opts := config.Options{MergeDomains: c.mergeDomains, AllowEmpty: c.allowEmptyRules}
 	rs, err := loadFirstRules(c, opts, log)
@@ -234,7 +235,7 @@ func warnPasswordInArgs(log *zap.Logger, c *settings) {
 }
 
 func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, rs *limits.Ruleset) {
-	gcPercent, memLimit := currentGC()
+	gcPercent, memLimit := gctune.Current()
 	log.Info("ratelimit-sidecar started",
 		zap.String("version", buildInfo().version),
 		zap.String("revision", buildInfo().revision),
