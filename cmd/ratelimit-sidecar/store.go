@@ -89,7 +89,7 @@ func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error
 	lazy, err := redis.Connect(ctx, c.redis, redis.LazyOptions{
 		OnConnect: func() { log.Info("redis connected") },
 		OnConfigError: func(e *redis.ConfigError, cleared bool) {
-			logConfigError(log, e, cleared)
+			redislog.ConfigError(log, e, cleared)
 			select {
 			case changed <- struct{}{}:
 			default:
@@ -105,32 +105,6 @@ func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error
 	return opened{Store: lazy, ping: lazy.Probe, probe: lazy.ProbeAny, close: lazy.Close, refusals: lazy, refusalChanged: changed,
 		clientLog: clientLog}, nil
 }
-
-// logConfigError logs a refusal of the sidecar by Redis for its
-// configuration as it starts or changes, at Error, with Redis's own
-// message, and as it ends, at Info: once each, however many calls meet
-// it (redis.LazyOptions.OnConfigError).
-func logConfigError(log *zap.Logger, e *redis.ConfigError, cleared bool) {
-	fields := []zap.Field{zap.String("kind", e.Kind), zap.String("redis_role", e.Role), zap.String("redis_addr", e.Addr)}
-	if cleared {
-		log.Info(configErrorEnded[e.Kind], fields...)
-		return
-	}
-	log.Error(configErrorStarted[e.Kind], append(fields, zap.String("redis_message", e.Msg))...)
-}
-
-var (
-	configErrorStarted = map[string]string{
-		redis.KindAuth: "redis authentication failed; not ready until it is fixed, retrying meanwhile",
-		redis.KindACL:  "redis ACL refuses a command the sidecar needs; not ready until it is fixed, retrying meanwhile",
-		redis.KindTLS:  "redis TLS handshake failed; not ready until it is fixed, retrying meanwhile",
-	}
-	configErrorEnded = map[string]string{
-		redis.KindAuth: "redis authentication ok",
-		redis.KindACL:  "redis ACL allows the sidecar's commands",
-		redis.KindTLS:  "redis TLS handshake ok",
-	}
-)
 
 // misconfigured returns the readiness error for refusals es, nil if
 // there are none.

@@ -1,8 +1,9 @@
-// Package redislog takes go-redis's own log messages. go-redis writes
-// one for every failed attempt (a dial refused, say), which through an
-// outage is one or two a second; the sidecar's circuit breaker already
-// logs the outage's start and end. Logger logs each kind of message once
-// per outage, at Warn, and counts every one.
+// Package redislog is what the sidecar logs of Redis beside its
+// breaker's open and close: Redis refusing its configuration
+// (ConfigError), once as it starts, changes or ends, and go-redis's own
+// messages (Logger). go-redis writes one for every failed attempt (a dial
+// refused, say), which through an outage is one or two a second; Logger
+// logs each kind once per outage, at Warn, and counts every one.
 package redislog
 
 import (
