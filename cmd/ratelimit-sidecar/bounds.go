@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"runtime"
 	"time"
@@ -13,7 +12,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/tap"
 
-	caplisten "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen" // serve.go declares listen
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/msgsize"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 )
 
@@ -21,10 +20,6 @@ import (
 // deployment may need to tune are flags, in bounds; docs/server-bounds.md
 // explains each.
 const (
-	// maxMessageBytes bounds a gRPC request message as pkg/envoy bounds a
-	// POST /json body. A request is smaller in protobuf than in JSON, so
-	// gRPC takes every request /json takes.
-	maxMessageBytes = 1 << 20
 	// keepaliveMinTime is how often a client may ping: as often as a
 	// grpc-go client can be set to. More often earns a GOAWAY.
 	keepaliveMinTime = 10 * time.Second
@@ -94,27 +89,16 @@ func (b *bounds) check() error {
 	return nil
 }
 
-// limitListener caps the connections l has open at once at n (0: no
-// cap). A new client never waits for room: the connection that has sent
-// nothing for longest, of the peer holding the most, is closed for it,
-// so no client can hold the cap (internal/listen).
-func limitListener(l net.Listener, n int) net.Listener {
-	if n <= 0 {
-		return l
-	}
-	return caplisten.New(l, n)
-}
-
 // grpcOptions returns the gRPC server's options that bound its
 // resources. grace is how long an RPC in flight on a connection past its
 // age may take to finish.
 func (b *bounds) grpcOptions(sb *streamBound, grace time.Duration) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(uint32(b.grpcMaxStreams)),
-		// RLQS reports may be up to rlqsMaxMessageBytes; sizedCodec
-		// holds every other message to maxMessageBytes.
-		grpc.MaxRecvMsgSize(rlqsMaxMessageBytes),
-		grpc.ForceServerCodecV2(envoy.Codec(newSizedCodec())),
+		// RLQS reports may be up to msgsize.RLQSMaxBytes; its codec
+		// holds every other message to msgsize.MaxBytes.
+		grpc.MaxRecvMsgSize(msgsize.RLQSMaxBytes),
+		grpc.ForceServerCodecV2(envoy.Codec(msgsize.NewCodec())),
 		grpc.MaxHeaderListSize(grpcMaxHeaderListBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{

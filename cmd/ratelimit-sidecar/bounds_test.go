@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/msgsize"
 )
 
 // TestHalfOpenStreams is issue 15's probe, smaller: thousands of streams
@@ -393,11 +395,11 @@ func TestMessageAndHeaderSize(t *testing.T) {
 	s := startSidecar(t, "--config", "../../config/")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := s.rls.ShouldRateLimit(ctx, userRequest(strings.Repeat("x", maxMessageBytes), 0))
+	_, err := s.rls.ShouldRateLimit(ctx, userRequest(strings.Repeat("x", msgsize.MaxBytes), 0))
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "more than 1048576") {
 		t.Errorf("a request over 1 MiB: %v, want RESOURCE_EXHAUSTED naming the bound", err)
 	}
-	_, err = s.rls.ShouldRateLimit(ctx, userRequest(strings.Repeat("x", rlqsMaxMessageBytes), 0), grpc.MaxCallSendMsgSize(32<<20))
+	_, err = s.rls.ShouldRateLimit(ctx, userRequest(strings.Repeat("x", msgsize.RLQSMaxBytes), 0), grpc.MaxCallSendMsgSize(32<<20))
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("a request over 16 MiB: %v, want RESOURCE_EXHAUSTED", err)
 	}

@@ -16,6 +16,7 @@ import (
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
@@ -56,13 +57,13 @@ func (s *sidecar) send(t *testing.T, hits uint32, kv ...string) rlsv3.RateLimitR
 }
 
 // counters GETs /debug/counters on the admin address for the descriptors.
-func (s *sidecar) counters(t *testing.T, descs ...string) countersView {
+func (s *sidecar) counters(t *testing.T, descs ...string) admin.CountersView {
 	t.Helper()
 	code, body := s.admin(t, http.MethodGet, "/debug/counters", descs...)
 	if code != http.StatusOK {
 		t.Fatalf("GET /debug/counters = %d %s", code, body)
 	}
-	var v countersView
+	var v admin.CountersView
 	if err := json.Unmarshal([]byte(body), &v); err != nil {
 		t.Fatalf("GET /debug/counters: %v\n%s", err, body)
 	}
@@ -216,7 +217,7 @@ func TestCounterReset(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("POST /debug/counters/reset = %d %s", code, body)
 	}
-	var rv resetView
+	var rv admin.ResetView
 	if err := json.Unmarshal([]byte(body), &rv); err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +447,7 @@ func TestCountersStoreDown(t *testing.T) {
 		t.Errorf("with Redis down: %+v; want an error, no state, and the deny cache entry", c)
 	}
 	code, body := s.admin(t, http.MethodPost, "/debug/counters/reset", "user=alice")
-	var rv resetView
+	var rv admin.ResetView
 	if err := json.Unmarshal([]byte(body), &rv); err != nil {
 		t.Fatalf("%d %s: %v", code, body, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/xds"
 )
 
 // How the environment becomes settings: the reference's variables (see
@@ -58,6 +59,29 @@ func applyRefEnv(fs *flag.FlagSet, refMode bool, getenv func(string) (string, bo
 		refMode: refMode, from: map[string]string{}, value: map[string]string{},
 		passwordFrom: ra.PasswordFrom, sentinelPasswordFrom: ra.SentinelPasswordFrom, refused: ra.Refused,
 	}}, nil
+}
+
+// setFlagless sets the settings that only the reference's variables set,
+// which have no flag (refenv.Applied.Settings), from their defaults and
+// a, naming the variables in an error.
+func (c *settings) setFlagless(a *refApplied) error {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	fs.DurationVar(&c.xds.backoff.initial, refenv.XDSBackoffInitial, xds.DefaultBackoffInitial, "")
+	fs.DurationVar(&c.xds.backoff.max, refenv.XDSBackoffMax, xds.DefaultBackoffMax, "")
+	fs.Float64Var(&c.xds.backoff.jitter, refenv.XDSBackoffJitter, xds.DefaultBackoffJitter, "")
+	fs.IntVar(&c.xds.maxMessageBytes, refenv.XDSMaxMessageBytes, 0, "")
+	fs.StringVar(&c.tracing.serviceName, refenv.TracingServiceName, "", "")
+	fs.StringVar(&c.tracing.serviceNamespace, refenv.TracingServiceNamespace, "", "")
+	fs.StringVar(&c.tracing.serviceInstanceID, refenv.TracingServiceInstanceID, "", "")
+	for _, name := range slices.Sorted(maps.Keys(a.Settings)) {
+		if err := fs.Set(name, a.Settings[name]); err != nil {
+			return fmt.Errorf("%s: %w", a.ByFlag[name], err)
+		}
+		if !a.ByDefault[name] {
+			a.report.from[name], a.report.value[name] = a.ByFlag[name], a.Settings[name]
+		}
+	}
+	return nil
 }
 
 // rlsEnvName is the RLS_ variable of a flag.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
@@ -15,7 +16,6 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/xds"
 )
 
 // settings is every flag's value.
@@ -58,7 +58,7 @@ type settings struct {
 	rejections   rejectionSettings // --log-rejections*
 	counterReset bool              // --admin-counter-reset
 
-	gc          gcSettings
+	gc          gctune.Settings
 	memoryLimit string // --memory-limit's text, for finish to parse
 
 	xds xdsSettings // --config-type xds: see xds.go
@@ -87,15 +87,18 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 // in an environment of which getenv reads one variable and environ lists
 // all (nil: unknown). Below the RLS_ variables come envoyproxy/ratelimit's
 // (refenv.go), and run as "ratelimit" its defaults.
-func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool), environ []string, stderr io.Writer) (*settings, error) {
+func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool), environ []string, _ io.Writer) (*settings, error) {
 	c := &settings{request: limits.DefaultRequestLimits}
 	fs := flag.NewFlagSet("ratelimit-sidecar", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// A command line that does not parse is one line (flagError), not
+	// the usage.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	failure := c.define(fs)
 	// The command line is parsed once, first; the variables then set only
 	// the flags it left alone, so it wins whatever order they are set in.
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		return nil, flagError(fs, err)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -104,6 +107,9 @@ func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool
 	fs.Visit(func(f *flag.Flag) { inArgs[f.Name] = true })
 	ref, err := applyRefEnv(fs, refenv.IsRefMode(argv0), getenv, explicitFlags(fs, inArgs, getenv))
 	if err != nil {
+		return nil, err
+	}
+	if err := c.setFlagless(ref); err != nil {
 		return nil, err
 	}
 	var envErr error
@@ -161,8 +167,8 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.IntVar(&c.rlqsMaxBuckets, "rlqs-max-buckets", 10_000, "RLQS: most buckets one stream may hold; a bucket past it is answered by its domain's failure mode and not kept")
 	fs.DurationVar(&c.rlqsIdleAfter, "rlqs-idle-after", time.Minute, "RLQS: abandon a bucket that has reported no requests for this long; Envoy subscribes to it again at its next request")
 	fs.DurationVar(&c.reloadDebounce, "reload-debounce", 200*time.Millisecond, "how long file changes must settle before rules are reloaded")
-	fs.IntVar(&c.gc.percent, "gc-percent", defaultGCPercent, "the Go garbage collector's GOGC, unless the GOGC environment variable is set")
-	fs.StringVar(&c.memoryLimit, "memory-limit", defaultMemoryLimit, "the Go runtime's soft memory limit (64MiB, 1GiB, ...; 0: none), unless the GOMEMLIMIT environment variable is set")
+	fs.IntVar(&c.gc.Percent, "gc-percent", gctune.DefaultPercent, "the Go garbage collector's GOGC, unless the GOGC environment variable is set")
+	fs.StringVar(&c.memoryLimit, "memory-limit", gctune.DefaultMemoryLimit, "the Go runtime's soft memory limit (64MiB, 1GiB, ...; 0: none), unless the GOMEMLIMIT environment variable is set")
 
 	// Bounds on what clients can make the servers hold: see bounds.go.
 	fs.UintVar(&c.bounds.grpcMaxStreams, "grpc-max-streams", 100, "most gRPC calls in flight on one connection; the server refuses more, and Envoy opens another connection for them")
@@ -214,10 +220,6 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.xds.tlsCert, "xds-tls-cert", "", "PEM client certificate for the xDS server (mutual TLS); read again at every reconnect")
 	fs.StringVar(&c.xds.tlsKey, "xds-tls-key", "", "PEM key of --xds-tls-cert")
 	fs.StringVar(&c.xds.tlsServerName, "xds-tls-server-name", "", "name the xDS server's certificate must hold (default: the host of --xds-server)")
-	fs.DurationVar(&c.xds.backoff.initial, "xds-backoff-initial", xds.DefaultBackoffInitial, "first wait before reconnecting to the xDS server, doubled at each failure")
-	fs.DurationVar(&c.xds.backoff.max, "xds-backoff-max", xds.DefaultBackoffMax, "longest wait before reconnecting to the xDS server")
-	fs.Float64Var(&c.xds.backoff.jitter, "xds-backoff-jitter", xds.DefaultBackoffJitter, "spread of each reconnect wait, as a share of it (0 to 1)")
-	fs.IntVar(&c.xds.maxMessageBytes, "xds-max-message-bytes", 0, "largest push accepted from the xDS server, in bytes (0: gRPC's default, 4 MiB)")
 	fs.StringVar(&c.xds.overlay, "xds-overlay", "", "YAML file that gives pushed rules our algorithms, windows, bursts, leases, extra limits and failure modes, matched by domain and descriptor path or limit name; reread when it changes (see docs/xds.md)")
 	fs.BoolVar(&c.xds.forceStart, "force-start-without-rules", false, "with --config-type xds, be ready before the first push, with no rules until it arrives (envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, health and /readyz report not serving until the first good push")
 	c.tracing.define(fs)
@@ -293,18 +295,18 @@ func (c *settings) finishMemory(getenv func(string) (string, bool)) error {
 		return fmt.Errorf("--metric-max-values: want 0 or more, got %d", c.metricMaxValues)
 	case c.denyCacheEntries < 0:
 		return fmt.Errorf("--deny-cache-entries: want 0 (off) or more, got %d", c.denyCacheEntries)
-	case c.gc.percent < 1:
-		return fmt.Errorf("--gc-percent: want 1 or more, got %d; set GOGC=off to turn the collector off", c.gc.percent)
+	case c.gc.Percent < 1:
+		return fmt.Errorf("--gc-percent: want 1 or more, got %d; set GOGC=off to turn the collector off", c.gc.Percent)
 	}
-	if c.gc.limit, err = parseBytes(c.memoryLimit); err != nil {
+	if c.gc.Limit, err = gctune.ParseBytes(c.memoryLimit); err != nil {
 		return fmt.Errorf("--memory-limit: %w", err)
 	}
-	if c.gc.limit != 0 && c.gc.limit < minMemoryLimit {
+	if c.gc.Limit != 0 && c.gc.Limit < gctune.MinMemoryLimit {
 		return fmt.Errorf("--memory-limit: want 0 (none) or 16MiB or more, got %q: below the live heap the collector never stops", c.memoryLimit)
 	}
 	_, gogc := getenv("GOGC")
 	_, gomemlimit := getenv("GOMEMLIMIT")
-	c.gc.setPercent, c.gc.setLimit = !gogc, !gomemlimit
+	c.gc.SetPercent, c.gc.SetLimit = !gogc, !gomemlimit
 	return nil
 }
 

@@ -103,7 +103,6 @@ func TestFlagsInvalid(t *testing.T) {
 		{[]string{"--tracing", "--tracing-sampling-rate", "1.5"}, nil, "--tracing-sampling-rate: want a number from 0 to 1, got 1.5"},
 		{[]string{"--tracing", "--tracing-sampling-rate", "NaN"}, nil, "--tracing-sampling-rate: want a number from 0 to 1, got NaN"},
 		{[]string{"--tracing", "--tracing-endpoint", "collector:4317"}, nil, `--tracing-endpoint: want an http:// or https:// URL, got "collector:4317"`},
-		{[]string{"--tracing", "--tracing-service-name", ""}, nil, "--tracing-service-name: empty"},
 		// Requests, the memory store, the decision's numbers, Redis.
 		{[]string{"--max-descriptors", "0"}, nil, "--max-descriptors: want 1 or more, got 0"},
 		{[]string{"--max-entries", "-1"}, nil, "--max-entries: want 1 or more, got -1"},

@@ -12,7 +12,7 @@ import (
 // sidecar's configuration with --health-requires-redis-config (on by
 // default run as ratelimit); SERVING otherwise, until shutdown, after which
 // health.Server keeps every name NOT_SERVING. /healthcheck follows the
-// same conditions (reference.go).
+// same conditions (internal/admin).
 
 // notServing returns why the sidecar is not serving, "" if it is.
 func (s *servers) notServing() string {

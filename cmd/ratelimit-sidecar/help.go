@@ -115,6 +115,27 @@ func unknownCommand(name string) error {
 	return fmt.Errorf("unknown command %q; the commands are %s, and with none the server runs (ratelimit-sidecar help)", name, list)
 }
 
+// helpHint ends a command-line error: where the flags are listed.
+const helpHint = " (ratelimit-sidecar help lists the flags)"
+
+// flagError is the one-line error for a command line that fs cannot
+// parse: an unknown flag is named with the nearest flag, if one is near.
+func flagError(fs *flag.FlagSet, err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
+	if !ok {
+		return fmt.Errorf("%w%s", err, helpHint)
+	}
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	if near, ok := nearest(name, names); ok {
+		return fmt.Errorf("unknown flag --%s; did you mean --%s?%s", name, near, helpHint)
+	}
+	return fmt.Errorf("unknown flag --%s%s", name, helpHint)
+}
+
 // nearest returns the candidate closest to word, if one is close enough
 // to be a slip: one that word begins (at least two letters), else one
 // within an edit distance of a third of word's length (at least 1, at

@@ -102,6 +102,36 @@ func TestUnknownCommand(t *testing.T) {
 	}
 }
 
+// TestUnknownFlag: a flag the server does not have, or a bad value,
+// fails with one line that names the nearest flag, when one is near,
+// and points to help. It printed the whole usage, about 195 lines, to
+// stderr.
+func TestUnknownFlag(t *testing.T) {
+	tests := []struct {
+		give []string
+		want string
+	}{
+		{[]string{"--grpc-adr", "127.0.0.1:0"}, `unknown flag --grpc-adr; did you mean --grpc-addr? (ratelimit-sidecar help lists the flags)`},
+		{[]string{"-redis-ulr=redis://r:6379"}, `unknown flag --redis-ulr; did you mean --redis-url?`},
+		{[]string{"--no-such-thing"}, `unknown flag --no-such-thing (ratelimit-sidecar help lists the flags)`},
+		{[]string{"--max-entries", "many"}, `invalid value "many" for flag -max-entries: parse error (ratelimit-sidecar help lists the flags)`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
+			stdout, stderr, err := runCLI(t, nil, tt.give...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want one containing %q", err, tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "\n") {
+				t.Errorf("err has more than one line: %q", err)
+			}
+			if stdout != "" || stderr != "" {
+				t.Errorf("printed %d lines to stdout and %d to stderr, want none: the error is the one line", strings.Count(stdout, "\n"), strings.Count(stderr, "\n"))
+			}
+		})
+	}
+}
+
 // TestUnknownRLSAtStart: an RLS_ variable that no setting reads is named
 // in a warning as the server starts, with the nearest setting's variable
 // when one is near. The warning was there; the hint was not.

@@ -7,7 +7,7 @@
 // the flag in upper case with underscores, e.g. RLS_GRPC_ADDR; a flag on
 // the command line wins. Below those come envoyproxy/ratelimit's variables
 // (GRPC_PORT, REDIS_URL, ...), and run as "ratelimit", as that project's
-// image runs it, its defaults: see refenv.go, environ.go and
+// image runs it, its defaults: see internal/refenv, environ.go and
 // docs/migration.md.
 package main
 
@@ -31,9 +31,18 @@ func main() {
 		os.Exit(0)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "ratelimit-sidecar: %v\n", err)
+		reportFatal(err, os.Stderr)
 		os.Exit(1)
 	}
+}
+
+// reportFatal writes err, which ends the program, to stderr, unless the
+// log has it already in a format a plain line would break (logFatal).
+func reportFatal(err error, stderr io.Writer) {
+	if errors.As(err, new(loggedError)) {
+		return
+	}
+	fmt.Fprintf(stderr, "ratelimit-sidecar: %v\n", err)
 }
 
 // run is the whole program; it returns when ctx is cancelled and shutdown

@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -174,14 +176,14 @@ func TestGCFlags(t *testing.T) {
 		name string
 		give []string
 		env  map[string]string
-		want gcSettings
+		want gctune.Settings
 	}{
-		{name: "defaults", want: gcSettings{percent: 400, setPercent: true, limit: 64 << 20, setLimit: true}},
-		{name: "flags", give: []string{"--gc-percent", "150", "--memory-limit", "1GiB"}, want: gcSettings{percent: 150, setPercent: true, limit: 1 << 30, setLimit: true}},
-		{name: "no_limit", give: []string{"--memory-limit", "0"}, want: gcSettings{percent: 400, setPercent: true, setLimit: true}},
-		{name: "bytes", give: []string{"--memory-limit", "100000000"}, want: gcSettings{percent: 400, setPercent: true, limit: 100000000, setLimit: true}},
-		{name: "go_env", env: map[string]string{"GOGC": "100", "GOMEMLIMIT": "1GiB"}, want: gcSettings{percent: 400, limit: 64 << 20}},
-		{name: "rls_env", env: map[string]string{"RLS_GC_PERCENT": "200", "RLS_MEMORY_LIMIT": "32MiB"}, want: gcSettings{percent: 200, setPercent: true, limit: 32 << 20, setLimit: true}},
+		{name: "defaults", want: gctune.Settings{Percent: 400, SetPercent: true, Limit: 64 << 20, SetLimit: true}},
+		{name: "flags", give: []string{"--gc-percent", "150", "--memory-limit", "1GiB"}, want: gctune.Settings{Percent: 150, SetPercent: true, Limit: 1 << 30, SetLimit: true}},
+		{name: "no_limit", give: []string{"--memory-limit", "0"}, want: gctune.Settings{Percent: 400, SetPercent: true, SetLimit: true}},
+		{name: "bytes", give: []string{"--memory-limit", "100000000"}, want: gctune.Settings{Percent: 400, SetPercent: true, Limit: 100000000, SetLimit: true}},
+		{name: "go_env", env: map[string]string{"GOGC": "100", "GOMEMLIMIT": "1GiB"}, want: gctune.Settings{Percent: 400, Limit: 64 << 20}},
+		{name: "rls_env", env: map[string]string{"RLS_GC_PERCENT": "200", "RLS_MEMORY_LIMIT": "32MiB"}, want: gctune.Settings{Percent: 200, SetPercent: true, Limit: 32 << 20, SetLimit: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

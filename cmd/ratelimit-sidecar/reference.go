@@ -1,34 +1,22 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"os"
-	"path/filepath"
-	"sort"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
-	"go.uber.org/zap"
-
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
-// What deployments of envoyproxy/ratelimit (the reference) rely on around
-// the RPC: its gRPC health name, /healthcheck, the debug port's /rlconfig,
-// a Unix socket for gRPC, Prometheus on an address of its own, reloads on
-// a swapped RUNTIME_ROOT link, and the response settings SHADOW_MODE,
-// RESPONSE_DYNAMIC_METADATA and the header names. refenv.go maps the
-// reference's variables onto these flags.
+// The flags of what deployments of envoyproxy/ratelimit (the reference)
+// rely on around the RPC: its gRPC health name, /healthcheck and the
+// debug port's /rlconfig (internal/admin), a Unix socket for gRPC and
+// Prometheus on an address of its own (listen.go), reloads on a swapped
+// RUNTIME_ROOT link (config.WatchLink), and the response settings
+// SHADOW_MODE, RESPONSE_DYNAMIC_METADATA and the header names.
+// internal/refenv maps the reference's variables onto these flags.
 
 // refHealthName is the gRPC health service name the reference reports.
 const refHealthName = "ratelimit"
@@ -118,106 +106,6 @@ func validHeaderName(s string) bool {
 	return true
 }
 
-// separateMetrics reports whether the metrics have a listener of their
-// own: --metrics-addr is set and is not --http-addr.
-func (c *settings) separateMetrics() bool {
-	return c.ref.metricsAddr != "" && !sameAddr(c.ref.metricsAddr, c.httpAddr)
-}
-
-// sameAddr reports whether two listen addresses are the same port on the
-// same host, taking an empty host, 0.0.0.0 and :: as every address. Port
-// 0 is a free port, never another's.
-func sameAddr(a, b string) bool {
-	ha, pa, err1 := net.SplitHostPort(a)
-	hb, pb, err2 := net.SplitHostPort(b)
-	if err1 != nil || err2 != nil || pa == "0" {
-		return false
-	}
-	norm := func(h string) string {
-		if h == "" || h == "0.0.0.0" || h == "::" {
-			return ""
-		}
-		return h
-	}
-	return pa == pb && norm(ha) == norm(hb)
-}
-
-// listenGRPC opens the gRPC listener: the Unix socket of --grpc-uds, or
-// --grpc-addr.
-func listenGRPC(c *settings) (net.Listener, error) {
-	if c.ref.grpcUDS == "" {
-		l, err := net.Listen("tcp", c.grpcAddr)
-		if err != nil {
-			return nil, fmt.Errorf("listen --grpc-addr: %w", err)
-		}
-		return l, nil
-	}
-	l, err := listenUnix(c.ref.grpcUDS)
-	if err != nil {
-		return nil, fmt.Errorf("listen --grpc-uds: %w", err)
-	}
-	return l, nil
-}
-
-// listenUnix listens on a Unix socket at path. A socket file already
-// there that nobody accepts on is left from a process that died, and is
-// removed; one that is served, or a file that is not a socket, is an
-// error. The listener removes the file when it closes.
-func listenUnix(path string) (net.Listener, error) {
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("%s exists and is not a socket", path)
-		}
-		conn, err := net.DialTimeout("unix", path, time.Second)
-		if err == nil {
-			conn.Close()
-			return nil, fmt.Errorf("%s is in use by another process", path)
-		}
-		if !errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("remove stale socket: %w", err)
-		}
-	}
-	return net.Listen("unix", path)
-}
-
-// listenRef opens the debug and metrics listeners that the settings ask
-// for, into l. On an error it closes every listener of l.
-func (l *listeners) listenRef(c *settings) error {
-	var err error
-	closeAll := func() {
-		for _, x := range []net.Listener{l.grpc, l.http, l.admin, l.debug} {
-			if x != nil {
-				x.Close()
-			}
-		}
-	}
-	if c.ref.debugAddr != "" {
-		if l.debug, err = net.Listen("tcp", c.ref.debugAddr); err != nil {
-			closeAll()
-			return fmt.Errorf("listen --debug-addr: %w", err)
-		}
-		l.debug = limitListener(l.debug, c.bounds.httpMaxConns)
-	}
-	if c.separateMetrics() {
-		if l.metrics, err = net.Listen("tcp", c.ref.metricsAddr); err != nil {
-			closeAll()
-			return fmt.Errorf("listen --metrics-addr: %w", err)
-		}
-		l.metrics = limitListener(l.metrics, c.bounds.httpMaxConns)
-	}
-	return nil
-}
-
-func addrOf(l net.Listener) string {
-	if l == nil {
-		return ""
-	}
-	return l.Addr().String()
-}
-
 // healthNames are the gRPC health service names the sidecar reports: the
 // server's, the RLS service's and the reference's; servers.healthNames
 // adds RLQS's when it is served.
@@ -227,96 +115,4 @@ var healthNames = []string{"", envoy.ServiceName, refHealthName}
 // rules at all, if --health-requires-rules asks for them.
 func servingRules(c *settings, rs *limits.Ruleset) bool {
 	return !c.ref.healthRequiresRules || len(rs.Domains()) > 0
-}
-
-// healthcheck answers GET /healthcheck as the reference does: 200 "OK"
-// while the sidecar serves, 500 once it is shutting down (SIGTERM: while
-// it drains), 500 while no rule is loaded if --health-requires-rules asks
-// for rules, and 500 while Redis refuses the sidecar's configuration if
-// --health-requires-redis-config says so.
-func healthcheck(ctx context.Context, c *settings, engine *limits.Engine, st *sidecarStore) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case ctx.Err() != nil:
-			http.Error(w, "shutting down", http.StatusInternalServerError)
-		case !servingRules(c, engine.Rules()):
-			http.Error(w, "no rules loaded", http.StatusInternalServerError)
-		case c.ref.healthRequiresRedisConfig && st.refused() != nil:
-			// Check again, as /readyz does: a probe that Redis now
-			// accepts ends the refusal, and gRPC health follows.
-			if err := st.ready(r.Context()); errors.Is(err, errMisconfigured) {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-				return
-			}
-			io.WriteString(w, "OK") //nolint:errcheck // the client went away
-		default:
-			io.WriteString(w, "OK") //nolint:errcheck // the client went away
-		}
-	})
-}
-
-// debugMux serves the debug listener: an index at /, /rlconfig and,
-// unless config is nil, /debug/config.
-func debugMux(config http.Handler, engine *limits.Engine) *http.ServeMux {
-	endpoints := map[string]string{
-		"/rlconfig": "the rules in use, one line per limit, as envoyproxy/ratelimit prints them",
-	}
-	if config != nil {
-		endpoints["/debug/config"] = "the rules in use as JSON, with their files and reload status"
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		paths := make([]string, 0, len(endpoints))
-		for p := range endpoints {
-			paths = append(paths, p)
-		}
-		sort.Strings(paths)
-		for _, p := range paths {
-			fmt.Fprintf(w, "%s: %s\n", p, endpoints[p])
-		}
-	})
-	mux.Handle("GET /rlconfig", admin.RLConfig(engine.Rules))
-	if config != nil {
-		mux.Handle("GET /debug/config", config)
-	}
-	return mux
-}
-
-// watchLink reloads the rules whenever the symbolic link at path is
-// replaced (created, or renamed onto), until ctx ends, as the reference
-// does for RUNTIME_ROOT with RUNTIME_WATCH_ROOT: a release swaps the
-// link to a new directory, which the config directory's own watch, on
-// the old directory, cannot see. It watches the link's directory.
-func watchLink(ctx context.Context, path string, reload func(), log *zap.Logger) error {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("watch --watch-link: %w", err)
-	}
-	defer w.Close()
-	path = filepath.Clean(path)
-	if err := w.Add(filepath.Dir(path)); err != nil {
-		return fmt.Errorf("watch --watch-link: %w", err)
-	}
-	// A swap between the rules' first load and this watch has no event:
-	// reload once (a no-op if the files are the same).
-	reload()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return nil
-			}
-			if filepath.Clean(ev.Name) == path && ev.Op&(fsnotify.Create|fsnotify.Write) != 0 {
-				log.Info("--watch-link replaced: reloading config", zap.String("link", path))
-				reload()
-			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			log.Warn("--watch-link watch error", zap.Error(err))
-		}
-	}
 }

@@ -152,7 +152,7 @@ func awaitRefHealth(t *testing.T, s *refSidecar, want healthpb.HealthCheckRespon
 func TestXDSStateMetrics(t *testing.T) {
 	srv := xdstest.Start(t)
 	var log logtest.Buffer
-	s := startSidecarLog(t, &log, xdsArgs(srv, "--force-start-without-rules", "--allow-empty-rules")...)
+	s := startXDS(t, &log, srv, "--force-start-without-rules", "--allow-empty-rules")
 	waitFor(t, func() bool { return metricValue(t, s, "ratelimit_sidecar_xds_connected") == 1 })
 	_, body := s.get(t, "/metrics")
 	for _, want := range []string{"ratelimit_sidecar_xds_rules_received 0", "ratelimit_sidecar_xds_last_push_timestamp_seconds 0"} {

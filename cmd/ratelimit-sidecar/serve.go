@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -26,7 +25,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
-	caplisten "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
@@ -46,9 +45,18 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do if the log cannot flush
+	if err := serveLogged(ctx, c, log); err != nil {
+		return logFatal(log, c, err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// serveLogged is serve once the log is open.
+func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	warnPasswordInArgs(log, c)
 	logEnv(log, c)
-	c.gc.apply()
+	c.gc.Apply()
 
 	opts := config.Options{MergeDomains: c.mergeDomains, AllowEmpty: c.allowEmptyRules}
 	rs, err := loadFirstRules(c, opts, log)
@@ -115,8 +123,24 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 	// The calls have ended, and their spans with them: send what is
 	// queued before the store closes.
 	tr.shutdown(c.shutdownTimeout)
-	log.Info("stopped", zap.Error(err))
 	return err
+}
+
+// loggedError is an error that ends the program, already logged.
+type loggedError struct{ error }
+
+func (e loggedError) Unwrap() error { return e.error }
+
+// logFatal logs err, which ends serve, at Error in the log's format.
+// With --log-format json it returns err as a loggedError, so that main
+// writes no plain line among the JSON ones; a console log keeps the
+// plain line, for whoever reads the terminal.
+func logFatal(log *zap.Logger, c *settings, err error) error {
+	log.Error("ratelimit-sidecar stopped on an error", zap.Error(err))
+	if c.logFormat == "console" {
+		return err
+	}
+	return loggedError{err}
 }
 
 // loadFirstRules loads the rules the sidecar starts with, and says at
@@ -192,62 +216,6 @@ func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Met
 	})
 }
 
-// listeners are the sidecar's sockets. admin is nil unless --admin-addr
-// is set, debug unless --debug-addr is, and metrics unless --metrics-addr
-// is set to an address other than --http-addr.
-type listeners struct {
-	grpc, http, admin net.Listener
-	debug, metrics    net.Listener
-}
-
-// listen opens every listener, or none, each capped at its number of
-// connections.
-func listen(c *settings) (*listeners, error) {
-	var l listeners
-	var err error
-	if l.grpc, err = listenGRPC(c); err != nil {
-		return nil, err
-	}
-	if l.http, err = net.Listen("tcp", c.httpAddr); err != nil {
-		l.grpc.Close()
-		return nil, fmt.Errorf("listen --http-addr: %w", err)
-	}
-	if c.adminAddr != "" {
-		if l.admin, err = net.Listen("tcp", c.adminAddr); err != nil {
-			l.grpc.Close()
-			l.http.Close()
-			return nil, fmt.Errorf("listen --admin-addr: %w", err)
-		}
-		l.admin = limitListener(l.admin, c.bounds.httpMaxConns)
-	}
-	if err := l.listenRef(c); err != nil {
-		return nil, err
-	}
-	l.grpc = limitListener(l.grpc, c.bounds.grpcMaxConns)
-	l.http = limitListener(l.http, c.bounds.httpMaxConns)
-	return &l, nil
-}
-
-// capped returns the listeners that cap their connections, by name.
-func (l *listeners) capped() map[string]metrics.CappedListener {
-	all := map[string]net.Listener{"grpc": l.grpc, "http": l.http, "admin": l.admin, "debug": l.debug, "metrics": l.metrics}
-	out := make(map[string]metrics.CappedListener, len(all))
-	for name, x := range all {
-		if c, ok := x.(*caplisten.Listener); ok {
-			out[name] = c
-		}
-	}
-	return out
-}
-
-// adminAddr is where the admin endpoints are served.
-func (l *listeners) adminAddr() string {
-	if l.admin != nil {
-		return l.admin.Addr().String()
-	}
-	return l.http.Addr().String()
-}
-
 // warnPasswordInArgs warns once if --redis-url on the command line holds
 // a password: ps shows it to every user of the host. The environment and
 // a password file do not.
@@ -267,7 +235,7 @@ func warnPasswordInArgs(log *zap.Logger, c *settings) {
 }
 
 func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, rs *limits.Ruleset) {
-	gcPercent, memLimit := currentGC()
+	gcPercent, memLimit := gctune.Current()
 	log.Info("ratelimit-sidecar started",
 		zap.String("version", buildInfo().version),
 		zap.String("revision", buildInfo().revision),
@@ -382,13 +350,10 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	sb.streaming = streamingMethods(s.grpc)
 	s.refreshHealth()
 
+	adm := admin.New(adminOptions(ctx, c, log, engine, reloader, st, m))
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.Handle("GET /readyz", readyWithRules(reloader, readyz(ctx, engine, st.ready)))
-	mux.Handle("GET /healthcheck", readyWithRules(reloader, healthcheck(ctx, c, engine, st)))
-	prom := metricsHandler(c, m.Registry, engine.Rules)
+	adm.Health(mux)
+	prom := metrics.Handler(m.Registry, engine.Rules, c.ref.referenceMetrics)
 	if c.separateMetrics() {
 		mm := http.NewServeMux()
 		mm.Handle("GET "+c.ref.metricsPath, prom)
@@ -401,19 +366,12 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 		adminMux = http.NewServeMux()
 		s.admin = c.bounds.httpServer(adminMux)
 	}
-	var configPage http.Handler // nil: /debug/config is not served
 	if adminServed(c) {
-		configPage = admin.NewConfigPage(admin.ConfigOptions{Status: reloader.Status, Rules: engine.Rules})
-		adminMux.Handle("GET /debug/config", configPage)
-		cs := newCounters(engine, st, c, log, m)
-		adminMux.HandleFunc("GET /debug/counters", cs.read)
-		adminMux.HandleFunc("POST /debug/counters/reset", cs.reset)
+		adm.Debug(adminMux)
 	}
 	if c.ref.debugAddr != "" {
-		if c.env.refMode {
-			configPage = nil // the reference's debug port has no such endpoint
-		}
-		s.debug = c.bounds.httpServer(debugMux(configPage, engine))
+		// The reference's debug port has no /debug/config.
+		s.debug = c.bounds.httpServer(adm.DebugPort(!c.env.refMode))
 	}
 	adminMux.Handle("/json", rls.JSONHandler()) // any method: the handler answers 405 itself
 	s.http = c.bounds.httpServer(mux)
@@ -428,33 +386,39 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 // reference has it.
 func adminServed(c *settings) bool { return !c.env.refMode || c.adminAddr != "" }
 
-// readyz answers /readyz: ready when the store can decide, or when the
-// failure mode of every domain in use can answer in its place. Domains
-// with failure mode error cannot: their requests fail while the store is
-// unavailable, so the sidecar is not ready then. Nor is it while Redis
-// refuses its configuration (errMisconfigured), which waiting does not
-// fix.
-func readyz(ctx context.Context, engine *limits.Engine, ready func(context.Context) error) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if ctx.Err() != nil {
-			http.Error(w, "shutting down", http.StatusServiceUnavailable)
-			return
-		}
-		err := ready(r.Context())
-		if err == nil {
-			fmt.Fprintln(w, "ok")
-			return
-		}
-		if errors.Is(err, errMisconfigured) {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if failing := engine.FailingDomains(); len(failing) > 0 {
-			http.Error(w, fmt.Sprintf("store unavailable: %v; failure mode error for domains %s", err, strings.Join(failing, ", ")), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok (store unavailable; every domain is served by its failure mode)")
-	})
+// adminOptions are what the admin endpoints read of the sidecar. ctx is
+// serve's: once it ends, the probes say the sidecar is shutting down.
+func adminOptions(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, rules ruleSource, st *sidecarStore, m *metrics.Metrics) admin.Options {
+	o := admin.Options{
+		Stopping:           ctx.Done(),
+		Rules:              engine.Rules,
+		Status:             rules.Status,
+		StoreReady:         st.ready,
+		FailingDomains:     engine.FailingDomains,
+		RequireRules:       c.ref.healthRequiresRules,
+		Refused:            st.refused,
+		RequireStoreConfig: c.ref.healthRequiresRedisConfig,
+	}
+	o.RulesReady, o.RulesWaiting = pending(rules)
+	if !adminServed(c) {
+		return o
+	}
+	values, _ := rejectlog.ParseValues(c.rejections.values) // checked with the flags
+	o.Counters = admin.CountersOptions{
+		Rules: engine.Rules, Validate: engine.Validate,
+		StoreName: st.name, AllowReset: c.counterReset, Log: log, Values: values,
+		ResetDone: m.CounterResets(),
+	}
+	if st.counters != nil {
+		o.Counters.Store = st.counters
+	}
+	if st.deny != nil {
+		o.Counters.Deny = st.deny
+	}
+	if st.leases != nil {
+		o.Counters.Leases = st.leases
+	}
+	return o
 }
 
 // run serves until ctx ends or a server fails, reloading the rules on
@@ -517,7 +481,7 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 	if s.c.ref.watchLink != "" {
 		g.Go(func() error {
 			reload := func() { reloader.Reload() } //nolint:errcheck // Reload logs its own errors
-			if err := watchLink(gctx, s.c.ref.watchLink, reload, s.log); err != nil {
+			if err := config.WatchLink(gctx, s.c.ref.watchLink, reload, s.log); err != nil {
 				s.log.Error("--watch-link watch failed; reload with SIGHUP", zap.Error(err))
 			}
 			return nil

@@ -42,8 +42,14 @@ func startSidecar(t testing.TB, args ...string) *sidecar {
 // startSidecarLog is startSidecar with the sidecar's log written to logw.
 func startSidecarLog(t testing.TB, logw io.Writer, args ...string) *sidecar {
 	t.Helper()
+	return startSidecarEnv(t, logw, nil, args...)
+}
+
+// startSidecarEnv is startSidecarLog in the environment env.
+func startSidecarEnv(t testing.TB, logw io.Writer, env map[string]string, args ...string) *sidecar {
+	t.Helper()
 	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
-	c, err := parseFlags(args, noEnv, io.Discard)
+	c, err := parseFlags(args, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

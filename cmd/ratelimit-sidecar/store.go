@@ -9,7 +9,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redislog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
@@ -45,6 +47,9 @@ type opened struct {
 	// refusalChanged receives when a refusal starts, changes or ends;
 	// nil if refusals is.
 	refusalChanged <-chan struct{}
+	// clientLog takes the client library's own messages; nil if it
+	// writes none.
+	clientLog *redislog.Logger
 }
 
 // refusals is what a store reports of refusals for its configuration:
@@ -76,14 +81,15 @@ func openMemory(_ context.Context, c *settings, _ *zap.Logger) (opened, error) {
 }
 
 func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error) {
-	goredis.SetLogger(redisLog{log})
+	clientLog := redislog.New(log)
+	goredis.SetLogger(clientLog)
 	// Size 1: a change not yet seen needs no second signal, since its
 	// reader reads the refusals as they are then.
 	changed := make(chan struct{}, 1)
 	lazy, err := redis.Connect(ctx, c.redis, redis.LazyOptions{
 		OnConnect: func() { log.Info("redis connected") },
 		OnConfigError: func(e *redis.ConfigError, cleared bool) {
-			logConfigError(log, e, cleared)
+			redislog.ConfigError(log, e, cleared)
 			select {
 			case changed <- struct{}{}:
 			default:
@@ -96,39 +102,9 @@ func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error
 	if !lazy.Connected() {
 		log.Error("redis not connected at startup; serving by the failure mode while retrying", zap.Error(lazy.LastError()))
 	}
-	return opened{Store: lazy, ping: lazy.Probe, probe: lazy.ProbeAny, close: lazy.Close, refusals: lazy, refusalChanged: changed}, nil
+	return opened{Store: lazy, ping: lazy.Probe, probe: lazy.ProbeAny, close: lazy.Close, refusals: lazy, refusalChanged: changed,
+		clientLog: clientLog}, nil
 }
-
-// logConfigError logs a refusal of the sidecar by Redis for its
-// configuration as it starts or changes, at Error, with Redis's own
-// message, and as it ends, at Info: once each, however many calls meet
-// it (redis.LazyOptions.OnConfigError).
-func logConfigError(log *zap.Logger, e *redis.ConfigError, cleared bool) {
-	fields := []zap.Field{zap.String("kind", e.Kind), zap.String("redis_role", e.Role), zap.String("redis_addr", e.Addr)}
-	if cleared {
-		log.Info(configErrorEnded[e.Kind], fields...)
-		return
-	}
-	log.Error(configErrorStarted[e.Kind], append(fields, zap.String("redis_message", e.Msg))...)
-}
-
-var (
-	configErrorStarted = map[string]string{
-		redis.KindAuth: "redis authentication failed; not ready until it is fixed, retrying meanwhile",
-		redis.KindACL:  "redis ACL refuses a command the sidecar needs; not ready until it is fixed, retrying meanwhile",
-		redis.KindTLS:  "redis TLS handshake failed; not ready until it is fixed, retrying meanwhile",
-	}
-	configErrorEnded = map[string]string{
-		redis.KindAuth: "redis authentication ok",
-		redis.KindACL:  "redis ACL allows the sidecar's commands",
-		redis.KindTLS:  "redis TLS handshake ok",
-	}
-)
-
-// errMisconfigured marks the readiness error of a store that Redis
-// refuses for its configuration: unlike an outage, waiting does not end
-// it, so the sidecar is not ready even where failure modes could answer.
-var errMisconfigured = errors.New("redis refuses the sidecar's configuration")
 
 // misconfigured returns the readiness error for refusals es, nil if
 // there are none.
@@ -140,7 +116,7 @@ func misconfigured(es []*redis.ConfigError) error {
 	for i, e := range es {
 		errs[i] = e
 	}
-	return fmt.Errorf("%w: %w", errMisconfigured, errors.Join(errs...))
+	return fmt.Errorf("%w: %w", admin.ErrMisconfigured, errors.Join(errs...))
 }
 
 // sidecarStore is the store the engine decides on, with what readiness
@@ -157,7 +133,7 @@ type sidecarStore struct {
 	// leases admit leased limits locally; nil for a local backend.
 	leases *store.Leases
 	// counters is the backend, for the admin counter endpoints.
-	counters counterStore
+	counters admin.CounterStore
 	// shared is the shared store behind its breaker, which RLQS takes
 	// quota from; nil for a local backend.
 	shared limits.Store
@@ -169,7 +145,7 @@ type sidecarStore struct {
 }
 
 // refused returns the error of Redis refusing the sidecar's
-// configuration (errMisconfigured), nil if it does not.
+// configuration (admin.ErrMisconfigured), nil if it does not.
 func (s *sidecarStore) refused() error {
 	if s.refusals == nil {
 		return nil
@@ -222,6 +198,9 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 	if o.refusals != nil {
 		m.RedisConfigErrors(redis.ConfigErrorKinds, o.refusals)
 	}
+	if o.clientLog != nil {
+		m.RedisClientMessages(o.clientLog.Messages)
+	}
 	s := &sidecarStore{
 		Store: store.Timed(o.Store, m.StoreCalls(b.name)),
 		name:  b.name,
@@ -231,7 +210,7 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 		refusals:       o.refusals,
 		refusalChanged: o.refusalChanged,
 	}
-	s.counters, _ = o.Store.(counterStore)
+	s.counters, _ = o.Store.(admin.CounterStore)
 	if o.ping == nil {
 		return s, nil
 	}
@@ -244,8 +223,11 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 			m.BreakerChanged(open, cause)
 			if open {
 				log.Error(b.name+" failing; circuit open, serving by the failure mode", zap.Error(cause))
-			} else {
-				log.Info(b.name + " answers again; circuit closed")
+				return
+			}
+			log.Info(b.name + " answers again; circuit closed")
+			if o.clientLog != nil {
+				o.clientLog.Recovered()
 			}
 		},
 	})
@@ -283,13 +265,4 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 	s.leases = store.NewLeases(s.Store, store.LeasesOptions{Return: ret})
 	s.Store = s.leases
 	return s, nil
-}
-
-// redisLog sends go-redis's own messages (dial failures and the like) to
-// zap at Warn, where the logger's sampling keeps an outage from flooding
-// the log.
-type redisLog struct{ log *zap.Logger }
-
-func (l redisLog) Printf(_ context.Context, format string, v ...any) {
-	l.log.Warn("go-redis", zap.String("message", fmt.Sprintf(format, v...)))
 }

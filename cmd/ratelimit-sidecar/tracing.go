@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"go.opentelemetry.io/otel/trace"
@@ -18,22 +17,20 @@ import (
 // tracingSettings are the --tracing* flags: OpenTelemetry spans of the
 // calls, exported over OTLP (docs/tracing.md).
 type tracingSettings struct {
-	enabled           bool
-	protocol          string
-	endpoint          string
-	serviceName       string
-	serviceNamespace  string
-	serviceInstanceID string
-	samplingRate      float64
+	enabled      bool
+	protocol     string
+	endpoint     string
+	samplingRate float64
+	// The resource's service attributes, which only the reference's
+	// TRACING_SERVICE_* set (setFlagless); empty: OTEL_SERVICE_NAME and
+	// OTEL_RESOURCE_ATTRIBUTES, else tracing's defaults.
+	serviceName, serviceNamespace, serviceInstanceID string
 }
 
 func (t *tracingSettings) define(fs *flag.FlagSet) {
 	fs.BoolVar(&t.enabled, "tracing", false, "send an OpenTelemetry span of each ShouldRateLimit call, and of its Redis round trip, to an OTLP receiver (docs/tracing.md)")
 	fs.StringVar(&t.protocol, "tracing-protocol", "", "OTLP `protocol`: grpc or http (protobuf bodies); default: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL, else http")
 	fs.StringVar(&t.endpoint, "tracing-endpoint", "", "OTLP receiver `URL`, http:// or https://, such as http://otel-collector:4318 (http adds /v1/traces to a URL without a path); empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else localhost")
-	fs.StringVar(&t.serviceName, "tracing-service-name", "ratelimit-sidecar", "the spans' service.name")
-	fs.StringVar(&t.serviceNamespace, "tracing-service-namespace", "", "the spans' service.namespace (empty: none)")
-	fs.StringVar(&t.serviceInstanceID, "tracing-service-instance-id", "", "the spans' service.instance.id (empty: a random UUID at each start)")
 	fs.Float64Var(&t.samplingRate, "tracing-sampling-rate", 1, "share of calls traced, from 0 to 1, among those whose caller sent no trace context; a call whose caller did is traced exactly when the caller's trace is sampled")
 }
 
@@ -61,9 +58,6 @@ func (t *tracingSettings) check(getenv func(string) (string, bool)) error {
 	}
 	if !(t.samplingRate >= 0 && t.samplingRate <= 1) { // NaN too
 		return fmt.Errorf("--tracing-sampling-rate: want a number from 0 to 1, got %v", t.samplingRate)
-	}
-	if t.serviceName == "" {
-		return errors.New("--tracing-service-name: empty")
 	}
 	return nil
 }

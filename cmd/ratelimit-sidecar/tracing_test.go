@@ -63,6 +63,9 @@ const (
 // caller at sampling rate 0, send nothing. The spans are flushed when the
 // sidecar stops.
 func TestTracingExport(t *testing.T) {
+	// The resource's service attributes come from the standard variables.
+	t.Setenv("OTEL_SERVICE_NAME", "rls")
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "service.namespace=edge,service.instance.id=pod-1")
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), userRules)
@@ -76,8 +79,7 @@ func TestTracingExport(t *testing.T) {
 		t.Run(tt.protocol, func(t *testing.T) {
 			r := tt.start(t)
 			s := startSidecar(t, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--redis-key-prefix", "trace-"+tt.protocol+":",
-				"--tracing", "--tracing-protocol", tt.protocol, "--tracing-endpoint", r.URL, "--tracing-sampling-rate", "0",
-				"--tracing-service-name", "rls", "--tracing-service-namespace", "edge", "--tracing-service-instance-id", "pod-1")
+				"--tracing", "--tracing-protocol", tt.protocol, "--tracing-endpoint", r.URL, "--tracing-sampling-rate", "0")
 			s.callWith(t, "w3c", "traceparent", "00-"+traceW3C+"-"+callerSpan+"-01")
 			s.callWith(t, "b3", "b3", traceB3+"-"+callerSpan+"-1")
 			s.callWith(t, "b3multi", "x-b3-traceid", traceB3Hdr, "x-b3-spanid", callerSpan, "x-b3-sampled", "1")

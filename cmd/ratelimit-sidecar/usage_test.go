@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xdstest"
@@ -354,7 +356,7 @@ func TestUsageChargesObserved(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Body.Close()
-	var v countersView
+	var v admin.CountersView
 	if err := json.NewDecoder(r.Body).Decode(&v); err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +380,7 @@ func TestUsageChargesOverXDS(t *testing.T) {
 			RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, RequestsPerUnit: 1000},
 		}},
 	}}})
-	s := startSidecar(t, xdsArgs(xsrv)...)
+	s := startXDS(t, io.Discard, xsrv)
 	s.awaitHealth(t, healthpb.HealthCheckResponse_SERVING)
 	call := func(n uint64) string {
 		req := &rlsv3.RateLimitRequest{Domain: "default/eg/http", Descriptors: []*rlscommon.RateLimitDescriptor{{

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
@@ -27,8 +26,9 @@ type ruleSource interface {
 }
 
 // xdsSettings are the flags of --config-type xds, defined with the others
-// in flags.go. Their defaults are envoyproxy/ratelimit's for
-// CONFIG_GRPC_XDS_* and XDS_CLIENT_BACKOFF_*.
+// in flags.go, and the reconnect waits and message bound that only the
+// reference's XDS_CLIENT_* set (setFlagless). Their defaults are
+// envoyproxy/ratelimit's for CONFIG_GRPC_XDS_* and XDS_CLIENT_BACKOFF_*.
 type xdsSettings struct {
 	configType    string
 	server        string
@@ -54,8 +54,7 @@ type xdsSettings struct {
 	header   map[string]string
 }
 
-// minXDSBackoff is the shortest reconnect wait --xds-backoff-initial
-// takes.
+// minXDSBackoff is the shortest first reconnect wait taken.
 const minXDSBackoff = 10 * time.Millisecond
 
 // finish checks the xDS flags and parses the metadata and headers.
@@ -74,17 +73,11 @@ func (x *xdsSettings) finish() error {
 		return fmt.Errorf("--xds-overlay: only with --config-type xds (rule files say it all themselves)")
 	}
 	// A wait below minXDSBackoff would let a client hammer a server
-	// that refuses it.
-	switch b := x.backoff; {
-	case b.initial < minXDSBackoff:
-		return fmt.Errorf("--xds-backoff-initial: want %v or more, got %v", minXDSBackoff, b.initial)
-	case b.max < b.initial:
-		return fmt.Errorf("--xds-backoff-max: want at least --xds-backoff-initial (%v), got %v", b.initial, b.max)
-	case !(b.jitter >= 0 && b.jitter <= 1): // NaN too
-		return fmt.Errorf("--xds-backoff-jitter: want a share from 0 to 1, got %v", b.jitter)
-	}
-	if x.maxMessageBytes < 0 {
-		return fmt.Errorf("--xds-max-message-bytes: want 0 (gRPC's default) or more, got %d", x.maxMessageBytes)
+	// that refuses it. The mapping of XDS_CLIENT_BACKOFF_* keeps the
+	// longest wait at least the first, and the jitter and message size
+	// in range.
+	if x.backoff.initial < minXDSBackoff {
+		return fmt.Errorf("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL: want %v or more, got %v", minXDSBackoff, x.backoff.initial)
 	}
 	x.tls = x.tls || x.tlsCA != "" || x.tlsCert != "" || x.tlsKey != "" || x.tlsServerName != ""
 	var err error
@@ -241,21 +234,4 @@ func serveWhenReady(ctx context.Context, s *servers, src ruleSource) {
 	case <-ready:
 		s.refreshHealth()
 	}
-}
-
-// readyWithRules answers /readyz with 503 while src waits for its first
-// rules, and as next does after.
-func readyWithRules(src ruleSource, next http.Handler) http.Handler {
-	ready, waiting := pending(src)
-	if ready == nil {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-ready:
-			next.ServeHTTP(w, r)
-		default:
-			http.Error(w, waiting, http.StatusServiceUnavailable)
-		}
-	})
 }

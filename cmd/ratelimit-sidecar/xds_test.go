@@ -18,13 +18,16 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xdstest"
 )
 
-// xdsArgs are the flags of a sidecar taking its rules from srv as node
-// envoy-ratelimit, reconnecting quickly.
-func xdsArgs(srv *xdstest.Server, more ...string) []string {
-	return append([]string{
+// startXDS starts a sidecar taking its rules from srv as node
+// envoy-ratelimit, reconnecting quickly (the reference's
+// XDS_CLIENT_BACKOFF_* alone set the waits), with the flags more.
+func startXDS(t *testing.T, logw io.Writer, srv *xdstest.Server, more ...string) *sidecar {
+	t.Helper()
+	env := map[string]string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "20ms", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "100ms",
+		"XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "2"}
+	return startSidecarEnv(t, logw, env, append([]string{
 		"--config-type", "xds", "--xds-server", srv.Addr, "--xds-node-id", "envoy-ratelimit",
-		"--xds-backoff-initial", "20ms", "--xds-backoff-max", "100ms",
-	}, more...)
+	}, more...)...)
 }
 
 // awaitHealth waits, at most xdstest.Wait, for the RLS service's health
@@ -96,7 +99,7 @@ func TestXDS(t *testing.T) {
 	ca := certtest.NewCA(t, dir, "ca")
 	srv := xdstest.Start(t, xdstest.WithTLS(ca.ServerConfig(t, ca.Issue(t, "server"), true)))
 	client := ca.Issue(t, "client")
-	s := startSidecar(t, xdsArgs(srv, "--xds-tls-ca", ca.File, "--xds-tls-cert", client.CertFile, "--xds-tls-key", client.KeyFile)...)
+	s := startXDS(t, io.Discard, srv, "--xds-tls-ca", ca.File, "--xds-tls-cert", client.CertFile, "--xds-tls-key", client.KeyFile)
 
 	// No snapshot for the node yet: not ready.
 	if st := s.healthNow(t); st != healthpb.HealthCheckResponse_NOT_SERVING {
@@ -168,11 +171,11 @@ func TestXDSServerDownAtStart(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := xdstest.Start(t)
 			srv.Stop()
-			args := xdsArgs(srv)
+			var args []string
 			if tt.force {
 				args = append(args, "--force-start-without-rules")
 			}
-			s := startSidecar(t, args...)
+			s := startXDS(t, io.Discard, srv, args...)
 			if code, body := s.get(t, "/readyz"); code != tt.wantReady {
 				t.Errorf("/readyz with the server down: %d %s, want %d", code, body, tt.wantReady)
 			}
@@ -206,11 +209,11 @@ func TestXDSEmptyPush(t *testing.T) {
 		t.Run(fmt.Sprintf("allow %v", allow), func(t *testing.T) {
 			srv := xdstest.Start(t)
 			srv.Set(t, "envoy-ratelimit", "1", xdstest.RateLimitConfig("edge", "user", 1, rlsconf.RateLimitUnit_MINUTE))
-			args := xdsArgs(srv)
+			var args []string
 			if allow {
 				args = append(args, "--allow-empty-rules")
 			}
-			s := startSidecar(t, args...)
+			s := startXDS(t, io.Discard, srv, args...)
 			_, n := srv.Await(t, 0, "ACKing version 1", isACK("1"))
 			s.code(t, "alice")
 

@@ -1,6 +1,3 @@
-// Package admin serves the sidecar's admin and debug HTTP endpoints.
-// Each is built from the parts it reads, never from the flags, and is
-// safe for concurrent use.
 package admin
 
 import (

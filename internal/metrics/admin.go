@@ -19,3 +19,11 @@ func (m *Metrics) CounterResets() func(n int) {
 	m.Registry.MustRegister(c)
 	return func(n int) { c.Add(float64(n)) }
 }
+
+// RedisClientMessages registers the count of go-redis's own log
+// messages, read from messages at scrape time.
+func (m *Metrics) RedisClientMessages(messages func() uint64) {
+	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "redis_client_messages_total",
+		Help: "Messages go-redis wrote (a failed dial, say); the log has the first of each kind per outage."},
+		func() float64 { return float64(messages()) }))
+}

@@ -53,3 +53,33 @@ func TestApply(t *testing.T) {
 		t.Error("IsRefMode: want /bin/ratelimit alone")
 	}
 }
+
+// TestApplyFlagless: the reference's tuning that has no flag of ours
+// (XDS_CLIENT_*, TRACING_SERVICE_*) lands in Applied.Settings, named by
+// its variables, instead of on a flag.
+func TestApplyFlagless(t *testing.T) {
+	env := map[string]string{
+		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "2s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "30s",
+		"XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "2", "XDS_CLIENT_BACKOFF_JITTER": "false",
+		"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "16777216", "TRACING_SERVICE_NAME": "rl",
+	}
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	fs.Bool("tracing", false, "")
+	fs.Float64("tracing-sampling-rate", 1, "")
+	a, err := refenv.Apply(fs, false, lookup(env), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		refenv.XDSBackoffInitial: "2s", refenv.XDSBackoffMax: "30s", refenv.XDSBackoffJitter: "0",
+		refenv.XDSMaxMessageBytes: "16777216", refenv.TracingServiceName: "rl",
+	}
+	for k, v := range want {
+		if a.Settings[k] != v {
+			t.Errorf("Settings[%s] = %q, want %q (all: %v)", k, a.Settings[k], v, a.Settings)
+		}
+	}
+	if from := a.ByFlag[refenv.XDSMaxMessageBytes]; from != "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES" {
+		t.Errorf("%s from %q, want XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", refenv.XDSMaxMessageBytes, from)
+	}
+}

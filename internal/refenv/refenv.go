@@ -1,7 +1,8 @@
 // Package refenv reads the environment of envoyproxy/ratelimit (the
 // reference) onto the sidecar's flags: each of its variables is mapped
-// onto a flag (with its meaning translated where ours differs), honoured
-// as it is, or refused with a reason. Standard library only.
+// onto a flag (with its meaning translated where ours differs) or onto
+// one of the few settings without a flag (Applied.Settings), honoured as
+// it is, or refused with a reason. Standard library only.
 package refenv
 
 import (
@@ -916,6 +917,29 @@ type Applied struct {
 	// Refused lists the reference's settings in use that are not
 	// honoured, each with the reason.
 	Refused []string
+	// Settings holds the values of the settings that the variables set
+	// and that have no flag of their own, by name: the reference's
+	// tuning (XDS_CLIENT_BACKOFF_*, XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES,
+	// TRACING_SERVICE_*) has no use beside our flags and the standard
+	// OTEL_* variables, so it is honoured without one.
+	Settings map[string]string
+}
+
+// Settings without a flag, which Applied.Settings may hold.
+const (
+	XDSBackoffInitial        = "xds-backoff-initial"
+	XDSBackoffMax            = "xds-backoff-max"
+	XDSBackoffJitter         = "xds-backoff-jitter"
+	XDSMaxMessageBytes       = "xds-max-message-bytes"
+	TracingServiceName       = "tracing-service-name"
+	TracingServiceNamespace  = "tracing-service-namespace"
+	TracingServiceInstanceID = "tracing-service-instance-id"
+)
+
+// flagless are the settings without a flag.
+var flagless = map[string]bool{
+	XDSBackoffInitial: true, XDSBackoffMax: true, XDSBackoffJitter: true, XDSMaxMessageBytes: true,
+	TracingServiceName: true, TracingServiceNamespace: true, TracingServiceInstanceID: true,
 }
 
 // Apply sets fs's flags from the reference's variables, except those
@@ -923,7 +947,7 @@ type Applied struct {
 // values are reported all at once, each naming its variable.
 func Apply(fs *flag.FlagSet, refMode bool, getenv func(string) (string, bool), explicit map[string]bool) (*Applied, error) {
 	v := &refValues{getenv: getenv, refMode: refMode}
-	a := &Applied{ByFlag: map[string]string{}, ByDefault: map[string]bool{}}
+	a := &Applied{ByFlag: map[string]string{}, ByDefault: map[string]bool{}, Settings: map[string]string{}}
 	for _, m := range refMappings {
 		var set []string
 		for _, name := range m.vars {
@@ -954,7 +978,9 @@ func Apply(fs *flag.FlagSet, refMode bool, getenv func(string) (string, bool), e
 			if explicit[f.name] {
 				continue
 			}
-			if err := fs.Set(f.name, f.value); err != nil {
+			if flagless[f.name] {
+				a.Settings[f.name] = f.value
+			} else if err := fs.Set(f.name, f.value); err != nil {
 				v.errs = append(v.errs, fmt.Errorf("%s (as --%s=%s): %w", strings.Join(m.vars, ", "), f.name, f.value, err))
 				continue
 			}

@@ -51,11 +51,13 @@ type Options struct {
 	// is, as OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is. Empty: the exporter
 	// reads those variables, else sends to localhost.
 	Endpoint string
-	// ServiceName, ServiceNamespace and ServiceInstanceID are the
-	// resource's service.name, service.namespace and
-	// service.instance.id; an empty namespace is left out, and an empty
-	// instance ID is a random UUID, as envoyproxy/ratelimit does. Other
-	// resource attributes come from OTEL_RESOURCE_ATTRIBUTES.
+	// ServiceName, ServiceNamespace and ServiceInstanceID, when set, are
+	// the resource's service.name, service.namespace and
+	// service.instance.id, over OTEL_SERVICE_NAME and
+	// OTEL_RESOURCE_ATTRIBUTES. Where neither gives one, service.name is
+	// DefaultServiceName and service.instance.id a random UUID, as
+	// envoyproxy/ratelimit's is; there is no namespace. Other resource
+	// attributes come from OTEL_RESOURCE_ATTRIBUTES.
 	ServiceName, ServiceNamespace, ServiceInstanceID string
 	// ServiceVersion is service.version; empty is left out.
 	ServiceVersion string
@@ -83,9 +85,6 @@ func (o *Options) Validate() error {
 	}
 	if !(o.SamplingRate >= 0 && o.SamplingRate <= 1) { // NaN too
 		errs = append(errs, fmt.Errorf("sampling rate: want a number from 0 to 1, got %v", o.SamplingRate))
-	}
-	if o.ServiceName == "" {
-		errs = append(errs, errors.New("service name: empty"))
 	}
 	return errors.Join(errs...)
 }
@@ -210,31 +209,33 @@ func (f firstOf) Fields() []string {
 	return out
 }
 
-// newResource describes the process: OTEL_RESOURCE_ATTRIBUTES, then the
-// service attributes of o, which win.
+// DefaultServiceName is service.name unless Options or the environment
+// give one.
+const DefaultServiceName = "ratelimit-sidecar"
+
+// newResource describes the process: the defaults, then
+// OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, then the service
+// attributes of o; each wins over those before it.
 func newResource(ctx context.Context, o Options) (*resource.Resource, error) {
-	id := o.ServiceInstanceID
-	if id == "" {
-		var err error
-		if id, err = randomUUID(); err != nil {
-			return nil, fmt.Errorf("service instance id: %w", err)
+	id, err := randomUUID()
+	if err != nil {
+		return nil, fmt.Errorf("service instance id: %w", err)
+	}
+	defaults := resource.NewSchemaless(attribute.String("service.name", DefaultServiceName), attribute.String("service.instance.id", id))
+	var attrs []attribute.KeyValue
+	for _, a := range []struct{ key, value string }{
+		{"service.name", o.ServiceName}, {"service.namespace", o.ServiceNamespace},
+		{"service.instance.id", o.ServiceInstanceID}, {"service.version", o.ServiceVersion},
+	} {
+		if a.value != "" {
+			attrs = append(attrs, attribute.String(a.key, a.value))
 		}
-	}
-	attrs := []attribute.KeyValue{
-		attribute.String("service.name", o.ServiceName),
-		attribute.String("service.instance.id", id),
-	}
-	if o.ServiceNamespace != "" {
-		attrs = append(attrs, attribute.String("service.namespace", o.ServiceNamespace))
-	}
-	if o.ServiceVersion != "" {
-		attrs = append(attrs, attribute.String("service.version", o.ServiceVersion))
 	}
 	res, err := resource.New(ctx, resource.WithFromEnv(), resource.WithTelemetrySDK(), resource.WithAttributes(attrs...))
 	if err != nil {
 		return nil, fmt.Errorf("resource (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME): %w", err)
 	}
-	return res, nil
+	return resource.Merge(defaults, res)
 }
 
 func newExporter(ctx context.Context, o Options) (*otlptrace.Exporter, error) {

@@ -1,4 +1,8 @@
-package main
+// Package gctune sets the Go garbage collector's percent and soft memory
+// limit, and reads a size as GOMEMLIMIT does. The runtime has applied
+// GOGC and GOMEMLIMIT before main runs; Settings says whether they were
+// set, and Apply leaves those alone.
+package gctune
 
 import (
 	"fmt"
@@ -17,30 +21,30 @@ import (
 // through Redis, for about 13 MB more RSS; the soft limit keeps a heap
 // that grows from taking five times its live size.
 const (
-	defaultGCPercent   = 400
-	defaultMemoryLimit = "64MiB"
-	// minMemoryLimit is the least soft memory limit: below the sidecar's
+	DefaultPercent     = 400
+	DefaultMemoryLimit = "64MiB"
+	// MinMemoryLimit is the least soft memory limit: below the sidecar's
 	// live heap (a few MB) the collector would run without end.
-	minMemoryLimit = 16 << 20
+	MinMemoryLimit = 16 << 20
 )
 
-// gcSettings are the garbage collector's settings that the sidecar
+// Settings are the garbage collector's settings that the sidecar
 // applies. The runtime has already applied GOGC and GOMEMLIMIT, which win
 // over the flags.
-type gcSettings struct {
-	percent    int
-	setPercent bool  // GOGC is unset
-	limit      int64 // bytes; 0: none
-	setLimit   bool  // GOMEMLIMIT is unset
+type Settings struct {
+	Percent    int
+	SetPercent bool  // GOGC is unset
+	Limit      int64 // bytes; 0: none
+	SetLimit   bool  // GOMEMLIMIT is unset
 }
 
-// apply sets the runtime's GC percent and soft memory limit from g.
-func (g gcSettings) apply() {
-	if g.setPercent {
-		debug.SetGCPercent(g.percent)
+// Apply sets the runtime's GC percent and soft memory limit from g.
+func (g Settings) Apply() {
+	if g.SetPercent {
+		debug.SetGCPercent(g.Percent)
 	}
-	if g.setLimit {
-		limit := g.limit
+	if g.SetLimit {
+		limit := g.Limit
 		if limit == 0 {
 			limit = math.MaxInt64 // the runtime's "no limit"
 		}
@@ -48,9 +52,9 @@ func (g gcSettings) apply() {
 	}
 }
 
-// currentGC returns the runtime's GC percent (-1: off) and soft memory
+// Current returns the runtime's GC percent (-1: off) and soft memory
 // limit in bytes (math.MaxInt64: none), for the startup log.
-func currentGC() (percent int64, limit int64) {
+func Current() (percent int64, limit int64) {
 	s := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/gomemlimit:bytes"}}
 	metrics.Read(s)
 	for i := range s {
@@ -62,9 +66,9 @@ func currentGC() (percent int64, limit int64) {
 	return int64(p), int64(min(l, math.MaxInt64))
 }
 
-// parseBytes reads a size as GOMEMLIMIT does: a whole number of bytes
+// ParseBytes reads a size as GOMEMLIMIT does: a whole number of bytes
 // with an optional unit B, KiB, MiB, GiB or TiB. "0" is 0.
-func parseBytes(s string) (int64, error) {
+func ParseBytes(s string) (int64, error) {
 	units := []struct {
 		suffix string
 		shift  uint

@@ -1,4 +1,4 @@
-package main
+package admin
 
 import (
 	"context"
@@ -11,15 +11,14 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
 )
 
-// counterStore is a backend whose counters the admin endpoints read and
+// CounterStore is a backend whose counters the endpoints read and
 // reset: memory.Store and redis.Lazy.
-type counterStore interface {
+type CounterStore interface {
 	Inspect(ctx context.Context, key string, l *limits.Limit) (limits.State, time.Time, error)
 	Reset(ctx context.Context, key string, l *limits.Limit) (bool, error)
 }
@@ -30,31 +29,53 @@ type storeKeyer interface {
 	StoreKey(key string) string
 }
 
-// counters serves GET /debug/counters and POST /debug/counters/reset on
-// the admin address: for each descriptor of a request, the counters of
-// the limits the rules give it, as the backend holds them, and what this
-// sidecar's deny cache and leases hold for them.
-type counters struct {
-	engine *limits.Engine
-	store  counterStore // the backend, past the middleware; nil if it cannot show counters
-	name   string       // the backend's name
-	deny   *store.DenyCache
-	leases *store.Leases
-	// allowReset is --admin-counter-reset.
-	allowReset bool
-	log        *zap.Logger
-	values     rejectlog.Values // how the reset's log line shows descriptor values
-	// resetDone counts n counters reset.
-	resetDone func(n int)
+// DenyCache is what the endpoints read and drop of a deny cache:
+// store.DenyCache.
+type DenyCache interface {
+	Entry(key string) (store.DenyEntry, bool)
+	Forget(key string) bool
 }
 
-// newCounters returns the endpoints for the sidecar's store st.
-func newCounters(e *limits.Engine, st *sidecarStore, c *settings, log *zap.Logger, m *metrics.Metrics) *counters {
-	values, _ := rejectlog.ParseValues(c.rejections.values) // checked with the flags
-	return &counters{
-		engine: e, store: st.counters, name: st.name, deny: st.deny, leases: st.leases,
-		allowReset: c.counterReset, log: log, values: values, resetDone: m.CounterResets(),
-	}
+// LeaseHolder is what the endpoints read and drop of leases:
+// store.Leases.
+type LeaseHolder interface {
+	Lease(key string) (store.LeaseState, bool)
+	Drop(key string) (held uint64, ok bool)
+}
+
+// CountersOptions are what /debug/counters and its reset read.
+type CountersOptions struct {
+	// Rules returns the rules in use, and Validate checks a request as
+	// the engine does. Required.
+	Rules    func() *limits.Ruleset
+	Validate func(*limits.Request) error
+	// Store is the backend, past the middleware; nil if it cannot show
+	// its counters (the endpoints then answer 501). StoreName names it.
+	Store     CounterStore
+	StoreName string
+	// Deny and Leases are this sidecar's deny cache and leases; nil
+	// where there are none.
+	Deny   DenyCache
+	Leases LeaseHolder
+	// AllowReset is --admin-counter-reset: without it a reset is 403.
+	AllowReset bool
+	Log        *zap.Logger
+	// Values is how a reset's log line shows descriptor values.
+	Values rejectlog.Values
+	// ResetDone, if set, counts n counters reset.
+	ResetDone func(n int)
+}
+
+// counters serves GET /debug/counters and POST /debug/counters/reset:
+// for each descriptor of a request, the counters of the limits the rules
+// give it, as the backend holds them, and what this sidecar's deny cache
+// and leases hold for them.
+type counters struct{ CountersOptions }
+
+// descriptor is one descriptor parameter: what was typed and its entries.
+type descriptor struct {
+	text    string
+	entries []limits.Entry
 }
 
 // counterTimeout bounds one request's store calls, whatever the client's
@@ -64,43 +85,43 @@ const counterTimeout = 5 * time.Second
 // maxCounterBody bounds a reset's form body.
 const maxCounterBody = 64 << 10
 
-// countersView is GET /debug/counters's JSON.
-type countersView struct {
+// CountersView is GET /debug/counters's JSON.
+type CountersView struct {
 	Domain      string                  `json:"domain"`
 	Store       string                  `json:"store"`
-	Descriptors []counterDescriptorView `json:"descriptors"`
+	Descriptors []CounterDescriptorView `json:"descriptors"`
 }
 
-type counterDescriptorView struct {
+type CounterDescriptorView struct {
 	Descriptor string `json:"descriptor"`
 	// Result and Reason are limits.Explain's: how the rules matched.
 	Result   string        `json:"result"`
 	Reason   string        `json:"reason"`
 	Rule     string        `json:"rule,omitempty"`
 	Source   string        `json:"source,omitempty"`
-	Counters []counterView `json:"counters,omitempty"`
+	Counters []CounterView `json:"counters,omitempty"`
 }
 
-// counterView is one limit's counter. Remaining, Reset and Over are what
+// CounterView is one limit's counter. Remaining, Reset and Over are what
 // a zero-hit check would answer now, from the state read: Over means the
 // next hit is rejected.
-type counterView struct {
+type CounterView struct {
 	Limit     string     `json:"limit"`
 	Key       string     `json:"key,omitempty"`
 	KeyHash   string     `json:"key_sha256,omitempty"`
 	Now       *time.Time `json:"now,omitempty"`
-	State     *stateView `json:"state,omitempty"`
+	State     *StateView `json:"state,omitempty"`
 	Remaining *uint64    `json:"remaining,omitempty"`
 	Reset     string     `json:"reset,omitempty"`
 	Over      *bool      `json:"over,omitempty"`
-	DenyCache *denyView  `json:"deny_cache,omitempty"`
-	Lease     *leaseView `json:"lease,omitempty"`
+	DenyCache *DenyView  `json:"deny_cache,omitempty"`
+	Lease     *LeaseView `json:"lease,omitempty"`
 	Error     string     `json:"error,omitempty"`
 }
 
-// stateView is a counter's stored state, decoded for its algorithm. A
+// StateView is a counter's stored state, decoded for its algorithm. A
 // nil field does not apply to the algorithm.
-type stateView struct {
+type StateView struct {
 	// Fresh: nothing is stored; the counter starts from zero.
 	Fresh bool `json:"fresh,omitempty"`
 	// Fixed and sliding window.
@@ -108,7 +129,7 @@ type stateView struct {
 	Hits         *uint64    `json:"hits,omitempty"`
 	PreviousHits *uint64    `json:"previous_window_hits,omitempty"`
 	// Sliding log: the hits still in the window, oldest first.
-	Entries []logEntryView `json:"entries,omitempty"`
+	Entries []LogEntryView `json:"entries,omitempty"`
 	// Buckets: the last update, and the level then: free tokens (token
 	// bucket) or the backlog of hits (leaky bucket, GCRA).
 	LastUpdate *time.Time `json:"last_update,omitempty"`
@@ -127,39 +148,39 @@ type stateView struct {
 	Debt *float64 `json:"debt,omitempty"`
 }
 
-type logEntryView struct {
+type LogEntryView struct {
 	At   time.Time `json:"at"`
 	Hits uint64    `json:"hits"`
 }
 
-// denyView is this sidecar's deny cache entry for a counter: requests of
+// DenyView is this sidecar's deny cache entry for a counter: requests of
 // Probe or more hits are rejected without the store until Until.
-type denyView struct {
+type DenyView struct {
 	Probe uint64    `json:"probe"`
 	Until time.Time `json:"until"`
 }
 
-// leaseView is this sidecar's lease of a counter: Held hits to admit
+// LeaseView is this sidecar's lease of a counter: Held hits to admit
 // without the store until Until.
-type leaseView struct {
+type LeaseView struct {
 	Held  uint64    `json:"held"`
 	Until time.Time `json:"until"`
 }
 
-// resetView is POST /debug/counters/reset's JSON.
-type resetView struct {
+// ResetView is POST /debug/counters/reset's JSON.
+type ResetView struct {
 	Domain      string                `json:"domain"`
 	Store       string                `json:"store"`
-	Descriptors []resetDescriptorView `json:"descriptors"`
+	Descriptors []ResetDescriptorView `json:"descriptors"`
 }
 
-type resetDescriptorView struct {
+type ResetDescriptorView struct {
 	Descriptor string             `json:"descriptor"`
 	Result     string             `json:"result"`
-	Counters   []resetCounterView `json:"counters,omitempty"`
+	Counters   []ResetCounterView `json:"counters,omitempty"`
 }
 
-type resetCounterView struct {
+type ResetCounterView struct {
 	Limit string `json:"limit"`
 	Key   string `json:"key"`
 	// Deleted: the store held state for the key, and no longer does.
@@ -202,7 +223,7 @@ func (cs *counters) parseQuery(w http.ResponseWriter, r *http.Request) (counterQ
 		q.descs = append(q.descs, descriptor{text: text, entries: ents})
 		req.Descriptors = append(req.Descriptors, limits.Descriptor{Entries: ents})
 	}
-	if err := cs.engine.Validate(&req); err != nil {
+	if err := cs.Validate(&req); err != nil {
 		return q, err
 	}
 	return q, nil
@@ -210,7 +231,7 @@ func (cs *counters) parseQuery(w http.ResponseWriter, r *http.Request) (counterQ
 
 // storeKey is the key under which the backend holds key.
 func (cs *counters) storeKey(key string) string {
-	if k, ok := cs.store.(storeKeyer); ok {
+	if k, ok := cs.Store.(storeKeyer); ok {
 		return k.StoreKey(key)
 	}
 	return key
@@ -220,8 +241,8 @@ func (cs *counters) storeKey(key string) string {
 // counters, and the query must parse. When it cannot go on, begin has
 // answered and reports false; else the caller must call cancel.
 func (cs *counters) begin(w http.ResponseWriter, r *http.Request, verb string) (counterQuery, context.Context, context.CancelFunc, bool) {
-	if cs.store == nil {
-		http.Error(w, "the "+cs.name+" store cannot "+verb+" its counters", http.StatusNotImplemented)
+	if cs.Store == nil {
+		http.Error(w, "the "+cs.StoreName+" store cannot "+verb+" its counters", http.StatusNotImplemented)
 		return counterQuery{}, nil, nil, false
 	}
 	q, err := cs.parseQuery(w, r)
@@ -240,11 +261,11 @@ func (cs *counters) read(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer cancel()
-	rs := cs.engine.Rules()
-	v := countersView{Domain: q.domain, Store: cs.name, Descriptors: []counterDescriptorView{}}
+	rs := cs.Rules()
+	v := CountersView{Domain: q.domain, Store: cs.StoreName, Descriptors: []CounterDescriptorView{}}
 	for _, d := range q.descs {
 		x := rs.Explain(q.domain, d.entries)
-		dv := counterDescriptorView{Descriptor: d.text, Result: x.Result.String(), Reason: x.Reason}
+		dv := CounterDescriptorView{Descriptor: d.text, Result: x.Result.String(), Reason: x.Reason}
 		if x.Rule != nil {
 			dv.Rule, dv.Source = x.Rule.Name, x.Rule.File+":"+strconv.Itoa(x.Rule.Line)+": "+x.Rule.Path
 		}
@@ -257,14 +278,14 @@ func (cs *counters) read(w http.ResponseWriter, r *http.Request) {
 }
 
 // counter reads one limit's counter.
-func (cs *counters) counter(ctx context.Context, k limits.KeyedLimit) counterView {
+func (cs *counters) counter(ctx context.Context, k limits.KeyedLimit) CounterView {
 	l := k.Limit
-	cv := counterView{Limit: l.String()}
+	cv := CounterView{Limit: l.String()}
 	if k.Key == "" {
 		return cv // unlimited: no counter
 	}
 	cv.Key, cv.KeyHash = cs.storeKey(k.Key), rejectlog.Hash(k.Key)
-	st, now, err := cs.store.Inspect(ctx, k.Key, l)
+	st, now, err := cs.Store.Inspect(ctx, k.Key, l)
 	if err != nil {
 		cv.Error = err.Error()
 	} else {
@@ -273,29 +294,29 @@ func (cs *counters) counter(ctx context.Context, k limits.KeyedLimit) counterVie
 		cv.Now, cv.State = &now, viewState(l, st, now)
 		cv.Remaining, cv.Reset, cv.Over = &out.Remaining, out.Reset.String(), &out.Over
 	}
-	if cs.deny != nil {
-		if e, ok := cs.deny.Entry(k.Key); ok && e.Limit.CountsLike(l) {
-			cv.DenyCache = &denyView{Probe: e.Probe, Until: e.Until.UTC()}
+	if cs.Deny != nil {
+		if e, ok := cs.Deny.Entry(k.Key); ok && e.Limit.CountsLike(l) {
+			cv.DenyCache = &DenyView{Probe: e.Probe, Until: e.Until.UTC()}
 		}
 	}
-	if cs.leases != nil {
-		if ls, ok := cs.leases.Lease(k.Key); ok && ls.Limit.CountsLike(l) {
-			cv.Lease = &leaseView{Held: ls.Held, Until: ls.Until.UTC()}
+	if cs.Leases != nil {
+		if ls, ok := cs.Leases.Lease(k.Key); ok && ls.Limit.CountsLike(l) {
+			cv.Lease = &LeaseView{Held: ls.Held, Until: ls.Until.UTC()}
 		}
 	}
 	return cv
 }
 
 // viewState decodes st, a counter's state under l, as of now.
-func viewState(l *limits.Limit, st limits.State, now time.Time) *stateView {
+func viewState(l *limits.Limit, st limits.State, now time.Time) *StateView {
 	if st.Start == 0 && st.Count == 0 && st.Prev == 0 && len(st.Log) == 0 && st.Expire == 0 {
-		return &stateView{Fresh: true}
+		return &StateView{Fresh: true}
 	}
 	at := func(us int64) *time.Time {
 		t := time.UnixMicro(us).UTC()
 		return &t
 	}
-	v := &stateView{}
+	v := &StateView{}
 	wticks := float64(l.Window().Microseconds() / l.Tick())
 	switch l.Algorithm {
 	case limits.FixedWindow:
@@ -310,7 +331,7 @@ func viewState(l *limits.Limit, st limits.State, now time.Time) *stateView {
 		since := now.UnixMicro() - l.Window().Microseconds()
 		for _, e := range st.Log {
 			if e.At > since {
-				v.Entries = append(v.Entries, logEntryView{At: time.UnixMicro(e.At).UTC(), Hits: e.Hits})
+				v.Entries = append(v.Entries, LogEntryView{At: time.UnixMicro(e.At).UTC(), Hits: e.Hits})
 				hits += e.Hits
 			}
 		}
@@ -343,7 +364,7 @@ func debtOf(hits, requests uint64) *float64 {
 // the descriptors' limits in the backend, and drops what this sidecar's
 // deny cache and leases hold for them.
 func (cs *counters) reset(w http.ResponseWriter, r *http.Request) {
-	if !cs.allowReset {
+	if !cs.AllowReset {
 		http.Error(w, "counter reset is off: start the sidecar with --admin-counter-reset to allow it", http.StatusForbidden)
 		return
 	}
@@ -352,19 +373,19 @@ func (cs *counters) reset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer cancel()
-	rs := cs.engine.Rules()
-	v := resetView{Domain: q.domain, Store: cs.name, Descriptors: []resetDescriptorView{}}
+	rs := cs.Rules()
+	v := ResetView{Domain: q.domain, Store: cs.StoreName, Descriptors: []ResetDescriptorView{}}
 	var keys []string
 	deleted, failed := 0, 0
 	for _, d := range q.descs {
 		x := rs.Explain(q.domain, d.entries)
-		dv := resetDescriptorView{Descriptor: d.text, Result: x.Result.String()}
+		dv := ResetDescriptorView{Descriptor: d.text, Result: x.Result.String()}
 		for _, k := range x.Limits {
 			if k.Key == "" {
 				continue
 			}
-			rv := resetCounterView{Limit: k.Limit.String(), Key: cs.storeKey(k.Key)}
-			gone, err := cs.store.Reset(ctx, k.Key, k.Limit)
+			rv := ResetCounterView{Limit: k.Limit.String(), Key: cs.storeKey(k.Key)}
+			gone, err := cs.Store.Reset(ctx, k.Key, k.Limit)
 			rv.Deleted = gone
 			if err != nil {
 				// The store still holds the counter: what this sidecar
@@ -376,11 +397,11 @@ func (cs *counters) reset(w http.ResponseWriter, r *http.Request) {
 				if rv.Deleted {
 					deleted++
 				}
-				if cs.deny != nil {
-					rv.DenyCacheDropped = cs.deny.Forget(k.Key)
+				if cs.Deny != nil {
+					rv.DenyCacheDropped = cs.Deny.Forget(k.Key)
 				}
-				if cs.leases != nil {
-					if held, ok := cs.leases.Drop(k.Key); ok {
+				if cs.Leases != nil {
+					if held, ok := cs.Leases.Drop(k.Key); ok {
 						rv.LeaseDropped = &held
 					}
 				}
@@ -390,13 +411,15 @@ func (cs *counters) reset(w http.ResponseWriter, r *http.Request) {
 		v.Descriptors = append(v.Descriptors, dv)
 	}
 	if len(keys) > 0 {
-		cs.resetDone(len(keys))
+		if cs.ResetDone != nil {
+			cs.ResetDone(len(keys))
+		}
 	}
 	texts := make([]string, len(q.descs))
 	for i, d := range q.descs {
-		texts[i] = cs.values.Descriptor(d.entries)
+		texts[i] = cs.Values.Descriptor(d.entries)
 	}
-	cs.log.Warn("counters reset through the admin endpoint",
+	cs.Log.Warn("counters reset through the admin endpoint",
 		zap.String("remote_addr", r.RemoteAddr),
 		zap.String("domain", q.domain),
 		zap.Strings("descriptors", texts),

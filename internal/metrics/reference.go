@@ -1,4 +1,4 @@
-package main
+package metrics
 
 import (
 	"net/http"
@@ -16,7 +16,7 @@ import (
 // Prometheus metrics have, with its default statsd_exporter mapping (its
 // src/stats/prom/default_mapper.yaml, which Envoy Gateway ships too), so
 // that dashboards and alerts built on the reference keep working
-// (--reference-metrics). It reads our registry at each scrape and derives
+// (--reference-metrics, Handler). It reads our registry at each scrape and derives
 // the reference's series from ours: nothing is counted twice, and the
 // decisions pay nothing for it.
 //
@@ -182,10 +182,11 @@ func refKeys(path string) (key1, key2 string) {
 	return key1, key2
 }
 
-// metricsHandler serves our registry, and with --reference-metrics the
-// reference's names derived from it.
-func metricsHandler(c *settings, ours *prometheus.Registry, rules func() *limits.Ruleset) http.Handler {
-	if !c.ref.referenceMetrics {
+// Handler serves ours and, with reference, envoyproxy/ratelimit's names
+// derived from it at each scrape (--reference-metrics). rules returns the
+// rules in use, whose limit names map to the reference's stat paths.
+func Handler(ours *prometheus.Registry, rules func() *limits.Ruleset, reference bool) http.Handler {
+	if !reference {
 		return promhttp.HandlerFor(ours, promhttp.HandlerOpts{})
 	}
 	ref := prometheus.NewRegistry()

@@ -1,4 +1,9 @@
-package main
+// Package msgsize bounds the gRPC messages the sidecar's server decodes,
+// per method, where grpc-go bounds them per server: Codec refuses an RLS
+// request or any other message over MaxBytes, and an RLQS report of more
+// than RLQSMaxReportBuckets buckets, before decoding it; the server takes
+// messages up to RLQSMaxBytes (grpc.MaxRecvMsgSize).
+package msgsize
 
 import (
 	"fmt"
@@ -14,38 +19,43 @@ import (
 // Envoy's rate_limit_quota filter sends every bucket it holds in one
 // message at each report, so an RLQS report may be far larger than any
 // other request. grpc-go bounds messages per server, not per method: the
-// server takes messages up to rlqsMaxMessageBytes, pkg/envoy's codec
-// refuses an RLS request over envoy.MaxRequestBytes with
-// RESOURCE_EXHAUSTED, and sizedCodec, beneath it, every other message
-// over maxMessageBytes, before decoding it.
+// server takes messages up to RLQSMaxBytes, pkg/envoy's codec refuses an
+// RLS request over envoy.MaxRequestBytes with RESOURCE_EXHAUSTED, and
+// Codec, beneath it, every other message over MaxBytes, before decoding
+// it.
 const (
-	// rlqsMaxMessageBytes bounds an RLQS usage report's bytes: 16 MiB
-	// takes rlqsMaxReportBuckets buckets with ids of over 300 bytes (a
+	// MaxBytes bounds a gRPC request message as pkg/envoy bounds a POST
+	// /json body. A request is smaller in protobuf than in JSON, so gRPC
+	// takes every request /json takes.
+	MaxBytes = 1 << 20
+	// RLQSMaxBytes bounds an RLQS usage report's bytes: 16 MiB
+	// takes RLQSMaxReportBuckets buckets with ids of over 300 bytes (a
 	// bucket costs about 16 bytes of framing beside its id).
-	rlqsMaxMessageBytes = 16 << 20
-	// rlqsMaxReportBuckets bounds the buckets of one report, counted
+	RLQSMaxBytes = 16 << 20
+	// RLQSMaxReportBuckets bounds the buckets of one report, counted
 	// before it is decoded: a decoded bucket costs about 465 bytes
 	// however short its id (100,000 decoded to 44 MiB), so the bytes
 	// alone would let a report of short ids decode to hundreds of MiB.
 	// 50,000 is five times the buckets one stream holds
 	// (--rlqs-max-buckets), and decodes to about 22 MiB.
-	rlqsMaxReportBuckets = 50_000
+	RLQSMaxReportBuckets = 50_000
 )
 
-// sizedCodec is grpc-go's proto codec with the bounds above.
-type sizedCodec struct{ next encoding.CodecV2 }
+// Codec is grpc-go's proto codec with the bounds above.
+type Codec struct{ next encoding.CodecV2 }
 
-func newSizedCodec() sizedCodec { return sizedCodec{next: encoding.GetCodecV2(protocodec.Name)} }
+// NewCodec returns the codec.
+func NewCodec() Codec { return Codec{next: encoding.GetCodecV2(protocodec.Name)} }
 
-func (c sizedCodec) Name() string { return c.next.Name() }
+func (c Codec) Name() string { return c.next.Name() }
 
-func (c sizedCodec) Marshal(v any) (mem.BufferSlice, error) { return c.next.Marshal(v) }
+func (c Codec) Marshal(v any) (mem.BufferSlice, error) { return c.next.Marshal(v) }
 
-func (c sizedCodec) Unmarshal(data mem.BufferSlice, v any) error {
+func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	r, ok := v.(*rlqspb.RateLimitQuotaUsageReports)
 	if !ok {
-		if n := data.Len(); n > maxMessageBytes {
-			return fmt.Errorf("message of %d bytes: larger than the %d this method takes", n, maxMessageBytes)
+		if n := data.Len(); n > MaxBytes {
+			return fmt.Errorf("message of %d bytes: larger than the %d this method takes", n, MaxBytes)
 		}
 		return c.next.Unmarshal(data, v)
 	}
@@ -54,8 +64,8 @@ func (c sizedCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	b := buf.ReadOnlyData()
 	if n, err := countField(b, reportBucketsField); err != nil {
 		return err
-	} else if n > rlqsMaxReportBuckets {
-		return fmt.Errorf("bucket_quota_usages: %d buckets in one report, more than %d", n, rlqsMaxReportBuckets)
+	} else if n > RLQSMaxReportBuckets {
+		return fmt.Errorf("bucket_quota_usages: %d buckets in one report, more than %d", n, RLQSMaxReportBuckets)
 	}
 	return proto.Unmarshal(b, r)
 }
