@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -65,7 +66,7 @@ func TestXDSOverlayFlag(t *testing.T) {
 	write("2")
 	srv := xdstest.Start(t)
 	srv.Set(t, "envoy-ratelimit", "1", egAPIConfig())
-	s := startSidecar(t, xdsArgs(srv, "--xds-overlay", overlay, "--reload-debounce", "20ms")...)
+	s := startXDS(t, io.Discard, srv, "--xds-overlay", overlay, "--reload-debounce", "20ms")
 	s.awaitHealth(t, healthpb.HealthCheckResponse_SERVING)
 	_, n := srv.Await(t, 0, "ACKing version 1", isACK("1"))
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
