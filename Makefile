@@ -3,7 +3,14 @@
 # make build    builds the static binary the Dockerfile ships, bin/ratelimit-sidecar,
 #               for GOOS and GOARCH of the environment (default: this machine).
 # make release  builds the same for each of PLATFORMS, as
-#               bin/ratelimit-sidecar-<os>-<arch>, and bin/SHA256SUMS of them.
+#               bin/ratelimit-sidecar-<os>-<arch>; then, without a Docker
+#               engine (k8s/release, go-containerregistry and Helm's packages):
+#               the multi-arch OCI image as a layout (bin/image-oci/) and its
+#               archive (bin/ratelimit-sidecar-image-oci.tar), a `docker load`
+#               tarball per platform (bin/ratelimit-sidecar-image-<os>-<arch>.tar),
+#               an SPDX SBOM per binary (bin/ratelimit-sidecar-<os>-<arch>.spdx.json),
+#               the Helm chart (bin/ratelimit-sidecar-<chart version>.tgz), and
+#               bin/SHA256SUMS of all of them. docs/releasing.md publishes them.
 # make image    builds the container image with docker (ratelimit-sidecar:dev,
 #               the name k8s/ expects, and ratelimit-sidecar:$(VERSION)).
 # make bench    runs the Go benchmarks.
@@ -50,9 +57,15 @@ build:
 
 # The checksums are written, then checked, so a release whose SHA256SUMS
 # does not match its binaries fails here rather than for a user.
+# The artefacts are listed by the release tool, one a line, and checksummed
+# in that order.
 release: $(RELEASE_BINS)
-	cd bin && sha256sum $(notdir $(RELEASE_BINS)) > SHA256SUMS
+	cd k8s && $(GO) mod download
+	cd k8s && $(GO) run ./release -root .. -bin ../bin -version $(VERSION) -revision $(REVISION) > ../bin/.artefacts
+	cd bin && sha256sum $(notdir $(RELEASE_BINS)) $$(sed 's|^../bin/||' .artefacts) > SHA256SUMS
 	cd bin && sha256sum --check --strict SHA256SUMS
+	@rm -f bin/.artefacts
+	@cd bin && ls -l $$(awk '{print $$2}' SHA256SUMS) SHA256SUMS
 
 # bin/ratelimit-sidecar-linux-arm64: GOOS linux, GOARCH arm64. Always
 # rebuilt (go build skips what is up to date), so a release never ships a
