@@ -45,6 +45,9 @@ func main() {
 
 // run writes every artefact and returns their names relative to o.bin.
 func run(o options) ([]string, error) {
+	if err := checkVersion(o.root, o.version); err != nil {
+		return nil, err
+	}
 	var out []string
 	img, err := writeImage(o)
 	if err != nil {

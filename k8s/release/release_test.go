@@ -1,0 +1,305 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"debug/buildinfo"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+)
+
+const root = "../.."
+
+var (
+	releaseOnce sync.Once
+	releaseOpts options
+	releaseOut  []string
+	releaseErr  error
+)
+
+// released builds the sidecar for every platform, as make release does,
+// into a temporary directory and runs the release tool on it, once for all
+// tests of the package.
+func released(t *testing.T) (options, []string) {
+	t.Helper()
+	releaseOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "release-test")
+		if err != nil {
+			releaseErr = err
+			return
+		}
+		releaseOpts = options{root: root, bin: dir, version: "v9.9.9-1-gabcdef0", revision: "abcdef0", repo: defaultRepository}
+		for _, p := range platforms {
+			cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, binaryName(p)), "./cmd/ratelimit-sidecar")
+			cmd.Dir = root
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				releaseErr = &buildError{p, string(out), err}
+				return
+			}
+		}
+		releaseOut, releaseErr = run(releaseOpts)
+	})
+	if releaseErr != nil {
+		t.Fatal(releaseErr)
+	}
+	return releaseOpts, releaseOut
+}
+
+type buildError struct {
+	p   v1.Platform
+	out string
+	err error
+}
+
+func (e *buildError) Error() string {
+	return "build " + binaryName(e.p) + ": " + e.err.Error() + "\n" + e.out
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if releaseOpts.bin != "" {
+		os.RemoveAll(releaseOpts.bin)
+	}
+	os.Exit(code)
+}
+
+// dockerfile reads the Dockerfile's ENTRYPOINT and USER, so that the image
+// the release builds is held to the one docker builds.
+func dockerfile(t *testing.T) (entry []string, user string) {
+	b, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "ENTRYPOINT "); ok {
+			if err := json.Unmarshal([]byte(v), &entry); err != nil {
+				t.Fatalf("Dockerfile ENTRYPOINT: %v", err)
+			}
+		}
+		if v, ok := strings.CutPrefix(l, "USER "); ok {
+			user = strings.TrimSpace(v)
+		}
+	}
+	return entry, user
+}
+
+// layerFiles reads every regular file of img's layers.
+func layerFiles(t *testing.T, img v1.Image) map[string][]byte {
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	for _, l := range layers {
+		rc, err := l.Uncompressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(rc)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.Typeflag == tar.TypeReg {
+				b, _ := io.ReadAll(tr)
+				files["/"+h.Name] = b
+			}
+		}
+		rc.Close()
+	}
+	return files
+}
+
+func TestReleaseImage(t *testing.T) {
+	o, _ := released(t)
+	wantEntry, wantUser := dockerfile(t)
+	p, err := layout.FromPath(filepath.Join(o.bin, "image-oci"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outer, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	om, err := outer.IndexManifest()
+	if err != nil || len(om.Manifests) != 1 {
+		t.Fatalf("layout index: %v, %d entries, want 1", err, len(om.Manifests))
+	}
+	idx, err := outer.ImageIndex(om.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(im.Manifests) != len(platforms) {
+		t.Fatalf("index has %d images, want %d", len(im.Manifests), len(platforms))
+	}
+	for i, d := range im.Manifests {
+		want := platforms[i]
+		t.Run(want.Architecture, func(t *testing.T) {
+			if d.Platform == nil || d.Platform.OS != want.OS || d.Platform.Architecture != want.Architecture {
+				t.Errorf("index entry platform %v, want %s/%s", d.Platform, want.OS, want.Architecture)
+			}
+			img, err := idx.Image(d.Digest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cf, err := img.ConfigFile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cf.OS != want.OS || cf.Architecture != want.Architecture {
+				t.Errorf("config os/architecture %s/%s, want %s/%s", cf.OS, cf.Architecture, want.OS, want.Architecture)
+			}
+			if !slices.Equal(cf.Config.Entrypoint, wantEntry) {
+				t.Errorf("entrypoint %q, Dockerfile has %q", cf.Config.Entrypoint, wantEntry)
+			}
+			if cf.Config.User != wantUser || wantUser == "" {
+				t.Errorf("user %q, Dockerfile has %q", cf.Config.User, wantUser)
+			}
+			for k, v := range map[string]string{"org.opencontainers.image.version": o.version,
+				"org.opencontainers.image.revision": o.revision, "org.opencontainers.image.title": "ratelimit-sidecar",
+				"org.opencontainers.image.licenses": "Apache-2.0"} {
+				if cf.Config.Labels[k] != v {
+					t.Errorf("label %s = %q, want %q", k, cf.Config.Labels[k], v)
+				}
+			}
+			bin, err := os.ReadFile(filepath.Join(o.bin, binaryName(want)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			files := layerFiles(t, img)
+			for _, path := range []string{"/usr/local/bin/ratelimit-sidecar", "/bin/ratelimit"} {
+				if !bytes.Equal(files[path], bin) {
+					t.Errorf("%s in the image (%d bytes) is not %s (%d bytes)", path, len(files[path]), binaryName(want), len(bin))
+				}
+			}
+			if _, ok := files["/etc/ratelimit-sidecar/rules.yaml"]; !ok {
+				t.Error("image lacks /etc/ratelimit-sidecar/rules.yaml")
+			}
+			// The docker-load tarball is the same image.
+			tb, err := tarball.ImageFromPath(filepath.Join(o.bin, "ratelimit-sidecar-image-"+want.OS+"-"+want.Architecture+".tar"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tcf, err := tb.ConfigFile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tcf.Architecture != want.Architecture || !bytes.Equal(layerFiles(t, tb)["/bin/ratelimit"], bin) {
+				t.Errorf("docker tarball of %s: architecture %s, or its /bin/ratelimit is not the binary", want.Architecture, tcf.Architecture)
+			}
+		})
+	}
+}
+
+func TestReleaseSBOM(t *testing.T) {
+	o, _ := released(t)
+	for _, p := range platforms {
+		bi, err := buildinfo.ReadFile(filepath.Join(o.bin, binaryName(p)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(o.bin, binaryName(p)+".spdx.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc spdxDoc
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatal(err)
+		}
+		if doc.SPDXVersion != "SPDX-2.3" || len(doc.Packages) == 0 || doc.Packages[0].Name != bi.Main.Path {
+			t.Fatalf("%s: SBOM does not describe the binary: %s, first package %+v", p.Architecture, doc.SPDXVersion, doc.Packages[:min(1, len(doc.Packages))])
+		}
+		listed := map[string]string{}
+		for _, pkg := range doc.Packages[1:] {
+			listed[pkg.Name] = pkg.VersionInfo
+		}
+		if len(bi.Deps) < 10 || len(listed) != len(bi.Deps) {
+			t.Errorf("%s: SBOM lists %d modules, the binary has %d", p.Architecture, len(listed), len(bi.Deps))
+		}
+		for _, m := range bi.Deps {
+			if m.Replace != nil {
+				m = m.Replace
+			}
+			if listed[m.Path] != m.Version {
+				t.Errorf("%s: module %s: SBOM says %q, binary has %q", p.Architecture, m.Path, listed[m.Path], m.Version)
+			}
+		}
+	}
+}
+
+func TestReleaseChart(t *testing.T) {
+	o, out := released(t)
+	var tgz string
+	for _, f := range out {
+		if strings.HasSuffix(f, ".tgz") {
+			tgz = f
+		}
+	}
+	ch, err := loader.Load(filepath.Join(o.bin, tgz))
+	if err != nil {
+		t.Fatalf("load %q: %v", tgz, err)
+	}
+	if tgz != ch.Metadata.Name+"-"+ch.Metadata.Version+".tgz" {
+		t.Errorf("archive %q, want %s-%s.tgz", tgz, ch.Metadata.Name, ch.Metadata.Version)
+	}
+	vals, err := chartutil.ToRenderValues(ch, map[string]any{}, chartutil.ReleaseOptions{Name: "rl", Namespace: "edge"}, chartutil.DefaultCapabilities)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := engine.Render(ch, vals)
+	if err != nil {
+		t.Fatalf("render %s: %v", tgz, err)
+	}
+	want := "image: " + defaultRepository + ":" + ch.Metadata.AppVersion
+	dep := rendered["ratelimit-sidecar/templates/deployment.yaml"]
+	if !strings.Contains(dep, want) && !strings.Contains(dep, `image: "`+defaultRepository+":"+ch.Metadata.AppVersion+`"`) {
+		t.Errorf("rendered deployment does not run %q:\n%s", want, dep)
+	}
+	if notes := rendered["ratelimit-sidecar/templates/NOTES.txt"]; !strings.Contains(notes, "image.repository") {
+		t.Errorf("NOTES.txt does not say how to run a locally built image:\n%s", notes)
+	}
+}
+
+func TestReleaseVersionInStep(t *testing.T) {
+	if err := checkVersion(root, "dev"); err != nil {
+		t.Fatalf("chart and changelog out of step: %v", err)
+	}
+	latest, err := latestRelease(filepath.Join(root, "CHANGELOG.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkVersion(root, "v"+latest); err != nil {
+		t.Errorf("tag v%s refused: %v", latest, err)
+	}
+	for _, v := range []string{"v" + latest + "-3-gabcdef0", "v" + latest + "-dirty", "abcdef0"} {
+		if err := checkVersion(root, v); err != nil {
+			t.Errorf("untagged build %s refused: %v", v, err)
+		}
+	}
+	if err := checkVersion(root, "v99.0.0"); err == nil {
+		t.Error("tag v99.0.0 accepted, though the changelog's latest release is " + latest)
+	}
+}
