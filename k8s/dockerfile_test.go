@@ -196,6 +196,8 @@ func TestBrokenReleasesFail(t *testing.T) {
 		{"no version", "-X main.version=rehearsal", "", "the version is not set with -X main.version="},
 		{"no sums", "> SHA256SUMS", "", "no sha256sum of both binaries into bin/SHA256SUMS"},
 		{"sums unchecked", "--check", "", "SHA256SUMS is not checked (sha256sum --check)"},
+		{"no image", "go run ./release", "true", "the image, SBOMs and chart (k8s/release) are not built"},
+		{"image unsummed", "$(sed 's|^../bin/||' .artefacts)", "", "the image, SBOMs and chart (k8s/release) are not built, or not in SHA256SUMS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -307,8 +309,14 @@ func checkRelease(dryRun string) error {
 		errs = append(errs, checkBuild(out, line)...)
 	}
 	sums := regexp.MustCompile(`(?m)^cd bin && sha256sum (.+) > SHA256SUMS$`).FindStringSubmatch(dryRun)
-	if sums == nil || strings.Join(strings.Fields(sums[1]), " ") != strings.Join(bins, " ") {
+	// The binaries first, then what k8s/release wrote (the image, SBOMs,
+	// chart), which it lists.
+	if sums == nil || !strings.HasPrefix(strings.Join(strings.Fields(sums[1]), " ")+" ", strings.Join(bins, " ")+" ") {
 		errs = append(errs, fmt.Errorf("Makefile: make release: no sha256sum of both binaries into bin/SHA256SUMS:\n%s", dryRun))
+	}
+	if !regexp.MustCompile(`(?m)^cd k8s && \S+ run \./release .*-version rehearsal .*> \.\./bin/\.artefacts$`).MatchString(dryRun) ||
+		sums == nil || !strings.Contains(sums[1], ".artefacts") {
+		errs = append(errs, errors.New("Makefile: make release: the image, SBOMs and chart (k8s/release) are not built, or not in SHA256SUMS"))
 	}
 	if !regexp.MustCompile(`(?m)^cd bin && sha256sum --check\b.* SHA256SUMS$`).MatchString(dryRun) {
 		errs = append(errs, errors.New("Makefile: make release: SHA256SUMS is not checked (sha256sum --check)"))
