@@ -145,8 +145,19 @@ func rootLayer(o options, p v1.Platform) (v1.Layer, error) {
 		"/etc/passwd": {[]byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n"), 0o644},
 		"/etc/group":  {[]byte("root:x:0:\nnonroot:x:65532:\n"), 0o644},
 	}
-	for src, dst := range map[string]string{"LICENSE": "/usr/share/doc/ratelimit-sidecar/LICENSE",
-		"NOTICE": "/usr/share/doc/ratelimit-sidecar/NOTICE", "config/rules.yaml": "/etc/ratelimit-sidecar/rules.yaml"} {
+	copies := map[string]string{"LICENSE": "/usr/share/doc/ratelimit-sidecar/LICENSE",
+		"NOTICE": "/usr/share/doc/ratelimit-sidecar/NOTICE"}
+	// COPY config/ /etc/ratelimit-sidecar/, as the Dockerfile does.
+	cfg, err := os.ReadDir(filepath.Join(o.root, "config"))
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range cfg {
+		if e.Type().IsRegular() {
+			copies["config/"+e.Name()] = "/etc/ratelimit-sidecar/" + e.Name()
+		}
+	}
+	for src, dst := range copies {
 		b, err := os.ReadFile(filepath.Join(o.root, src))
 		if err != nil {
 			return nil, err
