@@ -3,9 +3,14 @@
 # make build    builds the static binary the Dockerfile ships, bin/ratelimit-sidecar,
 #               for GOOS and GOARCH of the environment (default: this machine).
 # make release  builds the same for each of PLATFORMS, as
-#               bin/ratelimit-sidecar-<os>-<arch>; the multi-arch OCI image of
-#               them (layout and oci-archive), their SBOM and the packaged
-#               chart, without a Docker engine; and bin/SHA256SUMS of all.
+#               bin/ratelimit-sidecar-<os>-<arch>; then, without a Docker
+#               engine (k8s/release, go-containerregistry and Helm's packages):
+#               the multi-arch OCI image as a layout (bin/image-oci/) and its
+#               archive (bin/ratelimit-sidecar-image-oci.tar), a `docker load`
+#               tarball per platform (bin/ratelimit-sidecar-image-<os>-<arch>.tar),
+#               an SPDX SBOM per binary (bin/ratelimit-sidecar-<os>-<arch>.spdx.json),
+#               the Helm chart (bin/ratelimit-sidecar-<chart version>.tgz), and
+#               bin/SHA256SUMS of all of them. docs/releasing.md publishes them.
 # make image    builds the container image with docker (ratelimit-sidecar:dev,
 #               the name k8s/ expects, and ratelimit-sidecar:$(VERSION)).
 # make bench    runs the Go benchmarks.
@@ -50,21 +55,17 @@ redis-server:
 build:
 	$(call go_build,bin/ratelimit-sidecar)
 
-# Then k8s/release (Go, no Docker engine) makes of them the multi-arch OCI
-# image (bin/ratelimit-sidecar-oci/, an OCI layout tagged with the version,
-# and bin/ratelimit-sidecar-oci.tar, the same as an oci-archive), the SBOM
-# (bin/ratelimit-sidecar.spdx.json) and the chart
-# (bin/ratelimit-sidecar-<chart version>.tgz); docs/releasing.md says how
-# to publish them. The checksums are written, then checked, so a release
-# whose SHA256SUMS does not match its files fails here rather than for a
-# user.
-RELEASE_FILES = $(notdir $(RELEASE_BINS)) ratelimit-sidecar-oci.tar ratelimit-sidecar.spdx.json ratelimit-sidecar-*.tgz
+# The checksums are written, then checked, so a release whose SHA256SUMS
+# does not match its binaries fails here rather than for a user.
+# The artefacts are listed by the release tool, one a line, and checksummed
+# in that order.
 release: $(RELEASE_BINS)
-	rm -f bin/ratelimit-sidecar-*.tgz
-	cd k8s && $(GO) run ./release -bin ../bin -repo .. -version $(VERSION) -revision $(REVISION) \
-		-created $$(git log -1 --format=%ct 2>/dev/null || echo 0)
-	cd bin && sha256sum $(RELEASE_FILES) > SHA256SUMS
+	cd k8s && $(GO) mod download
+	cd k8s && $(GO) run ./release -root .. -bin ../bin -version $(VERSION) -revision $(REVISION) > ../bin/.artefacts
+	cd bin && sha256sum $(notdir $(RELEASE_BINS)) $$(sed 's|^../bin/||' .artefacts) > SHA256SUMS
 	cd bin && sha256sum --check --strict SHA256SUMS
+	@rm -f bin/.artefacts
+	@cd bin && ls -l $$(awk '{print $$2}' SHA256SUMS) SHA256SUMS
 
 # bin/ratelimit-sidecar-linux-arm64: GOOS linux, GOARCH arm64. Always
 # rebuilt (go build skips what is up to date), so a release never ships a

@@ -1,23 +1,26 @@
 package main
 
 import (
+	"fmt"
 	"path/filepath"
 
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 )
 
-// writeChart packages charts/ratelimit-sidecar as Helm does (`helm
-// package`): ratelimit-sidecar-<chart version>.tgz, which `helm push`
-// sends to an OCI registry.
-func writeChart(o options) (string, error) {
-	c, err := loader.Load(filepath.Join(o.repo, "charts", "ratelimit-sidecar"))
+// packageChart writes <name>-<version>.tgz of the chart in dir to out, as
+// `helm package` does, and returns its file name.
+func packageChart(dir, out string) (string, error) {
+	ch, err := loader.Load(dir)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("load chart %s: %w", dir, err)
 	}
-	path, err := chartutil.Save(c, o.binDir)
+	if err := ch.Validate(); err != nil {
+		return "", fmt.Errorf("chart %s: %w", dir, err)
+	}
+	path, err := chartutil.Save(ch, out)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("package chart %s: %w", dir, err)
 	}
 	return filepath.Base(path), nil
 }

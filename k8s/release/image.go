@@ -3,14 +3,15 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -19,30 +20,35 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// The image is the Dockerfile's, built without a Docker engine: the same
-// paths, user, ports, labels and entrypoint (k8s/dockerfile_test.go reads
-// the Dockerfile, and the release's test compares). Its base is not
-// distroless's (which cannot be pulled here) but the few files of it the
-// sidecar uses: a passwd and group naming the nonroot user, the CA
-// certificates of the machine that builds it (for Redis and xDS over TLS
-// with the system's roots), and /tmp.
+// defaultRepository is where we plan to publish images; the chart's
+// values.yaml names the same.
+const defaultRepository = "ghcr.io/ratelimit-sidecar/ratelimit-sidecar"
+
+// platforms are those `make release` builds binaries for.
+var platforms = []v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "linux", Architecture: "arm64"}}
+
+// Paths as the Dockerfile has them.
 const (
-	imageUser = "65532:65532"
-	// ImageLayout and ImageArchive are the image's file names in the bin
-	// directory: an OCI image layout directory, and the same as a tar
-	// (skopeo's and crane's oci-archive).
-	imageLayout  = "ratelimit-sidecar-oci"
-	imageArchive = "ratelimit-sidecar-oci.tar"
-	caBundle     = "/etc/ssl/certs/ca-certificates.crt"
+	binPath    = "/usr/local/bin/ratelimit-sidecar"
+	refBinPath = "/bin/ratelimit" // envoyproxy/ratelimit's path, for its deployments
+	user       = "65532:65532"
 )
 
-var (
-	imageEntrypoint = []string{"/usr/local/bin/ratelimit-sidecar", "--config=/etc/ratelimit-sidecar/",
-		"--grpc-addr=0.0.0.0:8081", "--http-addr=0.0.0.0:8080", "--admin-addr=127.0.0.1:8082"}
-	imagePorts = []string{"8080/tcp", "8081/tcp"}
-)
+// entrypoint is the Dockerfile's ENTRYPOINT.
+var entrypoint = []string{binPath, "--config=/etc/ratelimit-sidecar/", "--grpc-addr=0.0.0.0:8081",
+	"--http-addr=0.0.0.0:8080", "--admin-addr=127.0.0.1:8082"}
 
-func imageLabels(o options) map[string]string {
+// epoch dates every file and the image, so that two releases of the same
+// binaries are the same image.
+var epoch = time.Unix(0, 0).UTC()
+
+// binaryName is the file `make release` builds for p.
+func binaryName(p v1.Platform) string {
+	return fmt.Sprintf("ratelimit-sidecar-%s-%s", p.OS, p.Architecture)
+}
+
+// labels are the Dockerfile's LABELs.
+func labels(o options) map[string]string {
 	return map[string]string{
 		"org.opencontainers.image.title":       "ratelimit-sidecar",
 		"org.opencontainers.image.description": "Envoy rate-limit service (RLS v3) to run beside Envoy",
@@ -53,198 +59,213 @@ func imageLabels(o options) map[string]string {
 	}
 }
 
-// writeImage writes the multi-arch image as an OCI layout, tagged with
-// the version, and as an oci-archive of that layout.
+// writeImage builds one image per platform, an index over them, and writes
+// the OCI layout (image-oci/), its tar archive and a docker-load tarball
+// per platform.
 func writeImage(o options) ([]string, error) {
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
-	for _, arch := range platforms {
-		img, err := platformImage(o, arch)
+	var files []string
+	for _, p := range platforms {
+		img, err := platformImage(o, p)
 		if err != nil {
 			return nil, err
 		}
-		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{
-			Platform: &v1.Platform{OS: "linux", Architecture: arch},
-		}})
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img,
+			Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: p.OS, Architecture: p.Architecture}}})
+		tag, err := name.NewTag(o.repo + ":" + tagOf(o.version))
+		if err != nil {
+			return nil, fmt.Errorf("image tag: %w", err)
+		}
+		f := fmt.Sprintf("ratelimit-sidecar-image-%s-%s.tar", p.OS, p.Architecture)
+		if err := tarball.WriteToFile(filepath.Join(o.bin, f), tag, img); err != nil {
+			return nil, fmt.Errorf("write %s: %w", f, err)
+		}
+		files = append(files, f)
 	}
-	dir := filepath.Join(o.binDir, imageLayout)
+	dir := filepath.Join(o.bin, "image-oci")
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
 	}
-	p, err := layout.Write(dir, empty.Index)
+	lp, err := layout.Write(dir, empty.Index)
 	if err != nil {
+		return nil, fmt.Errorf("write %s: %w", dir, err)
+	}
+	ann := map[string]string{"org.opencontainers.image.ref.name": tagOf(o.version)}
+	if err := lp.AppendIndex(idx, layout.WithAnnotations(ann)); err != nil {
+		return nil, fmt.Errorf("write %s: %w", dir, err)
+	}
+	if err := tarDir(dir, filepath.Join(o.bin, "ratelimit-sidecar-image-oci.tar")); err != nil {
 		return nil, err
 	}
-	tag := strings.TrimPrefix(o.version, "v")
-	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": tag})); err != nil {
-		return nil, err
-	}
-	if err := tarDir(dir, filepath.Join(o.binDir, imageArchive), time.Unix(o.created, 0)); err != nil {
-		return nil, err
-	}
-	return []string{imageArchive}, nil
+	return append(files, "ratelimit-sidecar-image-oci.tar"), nil
 }
 
-// platformImage is the image of linux/arch: one layer, and the config.
-func platformImage(o options, arch string) (v1.Image, error) {
-	bin, err := os.ReadFile(filepath.Join(o.binDir, "ratelimit-sidecar-linux-"+arch))
+// tagOf makes a version a valid image tag (git describe may say v0.2.0-3-gabc-dirty).
+func tagOf(version string) string {
+	return strings.NewReplacer("+", "_", "/", "_").Replace(version)
+}
+
+// platformImage is the image of p: one layer with the files the Dockerfile
+// copies, and the Dockerfile's config.
+func platformImage(o options, p v1.Platform) (v1.Image, error) {
+	layer, err := rootLayer(o, p)
 	if err != nil {
 		return nil, err
 	}
-	files, err := imageFiles(o, bin)
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err := mutate.Append(base, mutate.Addendum{Layer: layer, MediaType: types.OCILayer,
+		History: v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "ratelimit-sidecar release", Comment: binaryName(p)}})
 	if err != nil {
-		return nil, err
-	}
-	b, err := layerTar(files, time.Unix(o.created, 0))
-	if err != nil {
-		return nil, err
-	}
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil },
-		tarball.WithMediaType(types.OCILayer))
-	if err != nil {
-		return nil, err
-	}
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	img, err = mutate.AppendLayers(img, l)
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("image %s: %w", binaryName(p), err)
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return nil, err
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", arch
-	cf.Created = v1.Time{Time: time.Unix(o.created, 0).UTC()}
-	cf.Config.Entrypoint = imageEntrypoint
-	cf.Config.User = imageUser
-	cf.Config.Labels = imageLabels(o)
-	cf.Config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "SSL_CERT_FILE=" + caBundle}
-	cf.Config.ExposedPorts = map[string]struct{}{}
-	for _, p := range imagePorts {
-		cf.Config.ExposedPorts[p] = struct{}{}
-	}
+	cf.OS, cf.Architecture, cf.Created = p.OS, p.Architecture, v1.Time{Time: epoch}
+	cf.Config.Entrypoint = entrypoint
+	cf.Config.User = user
+	cf.Config.Labels = labels(o)
+	cf.Config.ExposedPorts = map[string]struct{}{"8080/tcp": {}, "8081/tcp": {}}
+	cf.Config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	return mutate.ConfigFile(img, cf)
 }
 
-// file is one entry of the image's layer.
-type file struct {
-	mode os.FileMode
-	data []byte
-	dir  bool
-	link string // a hard link to this file, by its name in the layer
-}
+// rootLayer holds the binary at both paths, the example rules, the licence
+// and passwd/group entries for the nonroot user.
+// caBundle is where Debian keeps its CA certificates, and distroless too.
+const caBundle = "/etc/ssl/certs/ca-certificates.crt"
 
-// imageFiles are the image's files: the binary at both paths, the
-// default rules, the licence, and what the sidecar needs of a base.
-func imageFiles(o options, bin []byte) (map[string]file, error) {
-	files := map[string]file{
-		"usr/local/bin/ratelimit-sidecar": {mode: 0o755, data: bin},
-		"bin/ratelimit":                   {mode: 0o755, link: "usr/local/bin/ratelimit-sidecar"},
-		"etc/passwd":                      {mode: 0o644, data: []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
-		"etc/group":                       {mode: 0o644, data: []byte("root:x:0:\nnonroot:x:65532:\n")},
-		"tmp":                             {mode: 0o777 | os.ModeSticky, dir: true},
-		"home/nonroot":                    {mode: 0o700, dir: true},
+func rootLayer(o options, p v1.Platform) (v1.Layer, error) {
+	bin, err := os.ReadFile(filepath.Join(o.bin, binaryName(p)))
+	if err != nil {
+		return nil, fmt.Errorf("binary for %s/%s: %w (run make release)", p.OS, p.Architecture, err)
 	}
+	files := map[string]fileEntry{
+		binPath:       {bin, 0o755},
+		refBinPath:    {bin, 0o755},
+		"/etc/passwd": {[]byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n"), 0o644},
+		"/etc/group":  {[]byte("root:x:0:\nnonroot:x:65532:\n"), 0o644},
+	}
+	// The CA certificates of the machine that builds it, which distroless
+	// would bring: Redis, xDS and OTLP over TLS with the system's roots
+	// need them (Go reads this path first on Linux).
 	if ca, err := os.ReadFile(caBundle); err == nil {
-		files[strings.TrimPrefix(caBundle, "/")] = file{mode: 0o644, data: ca}
+		files[caBundle] = fileEntry{ca, 0o644}
 	}
-	for _, name := range []string{"LICENSE", "NOTICE"} {
-		b, err := os.ReadFile(filepath.Join(o.repo, name))
+	copies := map[string]string{"LICENSE": "/usr/share/doc/ratelimit-sidecar/LICENSE",
+		"NOTICE": "/usr/share/doc/ratelimit-sidecar/NOTICE"}
+	// COPY config/ /etc/ratelimit-sidecar/, as the Dockerfile does.
+	cfg, err := os.ReadDir(filepath.Join(o.root, "config"))
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range cfg {
+		if e.Type().IsRegular() {
+			copies["config/"+e.Name()] = "/etc/ratelimit-sidecar/" + e.Name()
+		}
+	}
+	for src, dst := range copies {
+		b, err := os.ReadFile(filepath.Join(o.root, src))
 		if err != nil {
 			return nil, err
 		}
-		files["usr/share/doc/ratelimit-sidecar/"+name] = file{mode: 0o644, data: b}
+		files[dst] = fileEntry{b, 0o644}
 	}
-	err := filepath.WalkDir(filepath.Join(o.repo, "config"), func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(filepath.Join(o.repo, "config"), path)
-		files["etc/ratelimit-sidecar/"+filepath.ToSlash(rel)] = file{mode: 0o644, data: b}
-		return nil
-	})
-	return files, err
+	b, err := tarFiles(files)
+	if err != nil {
+		return nil, err
+	}
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil },
+		tarball.WithMediaType(types.OCILayer))
 }
 
-// layerTar writes files as a tar, with their parent directories, in
-// name order (hard links last), owned by root and dated at, so that the same inputs make
-// the same layer.
-func layerTar(files map[string]file, at time.Time) ([]byte, error) {
-	all := map[string]file{}
-	for name, f := range files {
-		all[name] = f
-		for d := filepath.Dir(name); d != "."; d = filepath.Dir(d) {
-			if _, ok := all[d]; !ok {
-				all[d] = file{mode: 0o755, dir: true}
-			}
+type fileEntry struct {
+	data []byte
+	mode int64
+}
+
+// tarFiles writes files and their parent directories, sorted, root-owned
+// and dated epoch, so the layer's digest depends only on the contents.
+func tarFiles(files map[string]fileEntry) ([]byte, error) {
+	dirs := map[string]bool{"home/nonroot": true}
+	var names []string
+	for p := range files {
+		names = append(names, strings.TrimPrefix(p, "/"))
+		for d := filepath.Dir(strings.TrimPrefix(p, "/")); d != "."; d = filepath.Dir(d) {
+			dirs[d] = true
 		}
 	}
-	names := make([]string, 0, len(all))
-	for n := range all {
-		names = append(names, n)
+	for d := range dirs {
+		names = append(names, d+"/")
 	}
-	// Hard links last: a link must follow the file it names.
-	sort.Slice(names, func(i, j int) bool {
-		li, lj := all[names[i]].link != "", all[names[j]].link != ""
-		if li != lj {
-			return lj
-		}
-		return names[i] < names[j]
-	})
+	sort.Strings(names)
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, n := range names {
-		f := all[n]
-		h := &tar.Header{Name: n, Mode: int64(f.mode.Perm()), ModTime: at, Format: tar.FormatPAX, Typeflag: tar.TypeReg, Size: int64(len(f.data))}
-		if f.mode&os.ModeSticky != 0 {
-			h.Mode |= 0o1000 // c_ISVTX
-		}
-		switch {
-		case f.dir:
-			h.Name, h.Typeflag, h.Size = n+"/", tar.TypeDir, 0
-		case f.link != "":
-			h.Typeflag, h.Linkname, h.Size = tar.TypeLink, f.link, 0
+		h := &tar.Header{Name: n, ModTime: epoch, Format: tar.FormatPAX}
+		if strings.HasSuffix(n, "/") {
+			h.Typeflag, h.Mode = tar.TypeDir, 0o755
+			if n == "home/nonroot/" {
+				h.Uid, h.Gid = 65532, 65532
+			}
+		} else {
+			f := files["/"+n]
+			h.Typeflag, h.Mode, h.Size = tar.TypeReg, f.mode, int64(len(f.data))
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, err
 		}
-		if _, err := tw.Write(f.data); err != nil {
-			return nil, err
+		if h.Typeflag == tar.TypeReg {
+			if _, err := tw.Write(files["/"+n].data); err != nil {
+				return nil, err
+			}
 		}
 	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return buf.Bytes(), tw.Close()
 }
 
-// tarDir writes the files under dir into a tar at out, with names
-// relative to dir, in name order, dated at.
-func tarDir(dir, out string, at time.Time) error {
-	files := map[string]file{}
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+// tarDir archives the OCI layout dir as out (skopeo's oci-archive:, and
+// docker load since Docker 25).
+func tarDir(dir, out string) error {
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(f)
+	err = filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || p == dir {
 			return err
 		}
-		b, err := os.ReadFile(path)
+		rel, _ := filepath.Rel(dir, p)
+		h, err := tar.FileInfoHeader(fi, "")
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(dir, path)
-		files[filepath.ToSlash(rel)] = file{mode: 0o644, data: b}
-		return nil
+		h.Name, h.ModTime, h.Uid, h.Gid, h.Uname, h.Gname = filepath.ToSlash(rel), epoch, 0, 0, "", ""
+		h.AccessTime, h.ChangeTime, h.Format = time.Time{}, time.Time{}, tar.FormatPAX
+		if fi.IsDir() {
+			h.Name += "/"
+		}
+		if err := tw.WriteHeader(h); err != nil || fi.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		_, err = tw.Write(b)
+		return err
 	})
-	if err != nil {
-		return err
+	if err == nil {
+		err = tw.Close()
 	}
-	b, err := layerTar(files, at)
-	if err != nil {
-		return err
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	return os.WriteFile(out, b, 0o644)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", out, err)
+	}
+	return nil
 }

@@ -1,12 +1,12 @@
-// Command release turns the binaries that `make release` built into what a
-// cluster installs, without a Docker engine: a multi-arch OCI image (an
-// OCI image layout, and the same as an oci-archive tarball), an SPDX SBOM
-// of the binaries' modules, and the packaged Helm chart.
+// Command release turns the binaries `make release` built into what a
+// cluster installs: a multi-arch OCI image (an OCI layout, its archive, and
+// one `docker load` tarball per platform), an SPDX SBOM per binary and the
+// packaged Helm chart. It lives in the k8s module so that the main module
+// does not carry go-containerregistry or Helm. The Makefile runs it as
 //
-//	go run ./release -bin ../bin -version v0.2.0 -revision abc123 -repo ..
+//	cd k8s && go run ./release -root .. -bin ../bin -version V -revision R
 //
-// It lives in the k8s module, which already has Helm's packages, so that
-// the sidecar's own module takes on none of their dependencies.
+// and writes SHA256SUMS over everything itself.
 package main
 
 import (
@@ -16,48 +16,52 @@ import (
 	"path/filepath"
 )
 
+// options are the release's inputs; every path is the caller's.
+type options struct {
+	root     string // repository root: config/, LICENSE, NOTICE, charts/
+	bin      string // where the binaries are and the artefacts go
+	version  string
+	revision string
+	repo     string // the image's repository name in its tags
+}
+
 func main() {
 	var o options
-	flag.StringVar(&o.binDir, "bin", "../bin", "directory of the release binaries (ratelimit-sidecar-linux-<arch>); the artefacts are written there too")
-	flag.StringVar(&o.repo, "repo", "..", "the repository's root: config/, LICENSE, NOTICE and charts/ratelimit-sidecar")
-	flag.StringVar(&o.version, "version", "dev", "the version the binaries report, for the image's labels and tag")
-	flag.StringVar(&o.revision, "revision", "", "the commit the binaries were built from")
-	flag.Int64Var(&o.created, "created", 0, "the image's creation time, Unix seconds (the commit's time, so that a rebuild is identical)")
+	flag.StringVar(&o.root, "root", "..", "repository root")
+	flag.StringVar(&o.bin, "bin", "../bin", "directory of the binaries and the artefacts")
+	flag.StringVar(&o.version, "version", "dev", "version stamped in the binaries (git describe)")
+	flag.StringVar(&o.revision, "revision", "", "commit the binaries were built from")
+	flag.StringVar(&o.repo, "repository", defaultRepository, "image repository named in the tarballs' tags")
 	flag.Parse()
-	files, err := build(o)
+	files, err := run(o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "release:", err)
 		os.Exit(1)
 	}
 	for _, f := range files {
-		fmt.Println(filepath.Join(o.binDir, f))
+		fmt.Println(filepath.Join(o.bin, f))
 	}
 }
 
-// options are what build needs.
-type options struct {
-	binDir, repo      string
-	version, revision string
-	created           int64
-}
-
-// platforms are the architectures of the release, as `make release`
-// builds them (PLATFORMS in the Makefile).
-var platforms = []string{"amd64", "arm64"}
-
-// build writes the artefacts into o.binDir and returns their names.
-func build(o options) ([]string, error) {
+// run writes every artefact and returns their names relative to o.bin.
+func run(o options) ([]string, error) {
+	if err := checkVersion(o.root, o.version); err != nil {
+		return nil, err
+	}
+	var out []string
 	img, err := writeImage(o)
 	if err != nil {
-		return nil, fmt.Errorf("image: %w", err)
+		return nil, err
 	}
-	sbom, err := writeSBOM(o)
+	out = append(out, img...)
+	sboms, err := writeSBOMs(o)
 	if err != nil {
-		return nil, fmt.Errorf("sbom: %w", err)
+		return nil, err
 	}
-	chart, err := writeChart(o)
+	out = append(out, sboms...)
+	chart, err := packageChart(filepath.Join(o.root, "charts", "ratelimit-sidecar"), o.bin)
 	if err != nil {
-		return nil, fmt.Errorf("chart: %w", err)
+		return nil, err
 	}
-	return append(img, sbom, chart), nil
+	return append(out, chart), nil
 }

@@ -3,254 +3,303 @@ package main
 import (
 	"archive/tar"
 	"bytes"
-	"crypto/sha256"
 	"debug/buildinfo"
-	"encoding/hex"
 	"encoding/json"
 	"io"
-	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 )
 
-// TestRelease builds the release artefacts from stand-in binaries (this
-// test's own executable, which carries build information as the
-// sidecar's does) and checks what a cluster and a user would rely on: the
-// image per platform runs the binary it was given as the Dockerfile's
-// image does, the SBOM lists that binary's modules and checksum, and the
-// chart archive loads and renders.
-func TestRelease(t *testing.T) {
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, err := os.ReadFile(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	for i, arch := range platforms {
-		// Each platform its own bytes, so that a mix-up shows.
-		b := append(slices.Clone(bin), byte(i))
-		if err := os.WriteFile(filepath.Join(dir, "ratelimit-sidecar-linux-"+arch), b, 0o755); err != nil {
-			t.Fatal(err)
+const root = "../.."
+
+var (
+	releaseOnce sync.Once
+	releaseOpts options
+	releaseOut  []string
+	releaseErr  error
+)
+
+// released builds the sidecar for every platform, as make release does,
+// into a temporary directory and runs the release tool on it, once for all
+// tests of the package.
+func released(t *testing.T) (options, []string) {
+	t.Helper()
+	releaseOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "release-test")
+		if err != nil {
+			releaseErr = err
+			return
 		}
+		releaseOpts = options{root: root, bin: dir, version: "v9.9.9-1-gabcdef0", revision: "abcdef0", repo: defaultRepository}
+		for _, p := range platforms {
+			cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, binaryName(p)), "./cmd/ratelimit-sidecar")
+			cmd.Dir = root
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				releaseErr = &buildError{p, string(out), err}
+				return
+			}
+		}
+		releaseOut, releaseErr = run(releaseOpts)
+	})
+	if releaseErr != nil {
+		t.Fatal(releaseErr)
 	}
-	o := options{binDir: dir, repo: filepath.Join("..", ".."), version: "v1.2.3", revision: "abc123", created: 1700000000}
-	files, err := build(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{imageArchive, sbomFile, "ratelimit-sidecar-" + chartVersion(t, o.repo) + ".tgz"}; !slices.Equal(files, want) {
-		t.Errorf("artefacts %v, want %v", files, want)
-	}
-	t.Run("image", func(t *testing.T) { checkImage(t, o) })
-	t.Run("sbom", func(t *testing.T) { checkSBOM(t, o) })
-	t.Run("chart", func(t *testing.T) { checkChart(t, filepath.Join(dir, files[2])) })
+	return releaseOpts, releaseOut
 }
 
-func checkImage(t *testing.T, o options) {
-	p, err := layout.FromPath(filepath.Join(o.binDir, imageLayout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	top, err := p.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := top.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(im.Manifests) != 1 || im.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != "1.2.3" {
-		t.Fatalf("layout's index: %+v, want one image index tagged 1.2.3", im.Manifests)
-	}
-	idx, err := top.ImageIndex(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	entrypoint, user := dockerfile(t, o.repo)
-	var arches []string
-	for _, d := range m.Manifests {
-		arch := d.Platform.Architecture
-		arches = append(arches, d.Platform.OS+"/"+arch)
-		img, err := idx.Image(d.Digest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cf, err := img.ConfigFile()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cf.OS != "linux" || cf.Architecture != arch {
-			t.Errorf("%s: config says %s/%s", arch, cf.OS, cf.Architecture)
-		}
-		if !slices.Equal(cf.Config.Entrypoint, entrypoint) || cf.Config.User != user {
-			t.Errorf("%s: entrypoint %q user %q, want the Dockerfile's %q and %q", arch, cf.Config.Entrypoint, cf.Config.User, entrypoint, user)
-		}
-		if cf.Config.Labels["org.opencontainers.image.version"] != "v1.2.3" || cf.Config.Labels["org.opencontainers.image.revision"] != "abc123" {
-			t.Errorf("%s: labels %v", arch, cf.Config.Labels)
-		}
-		layers, err := img.Layers()
-		if err != nil || len(layers) != 1 {
-			t.Fatalf("%s: %d layers, %v", arch, len(layers), err)
-		}
-		rc, err := layers[0].Uncompressed()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := layerFiles(t, rc)
-		want, err := os.ReadFile(filepath.Join(o.binDir, "ratelimit-sidecar-linux-"+arch))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got["usr/local/bin/ratelimit-sidecar"], want) {
-			t.Errorf("%s: /usr/local/bin/ratelimit-sidecar is not the release's binary for %s", arch, arch)
-		}
-		rules := slices.ContainsFunc(slices.Collect(maps.Keys(got)), func(n string) bool { return strings.HasPrefix(n, "etc/ratelimit-sidecar/") })
-		if !bytes.Equal(got["bin/ratelimit"], want) || got["etc/passwd"] == nil || !rules {
-			t.Errorf("%s: layer lacks /bin/ratelimit (the same binary), /etc/passwd or the default rules: %v", arch, slices.Sorted(maps.Keys(got)))
-		}
-	}
-	if !slices.Equal(arches, []string{"linux/amd64", "linux/arm64"}) {
-		t.Errorf("platforms %v", arches)
-	}
-	if _, err := os.Stat(filepath.Join(o.binDir, imageArchive)); err != nil {
-		t.Error(err)
-	}
+type buildError struct {
+	p   v1.Platform
+	out string
+	err error
 }
 
-// layerFiles reads a layer's regular files by name; a hard link reads as
-// the file it names.
-func layerFiles(t *testing.T, r io.ReadCloser) map[string][]byte {
-	defer r.Close()
-	out := map[string][]byte{}
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return out
+func (e *buildError) Error() string {
+	return "build " + binaryName(e.p) + ": " + e.err.Error() + "\n" + e.out
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if releaseOpts.bin != "" {
+		os.RemoveAll(releaseOpts.bin)
+	}
+	os.Exit(code)
+}
+
+// dockerfile reads the Dockerfile's ENTRYPOINT and USER, so that the image
+// the release builds is held to the one docker builds.
+func dockerfile(t *testing.T) (entry []string, user string) {
+	b, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "ENTRYPOINT "); ok {
+			if err := json.Unmarshal([]byte(v), &entry); err != nil {
+				t.Fatalf("Dockerfile ENTRYPOINT: %v", err)
+			}
 		}
+		if v, ok := strings.CutPrefix(l, "USER "); ok {
+			user = strings.TrimSpace(v)
+		}
+	}
+	return entry, user
+}
+
+// layerFiles reads every regular file of img's layers.
+func layerFiles(t *testing.T, img v1.Image) map[string][]byte {
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	for _, l := range layers {
+		rc, err := l.Uncompressed()
 		if err != nil {
 			t.Fatal(err)
 		}
-		switch h.Typeflag {
-		case tar.TypeReg:
-			b, err := io.ReadAll(tr)
+		tr := tar.NewReader(rc)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			out[h.Name] = b
-		case tar.TypeLink:
-			if out[h.Linkname] == nil {
-				t.Errorf("%s links to %s, which comes later or not at all", h.Name, h.Linkname)
+			if h.Typeflag == tar.TypeReg {
+				b, _ := io.ReadAll(tr)
+				files["/"+h.Name] = b
 			}
-			out[h.Name] = out[h.Linkname]
 		}
+		rc.Close()
 	}
+	return files
 }
 
-// dockerfile returns the Dockerfile's ENTRYPOINT and USER.
-func dockerfile(t *testing.T, repo string) ([]string, string) {
-	b, err := os.ReadFile(filepath.Join(repo, "Dockerfile"))
+func TestReleaseImage(t *testing.T) {
+	o, _ := released(t)
+	wantEntry, wantUser := dockerfile(t)
+	p, err := layout.FromPath(filepath.Join(o.bin, "image-oci"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var entrypoint []string
-	if m := regexp.MustCompile(`(?m)^ENTRYPOINT (\[.*\])$`).FindSubmatch(b); m == nil || json.Unmarshal(m[1], &entrypoint) != nil {
-		t.Fatal("no JSON ENTRYPOINT in the Dockerfile")
-	}
-	m := regexp.MustCompile(`(?m)^USER (\S+)$`).FindSubmatch(b)
-	if m == nil {
-		t.Fatal("no USER in the Dockerfile")
-	}
-	return entrypoint, string(m[1])
-}
-
-func checkSBOM(t *testing.T, o options) {
-	b, err := os.ReadFile(filepath.Join(o.binDir, sbomFile))
+	outer, err := p.ImageIndex()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc spdxDoc
-	if err := json.Unmarshal(b, &doc); err != nil {
+	om, err := outer.IndexManifest()
+	if err != nil || len(om.Manifests) != 1 {
+		t.Fatalf("layout index: %v, %d entries, want 1", err, len(om.Manifests))
+	}
+	idx, err := outer.ImageIndex(om.Manifests[0].Digest)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if doc.SPDXVersion != "SPDX-2.3" {
-		t.Errorf("spdxVersion %q", doc.SPDXVersion)
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
 	}
-	listed := map[string]string{}
-	sums := map[string]string{}
-	for _, p := range doc.Packages {
-		listed[p.Name] = p.VersionInfo
-		for _, c := range p.Checksums {
-			sums[p.Name] = c.Value
-		}
+	if len(im.Manifests) != len(platforms) {
+		t.Fatalf("index has %d images, want %d", len(im.Manifests), len(platforms))
 	}
-	for _, arch := range platforms {
-		name := "ratelimit-sidecar-linux-" + arch
-		path := filepath.Join(o.binDir, name)
-		bin, err := os.ReadFile(path)
+	for i, d := range im.Manifests {
+		want := platforms[i]
+		t.Run(want.Architecture, func(t *testing.T) {
+			if d.Platform == nil || d.Platform.OS != want.OS || d.Platform.Architecture != want.Architecture {
+				t.Errorf("index entry platform %v, want %s/%s", d.Platform, want.OS, want.Architecture)
+			}
+			img, err := idx.Image(d.Digest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cf, err := img.ConfigFile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cf.OS != want.OS || cf.Architecture != want.Architecture {
+				t.Errorf("config os/architecture %s/%s, want %s/%s", cf.OS, cf.Architecture, want.OS, want.Architecture)
+			}
+			if !slices.Equal(cf.Config.Entrypoint, wantEntry) {
+				t.Errorf("entrypoint %q, Dockerfile has %q", cf.Config.Entrypoint, wantEntry)
+			}
+			if cf.Config.User != wantUser || wantUser == "" {
+				t.Errorf("user %q, Dockerfile has %q", cf.Config.User, wantUser)
+			}
+			for k, v := range map[string]string{"org.opencontainers.image.version": o.version,
+				"org.opencontainers.image.revision": o.revision, "org.opencontainers.image.title": "ratelimit-sidecar",
+				"org.opencontainers.image.licenses": "Apache-2.0"} {
+				if cf.Config.Labels[k] != v {
+					t.Errorf("label %s = %q, want %q", k, cf.Config.Labels[k], v)
+				}
+			}
+			bin, err := os.ReadFile(filepath.Join(o.bin, binaryName(want)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			files := layerFiles(t, img)
+			for _, path := range []string{"/usr/local/bin/ratelimit-sidecar", "/bin/ratelimit"} {
+				if !bytes.Equal(files[path], bin) {
+					t.Errorf("%s in the image (%d bytes) is not %s (%d bytes)", path, len(files[path]), binaryName(want), len(bin))
+				}
+			}
+			if _, ok := files["/etc/ratelimit-sidecar/rules.yaml"]; !ok {
+				t.Error("image lacks /etc/ratelimit-sidecar/rules.yaml")
+			}
+			// The docker-load tarball is the same image.
+			tb, err := tarball.ImageFromPath(filepath.Join(o.bin, "ratelimit-sidecar-image-"+want.OS+"-"+want.Architecture+".tar"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tcf, err := tb.ConfigFile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tcf.Architecture != want.Architecture || !bytes.Equal(layerFiles(t, tb)["/bin/ratelimit"], bin) {
+				t.Errorf("docker tarball of %s: architecture %s, or its /bin/ratelimit is not the binary", want.Architecture, tcf.Architecture)
+			}
+		})
+	}
+}
+
+func TestReleaseSBOM(t *testing.T) {
+	o, _ := released(t)
+	for _, p := range platforms {
+		bi, err := buildinfo.ReadFile(filepath.Join(o.bin, binaryName(p)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		sum := sha256.Sum256(bin)
-		if sums[name] != hex.EncodeToString(sum[:]) {
-			t.Errorf("%s: SBOM checksum %q, want its SHA-256", name, sums[name])
-		}
-		bi, err := buildinfo.ReadFile(path)
+		b, err := os.ReadFile(filepath.Join(o.bin, binaryName(p)+".spdx.json"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range modulesOf(bi) {
+		var doc spdxDoc
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatal(err)
+		}
+		if doc.SPDXVersion != "SPDX-2.3" || len(doc.Packages) == 0 || doc.Packages[0].Name != bi.Main.Path {
+			t.Fatalf("%s: SBOM does not describe the binary: %s, first package %+v", p.Architecture, doc.SPDXVersion, doc.Packages[:min(1, len(doc.Packages))])
+		}
+		listed := map[string]string{}
+		for _, pkg := range doc.Packages[1:] {
+			listed[pkg.Name] = pkg.VersionInfo
+		}
+		if len(bi.Deps) < 10 || len(listed) != len(bi.Deps) {
+			t.Errorf("%s: SBOM lists %d modules, the binary has %d", p.Architecture, len(listed), len(bi.Deps))
+		}
+		for _, m := range bi.Deps {
+			if m.Replace != nil {
+				m = m.Replace
+			}
 			if listed[m.Path] != m.Version {
-				t.Errorf("%s links %s %s; the SBOM lists %q", name, m.Path, m.Version, listed[m.Path])
+				t.Errorf("%s: module %s: SBOM says %q, binary has %q", p.Architecture, m.Path, listed[m.Path], m.Version)
 			}
 		}
 	}
 }
 
-func checkChart(t *testing.T, archive string) {
-	c, err := loader.Load(archive)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vals, err := chartutil.ToRenderValues(c, map[string]any{}, chartutil.ReleaseOptions{Name: "rl", Namespace: "default"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := engine.Render(c, vals)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var deployment string
-	for name, text := range out {
-		if strings.HasSuffix(name, "deployment.yaml") {
-			deployment = text
+func TestReleaseChart(t *testing.T) {
+	o, out := released(t)
+	var tgz string
+	for _, f := range out {
+		if strings.HasSuffix(f, ".tgz") {
+			tgz = f
 		}
 	}
-	if !strings.Contains(deployment, "kind: Deployment") {
-		t.Errorf("the packaged chart renders no Deployment; templates: %v", slices.Sorted(maps.Keys(out)))
+	ch, err := loader.Load(filepath.Join(o.bin, tgz))
+	if err != nil {
+		t.Fatalf("load %q: %v", tgz, err)
+	}
+	if tgz != ch.Metadata.Name+"-"+ch.Metadata.Version+".tgz" {
+		t.Errorf("archive %q, want %s-%s.tgz", tgz, ch.Metadata.Name, ch.Metadata.Version)
+	}
+	vals, err := chartutil.ToRenderValues(ch, map[string]any{}, chartutil.ReleaseOptions{Name: "rl", Namespace: "edge"}, chartutil.DefaultCapabilities)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := engine.Render(ch, vals)
+	if err != nil {
+		t.Fatalf("render %s: %v", tgz, err)
+	}
+	want := "image: " + defaultRepository + ":" + ch.Metadata.AppVersion
+	dep := rendered["ratelimit-sidecar/templates/deployment.yaml"]
+	if !strings.Contains(dep, want) && !strings.Contains(dep, `image: "`+defaultRepository+":"+ch.Metadata.AppVersion+`"`) {
+		t.Errorf("rendered deployment does not run %q:\n%s", want, dep)
+	}
+	if notes := rendered["ratelimit-sidecar/templates/NOTES.txt"]; !strings.Contains(notes, "image.repository") {
+		t.Errorf("NOTES.txt does not say how to run a locally built image:\n%s", notes)
 	}
 }
 
-func chartVersion(t *testing.T, repo string) string {
-	c, err := loader.Load(filepath.Join(repo, "charts", "ratelimit-sidecar"))
+func TestReleaseVersionInStep(t *testing.T) {
+	if err := checkVersion(root, "dev"); err != nil {
+		t.Fatalf("chart and changelog out of step: %v", err)
+	}
+	latest, err := latestRelease(filepath.Join(root, "CHANGELOG.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c.Metadata.Version
+	if err := checkVersion(root, "v"+latest); err != nil {
+		t.Errorf("tag v%s refused: %v", latest, err)
+	}
+	for _, v := range []string{"v" + latest + "-3-gabcdef0", "v" + latest + "-dirty", "abcdef0"} {
+		if err := checkVersion(root, v); err != nil {
+			t.Errorf("untagged build %s refused: %v", v, err)
+		}
+	}
+	if err := checkVersion(root, "v99.0.0"); err == nil {
+		t.Error("tag v99.0.0 accepted, though the changelog's latest release is " + latest)
+	}
 }

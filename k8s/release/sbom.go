@@ -8,18 +8,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 )
 
-// sbomFile is the SBOM's file name in the bin directory.
-const sbomFile = "ratelimit-sidecar.spdx.json"
-
-// The SBOM is SPDX 2.3 JSON, made from what the Go toolchain recorded in
-// each binary (debug/buildinfo): the Go version, the main module and
-// every module linked in, at the versions built. One package per binary,
-// with its SHA-256, that contains the main module, which depends on the
-// others. The image holds nothing else that runs.
+// spdxDoc is the part of SPDX 2.3 JSON we write: the binary as a package
+// that contains the Go modules linked into it.
 type spdxDoc struct {
 	SPDXVersion       string         `json:"spdxVersion"`
 	DataLicense       string         `json:"dataLicense"`
@@ -37,25 +30,24 @@ type spdxCreation struct {
 }
 
 type spdxPackage struct {
-	Name             string         `json:"name"`
-	SPDXID           string         `json:"SPDXID"`
-	VersionInfo      string         `json:"versionInfo,omitempty"`
-	DownloadLocation string         `json:"downloadLocation"`
-	FilesAnalyzed    bool           `json:"filesAnalyzed"`
-	PrimaryPurpose   string         `json:"primaryPackagePurpose,omitempty"`
-	Checksums        []spdxChecksum `json:"checksums,omitempty"`
-	ExternalRefs     []spdxRef      `json:"externalRefs,omitempty"`
+	SPDXID           string       `json:"SPDXID"`
+	Name             string       `json:"name"`
+	VersionInfo      string       `json:"versionInfo,omitempty"`
+	DownloadLocation string       `json:"downloadLocation"`
+	FilesAnalyzed    bool         `json:"filesAnalyzed"`
+	Checksums        []spdxSum    `json:"checksums,omitempty"`
+	ExternalRefs     []spdxExtRef `json:"externalRefs,omitempty"`
 }
 
-type spdxChecksum struct {
-	Algorithm string `json:"algorithm"`
-	Value     string `json:"checksumValue"`
+type spdxSum struct {
+	Algorithm     string `json:"algorithm"`
+	ChecksumValue string `json:"checksumValue"`
 }
 
-type spdxRef struct {
-	Category string `json:"referenceCategory"`
-	Type     string `json:"referenceType"`
-	Locator  string `json:"referenceLocator"`
+type spdxExtRef struct {
+	ReferenceCategory string `json:"referenceCategory"`
+	ReferenceType     string `json:"referenceType"`
+	ReferenceLocator  string `json:"referenceLocator"`
 }
 
 type spdxRelation struct {
@@ -64,87 +56,65 @@ type spdxRelation struct {
 	Related string `json:"relatedSpdxElement"`
 }
 
-// writeSBOM writes the SBOM of the release binaries.
-func writeSBOM(o options) (string, error) {
-	doc := spdxDoc{
-		SPDXVersion: "SPDX-2.3", DataLicense: "CC0-1.0", SPDXID: "SPDXRef-DOCUMENT",
-		Name:              "ratelimit-sidecar " + o.version,
-		DocumentNamespace: fmt.Sprintf("https://github.com/ratelimit-sidecar/ratelimit-sidecar/spdx/%s-%s", o.version, o.revision),
-		CreationInfo:      spdxCreation{Created: time.Unix(o.created, 0).UTC().Format(time.RFC3339), Creators: []string{"Tool: ratelimit-sidecar-release"}},
-	}
-	seen := map[string]bool{}
-	for _, arch := range platforms {
-		name := "ratelimit-sidecar-linux-" + arch
-		path := filepath.Join(o.binDir, name)
-		b, err := os.ReadFile(path)
+// writeSBOMs writes <binary>.spdx.json beside each release binary. The
+// image of a platform holds that binary and nothing else built from code,
+// so the binary's SBOM is the image's.
+func writeSBOMs(o options) ([]string, error) {
+	var files []string
+	for _, p := range platforms {
+		path := filepath.Join(o.bin, binaryName(p))
+		doc, err := sbom(path, o.version)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		bi, err := buildinfo.ReadFile(path)
+		b, err := json.MarshalIndent(doc, "", "  ")
 		if err != nil {
-			return "", fmt.Errorf("%s: %w", name, err)
+			return nil, err
 		}
-		sum := sha256.Sum256(b)
-		binID := "SPDXRef-Binary-" + arch
-		doc.Packages = append(doc.Packages, spdxPackage{Name: name, SPDXID: binID, VersionInfo: o.version,
-			DownloadLocation: "NOASSERTION", PrimaryPurpose: "APPLICATION",
-			Checksums: []spdxChecksum{{Algorithm: "SHA256", Value: hex.EncodeToString(sum[:])}}})
-		doc.Relationships = append(doc.Relationships, spdxRelation{"SPDXRef-DOCUMENT", "DESCRIBES", binID})
-		mods := append([]*buildModule{{Path: "stdlib", Version: strings.TrimPrefix(bi.GoVersion, "go")}, {Path: bi.Main.Path, Version: o.version}}, modulesOf(bi)...)
-		for i, m := range mods {
-			id := spdxID(m.Path, m.Version)
-			if !seen[id] {
-				seen[id] = true
-				doc.Packages = append(doc.Packages, spdxPackage{Name: m.Path, SPDXID: id, VersionInfo: m.Version,
-					DownloadLocation: "NOASSERTION", PrimaryPurpose: "LIBRARY",
-					ExternalRefs: []spdxRef{{"PACKAGE-MANAGER", "purl", purl(m.Path, m.Version)}}})
-			}
-			rel := "CONTAINS"
-			if i > 1 {
-				rel = "DEPENDS_ON"
-			}
-			doc.Relationships = append(doc.Relationships, spdxRelation{binID, rel, id})
+		f := binaryName(p) + ".spdx.json"
+		if err := os.WriteFile(filepath.Join(o.bin, f), append(b, '\n'), 0o644); err != nil {
+			return nil, err
 		}
+		files = append(files, f)
 	}
-	b, err := json.MarshalIndent(doc, "", "  ")
+	return files, nil
+}
+
+// sbom reads the module graph Go stamped into the binary at path.
+func sbom(path, version string) (*spdxDoc, error) {
+	bi, err := buildinfo.ReadFile(path)
 	if err != nil {
-		return "", err
+		return nil, fmt.Errorf("read build info of %s: %w", path, err)
 	}
-	return sbomFile, os.WriteFile(filepath.Join(o.binDir, sbomFile), append(b, '\n'), 0o644)
-}
-
-// buildModule is a module as the SBOM lists it.
-type buildModule struct{ Path, Version string }
-
-// modulesOf returns the modules linked into a binary, a replaced one at
-// its replacement.
-func modulesOf(bi *buildinfo.BuildInfo) []*buildModule {
-	var out []*buildModule
-	for _, d := range bi.Deps {
-		if d.Replace != nil {
-			d = d.Replace
+	bin, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(bin)
+	name := filepath.Base(path)
+	doc := &spdxDoc{SPDXVersion: "SPDX-2.3", DataLicense: "CC0-1.0", SPDXID: "SPDXRef-DOCUMENT", Name: name,
+		DocumentNamespace: "https://github.com/ratelimit-sidecar/ratelimit-sidecar/sbom/" + name + "-" + hex.EncodeToString(sum[:8]),
+		CreationInfo:      spdxCreation{Created: time.Unix(0, 0).UTC().Format(time.RFC3339), Creators: []string{"Tool: ratelimit-sidecar-release", "Tool: " + bi.GoVersion}},
+	}
+	root := spdxPackage{SPDXID: "SPDXRef-Package-binary", Name: bi.Main.Path, VersionInfo: version,
+		DownloadLocation: "https://github.com/ratelimit-sidecar/ratelimit-sidecar", FilesAnalyzed: false,
+		Checksums: []spdxSum{{"SHA256", hex.EncodeToString(sum[:])}}}
+	doc.Packages = append(doc.Packages, root)
+	doc.Relationships = append(doc.Relationships, spdxRelation{"SPDXRef-DOCUMENT", "DESCRIBES", root.SPDXID})
+	for i, m := range bi.Deps {
+		if m.Replace != nil {
+			m = m.Replace
 		}
-		out = append(out, &buildModule{d.Path, d.Version})
+		id := fmt.Sprintf("SPDXRef-Package-go-%d", i)
+		pkg := spdxPackage{SPDXID: id, Name: m.Path, VersionInfo: m.Version, DownloadLocation: "NOASSERTION",
+			ExternalRefs: []spdxExtRef{{"PACKAGE-MANAGER", "purl", purl(m.Path, m.Version)}}}
+		doc.Packages = append(doc.Packages, pkg)
+		doc.Relationships = append(doc.Relationships, spdxRelation{root.SPDXID, "CONTAINS", id})
 	}
-	return out
+	return doc, nil
 }
 
-// spdxID makes an SPDX identifier of a module: letters, digits, '.' and
-// '-' only.
-func spdxID(path, version string) string {
-	id := []byte("SPDXRef-Package-" + path + "-" + version)
-	for i, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-') {
-			id[i] = '-'
-		}
-	}
-	return string(id)
-}
-
-// purl is a Go module's package URL.
+// purl is the package URL of a Go module.
 func purl(path, version string) string {
-	if path == "stdlib" {
-		return "pkg:golang/stdlib@" + version
-	}
 	return "pkg:golang/" + path + "@" + version
 }
