@@ -293,7 +293,11 @@ func TestCountersCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), counterRules)
-	s := startSidecar(t, "--config", dir, "--redis-cluster-addrs", strings.Join(c.Addrs, ","), "--admin-counter-reset")
+	// Failure mode error and a long timeout: on a busy machine a slow
+	// Cluster must fail the test's requests loudly, not send them to the
+	// local fallback, whose counts /debug/counters does not read.
+	s := startSidecar(t, "--config", dir, "--redis-cluster-addrs", strings.Join(c.Addrs, ","), "--admin-counter-reset",
+		"--failure-mode", "error", "--redis-timeout", "2s")
 	s.send(t, 4, "tenant", "acme")
 	s.send(t, 2, "path", "/x")
 	v := s.counters(t, "tenant=acme", "path=/x")
@@ -301,6 +305,9 @@ func TestCountersCluster(t *testing.T) {
 		t.Errorf("store = %q, want redis", v.Store)
 	}
 	tenant, path := v.Descriptors[0].Counters, v.Descriptors[1].Counters[0]
+	if tenant[0].State.Hits == nil || tenant[1].State.Tokens == nil || tenant[2].State.Backlog == nil || path.State.Hits == nil {
+		t.Fatalf("counters without state: %+v %+v %+v %+v", tenant[0].State, tenant[1].State, tenant[2].State, path.State)
+	}
 	if *tenant[0].State.Hits != 4 || *tenant[1].State.Tokens != 6 || *tenant[2].State.Backlog != 4 || *path.State.Hits != 2 {
 		t.Fatalf("counters: %+v %+v %+v %+v", tenant[0].State, tenant[1].State, tenant[2].State, path.State)
 	}

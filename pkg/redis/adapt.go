@@ -31,10 +31,12 @@ import (
 // Below adaptFrom nothing changes: the pipe batches as it always has,
 // which is what keeps Redis's CPU per decision low on a nearby Redis. The
 // RTT is that of a PING: three when the store starts (see seed), then one
-// every probeEvery while calls find max round trips out (see probe), the
-// only time the RTT decides anything. A pipe whose calls never wait, such
-// as one serving RLQS grants or a light load, sends none: a thousand
-// sidecars would otherwise send Redis 20,000 PINGs a second for nothing.
+// every probeEvery with traffic while calls find max round trips out (the
+// only time the RTT decides anything) or Redis is far away (where the pipe
+// adapts, and must follow the link). A pipe near Redis whose calls never
+// wait, such as one serving RLQS grants or a light load, sends none: a
+// thousand sidecars would otherwise send Redis 20,000 PINGs a second for
+// nothing.
 // The RTT is the shortest of the last rttWindow to 2×rttWindow PINGs. Not the round trips' own durations: a round trip that
 // carried a large batch, or whose leader waited for a busy sidecar's
 // scheduler, takes longer than the link does, and adding round trips
@@ -137,9 +139,9 @@ func (p *pipe) started(now time.Duration) {
 	p.starts = append(p.starts, now)
 }
 
-// ended forgets the round trip that started at start and, if a call has
-// waited since the RTT was last measured and that was probeEvery ago,
-// measures it again. p.mu must be held.
+// ended forgets the round trip that started at start and, if the RTT was
+// last measured probeEvery ago and since then a call has waited or Redis
+// is far away, measures it again. p.mu must be held.
 func (p *pipe) ended(start, now time.Duration) {
 	for i, s := range p.starts {
 		if s == start {
@@ -149,7 +151,7 @@ func (p *pipe) ended(start, now time.Duration) {
 			break
 		}
 	}
-	if p.waited && !p.probing && (p.probedAt == 0 || now-p.probedAt >= probeEvery) {
+	if (p.waited || p.far.Load()) && !p.probing && (p.probedAt == 0 || now-p.probedAt >= probeEvery) {
 		p.probe(now)
 	}
 }

@@ -158,8 +158,9 @@ func (c *counter) Next() bool {
 // a request waits for the one under way and then for its own, past the
 // timeout; the store must add round trips, so that every request is
 // decided, while still batching: some apply.lua call decides several.
-// A noisy machine can stall a request past the timeout now and then, so
-// a round fails only if each of three attempts has a failed request.
+// A noisy machine can stall requests past the timeout now and then, so
+// the test fails only if each of three attempts has half its requests
+// failed.
 func TestSlowRedis(t *testing.T) {
 	srv := redistest.StartServer(t)
 	p := startSlow(t, srv, 10*time.Millisecond)
@@ -187,9 +188,12 @@ func TestSlowRedis(t *testing.T) {
 		}
 		wg.Wait()
 		// A stall of the test machine longer than the 5 ms the timeout
-		// leaves fails every request in flight; allow 2% for it. Before
-		// the pipe adapted, every request failed.
-		if len(failed) <= callers*each/50 {
+		// leaves fails every request in flight: on a machine with two busy
+		// loops beside the test, a fifth to a third of an attempt's
+		// requests, with the pipe as before and after the change of its
+		// PINGs alike. Before the pipe adapted, every request failed, so
+		// an attempt with fewer than half failed tells the two apart.
+		if len(failed) < callers*each/2 {
 			errs = nil
 			break
 		}
@@ -197,7 +201,7 @@ func TestSlowRedis(t *testing.T) {
 		errs = failed
 	}
 	if len(errs) > 0 {
-		t.Errorf("more than 2%% of requests failed in each of three attempts, %d of %d in the last: %v", len(errs), callers*each, errs[0])
+		t.Errorf("half the requests or more failed in each of three attempts, %d of %d in the last: %v", len(errs), callers*each, errs[0])
 	}
 	if _, requests, most := calls.calls(); most < 2 {
 		t.Errorf("%d requests, at most %d in one apply.lua call: want some batched", requests, most)
