@@ -234,7 +234,7 @@ func TestUsageChargesMemory(t *testing.T) {
 // the deny cache on (its default).
 func TestUsageChargesRedis(t *testing.T) {
 	srv := redistest.StartServer(t)
-	s := startSidecar(t, "--config", usageRulesDir(t), "--redis-url", "redis://"+srv.Addr, "--failure-mode", "error")
+	s := startSidecar(t, "--config", usageRulesDir(t), "--redis-url", "redis://"+srv.Addr, "--failure-mode", "error", "--redis-timeout", "2s")
 	runUsageCases(t, s)
 }
 
@@ -244,7 +244,9 @@ func TestUsageChargesRedis(t *testing.T) {
 // than one master.
 func TestUsageChargesCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
-	s := startSidecar(t, "--config", usageRulesDir(t), "--redis-cluster-addrs", strings.Join(c.Addrs, ","), "--failure-mode", "error")
+	// A timeout a busy machine does not reach: failure mode error makes a
+	// slow round trip a failed case.
+	s := startSidecar(t, "--config", usageRulesDir(t), "--redis-cluster-addrs", strings.Join(c.Addrs, ","), "--failure-mode", "error", "--redis-timeout", "2s")
 	runUsageCases(t, s)
 	holding := 0
 	for _, n := range c.Nodes {
@@ -279,7 +281,7 @@ func TestUsageChargesLeased(t *testing.T) {
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), usageRulesLeased())
-	s := startSidecar(t, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--failure-mode", "error")
+	s := startSidecar(t, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--failure-mode", "error", "--redis-timeout", "2s")
 	runUsageCases(t, s)
 }
 
