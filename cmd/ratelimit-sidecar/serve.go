@@ -586,17 +586,11 @@ func (s *servers) shutdown(drain bool) error {
 	return errors.Join(errs...)
 }
 
+// countRules counts the rules of every domain of rs.
 func countRules(rs *limits.Ruleset) int {
 	n := 0
-	var walk func([]*limits.Rule)
-	walk = func(rules []*limits.Rule) {
-		for _, r := range rules {
-			n++
-			walk(r.Children)
-		}
-	}
-	for _, d := range rs.Domains() {
-		walk(rs.Rules(d))
+	for range rs.All() {
+		n++
 	}
 	return n
 }

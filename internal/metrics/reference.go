@@ -149,19 +149,12 @@ func (r *refMetrics) Collect(ch chan<- prometheus.Metric) {
 // already.
 func refPaths(rs *limits.Ruleset) map[[2]string]string {
 	out := map[[2]string]string{}
-	var walk func(domain string, rules []*limits.Rule)
-	walk = func(domain string, rules []*limits.Rule) {
-		for _, r := range rules {
-			for _, l := range r.Limits {
-				if k := [2]string{domain, l.Name}; l.Name != "" && out[k] == "" {
-					out[k] = r.Name
-				}
+	for domain, r := range rs.All() {
+		for _, l := range r.Limits {
+			if k := [2]string{domain, l.Name}; l.Name != "" && out[k] == "" {
+				out[k] = r.Name
 			}
-			walk(domain, r.Children)
 		}
-	}
-	for _, d := range rs.Domains() {
-		walk(d, rs.Rules(d))
 	}
 	return out
 }
