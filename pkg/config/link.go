@@ -29,23 +29,14 @@ func WatchLink(ctx context.Context, path string, reload func(), log *zap.Logger)
 	// A swap between the rules' first load and this watch has no event:
 	// reload once (a no-op if the files are the same).
 	reload()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return nil
-			}
-			if filepath.Clean(ev.Name) == path && ev.Op&(fsnotify.Create|fsnotify.Write) != 0 {
-				log.Info("link replaced: reloading config", zap.String("link", path))
-				reload()
-			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			log.Warn("link watch error", zap.String("link", path), zap.Error(err))
-		}
+	replaced := func(ev fsnotify.Event) bool {
+		return filepath.Clean(ev.Name) == path && ev.Op&(fsnotify.Create|fsnotify.Write) != 0
 	}
+	watchLoop(ctx, w, 0, replaced, func() {
+		log.Info("link replaced: reloading config", zap.String("link", path))
+		reload()
+	}, func(err error) {
+		log.Warn("link watch error", zap.String("link", path), zap.Error(err))
+	})
+	return nil
 }

@@ -211,35 +211,17 @@ func (r *Reloader) Watch(ctx context.Context) error {
 	// between (a ConfigMap swapped while the sidecar started) has no
 	// event. Read once more; unchanged files cost a checksum.
 	r.Reload() //nolint:errcheck // Reload logs its own errors
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return nil
-			}
-			if parent != "" && r.besideConfig(ev.Name, parent) {
-				continue
-			}
-			timer.Reset(r.debounce)
-		case err, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			r.log.Warn("config watch error", zap.Error(err))
-		case <-timer.C:
-			// Watch new subdirectories, or a re-created directory, before
-			// reading: a change made after this is an event of its own.
-			if err := r.addWatches(w); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				r.log.Warn("config watch error", zap.Error(err))
-			}
-			r.Reload() //nolint:errcheck // Reload logs its own errors, a missing path too
+	inConfig := func(ev fsnotify.Event) bool { return parent == "" || !r.besideConfig(ev.Name, parent) }
+	warn := func(err error) { r.log.Warn("config watch error", zap.Error(err)) }
+	watchLoop(ctx, w, r.debounce, inConfig, func() {
+		// Watch new subdirectories, or a re-created directory, before
+		// reading: a change made after this is an event of its own.
+		if err := r.addWatches(w); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			warn(err)
 		}
-	}
+		r.Reload() //nolint:errcheck // Reload logs its own errors, a missing path too
+	}, warn)
+	return nil
 }
 
 // parentDir is the directory that holds the config directory, or "" when

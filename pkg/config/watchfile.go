@@ -31,25 +31,8 @@ func WatchFile(ctx context.Context, path string, debounce time.Duration, log *za
 		return fmt.Errorf("watch %s: %w", path, err)
 	}
 	fn()
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case _, ok := <-w.Events:
-			if !ok {
-				return nil
-			}
-			timer.Reset(debounce)
-		case err, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			log.Warn("watch error", zap.String("path", path), zap.Error(err))
-		case <-timer.C:
-			fn()
-		}
-	}
+	watchLoop(ctx, w, debounce, nil, fn, func(err error) {
+		log.Warn("watch error", zap.String("path", path), zap.Error(err))
+	})
+	return nil
 }
