@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -301,5 +302,29 @@ func TestReleaseVersionInStep(t *testing.T) {
 	}
 	if err := checkVersion(root, "v99.0.0"); err == nil {
 		t.Error("tag v99.0.0 accepted, though the changelog's latest release is " + latest)
+	}
+	// A chart bumped alone is out of step too.
+	other := t.TempDir()
+	if err := os.CopyFS(filepath.Join(other, "charts", "ratelimit-sidecar"), os.DirFS(filepath.Join(root, "charts", "ratelimit-sidecar"))); err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.ReadFile(filepath.Join(root, "CHANGELOG.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "CHANGELOG.md"), log, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	chart := filepath.Join(other, "charts", "ratelimit-sidecar", "Chart.yaml")
+	text, err := os.ReadFile(chart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bumped := regexp.MustCompile(`(?m)^version: .*$`).ReplaceAll(text, []byte("version: 99.0.0"))
+	if err := os.WriteFile(chart, bumped, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkVersion(other, "dev"); err == nil || !strings.Contains(err.Error(), "version \"99.0.0\"") {
+		t.Errorf("a chart at version 99.0.0 against release %s: %v, want refused", latest, err)
 	}
 }

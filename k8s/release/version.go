@@ -12,8 +12,9 @@ import (
 )
 
 // What "in step" means, written down in docs/releasing.md too:
-//   - the chart's appVersion is the changelog's latest released version
-//     (the first "## [X.Y.Z]" heading below "## [Unreleased]"), always;
+//   - the chart's version and appVersion are the changelog's latest
+//     released version (the first "## [X.Y.Z]" heading below
+//     "## [Unreleased]"), always;
 //   - a build stamped with a release tag (vX.Y.Z exactly, as git describe
 //     says on a tagged commit) must carry that same X.Y.Z.
 // Untagged builds (git describe's v0.2.0-3-gabc, a bare commit, "dev")
@@ -56,6 +57,10 @@ func checkVersion(root, version string) error {
 	ch, err := loader.Load(chartDir)
 	if err != nil {
 		return fmt.Errorf("load chart %s: %w", chartDir, err)
+	}
+	if ch.Metadata.Version != latest {
+		return fmt.Errorf("%s/Chart.yaml: version %q is not the latest release in %s, %q: the chart is released with the binary",
+			chartDir, ch.Metadata.Version, changelog, latest)
 	}
 	if ch.Metadata.AppVersion != latest {
 		return fmt.Errorf("%s/Chart.yaml: appVersion %q is not the latest release in %s, %q",
