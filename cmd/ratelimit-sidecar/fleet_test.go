@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refbench"
 )
 
 // The fleet BenchmarkFleet runs, and the load it puts on it.
@@ -41,10 +42,6 @@ const (
 	fleetClients  = 64
 	fleetTenants  = 100
 	fleetUsers    = 10000
-
-	// userHZ is the unit of utime and stime in /proc/<pid>/stat: 100 on
-	// every Linux architecture Go supports, whatever the kernel's HZ.
-	userHZ = 100
 
 	fleetBuildTimeout  = 5 * time.Minute
 	fleetStartTimeout  = 10 * time.Second
@@ -327,37 +324,9 @@ func takeSnapshot(b *testing.B, servers []*redistest.Server, masters []*goredis.
 	return s
 }
 
-// procCPU returns the user plus system CPU time process pid has used, all
-// its threads included, from /proc/<pid>/stat. Its resolution is 10 ms.
-func procCPU(pid int) (time.Duration, error) {
-	if pid <= 0 {
-		return 0, fmt.Errorf("no process (pid %d)", pid)
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name, field 2, is in parentheses and may hold spaces
-	// and parentheses itself; the fields after the last ')' start with
-	// field 3, so utime (field 14) and stime (15) are the 12th and 13th.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no ')' in %q", pid, stat)
-	}
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name, want at least 13", pid, len(f))
-	}
-	var ticks uint64
-	for _, field := range f[11:13] {
-		v, err := strconv.ParseUint(field, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-		}
-		ticks += v
-	}
-	return time.Duration(ticks) * time.Second / userHZ, nil
-}
+// procCPU returns the user plus system CPU time process pid has used,
+// from /proc (refbench.ProcessCPU).
+var procCPU = refbench.ProcessCPU
 
 // scriptStats returns how many EVAL and EVALSHA calls (plain and _RO) the
 // server has run and the µs it spent in them, from INFO commandstats.

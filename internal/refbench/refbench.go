@@ -10,8 +10,8 @@
 package refbench
 
 import (
+	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -255,7 +255,7 @@ func (r *running) stop() {
 // o.MaxRequests) and measures what it cost.
 func (r *running) round(ctx context.Context, rdb *goredis.Client, w string, o Options) (Result, error) {
 	res := Result{Server: r.name, Workload: w}
-	cpu0, err := processCPU(r.cmd.Process.Pid)
+	cpu0, err := ProcessCPU(r.cmd.Process.Pid)
 	if err != nil {
 		return res, err
 	}
@@ -264,7 +264,7 @@ func (r *running) round(ctx context.Context, rdb *goredis.Client, w string, o Op
 		return res, err
 	}
 	lats, errs, elapsed := r.load(ctx, w, o)
-	cpu1, err := processCPU(r.cmd.Process.Pid)
+	cpu1, err := ProcessCPU(r.cmd.Process.Pid)
 	if err != nil {
 		return res, err
 	}
@@ -342,31 +342,41 @@ func request(w string, n int) *rlsv3.RateLimitRequest {
 	return req
 }
 
-// processCPU returns the user and system time of process pid, from
-// /proc/pid/stat (fields 14 and 15, in clock ticks of 1/100 s: USER_HZ
-// is 100 on Linux whatever the kernel's HZ).
-func processCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// ProcessCPU returns the user plus system CPU time process pid has used, all
+// its threads included, from /proc/<pid>/stat. Its resolution is 10 ms.
+func ProcessCPU(pid int) (time.Duration, error) {
+	if pid <= 0 {
+		return 0, fmt.Errorf("no process (pid %d)", pid)
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}
-	// The command name, field 2, is in parentheses and may hold spaces.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
+	// The command name, field 2, is in parentheses and may hold spaces
+	// and parentheses itself; the fields after the last ')' start with
+	// field 3, so utime (field 14) and stime (15) are the 12th and 13th.
+	i := bytes.LastIndexByte(stat, ')')
 	if i < 0 {
-		return 0, errors.New("malformed /proc stat: " + s)
+		return 0, fmt.Errorf("/proc/%d/stat: no ')' in %q", pid, stat)
 	}
-	f := strings.Fields(s[i+1:])
+	f := strings.Fields(string(stat[i+1:]))
 	if len(f) < 13 {
-		return 0, errors.New("short /proc stat: " + s)
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name, want at least 13", pid, len(f))
 	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
+	var ticks uint64
+	for _, field := range f[11:13] {
+		v, err := strconv.ParseUint(field, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += v
 	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+	return time.Duration(ticks) * time.Second / userHZ, nil
 }
+
+// userHZ is the unit of utime and stime in /proc/<pid>/stat: USER_HZ,
+// 100 on Linux whatever the kernel's HZ.
+const userHZ = 100
 
 // RedisCPU returns the CPU time Redis has used, user and system, from
 // INFO cpu (in µs).
