@@ -23,6 +23,21 @@ func TestStandaloneDifferential(t *testing.T) {
 	t.Run("together", func(t *testing.T) { testDifferential(t, redis.Options{URL: urlOf(srv.Addr)}, true) })
 }
 
+// TestFastDifferential: batches that fast.lua may decide per key (fixed
+// and sliding windows, hits, no lease, quota or usage) decide as the
+// memory store does one request at a time, whether the batch fits (one
+// evaluation per key) or not (apply.lua's, in the same call). Both must
+// happen, or the test does not test them.
+func TestFastDifferential(t *testing.T) {
+	srv := redistest.StartServer(t)
+	opts := redis.Options{URL: urlOf(srv.Addr)}
+	fits, misses := testDifferentialOf(t, opts, true, true)
+	t.Logf("batches decided per key %d, by apply.lua after not fitting %d", fits, misses)
+	if fits < 100 || misses < 100 {
+		t.Errorf("%d batches fit and %d did not: want at least 100 each, so both paths are compared", fits, misses)
+	}
+}
+
 // testDifferential sends the same random requests to a Redis store and to
 // the memory store, which is the reference, and requires the same answer
 // to every one: same algorithms, same keys repeated within a batch, shadow
@@ -32,11 +47,26 @@ func TestStandaloneDifferential(t *testing.T) {
 // per master on a Cluster, where each request's checks then share a name
 // (and so a slot) and a call holds requests of several slots.
 func testDifferential(t *testing.T, opts redis.Options, together bool) {
+	testDifferentialOf(t, opts, together, false)
+}
+
+// testDifferentialOf is testDifferential, with windows: only requests
+// that fast.lua may decide, 2 to 8 at a time, and every store's MODE_FAST
+// tried on every batch. It returns how many batches fast.lua decided and
+// how many it passed to apply.lua.
+func testDifferentialOf(t *testing.T, opts redis.Options, together, windows bool) (fits, misses int64) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 42))
 			clk := storetest.NewClock(storetest.Epoch.Add(time.Duration(rng.Int64N(int64(time.Hour)))))
 			s := newStore(t, clocked(opts, clk.Now))
+			if windows {
+				redis.AlwaysFast(s)
+				defer func() {
+					f, m := redis.FastCounts(s)
+					fits, misses = fits+f, misses+m
+				}()
+			}
 			mem := memory.New(memory.Options{Now: clk.Now})
 			pool := []*limits.Limit{
 				mustLimit(t, limits.FixedWindow, 5, limits.UnitSecond, 1, 0),
@@ -50,6 +80,16 @@ func testDifferential(t *testing.T, opts redis.Options, together bool) {
 				mustLimit(t, limits.LeakyBucket, 3, limits.UnitSecond, 1, 4),
 				mustLimit(t, limits.LeakyBucket, 11, limits.UnitSecond, 2, 0),
 				mustLimit(t, limits.FixedWindow, 0, limits.UnitSecond, 1, 0),
+			}
+			if windows {
+				// Limits that a batch usually fits too, so that both
+				// paths are taken.
+				pool = slices.DeleteFunc(pool, func(l *limits.Limit) bool {
+					return l.Algorithm != limits.FixedWindow && l.Algorithm != limits.SlidingWindow
+				})
+				pool = append(pool,
+					mustLimit(t, limits.FixedWindow, 400, limits.UnitSecond, 1, 0),
+					mustLimit(t, limits.SlidingWindow, 300, limits.UnitSecond, 10, 0))
 			}
 			for _, l := range pool[:len(pool)-1] {
 				sh := *l
@@ -85,7 +125,10 @@ func testDifferential(t *testing.T, opts redis.Options, together bool) {
 					clk.Set(before.Add(real))
 				}
 				requests := 1
-				if together {
+				switch {
+				case windows:
+					requests = 2 + rng.IntN(7)
+				case together:
 					requests += rng.IntN(6)
 				}
 				var want, got []*limits.Batch
@@ -94,7 +137,7 @@ func testDifferential(t *testing.T, opts redis.Options, together bool) {
 					// A third of the requests have quota groups; each check is in
 					// one of them or enforced.
 					quotaGroups := 0
-					if rng.IntN(3) == 0 {
+					if rng.IntN(3) == 0 && !windows {
 						quotaGroups = 1 + rng.IntN(3)
 					}
 					name := names[rng.IntN(len(names))]
@@ -104,20 +147,29 @@ func testDifferential(t *testing.T, opts redis.Options, together bool) {
 						if rng.IntN(10) == 0 {
 							hits = uint64(rng.IntN(50))
 						}
+						if windows {
+							hits = max(hits, 1)
+						}
 						var extra uint64
-						if l.Algorithm != limits.SlidingLog && rng.IntN(8) == 0 {
+						if l.Algorithm != limits.SlidingLog && rng.IntN(8) == 0 && !windows {
 							extra = uint64(1 + rng.IntN(5))
 						}
 						if !together || opts.ClusterAddrs == nil {
 							name = names[rng.IntN(len(names))]
 						}
 						key := storetest.Key(t.Name(), name, l)
+						if windows {
+							// A key per limit, as limit IDs make them: fast.lua
+							// requires one limit per key, and sends a batch
+							// with two to apply.lua.
+							key = storetest.Key(t.Name(), fmt.Sprint(name, l.Algorithm, l.Requests, l.Window()), l)
+						}
 						// A quarter of the checks with hits are usage
 						// charges, which no store leases. Not after an
 						// ordinary check on the same key: a Cluster
 						// reports that one as the request's charges left it
 						// (see storetest's usage cases).
-						usage := hits > 0 && rng.IntN(4) == 0 && !slices.ContainsFunc(checks, func(c limits.Check) bool { return c.Key == key && !c.Usage })
+						usage := hits > 0 && !windows && rng.IntN(4) == 0 && !slices.ContainsFunc(checks, func(c limits.Check) bool { return c.Key == key && !c.Usage })
 						if usage {
 							extra = 0
 							if rng.IntN(3) == 0 {
@@ -145,6 +197,7 @@ func testDifferential(t *testing.T, opts redis.Options, together bool) {
 			}
 		})
 	}
+	return fits, misses
 }
 
 // describe lists checks for a failure message.

@@ -112,6 +112,16 @@ func ApplyTogether(ctx context.Context, s *Store, bs []*limits.Batch) error {
 	return errors.Join(errs...)
 }
 
+// AlwaysFast makes the store's pipes try MODE_FAST on every batch that
+// may go so, even after one that did not fit.
+func AlwaysFast(s *Store) { s.pipe.fast.backoff = -1 }
+
+// FastCounts returns how many batches the store's pipe sent in MODE_FAST
+// that fast.lua decided, and how many it passed to apply.lua.
+func FastCounts(s *Store) (fits, misses int64) {
+	return s.pipe.fast.fits.Load(), s.pipe.fast.misses.Load()
+}
+
 // SetNear makes the standalone store's pipe take Redis as near, as a
 // seed on a quiet machine does, for tests of what a near pipe sends: on
 // a busy one the seed's PINGs can all take a millisecond.

@@ -76,6 +76,8 @@ type pipe struct {
 	conns                    int
 	warming, probing, waited bool
 	warmedAt, probedAt       time.Duration
+	// fast holds MODE_FAST back after a batch that did not fit.
+	fast fastGate
 }
 
 // newPipe returns a pipe that sends through rdb, with at most max round
@@ -128,6 +130,10 @@ type call struct {
 	grants bool
 	// slot is the hash slot of the call's keys on a Cluster; 0 elsewhere.
 	slot uint16
+	// fastOK says that the call may go in MODE_FAST (see fastCheck);
+	// fast is what the call keeps when it leads a batch sent so.
+	fastOK bool
+	fast   fastScratch
 
 	state atomic.Uint32
 	// leads, when the call is woken, says that it is to send lead, a
@@ -176,7 +182,8 @@ func putCall(c *call) {
 	c.ctx, c.reply, c.err, c.lead, c.cmd = nil, nil, nil, nil, nil
 	c.start, c.leads, c.gathers = 0, false, false
 	c.now, c.mode, c.spec = "", "", ""
-	c.checks, c.grants, c.slot = 0, false, 0
+	c.checks, c.grants, c.slot, c.fastOK = 0, false, 0, false
+	c.fast.reset()
 	c.span, c.facts = nil, spanFacts{}
 	c.argv, c.keys, c.args = c.argv[:0], c.keys[:0], c.args[:0]
 	clear(c.live)
@@ -587,7 +594,14 @@ func (p *pipe) exec(ctx context.Context, lead *call, q []*call) (noscript []*cal
 	cmds := lead.cmds[:0]
 	for a := 0; a < len(q); {
 		b := runEnd(q, a, p.cross)
-		cmds = append(cmds, q[a].evalshaAll(ctx, q[a:b]))
+		var cmd *goredis.IntSliceCmd
+		if b-a > 1 && p.fast.open() {
+			cmd = q[a].evalshaFast(ctx, q[a:b])
+		}
+		if cmd == nil {
+			cmd = q[a].evalshaAll(ctx, q[a:b])
+		}
+		cmds = append(cmds, cmd)
 		a = b
 	}
 	_ = pl.BatchProcess(ctx, cmds...)
@@ -605,7 +619,7 @@ func (p *pipe) exec(ctx context.Context, lead *call, q []*call) (noscript []*cal
 		a = b
 		reply, err := run[0].cmd.Result()
 		if err == nil {
-			err = cut(reply, run)
+			err = p.cut(reply, run)
 		} else if len(run) > 1 && p.refusedRun(err) {
 			// A slot of the call's has moved, or is moving: nothing ran.
 			// Each call goes again on its own, with its keys, and follows
@@ -674,6 +688,21 @@ func runEnd(q []*call, a int, cross bool) int {
 		b++
 	}
 	return b
+}
+
+// cut gives each call of run its part of reply, the reply to the one
+// apply.lua call run was sent as: from fast.lua's reply when the run was
+// sent in MODE_FAST and fit, else cut from apply.lua's.
+func (p *pipe) cut(reply []int64, run []*call) error {
+	if !run[0].fast.sent {
+		return cut(reply, run)
+	}
+	if len(reply) > 0 && reply[0] == fastFits {
+		p.fast.fit()
+		return fastOutcomes(reply, run)
+	}
+	p.fast.missed()
+	return cut(reply, run)
 }
 
 // cut cuts reply, the reply to one apply.lua call for run, into each

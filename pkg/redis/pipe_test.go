@@ -256,8 +256,8 @@ func (h *pipelineSizes) ProcessPipelineHook(next goredis.ProcessPipelineHook) go
 }
 
 // count records the requests of cmd if it is an apply.lua call: an
-// EVALSHA or EVAL whose third argument is "0" to "2" (refund.lua's
-// second is its checks).
+// EVALSHA or EVAL whose mode, after the keys and now, is "0" to "3"
+// (refund.lua's second argument is its checks).
 func (h *pipelineSizes) count(cmd goredis.Cmder) {
 	args := cmd.Args()
 	if name := cmd.Name(); (name != "evalsha" && name != "eval") || len(args) < 3 {
@@ -271,8 +271,11 @@ func (h *pipelineSizes) count(cmd goredis.Cmder) {
 	if p, ok := mode.(*string); ok {
 		mode = *p
 	}
-	if m, ok := mode.(string); ok && len(m) == 1 && m >= "0" && m <= "2" {
+	switch m, _ := mode.(string); m {
+	case "0", "1", "2":
 		h.requests = append(h.requests, len(args)-3-keys-2)
+	case "3": // MODE_FAST: the keys' records and their order come first
+		h.requests = append(h.requests, len(args)-3-keys-4)
 	}
 }
 

@@ -15,22 +15,26 @@ import (
 var (
 	//go:embed scripts/lib.lua
 	libSrc string
+	//go:embed scripts/fast.lua
+	fastSrc string
 	//go:embed scripts/apply.lua
 	applySrc string
 	//go:embed scripts/refund.lua
 	refundSrc string
 
 	// Both scripts share the prelude's constants and lib.lua's
-	// arithmetic, prepended at load time.
-	applyScript  = goredis.NewScript(prelude() + libSrc + applySrc)
+	// arithmetic, prepended at load time. fast.lua opens apply.lua: it
+	// reads the clock and may decide a whole batch before apply.lua.
+	applyScript  = goredis.NewScript(prelude() + libSrc + fastSrc + applySrc)
 	refundScript = goredis.NewScript(prelude() + libSrc + refundSrc)
 )
 
 // prelude returns the constants that the scripts share with Go, so that
 // the two cannot disagree about them: one per limits.Algorithm, named
 // after the algorithm in capitals and set to its Go value (local
-// FIXED_WINDOW = 0, ...); apply.lua's modes, MODE_APPLY, MODE_RESERVE and
-// MODE_REPORT; a check's record, its struct format SPEC and its size
+// FIXED_WINDOW = 0, ...); apply.lua's modes, MODE_APPLY, MODE_RESERVE,
+// MODE_REPORT and MODE_FAST; fast.lua's key record FASTSPEC, its size
+// FASTREC, and FAST_FITS, which opens its reply; a check's record, its struct format SPEC and its size
 // CHECK in bytes; a check's modes in its record, CHECK_ENFORCED,
 // CHECK_SHADOW and CHECK_QUOTA, and CHECK_USAGE, added to a usage
 // charge's; and MAXCOUNT, where counts in debt stop (limits.MaxCount).
@@ -39,7 +43,8 @@ func prelude() string {
 	for _, a := range limits.Algorithms {
 		fmt.Fprintf(&b, "local %s = %d\n", luaName(a), int(a))
 	}
-	fmt.Fprintf(&b, "local MODE_APPLY, MODE_RESERVE, MODE_REPORT = '%s', '%s', '%s'\n", modeApply, modeReserve, modeReport)
+	fmt.Fprintf(&b, "local MODE_APPLY, MODE_RESERVE, MODE_REPORT, MODE_FAST = '%s', '%s', '%s', '%s'\n", modeApply, modeReserve, modeReport, modeFast)
+	fmt.Fprintf(&b, "local FASTSPEC, FASTREC, FAST_FITS = '%s', %d, %d\n", fastSpec, fastSize, fastFits)
 	fmt.Fprintf(&b, "local SPEC, CHECK = '%s', %d\n", checkSpec, checkSize)
 	fmt.Fprintf(&b, "local CHECK_ENFORCED, CHECK_SHADOW, CHECK_QUOTA, CHECK_USAGE = %d, %d, %d, %d\n", checkEnforced, checkShadow, checkQuota, checkUsage)
 	fmt.Fprintf(&b, "local MAXCOUNT = %d\n", limits.MaxCount)
@@ -100,6 +105,7 @@ const (
 	modeApply   = "0" // decide, and write if admitted
 	modeReserve = "1" // the same, and return refund receipts (a slot group)
 	modeReport  = "2" // decide, write nothing, report as if rejected
+	modeFast    = "3" // modeApply, by distinct key first (fast.lua)
 )
 
 // setArgs sets the KEYS and ARGV of c, a call of apply.lua in mode, for
@@ -133,6 +139,10 @@ func (s *Store) setArgs(c *call, checks []limits.Check, idx []int, quotaGroups i
 	}
 	c.now, c.mode, c.spec = now, mode, all
 	c.checks, c.grants = n, anyExtra(checks, idx)
+	c.fastOK = mode == modeApply
+	for j := 0; j < n && c.fastOK; j++ {
+		c.fastOK = fastCheck(check(j))
+	}
 	c.args = append(c.args[:0], &c.now, &c.mode, &c.spec)
 }
 

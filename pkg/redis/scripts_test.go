@@ -61,7 +61,7 @@ func TestScriptsUseOnlyPreludeCodes(t *testing.T) {
 			t.Errorf("the prelude does not define %s", luaName(a))
 		}
 	}
-	for _, src := range []string{libSrc, applySrc, refundSrc} {
+	for _, src := range []string{libSrc, fastSrc, applySrc, refundSrc} {
 		for _, name := range names(src) {
 			if defined[name] {
 				t.Errorf("script redefines %s, which the prelude generates", name)
@@ -70,7 +70,7 @@ func TestScriptsUseOnlyPreludeCodes(t *testing.T) {
 		}
 	}
 	word := regexp.MustCompile(`\b[A-Z_][A-Z0-9_]*\b`)
-	for name, src := range map[string]string{"lib.lua": libSrc, "apply.lua": applySrc, "refund.lua": refundSrc} {
+	for name, src := range map[string]string{"lib.lua": libSrc, "fast.lua": fastSrc, "apply.lua": applySrc, "refund.lua": refundSrc} {
 		for _, line := range strings.Split(code(src), "\n") {
 			for _, w := range word.FindAllString(line, -1) {
 				if len(w) > 1 && !defined[w] {
@@ -85,17 +85,17 @@ func TestScriptsUseOnlyPreludeCodes(t *testing.T) {
 // its mode argument only with them, never with a literal of its own.
 func TestScriptModes(t *testing.T) {
 	rc := redistest.StartServer(t).Client(t)
-	got, err := rc.Eval(context.Background(), prelude()+libSrc+"return {MODE_APPLY, MODE_RESERVE, MODE_REPORT}", nil, "").StringSlice()
+	got, err := rc.Eval(context.Background(), prelude()+libSrc+"return {MODE_APPLY, MODE_RESERVE, MODE_REPORT, MODE_FAST}", nil, "").StringSlice()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{modeApply, modeReserve, modeReport}; !slices.Equal(got, want) {
+	if want := []string{modeApply, modeReserve, modeReport, modeFast}; !slices.Equal(got, want) {
 		t.Errorf("Lua modes %q, want Go's %q", got, want)
 	}
-	if len(slices.Compact(slices.Sorted(slices.Values(got)))) != 3 {
+	if len(slices.Compact(slices.Sorted(slices.Values(got)))) != 4 {
 		t.Errorf("modes %q are not distinct", got)
 	}
-	src := regexp.MustCompile(`--[^\n]*`).ReplaceAllString(applySrc, "")
+	src := regexp.MustCompile(`--[^\n]*`).ReplaceAllString(fastSrc+applySrc, "")
 	uses := regexp.MustCompile(`ARGV\[2\]\s*[=~]=\s*(\S+)`).FindAllStringSubmatch(src, -1)
 	if len(uses) == 0 {
 		t.Fatal("apply.lua never compares ARGV[2]: the test no longer finds the mode")

@@ -15,7 +15,9 @@
 --   return, per check, a refund receipt for refund.lua. MODE_REPORT ("2")
 --   to report what the checks say of a request that is rejected
 --   elsewhere: decide as for MODE_APPLY, write nothing, and return what a
---   rejected request returns. (The prelude defines the three, from Go.)
+--   rejected request returns. MODE_FAST ("3"): MODE_APPLY for a batch
+--   that fast.lua did not decide whole (see there). (The prelude defines
+--   the four, from Go.)
 -- ARGV[3], ARGV[4], ...: one per request, its checks, one binary record
 --   each (the prelude's SPEC). A record's extra, when above 0, asks for
 --   up to that many hits more for a lease, if the request is admitted
@@ -87,7 +89,8 @@
 --   sliding_log     0, hits in the window, seq, newest live entry µs (0:
 --                   none)
 
-local now = clock()
+-- now, keys, vals and qfrom come from fast.lua, before this in the
+-- script: vals is set only when fast.lua has read them already.
 local reserve = ARGV[2] == MODE_RESERVE
 local dry = ARGV[2] == MODE_REPORT
 local match, sub = string.match, string.sub
@@ -101,10 +104,11 @@ local sbyte = string.byte
 -- (which share a slot) are read by an MGET of their own. A key of a slot
 -- the node does not serve fails the call before anything is written:
 -- every read comes before the first write.
-local keys = KEYS
-local qfrom, qto, vals = 3, #ARGV, nil
+local qto = #ARGV
 local split = #keys == 0
-if split then
+if vals then
+  -- Read by fast.lua.
+elseif split then
   qto = 3 + tonumber(ARGV[3])
   qfrom = 4
   keys = {unpack(ARGV, qto + 1)}
