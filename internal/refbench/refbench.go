@@ -255,6 +255,19 @@ func (r *running) stop() {
 // o.MaxRequests) and measures what it cost.
 func (r *running) round(ctx context.Context, rdb *goredis.Client, w string, o Options) (Result, error) {
 	res := Result{Server: r.name, Workload: w}
+	// Each round starts from an empty Redis and a warm-up of its own, as
+	// ../shared's side-by-side.sh does: Redis expires what a round
+	// wrote during the next one, and the reference writes several times
+	// as many keys as the sidecar, so without it each server's Redis CPU
+	// would carry the expiry of the server before it.
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		return res, err
+	}
+	warm := o
+	warm.Duration, warm.MaxRequests = min(time.Second, o.Duration/5), o.MaxRequests/5
+	if _, errs, _ := r.load(ctx, w, warm); errs > 0 {
+		return res, fmt.Errorf("%s %s: %d requests of the warm-up failed", r.name, w, errs)
+	}
 	cpu0, err := ProcessCPU(r.cmd.Process.Pid)
 	if err != nil {
 		return res, err

@@ -23,8 +23,8 @@ func TestStandaloneDifferential(t *testing.T) {
 	t.Run("together", func(t *testing.T) { testDifferential(t, redis.Options{URL: urlOf(srv.Addr)}, true) })
 }
 
-// TestFastDifferential: batches that fast.lua may decide per key (fixed
-// and sliding windows, hits, no lease, quota or usage) decide as the
+// TestFastDifferential: batches that fast.lua may decide per key (any
+// algorithm but the sliding log, hits, no lease, quota or usage) decide as the
 // memory store does one request at a time, whether the batch fits (one
 // evaluation per key) or not (apply.lua's, in the same call). Both must
 // happen, or the test does not test them.
@@ -84,12 +84,12 @@ func testDifferentialOf(t *testing.T, opts redis.Options, together, windows bool
 			if windows {
 				// Limits that a batch usually fits too, so that both
 				// paths are taken.
-				pool = slices.DeleteFunc(pool, func(l *limits.Limit) bool {
-					return l.Algorithm != limits.FixedWindow && l.Algorithm != limits.SlidingWindow
-				})
+				pool = slices.DeleteFunc(pool, func(l *limits.Limit) bool { return l.Algorithm == limits.SlidingLog })
 				pool = append(pool,
 					mustLimit(t, limits.FixedWindow, 400, limits.UnitSecond, 1, 0),
-					mustLimit(t, limits.SlidingWindow, 300, limits.UnitSecond, 10, 0))
+					mustLimit(t, limits.SlidingWindow, 300, limits.UnitSecond, 10, 0),
+					mustLimit(t, limits.TokenBucket, 300, limits.UnitSecond, 10, 400),
+					mustLimit(t, limits.LeakyBucket, 200, limits.UnitSecond, 4, 300))
 			}
 			for _, l := range pool[:len(pool)-1] {
 				sh := *l

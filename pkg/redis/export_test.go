@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"time"
 
@@ -115,6 +116,9 @@ func ApplyTogether(ctx context.Context, s *Store, bs []*limits.Batch) error {
 // AlwaysFast makes the store's pipes try MODE_FAST on every batch that
 // may go so, even after one that did not fit.
 func AlwaysFast(s *Store) { s.pipe.fast.backoff = -1 }
+
+// NeverFast makes the store's pipes send every batch in MODE_APPLY.
+func NeverFast(s *Store) { s.pipe.fast.skip.Store(math.MaxInt32) }
 
 // FastCounts returns how many batches the store's pipe sent in MODE_FAST
 // that fast.lua decided, and how many it passed to apply.lua.

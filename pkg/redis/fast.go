@@ -20,15 +20,16 @@ import (
 // does, so a batch costs one round trip either way.
 
 // fast.lua's record of a key, FASTSPEC in the prelude: algorithm, then
-// requests, window µs, tick µs and the batch's hits as little-endian
-// float64s, fastSize bytes; and the first value of its reply when every
-// key fits (apply.lua's first value is a request's verdict, 0 or 1).
+// requests, window µs, tick µs, burst and the batch's hits as
+// little-endian float64s, fastSize bytes; and the first value of its
+// reply when every key fits (apply.lua's first value is a request's
+// verdict, 0 or 1).
 const (
-	fastSize = 1 + 4*8
+	fastSize = 1 + 5*8
 	fastFits = 2
 )
 
-var fastSpec = "<B" + strings.Repeat("d", 4)
+var fastSpec = "<B" + strings.Repeat("d", 5)
 
 // modeFastArg is modeFast as a command argument, boxed once.
 var modeFastArg any = modeFast
@@ -72,14 +73,12 @@ func (g *fastGate) missed() {
 }
 
 // fastCheck reports whether c can be decided per key: an enforced or
-// shadow check of a fixed or sliding window, with hits, and no lease,
-// quota group or usage charge. A shadow check that fits consumes its
-// hits as an enforced one does; one that does not fit sends the batch to
-// apply.lua's checks.
+// shadow check of any algorithm but the sliding log (whose state is one
+// entry per request), with hits, and no lease, quota group or usage
+// charge. A shadow check that fits consumes its hits as an enforced one
+// does; one that does not fit sends the batch to apply.lua's checks.
 func fastCheck(c *limits.Check) bool {
-	l := c.Limit
-	return (l.Algorithm == limits.FixedWindow || l.Algorithm == limits.SlidingWindow) &&
-		c.Hits > 0 && c.Extra == 0 && c.Group == 0 && !c.Usage
+	return c.Limit.Algorithm != limits.SlidingLog && c.Hits > 0 && c.Extra == 0 && c.Group == 0 && !c.Usage
 }
 
 // fastScratch is what a call that leads a batch in MODE_FAST keeps to
@@ -132,9 +131,9 @@ func (c *call) evalshaFast(ctx context.Context, q []*call) *goredis.IntSliceCmd 
 				f.sum = append(f.sum, 0)
 				c.argv = append(c.argv, &o.keys[i])
 				b = append(b, rec[0])
-				b = append(b, rec[2:26]...) // requests, window, tick
+				b = append(b, rec[2:34]...) // requests, window, tick, burst
 				b = appendFloat(b, 0)       // the batch's hits, below
-			} else if off := int(d) * fastSize; string(b[off:off+1]) != rec[:1] || string(b[off+1:off+25]) != rec[2:26] {
+			} else if off := int(d) * fastSize; string(b[off:off+1]) != rec[:1] || string(b[off+1:off+33]) != rec[2:34] {
 				return nil
 			}
 			f.sum[d] += hits
@@ -143,7 +142,7 @@ func (c *call) evalshaFast(ctx context.Context, q []*call) *goredis.IntSliceCmd 
 		}
 	}
 	for d, sum := range f.sum {
-		binary.LittleEndian.PutUint64(b[d*fastSize+25:], math.Float64bits(sum))
+		binary.LittleEndian.PutUint64(b[d*fastSize+33:], math.Float64bits(sum))
 	}
 	n := len(b)
 	for _, d := range f.key {
@@ -173,14 +172,14 @@ func float(rec string, off int) float64 {
 
 // fastOutcomes turns reply, fast.lua's reply for a batch that fit, into
 // each call's apply.lua reply: every request admitted, every check not
-// over, with the remaining that deciding the requests one after the
-// other would leave after it. Both windows' remaining falls by exactly
-// the hits consumed while a key fits, so a check's is the key's after
-// the whole batch plus the batch's hits that come after it; the reset is
-// the key's.
+// over, with the remaining and reset that deciding the requests one
+// after the other would give it. While a key fits, its remaining falls
+// by exactly the hits consumed, for every algorithm: a check's is the
+// key's after the whole batch plus the batch's hits after it. A window's
+// reset is the key's; a bucket's follows its backlog (see bucketReset).
 func fastOutcomes(reply []int64, run []*call) error {
 	f := &run[0].fast
-	if err := checkLen(reply, 1+2*len(f.sum)); err != nil {
+	if err := checkLen(reply, 1+3*len(f.sum)); err != nil {
 		return err
 	}
 	total := 0
@@ -188,7 +187,7 @@ func fastOutcomes(reply []int64, run []*call) error {
 		total += o.replyLen()
 	}
 	out := make([]int64, total)
-	left := f.sum // the batch's hits from the check on, per key
+	left := f.sum // the batch's hits after the check, per key
 	g := 0
 	for _, o := range run {
 		n := o.replyLen()
@@ -198,10 +197,30 @@ func fastOutcomes(reply []int64, run []*call) error {
 		for i := range o.keys {
 			d := f.key[g]
 			left[d] -= f.hits[g]
-			r[1+3*i], r[2+3*i], r[3+3*i] = 0, reply[1+2*d]+int64(left[d]), reply[2+2*d]
+			k := reply[1+3*d:]
+			r[1+3*i], r[2+3*i], r[3+3*i] = 0, k[0]+int64(left[d]), k[1]
+			if alg := limits.Algorithm(f.spec[int(d)*fastSize]); alg == limits.TokenBucket || alg == limits.LeakyBucket {
+				r[3+3*i] = bucketReset(f.spec[int(d)*fastSize+1:], k[1], k[2], left[d])
+			}
 			g++
 		}
 		o.reply, o.err = r, nil
 	}
 	return nil
 }
+
+// bucketReset returns the reset of a bucket's check that leaves after it
+// left of the batch's hits, from the key's record rec (past its
+// algorithm) and the reset and backlog (scaled by the window in ticks)
+// after the whole batch. The bucket is full again, in whole ticks, once
+// its backlog has drained at requests per tick: the check's backlog is
+// the batch's less left hits, so its reset is the batch's less the
+// ticks those take to drain.
+func bucketReset(rec string, reset, backlog int64, left float64) int64 {
+	req, w, tick := int64(float(rec, 0)), int64(float(rec, 8)), int64(float(rec, 16))
+	mine := backlog - int64(left)*(w/tick)
+	return reset - (ceilDiv(backlog, req)-ceilDiv(mine, req))*tick
+}
+
+// ceilDiv returns ⌈a / b⌉ for a >= 0, b > 0.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }

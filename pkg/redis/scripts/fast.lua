@@ -9,38 +9,47 @@
 -- key of 23 requests is decided 23 times; here it is decided once, for
 -- the hits of the whole batch. If those fit, every request of the batch
 -- is admitted: the checks of fixed and sliding windows are monotone in
--- hits, so what fits for the sum fits for every prefix of it, which is
--- what deciding the requests one after the other would have found.
+-- hits, as are token and leaky buckets, so what fits for the sum fits
+-- for every prefix of it, which is what deciding the requests one after
+-- the other would have found.
 --
 -- MODE_FAST: KEYS are the batch's distinct keys. ARGV[3] has one record
--- per key (FASTSPEC: algorithm, requests, window µs, tick µs, the hits of
--- every check of the batch on it); ARGV[4] gives, per check of the
--- batch in order, the index of its key in KEYS (a little-endian uint16,
--- from 0); ARGV[5], ... are the requests' records, as for MODE_APPLY.
--- Go sends it only for batches of enforced or shadow checks of fixed and
--- sliding windows, each with hits, no lease, quota or usage.
+-- per key (FASTSPEC: algorithm, requests, window µs, tick µs, burst, the
+-- hits of every check of the batch on it); ARGV[4] gives, per check of
+-- the batch in order, the index of its key in KEYS (a little-endian
+-- uint16, from 0); ARGV[5], ... are the requests' records, as for
+-- MODE_APPLY. Go sends it only for batches of enforced or shadow checks
+-- with hits, of any algorithm but sliding_log, and no lease, quota or
+-- usage.
 --
 -- Returns, if every key fits: FAST_FITS, then per key the remaining
--- after the batch's hits and the reset µs; Go works out each check's
--- remaining from them (scripts.go's fastOutcomes). Otherwise nothing is
--- written here: keys and vals become apply.lua's, one per check, and
--- apply.lua decides the batch as in MODE_APPLY, in the same call.
+-- after the batch's hits, the reset µs, and for a bucket its backlog
+-- (0 for a window); Go works out each check's remaining and reset from
+-- them (fast.go's fastOutcomes). Otherwise nothing is written here: keys
+-- and vals become apply.lua's, one per check, and apply.lua decides the
+-- batch as in MODE_APPLY, in the same call.
 
 local now = clock()
 local keys, vals, qfrom = KEYS, nil, 3
 if ARGV[2] == MODE_FAST then
   vals = redis.call('MGET', unpack(keys))
   local F, n = ARGV[3], #keys
-  -- out: the reply. S: per key, from b = 6 * (d - 1), its algorithm,
-  -- window, and the state to write (start, count, previous count), and
-  -- the window start it holds already (-1: none). Flat, as apply.lua's X:
-  -- no table per key.
+  -- out: the reply. S: per key, from b = 6 * (d - 1), its algorithm, the
+  -- state to write (apply.lua's s, c, p), what the key holds already
+  -- (a window's start, a bucket's expiry; -1: nothing), and when the
+  -- state ends (a window's expiry, the time a bucket is full again).
+  -- Flat, as apply.lua's X: no table per key.
   local out, S, fits = {FAST_FITS}, {}, true
   for d = 1, n do
-    local alg, req, w, tick, hits = sunpack(FASTSPEC, F, (d - 1) * FASTREC + 1)
-    local v, s, c, p, stored = vals[d], 0, 0, 0, -1
-    local start = now - now % w
-    if alg == FIXED_WINDOW then
+    local alg, req, w, tick, burst, hits = sunpack(FASTSPEC, F, (d - 1) * FASTREC + 1)
+    local v, s, c, p, stored, e = vals[d], 0, 0, 0, -1, 0
+    local rem, reset, backlog
+    if req == 0 then
+      -- Always over: apply.lua says so.
+      fits = false
+      break
+    elseif alg == FIXED_WINDOW then
+      local start = now - now % w
       if v and #v == 16 then
         s, c = sunpack('<dd', v)
         stored = s
@@ -52,9 +61,10 @@ if ARGV[2] == MODE_FAST then
         fits = false
         break
       end
-      out[2 * d], out[2 * d + 1] = req - c - hits, start + w - now
-      S[6 * d - 5], S[6 * d - 4], S[6 * d - 3], S[6 * d - 2], S[6 * d - 1], S[6 * d] = alg, w, start, c + hits, 0, stored
-    else -- SLIDING_WINDOW, as apply.lua decides it
+      rem, reset, backlog = req - c - hits, start + w - now, 0
+      s, c, e = start, c + hits, start + w
+    elseif alg == SLIDING_WINDOW then
+      local start = now - now % w
       if v and #v == 24 then
         s, c, p = sunpack('<ddd', v)
         stored = s
@@ -78,27 +88,70 @@ if ARGV[2] == MODE_FAST then
         fits = false
         break
       end
-      out[2 * d], out[2 * d + 1] = room - hits, start + 2 * w - now
-      S[6 * d - 5], S[6 * d - 4], S[6 * d - 3], S[6 * d - 2], S[6 * d - 1], S[6 * d] = alg, w, start, cur + hits, prev, stored
+      rem, reset, backlog = room - hits, start + 2 * w - now, 0
+      s, c, p, e = start, cur + hits, prev, start + 2 * w
+    else -- TOKEN_BUCKET, LEAKY_BUCKET, as apply.lua decides them
+      local wt = w / tick
+      local t = (now - now % tick) / tick
+      local cap = burst * wt
+      backlog = 0
+      if v and #v == 24 then
+        s, c, stored = sunpack('<ddd', v)
+        e = s * tick + ceil(backlogOf(alg, c, cap) / req) * tick
+        if e > now then
+          backlog = backlogOf(alg, c, cap)
+          if t > s then
+            local elapsed = t - s
+            if elapsed >= ceil(backlog / req) then
+              backlog = 0
+            else
+              backlog = backlog - elapsed * req
+            end
+          end
+        end
+      end
+      if hits > burst or backlog + hits * wt > cap then
+        fits = false
+        break
+      end
+      backlog = backlog + hits * wt
+      -- With hits, the bucket is not full again before the next tick.
+      local full = ceil(backlog / req) * tick
+      rem, reset = floor((cap - backlog) / wt), full - now % tick
+      c = backlog
+      if alg == TOKEN_BUCKET then
+        c = cap - backlog
+      end
+      s, p, e = t, 0, t * tick + full
     end
+    out[3 * d - 1], out[3 * d], out[3 * d + 1] = rem, reset, backlog
+    local b = 6 * (d - 1)
+    S[b + 1], S[b + 2], S[b + 3], S[b + 4], S[b + 5], S[b + 6] = alg, s, c, p, stored, e
   end
   if fits then
-    -- Each key once, as apply.lua writes it: in place over the window
-    -- it holds, else with the window's expiry.
+    -- Each key once, as apply.lua writes it: a window in place over the
+    -- window it holds, else with the window's expiry; a bucket in place
+    -- while its expiry outlasts the time it is full again, else with an
+    -- expiry as far again from then (at most a minute more).
+    local fmt = string.format
     for d = 1, n do
       local b = 6 * (d - 1)
-      local alg, w, start, c, p, stored = S[b + 1], S[b + 2], S[b + 3], S[b + 4], S[b + 5], S[b + 6]
-      local v, e = nil, start + w
+      local alg, s, c, p, stored, e = S[b + 1], S[b + 2], S[b + 3], S[b + 4], S[b + 5], S[b + 6]
+      local v, inplace = nil, stored == s
       if alg == FIXED_WINDOW then
-        v = spack('<dd', start, c)
+        v = spack('<dd', s, c)
+      elseif alg == SLIDING_WINDOW then
+        v = spack('<ddd', s, c, p)
+      elseif stored >= e then
+        v, inplace = spack('<ddd', s, c, stored), true
       else
-        v = spack('<ddd', start, c, p)
-        e = start + 2 * w
+        e, inplace = e + min(e - now, 60000000), false
+        v = spack('<ddd', s, c, e)
       end
-      if stored == start then
+      if inplace then
         redis.call('SETRANGE', keys[d], '0', v)
       else
-        redis.call('SET', keys[d], v, 'PX', string.format('%d', ceil((e - now) / 1000)))
+        redis.call('SET', keys[d], v, 'PX', fmt('%d', ceil((e - now) / 1000)))
       end
     end
     return out

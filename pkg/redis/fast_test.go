@@ -1,0 +1,98 @@
+package redis_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
+)
+
+// TestFastMatchesApply sends the same batches, of requests that fast.lua
+// may decide per key, to two stores on one Redis: one that always tries
+// MODE_FAST and one that never does. Every outcome, every stored value
+// and every key's expiry must be the same, for every algorithm fast.lua
+// serves, with keys repeated across a batch's requests as a global tier
+// is, and limits that a batch sometimes fits and sometimes does not.
+func TestFastMatchesApply(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rc := srv.Client(t)
+	rng := rand.New(rand.NewPCG(7, 29))
+	clk := storetest.NewClock(storetest.Epoch.Add(time.Duration(rng.Int64N(int64(time.Hour)))))
+	opts := clocked(redis.Options{URL: urlOf(srv.Addr)}, clk.Now)
+	fast, slow := opts, opts
+	fast.KeyPrefix, slow.KeyPrefix = "fast:", "slow:"
+	sf, ss := newStore(t, fast), newStore(t, slow)
+	redis.AlwaysFast(sf)
+	redis.NeverFast(ss)
+	pool := []*limits.Limit{
+		mustLimit(t, limits.FixedWindow, 100, limits.UnitSecond, 1, 0),
+		mustLimit(t, limits.SlidingWindow, 90, limits.UnitSecond, 2, 0),
+		mustLimit(t, limits.TokenBucket, 80, limits.UnitSecond, 1, 60),
+		mustLimit(t, limits.LeakyBucket, 60, limits.UnitSecond, 3, 40),
+		mustLimit(t, limits.TokenBucket, 7, limits.UnitMinute, 1, 50),
+	}
+	var keys []string
+	for step := range 400 {
+		if rng.IntN(4) == 0 {
+			clk.Advance(time.Duration(rng.Int64N(int64(700 * time.Millisecond))))
+		}
+		var bf, bs []*limits.Batch
+		for range 2 + rng.IntN(6) {
+			var checks []limits.Check
+			for range 1 + rng.IntN(3) {
+				i := rng.IntN(len(pool))
+				l := pool[i]
+				if rng.IntN(5) == 0 {
+					sh := *l
+					sh.Shadow = true
+					l = &sh
+				}
+				hits := uint64(1 + rng.IntN(2))
+				if rng.IntN(12) == 0 {
+					hits = uint64(rng.IntN(25) + 1)
+				}
+				key := storetest.Key(t.Name(), fmt.Sprint("k", i, rng.IntN(2)), l)
+				keys = append(keys, key)
+				checks = append(checks, limits.Check{Key: key, Limit: l, Hits: hits})
+			}
+			bf = append(bf, &limits.Batch{Checks: checks})
+			bs = append(bs, &limits.Batch{Checks: checks})
+		}
+		if err := redis.ApplyTogether(t.Context(), sf, bf); err != nil {
+			t.Fatal(err)
+		}
+		if err := redis.ApplyTogether(t.Context(), ss, bs); err != nil {
+			t.Fatal(err)
+		}
+		for i := range bf {
+			if diff := diffBatch(bs[i], bf[i]); diff != "" {
+				t.Fatalf("step %d: request %d of %d differs (-apply.lua +fast.lua):\n%s", step, i+1, len(bf), diff)
+			}
+		}
+		for _, k := range keys {
+			vs, _ := rc.Get(t.Context(), "slow:"+k).Result()
+			vf, _ := rc.Get(t.Context(), "fast:"+k).Result()
+			ts := rc.PTTL(t.Context(), "slow:"+k).Val()
+			tf := rc.PTTL(t.Context(), "fast:"+k).Val()
+			// The two writes are a moment apart in real time, which
+			// Redis's expiry counts down.
+			if vs != vf || (tf-ts).Abs() > 250*time.Millisecond {
+				t.Fatalf("step %d: key %s holds %x with TTL %v after apply.lua, %x with TTL %v after fast.lua", step, k, vs, ts, vf, tf)
+			}
+		}
+		keys = keys[:0]
+	}
+	fits, misses := redis.FastCounts(sf)
+	t.Logf("batches decided per key %d, by apply.lua after not fitting %d", fits, misses)
+	if fits < 50 || misses < 50 {
+		t.Errorf("%d batches fit and %d did not: want at least 50 each, so both paths are compared", fits, misses)
+	}
+	if f, m := redis.FastCounts(ss); f+m != 0 {
+		t.Errorf("the store that never tries MODE_FAST sent %d batches in it", f+m)
+	}
+}
