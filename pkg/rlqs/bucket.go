@@ -402,7 +402,9 @@ type taken struct {
 func (s *Server) take(st *streamState, b *bucket, want uint64) (t taken, refused *rlqspb.RateLimitQuotaResponse_BucketAction) {
 	ctx := st.ctxOf()
 	p := &b.plan
-	batch := limits.Batch{Checks: []limits.Check{{Key: p.key, Limit: p.limit, Extra: want}}}
+	own := ownHits(p.limit)
+	check := limits.Check{Key: p.key, Limit: p.limit, Hits: own, Extra: want - own}
+	batch := limits.Batch{Checks: []limits.Check{check}}
 	if err := s.store.Apply(ctx, &batch); err != nil {
 		mode := s.rules.FailureMode(st.domain)
 		s.log.Warn("rlqs grant failed", zap.String("domain", st.domain), zap.Stringer("failure_mode", mode), zap.Error(err))
@@ -411,7 +413,7 @@ func (s *Server) take(st *streamState, b *bucket, want uint64) (t taken, refused
 			s.m.Assigned(st.label, "allow_all", "store_error")
 			return t, blanket(b.bucketID(), typev3.RateLimitStrategy_ALLOW_ALL, s.o.BlanketTTL)
 		case limits.FailLocal:
-			batch = limits.Batch{Checks: []limits.Check{{Key: p.key, Limit: p.limit, Extra: want}}}
+			batch = limits.Batch{Checks: []limits.Check{check}}
 			if err := s.rules.ApplyLocal(ctx, &batch); err == nil {
 				t.local = true
 				break
@@ -423,20 +425,58 @@ func (s *Server) take(st *streamState, b *bucket, want uint64) (t taken, refused
 		}
 	}
 	t.limit, t.out = batch.Checks[0].Limit, batch.Outcomes[0]
+	if own > 0 && !t.out.Over {
+		t.out = withOwn(t.limit, t.out, own, s.o.Now())
+	}
 	return t, nil
 }
 
+// ownHits is how many hits a grant on l takes as the check's own, beyond
+// which the store grants at most half of what is left: one on a sliding
+// window, so that the fleet can take its limit's last hit (every
+// grant in its window's last whole second takes the room that grew
+// since the fleet's last asks, and a hit left each time is lost to the
+// window); none on the others.
+func ownHits(l *limits.Limit) uint64 {
+	if l.Algorithm == limits.SlidingWindow {
+		return 1
+	}
+	return 0
+}
+
+// withOwn counts the own hits a window grant's check took (see ownHits)
+// in out.Granted. A store that granted none beyond them leaves GrantFor
+// and GrantReceipt unset: they are the window's end and its start, by
+// the store's clock, which the sliding window's Reset tells (the end of
+// the next window, where the current count expires), and now (the
+// sidecar's clock, off by far less than half a window) places.
+func withOwn(l *limits.Limit, out limits.Outcome, own uint64, now time.Time) limits.Outcome {
+	if out.Granted == 0 {
+		w := l.Window()
+		out.GrantFor = out.Reset - w
+		if out.GrantFor <= 0 || out.GrantFor > w {
+			out.GrantFor = windowLeft(l, now) // not a sliding window's reset
+		}
+		wus := w.Microseconds()
+		end := (now.UnixMicro() + out.GrantFor.Microseconds() + wus/2) / wus * wus
+		out.GrantReceipt = end - wus
+	}
+	out.Granted += own
+	return out
+}
+
 // dry answers a limit that has run dry (a grant never takes the last
-// hit): deny until a grant can be taken again, and ask again then (a
-// sliding window sooner, as room regrows; the push replaces the denial).
+// hit, but on a sliding window: see ownHits): deny until a grant can be
+// taken again, and ask again then (a sliding window sooner, as room
+// regrows, and at its window's last ask; the push replaces the denial).
 func (s *Server) dry(st *streamState, b *bucket, t taken, now time.Time) *rlqspb.RateLimitQuotaResponse_BucketAction {
 	s.m.Assigned(st.label, "deny_all", "dry")
 	d := max(dryFor(t.limit, t.out, now), time.Second)
 	next := d
-	if b.plan.rule.Algorithm == limits.SlidingWindow {
-		next = min(next, regrowEvery(b.plan.rule))
-	}
 	b.push = now.Add(next + pushDelay)
+	if l := b.plan.rule; l.Algorithm == limits.SlidingWindow {
+		b.push = regrowAt(l, now, min(next, regrowEvery(l))+pushDelay, 0, s.o.Margin)
+	}
 	return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, d)
 }
 
@@ -486,7 +526,7 @@ func (b *bucket) hold(t taken, want uint64, now time.Time, margin time.Duration)
 	case !b.capped && b.demand > g:
 		at = now.Add(topUpAt(b.interval, g, b.demand))
 	case b.capped && p.rule.Algorithm == limits.SlidingWindow && b.demand > 0:
-		at = now.Add(max(regrowEvery(p.rule), topUpAt(b.interval, g, b.demand)))
+		at = regrowAt(p.rule, now, regrowEvery(p.rule), topUpAt(b.interval, g, b.demand), margin)
 	}
 	if !at.IsZero() && (b.push.IsZero() || at.Before(b.push)) {
 		b.push, b.topUp = at, true
@@ -593,6 +633,29 @@ func topUpAt(interval time.Duration, left, demand uint64) time.Duration {
 // twentieth of the previous window's count regrows in between.
 func regrowEvery(l *limits.Limit) time.Duration {
 	return max(l.Window()/20, regrowMin)
+}
+
+// regrowAt is when a sliding window l that is running out at now is
+// asked again: after wait, and once the live grant is expected spent (in
+// spent; 0 without one). The room its previous window's weight leaves
+// grows until the window ends, but only what is granted by lastAsk can
+// be spent in it. So an ask due within half a regrowEvery of lastAsk, or
+// after it, is made at lastAsk instead, if the grant is spent by then:
+// the window's last ask takes all the room that grew until then.
+func regrowAt(l *limits.Limit, now time.Time, wait, spent, margin time.Duration) time.Time {
+	at := now.Add(max(wait, spent))
+	last := lastAsk(l, now, margin)
+	if now.Before(last) && !now.Add(spent).After(last) && at.After(last.Add(-regrowEvery(l)/2)) {
+		return last
+	}
+	return at
+}
+
+// lastAsk is the last moment of l's window at now that a grant can be
+// taken with a whole second to live before the margin (see grant), less
+// refreshEarly, so that a timer that fires a little late still finds it.
+func lastAsk(l *limits.Limit, now time.Time, margin time.Duration) time.Time {
+	return now.Add(windowLeft(l, now) - margin - time.Second - refreshEarly)
 }
 
 // regrowMin bounds how often a sliding window running out is asked
