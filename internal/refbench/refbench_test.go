@@ -3,6 +3,7 @@ package refbench_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,7 +55,8 @@ func BenchmarkAgainstReference(b *testing.B) {
 		results := compare(b, servers, o)
 		rows = refbench.Summarize(results)
 	}
-	b.Logf("\n%s", refbench.Table(rows))
+	// Printed, not logged: a benchmark's log is cut at ten lines.
+	fmt.Printf("\n%s\n", refbench.Table(rows))
 	for _, r := range rows {
 		if r.Server != "reference" {
 			b.ReportMetric(r.RedisRatio, r.Server+"-"+r.Workload+"-redis/ref")
