@@ -16,12 +16,11 @@ import (
 
 // notServing returns why the sidecar is not serving, "" if it is.
 func (s *servers) notServing() string {
-	if ready, waiting := pending(s.rules); ready != nil {
-		select {
-		case <-ready:
-		default:
-			return waiting
-		}
+	ready, waiting := pending(s.rules)
+	select {
+	case <-ready:
+	default:
+		return waiting
 	}
 	if !servingRules(s.c, s.engine.Rules()) {
 		return "no rules loaded"

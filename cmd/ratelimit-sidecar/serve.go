@@ -91,12 +91,9 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 		Debounce: c.reloadDebounce,
 		OnReload: onRules,
 	})
-	rules, err := rulesFrom(c, reloader, engine, log, onRules)
+	rules, err := rulesFrom(c, reloader, engine, log, m, onRules)
 	if err != nil {
 		return err
-	}
-	if x, ok := rules.(*xdsRules); ok {
-		m.XDS(x.metricsState)
 	}
 
 	certs, err := openTLS(c, log, m)

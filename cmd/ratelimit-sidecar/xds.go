@@ -18,11 +18,15 @@ import (
 
 // ruleSource is where the rules in use come from: rule files
 // (*config.Reloader) or an xDS server (*xdsRules). Watch keeps them up to
-// date until its context ends; Reload answers SIGHUP.
+// date until its context ends; Reload answers SIGHUP; Ready is closed
+// once the source has its first rules (rule files have them from the
+// start), and Awaiting says what it waits for until then.
 type ruleSource interface {
 	Status() config.ReloadStatus
 	Watch(ctx context.Context) error
 	Reload() (bool, error)
+	Ready() <-chan struct{}
+	Awaiting() string
 }
 
 // xdsSettings are the flags of --config-type xds, defined with the others
@@ -158,7 +162,7 @@ func startRules(c *settings, opts config.Options) (*limits.Ruleset, error) {
 
 // rulesFrom returns the rule source of c: files' reloader as it is, or
 // an xDS client applying pushes to engine, reported as reloads are.
-func rulesFrom(c *settings, files *config.Reloader, engine *limits.Engine, log *zap.Logger, onApply func(config.ReloadStatus, error)) (ruleSource, error) {
+func rulesFrom(c *settings, files *config.Reloader, engine *limits.Engine, log *zap.Logger, m *metrics.Metrics, onApply func(config.ReloadStatus, error)) (ruleSource, error) {
 	if !c.xds.enabled {
 		return files, nil
 	}
@@ -185,15 +189,17 @@ func rulesFrom(c *settings, files *config.Reloader, engine *limits.Engine, log *
 	if err != nil {
 		return nil, fmt.Errorf("--config-type xds: %w", err)
 	}
-	return &xdsRules{Client: client, log: log, server: c.xds.server, nodeID: c.xds.nodeID, overlay: c.xds.overlay != ""}, nil
+	x := &xdsRules{Client: client, log: log, server: c.xds.server, overlay: c.xds.overlay != ""}
+	m.XDS(x.metricsState)
+	return x, nil
 }
 
 // xdsRules is an xDS client as a rule source.
 type xdsRules struct {
 	*xds.Client
-	log            *zap.Logger
-	server, nodeID string
-	overlay        bool // --xds-overlay: SIGHUP reads it again
+	log     *zap.Logger
+	server  string
+	overlay bool // --xds-overlay: SIGHUP reads it again
 }
 
 // metricsState is the client's state for the metrics.
@@ -212,26 +218,23 @@ func (x *xdsRules) Reload() (bool, error) {
 	return false, nil
 }
 
-// pending returns a channel closed once src has rules, and what it waits
-// for, if src may still be waiting for its first rules.
+// pending returns a channel closed once src has rules, and the health
+// answer until then.
 func pending(src ruleSource) (<-chan struct{}, string) {
-	x, ok := src.(*xdsRules)
-	if !ok {
-		return nil, ""
-	}
-	return x.Ready(), fmt.Sprintf("waiting for the first rules from the xDS server %s (node ID %q)", x.server, x.nodeID)
+	return src.Ready(), "waiting for " + src.Awaiting()
 }
 
 // serveWhenReady refreshes health once src has its first rules, unless
 // ctx ends first. After shutdown began, health.Server ignores it.
 func serveWhenReady(ctx context.Context, s *servers, src ruleSource) {
-	ready, _ := pending(src)
-	if ready == nil {
-		return
+	select {
+	case <-src.Ready():
+		return // ready from the start: health is already its own
+	default:
 	}
 	select {
 	case <-ctx.Done():
-	case <-ready:
+	case <-src.Ready():
 		s.refreshHealth()
 	}
 }

@@ -52,6 +52,23 @@ type Reloader struct {
 	status ReloadStatus
 }
 
+// loaded is closed: the rule files are read before a Reloader is made.
+var loaded = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// Ready is closed once the reloader has its first rules, which it has
+// from the start: NewReloader takes rules already loaded. A rule source
+// from an xDS server (pkg/xds) has the same method, closed at its first
+// push, so that the program waits on either alike.
+func (r *Reloader) Ready() <-chan struct{} { return loaded }
+
+// Awaiting says what Ready waits for: the rule files, which the
+// reloader has from the start.
+func (r *Reloader) Awaiting() string { return "the rule files at " + r.path }
+
 // ReloaderOptions tunes a Reloader. The zero value is ready to use.
 type ReloaderOptions struct {
 	// Options is how the rule files combine, as for Load.

@@ -261,6 +261,12 @@ func (c *Client) Status() config.ReloadStatus {
 // Options.StartWithoutRules.
 func (c *Client) Ready() <-chan struct{} { return c.ready }
 
+// Awaiting says what the client waits for before Ready, for health
+// answers and the log.
+func (c *Client) Awaiting() string {
+	return fmt.Sprintf("the first rules from the xDS server %s (node ID %q)", c.o.Server, c.o.NodeID)
+}
+
 func (c *Client) markReady() { c.readyOnce.Do(func() { close(c.ready) }) }
 
 // Watch keeps a stream to the server open and applies its pushes until
