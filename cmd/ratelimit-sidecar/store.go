@@ -214,6 +214,26 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 	if o.ping == nil {
 		return s, nil
 	}
+	s.shared = s.guard(b.name, o, log, m)
+	if c.denyCacheEntries > 0 {
+		s.deny = store.NewDenyCache(s.shared, store.DenyCacheOptions{MaxEntries: c.denyCacheEntries})
+		s.Store = s.deny
+		m.DenyCache(s.deny)
+	}
+	// Leased limits (lease: N) admit from local leases before anything
+	// else; only a shared store can grant them. At shutdown, the hits
+	// they hold go back to the backend itself, past the breaker.
+	ret, _ := o.Store.(limits.Returner)
+	s.leases = store.NewLeases(s.Store, store.LeasesOptions{Return: ret})
+	s.Store = s.leases
+	return s, nil
+}
+
+// guard puts a circuit breaker in front of s's shared backend o, named
+// name, and makes s's readiness and close go through it: ready probes
+// the backend while the circuit is closed, and reports a configuration
+// the backend refuses.
+func (s *sidecarStore) guard(name string, o opened, log *zap.Logger, m *metrics.Metrics) *store.Breaker {
 	probe := o.probe
 	if probe == nil {
 		probe = o.ping
@@ -222,17 +242,16 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 		OnChange: func(open bool, cause error) {
 			m.BreakerChanged(open, cause)
 			if open {
-				log.Error(b.name+" failing; circuit open, serving by the failure mode", zap.Error(cause))
+				log.Error(name+" failing; circuit open, serving by the failure mode", zap.Error(cause))
 				return
 			}
-			log.Info(b.name + " answers again; circuit closed")
+			log.Info(name + " answers again; circuit closed")
 			if o.clientLog != nil {
 				o.clientLog.Recovered()
 			}
 		},
 	})
 	s.Store = breaker
-	s.shared = breaker
 	s.ready = func(ctx context.Context) error {
 		err := store.ErrBreakerOpen
 		if !breaker.Open() {
@@ -253,16 +272,5 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 		}
 		return o.close()
 	}
-	if c.denyCacheEntries > 0 {
-		s.deny = store.NewDenyCache(breaker, store.DenyCacheOptions{MaxEntries: c.denyCacheEntries})
-		s.Store = s.deny
-		m.DenyCache(s.deny)
-	}
-	// Leased limits (lease: N) admit from local leases before anything
-	// else; only a shared store can grant them. At shutdown, the hits
-	// they hold go back to the backend itself, past the breaker.
-	ret, _ := o.Store.(limits.Returner)
-	s.leases = store.NewLeases(s.Store, store.LeasesOptions{Return: ret})
-	s.Store = s.leases
-	return s, nil
+	return breaker
 }
