@@ -80,7 +80,7 @@ func runAs(ctx context.Context, argv0 string, args, environ []string, stdout, st
 			return nil
 		}
 		if isVersionFlag(a) {
-			buildInfo().write(stdout)
+			buildInfo().Write(stdout)
 			return nil
 		}
 	}
@@ -89,7 +89,7 @@ func runAs(ctx context.Context, argv0 string, args, environ []string, stdout, st
 		return err
 	}
 	if cfg.version {
-		buildInfo().write(stdout)
+		buildInfo().Write(stdout)
 		return nil
 	}
 	return serve(ctx, cfg, stderr)

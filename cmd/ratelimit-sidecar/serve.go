@@ -63,7 +63,8 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	m := metrics.New(buildInfo().metrics(), c.nearLimitRatio, c.metricMaxValues)
+	build := buildInfo()
+	m := metrics.New(metrics.Build{Version: build.Version, Revision: build.Revision}, c.nearLimitRatio, c.metricMaxValues)
 	m.Loaded(rs.Checksum, time.Now())
 	tr, err := startTracing(ctx, c, log)
 	if err != nil {
@@ -234,8 +235,8 @@ func warnPasswordInArgs(log *zap.Logger, c *settings) {
 func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, rs *limits.Ruleset) {
 	gcPercent, memLimit := gctune.Current()
 	log.Info("ratelimit-sidecar started",
-		zap.String("version", buildInfo().version),
-		zap.String("revision", buildInfo().revision),
+		zap.String("version", buildInfo().Version),
+		zap.String("revision", buildInfo().Revision),
 		zap.String("grpc_addr", lis.grpc.Addr().String()),
 		zap.String("http_addr", lis.http.Addr().String()),
 		zap.String("admin_addr", adminLogAddr(c, lis)),

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -85,69 +84,13 @@ func (x *xdsSettings) finish() error {
 	}
 	x.tls = x.tls || x.tlsCA != "" || x.tlsCert != "" || x.tlsKey != "" || x.tlsServerName != ""
 	var err error
-	if x.metadata, err = parseNodeMetadata(x.nodeMetadata); err != nil {
+	if x.metadata, err = xds.ParseNodeMetadata(x.nodeMetadata); err != nil {
 		return fmt.Errorf("--xds-node-metadata: %w", err)
 	}
-	if x.header, err = parseHeaders(x.headers); err != nil {
+	if x.header, err = xds.ParseHeaders(x.headers); err != nil {
 		return fmt.Errorf("--xds-headers: %w", err)
 	}
 	return nil
-}
-
-// parseNodeMetadata parses key=value,key=value (envoyproxy/ratelimit's
-// CONFIG_GRPC_XDS_NODE_METADATA) or a JSON object; "" is no metadata.
-func parseNodeMetadata(s string) (*structpb.Struct, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return nil, nil
-	}
-	m := map[string]any{}
-	if strings.HasPrefix(s, "{") {
-		if err := json.Unmarshal([]byte(s), &m); err != nil {
-			return nil, fmt.Errorf("want a JSON object: %w", err)
-		}
-	} else {
-		for _, kv := range strings.Split(s, ",") {
-			k, v, ok := strings.Cut(kv, "=")
-			if k = strings.TrimSpace(k); !ok || k == "" {
-				return nil, fmt.Errorf("want key=value, got %q", kv)
-			}
-			m[k] = strings.TrimSpace(v)
-		}
-	}
-	st, err := structpb.NewStruct(m)
-	if err != nil {
-		return nil, err
-	}
-	return st, nil
-}
-
-// parseHeaders parses name:value,name:value (envoyproxy/ratelimit's
-// CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS). Names are lower-cased, as
-// HTTP/2 sends them.
-func parseHeaders(s string) (map[string]string, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
-	}
-	h := map[string]string{}
-	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(kv, ":")
-		k = strings.ToLower(strings.TrimSpace(k))
-		switch {
-		case !ok || k == "":
-			return nil, fmt.Errorf("want name:value, got %q", kv)
-		case strings.HasPrefix(k, "grpc-"):
-			return nil, fmt.Errorf("%s: names that start with grpc- are gRPC's own", k)
-		case strings.IndexFunc(k, func(r rune) bool { return !isHeaderNameRune(r) }) >= 0:
-			return nil, fmt.Errorf("%q: a header name holds only a-z, 0-9, '-', '_' and '.'", k)
-		}
-		h[k] = strings.TrimSpace(v)
-	}
-	return h, nil
-}
-
-func isHeaderNameRune(r rune) bool {
-	return r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.'
 }
 
 // startRules returns the rules to start with: the rule files' (read
