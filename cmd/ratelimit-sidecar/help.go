@@ -7,6 +7,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/suggest"
 )
 
 // command is a subcommand: `ratelimit-sidecar <name> <args>`.
@@ -108,7 +110,7 @@ func unknownCommand(name string) error {
 	for _, c := range commands() {
 		names = append(names, c.name)
 	}
-	if near, ok := nearest(name, names); ok {
+	if near, ok := suggest.Nearest(name, names); ok {
 		return fmt.Errorf("unknown command %q; did you mean %q?", name, near)
 	}
 	list := strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
@@ -130,65 +132,10 @@ func flagError(fs *flag.FlagSet, err error) error {
 	}
 	var names []string
 	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-	if near, ok := nearest(name, names); ok {
+	if near, ok := suggest.Nearest(name, names); ok {
 		return fmt.Errorf("unknown flag --%s; did you mean --%s?%s", name, near, helpHint)
 	}
 	return fmt.Errorf("unknown flag --%s%s", name, helpHint)
-}
-
-// nearest returns the candidate closest to word, if one is close enough
-// to be a slip: one that word begins (at least two letters), else one
-// within an edit distance of a third of word's length (at least 1, at
-// most 2), counting a swap of neighbours as one edit. Ties go to the
-// earlier candidate.
-func nearest(word string, candidates []string) (string, bool) {
-	if len(word) >= 2 {
-		var prefixed []string
-		for _, c := range candidates {
-			if strings.HasPrefix(c, word) {
-				prefixed = append(prefixed, c)
-			}
-		}
-		if len(prefixed) == 1 {
-			return prefixed[0], true
-		}
-	}
-	limit := min(max(len(word)/3, 1), 2)
-	best, bestD := "", limit+1
-	for _, c := range candidates {
-		if d := editDistance(word, c); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best, best != ""
-}
-
-// editDistance is the optimal string alignment distance between a and b,
-// by bytes: insertions, deletions, substitutions and swaps of neighbours
-// each cost one.
-func editDistance(a, b string) int {
-	// d[i][j] is the distance between a[:i] and b[:j]; three rows suffice.
-	prev2 := make([]int, len(b)+1)
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(b)]
 }
 
 // rlsHints returns, for each of the unknown RLS_ variables that is near a
@@ -198,7 +145,7 @@ func rlsHints(fs *flag.FlagSet, unknown []string) []string {
 	fs.VisitAll(func(f *flag.Flag) { known = append(known, rlsEnvName(f.Name)) })
 	var out []string
 	for _, name := range unknown {
-		if near, ok := nearest(name, known); ok {
+		if near, ok := suggest.Nearest(name, known); ok {
 			out = append(out, name+": "+near)
 		}
 	}
