@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"net/http"
@@ -10,8 +9,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/tap"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/grpcbound"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/msgsize"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 )
@@ -92,7 +91,7 @@ func (b *bounds) check() error {
 // grpcOptions returns the gRPC server's options that bound its
 // resources. grace is how long an RPC in flight on a connection past its
 // age may take to finish.
-func (b *bounds) grpcOptions(sb *streamBound, grace time.Duration) []grpc.ServerOption {
+func (b *bounds) grpcOptions(sb *grpcbound.Streams, grace time.Duration) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(uint32(b.grpcMaxStreams)),
 		// RLQS reports may be up to msgsize.RLQSMaxBytes; its codec
@@ -111,8 +110,8 @@ func (b *bounds) grpcOptions(sb *streamBound, grace time.Duration) []grpc.Server
 		// A client must finish the TLS and HTTP/2 handshakes, as it must
 		// send a request, within the request timeout.
 		grpc.ConnectionTimeout(b.requestTimeout),
-		grpc.InTapHandle(sb.tap),
-		grpc.ChainStreamInterceptor(sb.running.stream, sb.intercept),
+		grpc.InTapHandle(sb.Tap),
+		grpc.ChainStreamInterceptor(sb.Running.Stream, sb.Intercept),
 	}
 }
 
@@ -126,91 +125,4 @@ func (b *bounds) httpServer(h http.Handler) *http.Server {
 		IdleTimeout:       b.idleTimeout,
 		MaxHeaderBytes:    httpMaxHeaderBytes,
 	}
-}
-
-// streamBound cancels a gRPC stream whose request message does not
-// arrive within timeout, and ends streaming RPCs when the server stops.
-//
-// grpc-go reads a unary call's request before it calls the handler, so no
-// interceptor or handler sees a stream that sent only HEADERS; the
-// transport then waits for the message under the stream's context. An
-// InTapHandle sees every stream as it opens and returns that context, so
-// the bound lives there:
-//   - A unary call gets timeout as its deadline, unless the client's own
-//     deadline is sooner. Its request is all it waits for, and no real
-//     call takes seconds, so bounding the call bounds the wait. Envoy sends
-//     grpc-timeout (20 ms by default), so its calls pay nothing here.
-//   - A streaming call (health Watch, reflection) may rightly run for
-//     hours, so only its first message is timed: intercept stops the
-//     timer when it arrives.
-//
-// Its fields are set before the server serves and only read after.
-type streamBound struct {
-	timeout   time.Duration   // more than 0
-	streaming map[string]bool // full method names of streaming methods
-	stopping  context.Context // ends when the server starts to stop
-	running   handlers        // the streaming calls whose handlers run
-}
-
-// firstMessageKey keys a streaming call's first-message timer in its
-// context.
-type firstMessageKey struct{}
-
-// tap is the server's grpc.InTapHandle.
-func (b *streamBound) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
-	if !b.streaming[info.FullMethodName] {
-		if d, ok := ctx.Deadline(); ok && time.Until(d) <= b.timeout {
-			return ctx, nil
-		}
-		// The transport cancels the stream's context, this one's parent,
-		// when the stream ends, which stops the timer.
-		ctx, cancel := context.WithTimeout(ctx, b.timeout)
-		_ = cancel
-		return ctx, nil
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	first := time.AfterFunc(b.timeout, cancel)
-	stopping := context.AfterFunc(b.stopping, cancel)
-	context.AfterFunc(ctx, func() {
-		first.Stop()
-		stopping()
-	})
-	return context.WithValue(ctx, firstMessageKey{}, first), nil
-}
-
-// intercept is the server's stream interceptor: it stops a streaming
-// call's first-message timer once the message has arrived.
-func (b *streamBound) intercept(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if t, ok := ss.Context().Value(firstMessageKey{}).(*time.Timer); ok {
-		ss = &firstMessageStream{ServerStream: ss, timer: t}
-	}
-	return handler(srv, ss)
-}
-
-// firstMessageStream stops timer once a message has been received.
-type firstMessageStream struct {
-	grpc.ServerStream
-	timer *time.Timer // nil once stopped
-}
-
-func (s *firstMessageStream) RecvMsg(m any) error {
-	err := s.ServerStream.RecvMsg(m)
-	if err == nil && s.timer != nil {
-		s.timer.Stop()
-		s.timer = nil
-	}
-	return err
-}
-
-// streamingMethods returns the full names of g's streaming methods.
-func streamingMethods(g *grpc.Server) map[string]bool {
-	out := map[string]bool{}
-	for svc, info := range g.GetServiceInfo() {
-		for _, m := range info.Methods {
-			if m.IsClientStream || m.IsServerStream {
-				out["/"+svc+"/"+m.Name] = true
-			}
-		}
-	}
-	return out
 }

@@ -20,7 +20,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/tap"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/msgsize"
 )
@@ -474,36 +473,6 @@ func TestShutdownEndsWatch(t *testing.T) {
 		}
 		if i == 2 {
 			t.Fatal("the Watch goes on after shutdown")
-		}
-	}
-}
-
-// BenchmarkTap measures what the stream bound adds to a unary call as it
-// opens, against making the transport's context alone: only a check for
-// Envoy's calls, which carry a 20 ms grpc-timeout, and a timer for calls
-// without a deadline.
-func BenchmarkTap(b *testing.B) {
-	sb := &streamBound{timeout: 2 * time.Second, stopping: context.Background(), streaming: map[string]bool{watchMethod: true}}
-	info := &tap.Info{FullMethodName: rlsMethod}
-	for _, bb := range []struct {
-		name     string
-		deadline time.Duration
-	}{{"envoy_20ms", 20 * time.Millisecond}, {"no_deadline", 0}} {
-		for _, tapped := range []bool{false, true} {
-			b.Run(fmt.Sprintf("%s/tap=%v", bb.name, tapped), func(b *testing.B) {
-				b.ReportAllocs()
-				for b.Loop() {
-					// The transport's own context for the stream.
-					ctx, cancel := context.WithCancel(context.Background())
-					if bb.deadline > 0 {
-						ctx, cancel = context.WithTimeout(context.Background(), bb.deadline)
-					}
-					if tapped {
-						sb.tap(ctx, info) //nolint:errcheck // never fails
-					}
-					cancel()
-				}
-			})
 		}
 	}
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/grpcbound"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
@@ -291,8 +292,8 @@ type servers struct {
 	// clients like.
 	stopStreams context.CancelFunc
 	// running counts the streaming calls whose handlers run (see
-	// handlers).
-	running *handlers
+	// grpcbound.Handlers).
+	running *grpcbound.Handlers
 
 	debug   *http.Server // nil without --debug-addr
 	metrics *http.Server // nil: the metrics are on http
@@ -311,8 +312,8 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	s := &servers{c: c, log: log, certs: certs, engine: engine, rules: reloader, st: st}
 	stopping, stopStreams := context.WithCancel(context.Background())
 	s.stopStreams = stopStreams
-	sb := &streamBound{timeout: c.bounds.requestTimeout, stopping: stopping}
-	s.running = &sb.running
+	sb := &grpcbound.Streams{Timeout: c.bounds.requestTimeout, Stopping: stopping}
+	s.running = &sb.Running
 	// Stream workers serve RPCs on long-lived goroutines whose stacks have
 	// already grown: a new goroutine per RPC spent about a tenth of the
 	// CPU growing its stack. A worker stays busy while its RPC waits for
@@ -345,7 +346,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
-	sb.streaming = streamingMethods(s.grpc)
+	sb.Streaming = grpcbound.StreamingMethods(s.grpc)
 	s.refreshHealth()
 
 	adm := admin.New(adminOptions(ctx, c, log, engine, reloader, st, m))
@@ -505,7 +506,7 @@ const flushGrace = time.Second
 func (s *servers) flushed(stopped <-chan struct{}) <-chan struct{} {
 	out := make(chan struct{})
 	unary := time.NewTimer(s.c.bounds.requestTimeout)
-	streams := s.running.done()
+	streams := s.running.Done()
 	go func() {
 		defer unary.Stop()
 		for range 2 {
