@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
 
@@ -109,7 +108,7 @@ func (g *grpcTLS) serverOptions() []grpc.ServerOption {
 	if g == nil {
 		return nil
 	}
-	return []grpc.ServerOption{grpc.Creds(countedCreds{TransportCredentials: credentials.NewTLS(g.files.Config()), failed: g.failed, gate: g.gate})}
+	return []grpc.ServerOption{grpc.Creds(g.gate.Creds(credentials.NewTLS(g.files.Config()), g.failed))}
 }
 
 // watch reloads the files when they change, until ctx ends.
@@ -131,28 +130,4 @@ func (g *grpcTLS) reload() {
 func (g *grpcTLS) failed(remote net.Addr, err error) {
 	g.m.HandshakeFailed()
 	g.log.Warn("tls handshake failed", zap.Stringer("remote", remote), zap.Error(err))
-}
-
-// countedCreds reports the server handshakes that fail, except those of
-// clients that close before sending anything: TCP probes of the port. Its
-// handshakes compute through gate, so that clients that only handshake
-// cannot take the CPU the calls need.
-type countedCreds struct {
-	credentials.TransportCredentials
-	failed func(net.Addr, error)
-	gate   *caplisten.HandshakeGate
-}
-
-func (c countedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	gc := c.gate.Conn(conn)
-	out, info, err := c.TransportCredentials.ServerHandshake(gc)
-	gc.Done()
-	if err != nil && !errors.Is(err, io.EOF) {
-		c.failed(conn.RemoteAddr(), err)
-	}
-	return out, info, err
-}
-
-func (c countedCreds) Clone() credentials.TransportCredentials {
-	return countedCreds{TransportCredentials: c.TransportCredentials.Clone(), failed: c.failed, gate: c.gate}
 }

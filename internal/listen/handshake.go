@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc/credentials"
 )
 
 // maxRecord is the most a TLS record may carry (2^14 bytes, and the
@@ -225,4 +227,33 @@ func readRecord(r io.Reader) ([]byte, error) {
 		return rec[:5+m], err
 	}
 	return rec, nil
+}
+
+// Creds returns c, whose server handshakes compute through g, so that
+// clients that only handshake cannot take the CPU the calls need, and
+// report each that fails to failed, except those of clients that close
+// before sending anything: TCP probes of the port.
+func (g *HandshakeGate) Creds(c credentials.TransportCredentials, failed func(net.Addr, error)) credentials.TransportCredentials {
+	return gatedCreds{TransportCredentials: c, failed: failed, gate: g}
+}
+
+// gatedCreds are HandshakeGate.Creds.
+type gatedCreds struct {
+	credentials.TransportCredentials
+	failed func(net.Addr, error)
+	gate   *HandshakeGate
+}
+
+func (c gatedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	gc := c.gate.Conn(conn)
+	out, info, err := c.TransportCredentials.ServerHandshake(gc)
+	gc.Done()
+	if err != nil && !errors.Is(err, io.EOF) {
+		c.failed(conn.RemoteAddr(), err)
+	}
+	return out, info, err
+}
+
+func (c gatedCreds) Clone() credentials.TransportCredentials {
+	return gatedCreds{TransportCredentials: c.TransportCredentials.Clone(), failed: c.failed, gate: c.gate}
 }
