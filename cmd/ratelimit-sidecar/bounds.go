@@ -16,7 +16,7 @@ import (
 )
 
 // Bounds on what a client can make the servers hold. The ones a
-// deployment may need to tune are flags, in bounds; docs/server-bounds.md
+// deployment may need to tune are flags, in bounds; docs/bounds.md
 // explains each.
 const (
 	// keepaliveMinTime is how often a client may ping: as often as a

@@ -204,7 +204,7 @@ type refMapping struct {
 // refGRPCMaxConns is --grpc-max-conns run as Name: the gRPC
 // connections of a central service, which each worker of each Envoy
 // holds one of, as the Helm chart sets it. Each connection holding 100
-// half-open streams costs about 0.8 MiB (docs/server-bounds.md).
+// half-open streams costs about 0.8 MiB (docs/bounds.md).
 const refGRPCMaxConns = 256
 
 // refMappings are the variables that map onto our flags. The variables of

@@ -15,7 +15,7 @@ import (
 // limits.DefaultRequestLimits allows (every descriptor, every value of
 // the most bytes) through the engine and measures, with MEMORY USAGE, what
 // it leaves in Redis, per algorithm and rule depth, for
-// docs/bounded-state.md. The bound keeps it from growing unnoticed.
+// docs/bounds.md. The bound keeps it from growing unnoticed.
 func TestMemoryPerRequestAtLimits(t *testing.T) {
 	lim := limits.DefaultRequestLimits
 	tests := []struct {
