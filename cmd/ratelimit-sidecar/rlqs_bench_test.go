@@ -63,7 +63,7 @@ var rlqsBenchRun = flag.Duration("rlqsbench.run", 5*time.Second, "BenchmarkRLQS:
 // rlqsBenchRules is the one limit both paths decide on. The limit is far
 // above what a run asks for, so every request fits. The lease (1% of the
 // limit) bounds both an RLS lease and an RLQS grant; see
-// docs/rlqs-benchmark.md for why this one.
+// docs/performance.md for why this one.
 const rlqsBenchRules = `domain: rlqsbench
 descriptors:
   - key: route
