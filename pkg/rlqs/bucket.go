@@ -301,6 +301,10 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 		return nil
 	}
 	b.replaced(now, pushed, s.o.Margin)
+	// Denials the next report holds may be from before a pushed grant
+	// reached Envoy, whether or not it replaced one: they do not say it
+	// ran out (see counted).
+	b.pushed = b.pushed || pushed
 	b.live, b.push, b.topUp, b.refresh = false, time.Time{}, false, time.Time{}
 	p := &b.plan
 	want := b.wanted()
@@ -575,7 +579,7 @@ func (b *bucket) replaced(now time.Time, pushed bool, margin time.Duration) {
 			end = b.gEnd
 		}
 		if spent := end.Sub(b.last); spent > 0 {
-			b.carry += min(left, mulDiv(b.allowed, uint64(spent), uint64(max(b.interval, time.Second))))
+			b.carry += min(left, mulDiv(b.demand, uint64(spent), uint64(max(b.interval, time.Second))))
 		}
 	}
 	if r := b.unspent(); !b.gLocal && r > 0 {
