@@ -214,6 +214,9 @@ func TestRLQSOverTLS(t *testing.T) {
 				if err == nil {
 					_, err = subscribe(e, alice)
 				}
+				if err == nil {
+					err = e.Err() // refused before the subscription went out
+				}
 				if status.Code(err) != codes.Unavailable {
 					t.Errorf("%s: RLQS stream got %v; want it refused (Unavailable)", name, err)
 				}
@@ -232,6 +235,9 @@ func TestRLQSOnTheMemoryStore(t *testing.T) {
 	e, err := rlqsEnvoy(t, grpcConn(t, s.grpcAddr, nil), "edge", nil)
 	if err == nil {
 		_, err = subscribe(e, alice)
+	}
+	if err == nil {
+		err = e.Err() // refused before the subscription went out
 	}
 	if status.Code(err) != codes.Unimplemented {
 		t.Errorf("RLQS on the memory store: %v; want Unimplemented", err)
@@ -529,6 +535,9 @@ func TestRLQSBuckets(t *testing.T) {
 		e, err := rlqsEnvoy(t, conn, "", nil)
 		if err == nil {
 			_, err = subscribe(e, alice)
+		}
+		if err == nil {
+			err = e.Err() // refused before the subscription went out
 		}
 		if want := "domain: must be set in the first message"; status.Code(err) != codes.InvalidArgument || !strings.HasSuffix(err.Error(), "desc = "+want) {
 			t.Errorf("a stream without a domain: %v; want InvalidArgument %q", err, want)

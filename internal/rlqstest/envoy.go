@@ -142,6 +142,19 @@ func (e *Envoy) receive(stream rlqspb.RateLimitQuotaService_StreamRateLimitQuota
 	}
 }
 
+// Err returns why the stream ended, or nil while it is open. A stream
+// the server refuses at once (Unimplemented, say) can end before the
+// first request, which then sends nothing (as Envoy, whose stream is
+// down), so a test of a refusal reads it here.
+func (e *Envoy) Err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.ended {
+		return nil
+	}
+	return e.recvErr
+}
+
 // Close ends the stream.
 func (e *Envoy) Close() {
 	e.mu.Lock()
