@@ -213,6 +213,7 @@ func (c *call) evalsha(ctx context.Context) *goredis.IntSliceCmd {
 // that is not an array at all fails the call as a broken connection does
 // (go-redis closes the connection), not as a ReplyError.
 func (c *call) evalshaAll(ctx context.Context, q []*call) *goredis.IntSliceCmd {
+	c.fast.sent = false // in MODE_APPLY, whatever an earlier send of c was
 	keys := func() {
 		for _, o := range q {
 			for i := range o.keys {
