@@ -4,14 +4,13 @@ import (
 	"flag"
 	"fmt"
 	"maps"
-	"net/url"
 	"slices"
 	"sort"
 	"strings"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/envlog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/xds"
 )
@@ -20,31 +19,11 @@ import (
 // refenv.go) applied below the RLS_ variables and the command line, and
 // the start log of where each setting came from.
 
-// envReport is what the environment did to the settings, for the start
-// log.
-type envReport struct {
-	// refMode is set when the program runs as refenv.Name.
-	refMode bool
-	// from is where each flag set other than on the command line got its
-	// value: "RLS_X", or the reference's variables; value is its value.
-	from, value map[string]string
-	// passwordFrom and sentinelPasswordFrom name the reference's variable
-	// the password came from, if it did.
-	passwordFrom, sentinelPasswordFrom string
-	// refused lists the reference's settings in use that we do not
-	// honour, each with the reason.
-	refused []string
-	// unknownRLS lists RLS_ variables that no setting reads.
-	unknownRLS []string
-	// rlsHints names, for those near a setting's variable, that variable.
-	rlsHints []string
-}
-
 // refApplied is the reference's environment, applied to a flag set, and
 // what the RLS_ variables and the command line did beside it.
 type refApplied struct {
 	*refenv.Applied
-	report envReport
+	report envlog.Report
 	byRLS  map[string]string // flag → its RLS_ variable, where that set it
 }
 
@@ -55,9 +34,9 @@ func applyRefEnv(fs *flag.FlagSet, refMode bool, getenv func(string) (string, bo
 	if err != nil {
 		return nil, err
 	}
-	return &refApplied{Applied: ra, report: envReport{
-		refMode: refMode, from: map[string]string{}, value: map[string]string{},
-		passwordFrom: ra.PasswordFrom, sentinelPasswordFrom: ra.SentinelPasswordFrom, refused: ra.Refused,
+	return &refApplied{Applied: ra, report: envlog.Report{
+		RefMode: refMode, From: map[string]string{}, Value: map[string]string{},
+		PasswordFrom: ra.PasswordFrom, SentinelPasswordFrom: ra.SentinelPasswordFrom, Refused: ra.Refused,
 	}}, nil
 }
 
@@ -78,7 +57,7 @@ func (c *settings) setFlagless(a *refApplied) error {
 			return fmt.Errorf("%s: %w", a.ByFlag[name], err)
 		}
 		if !a.ByDefault[name] {
-			a.report.from[name], a.report.value[name] = a.ByFlag[name], a.Settings[name]
+			a.report.From[name], a.report.Value[name] = a.ByFlag[name], a.Settings[name]
 		}
 	}
 	return nil
@@ -130,12 +109,12 @@ func (a *refApplied) finish(c *settings, fs *flag.FlagSet, inArgs map[string]boo
 	if _, ok := getenv("RLS_REDIS_PASSWORD"); !ok && c.redisPasswordFile == "" && a.Password != nil {
 		c.redis.Password = *a.Password
 	} else {
-		a.report.passwordFrom = ""
+		a.report.PasswordFrom = ""
 	}
 	if _, ok := getenv("RLS_REDIS_SENTINEL_PASSWORD"); !ok && c.sentinelPassFile == "" && a.SentinelPassword != nil {
 		c.redis.SentinelPassword = *a.SentinelPassword
 	} else {
-		a.report.sentinelPasswordFrom = ""
+		a.report.SentinelPasswordFrom = ""
 	}
 	// Every setting an RLS_ or reference variable set is logged, and those
 	// the reference's defaults set when they differ from ours.
@@ -144,16 +123,16 @@ func (a *refApplied) finish(c *settings, fs *flag.FlagSet, inArgs map[string]boo
 			return
 		}
 		if _, ok := getenv(rlsEnvName(f.Name)); ok {
-			a.report.from[f.Name] = rlsEnvName(f.Name)
+			a.report.From[f.Name] = rlsEnvName(f.Name)
 		} else if vars, ok := a.ByFlag[f.Name]; ok {
-			a.report.from[f.Name] = vars
+			a.report.From[f.Name] = vars
 		} else {
 			return
 		}
-		a.report.value[f.Name] = logValue(f.Name, f.Value.String())
+		a.report.Value[f.Name] = envlog.Value(f.Name, f.Value.String())
 	})
-	a.report.unknownRLS = unknownRLS(fs, environ)
-	a.report.rlsHints = rlsHints(fs, a.report.unknownRLS)
+	a.report.UnknownRLS = unknownRLS(fs, environ)
+	a.report.RLSHints = rlsHints(fs, a.report.UnknownRLS)
 	c.env = a.report
 }
 
@@ -198,74 +177,9 @@ func (a *refApplied) explain(err error) error {
 	return fmt.Errorf("%w (%s)", err, strings.Join(notes, "; "))
 }
 
-// logEnv logs where the settings that differ from their defaults came
-// from, other than the command line, and warns once of the reference's
-// settings in use that are not honoured and once of RLS_ variables that
-// no setting reads.
+// logEnv logs where the settings came from (see envlog.Report.Log), and
+// a --redis-url that was host:port.
 func logEnv(log *zap.Logger, c *settings) {
-	r := c.env
-	if r.refMode {
-		log.Info("run as " + refenv.Name + ": envoyproxy/ratelimit's defaults apply to settings not set")
-	}
-	if len(r.from) > 0 || r.passwordFrom != "" || r.sentinelPasswordFrom != "" {
-		log.Info("settings from the environment", zap.Object("settings", envSources{c}))
-	}
-	if len(r.refused) > 0 {
-		log.Warn("envoyproxy/ratelimit settings not honoured", zap.Strings("settings", r.refused))
-	}
-	if len(r.unknownRLS) > 0 {
-		fields := []zap.Field{zap.Strings("variables", r.unknownRLS)}
-		if len(r.rlsHints) > 0 {
-			fields = append(fields, zap.Strings("did_you_mean", r.rlsHints))
-		}
-		log.Warn("RLS_ environment variables that no setting reads: misspelt?", fields...)
-	}
+	c.env.Log(log)
 	logRedisURL(log, c)
-}
-
-// envSources logs each setting from the environment as
-// {"value": …, "from": …}; a URL's password is redacted, and passwords
-// are named, never shown.
-type envSources struct{ c *settings }
-
-var _ zapcore.ObjectMarshaler = envSources{}
-
-func (e envSources) MarshalLogObject(enc zapcore.ObjectEncoder) error {
-	r := e.c.env
-	names := make([]string, 0, len(r.from))
-	for name := range r.from {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		value := r.value[name]
-		from := r.from[name]
-		err := enc.AddObject(name, zapcore.ObjectMarshalerFunc(func(enc zapcore.ObjectEncoder) error {
-			enc.AddString("value", value)
-			enc.AddString("from", from)
-			return nil
-		}))
-		if err != nil {
-			return err
-		}
-	}
-	if r.passwordFrom != "" {
-		enc.AddString("redis password", "from "+r.passwordFrom)
-	}
-	if r.sentinelPasswordFrom != "" {
-		enc.AddString("redis sentinel password", "from "+r.sentinelPasswordFrom)
-	}
-	return nil
-}
-
-// logValue is a flag's value for the log: a URL's password redacted.
-func logValue(name, v string) string {
-	if name != "redis-url" {
-		return v
-	}
-	u, err := url.Parse(v)
-	if err != nil {
-		return "(not shown: not a URL)"
-	}
-	return u.Redacted()
 }

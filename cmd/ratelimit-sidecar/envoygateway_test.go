@@ -271,7 +271,7 @@ func TestEnvoyGatewayCACertUnread(t *testing.T) {
 	if diff := cmp.Diff(a.tls, b.tls, cmp.AllowUnexported(tlsSettings{})); diff != "" {
 		t.Errorf("TLS settings differ (-without +with):\n%s", diff)
 	}
-	if diff := cmp.Diff(a.env, b.env, cmp.AllowUnexported(envReport{})); diff != "" {
+	if diff := cmp.Diff(a.env, b.env); diff != "" {
 		t.Errorf("settings differ (-without +with):\n%s", diff)
 	}
 	if !b.tls.on() || b.tls.clientCA != "" {
@@ -456,7 +456,7 @@ func TestRefEnvXDS(t *testing.T) {
 			if diff := cmp.Diff(want, viewXDS(c)); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
-			for _, r := range c.env.refused {
+			for _, r := range c.env.Refused {
 				if strings.Contains(r, "XDS") || strings.HasPrefix(r, "CONFIG_") || strings.HasPrefix(r, "FORCE_START") {
 					t.Errorf("refused: %s", r)
 				}
@@ -503,7 +503,7 @@ func TestRefEnvXDSErrors(t *testing.T) {
 func TestRefEnvXDSBackoffFactor(t *testing.T) {
 	c := mustParseEnv(t, "ratelimit-sidecar", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "1.5"})
 	want := []string{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR: reconnect waits double at each failure; a growth factor above 1 other than 2 is not honoured"}
-	if diff := cmp.Diff(want, c.env.refused); diff != "" {
+	if diff := cmp.Diff(want, c.env.Refused); diff != "" {
 		t.Errorf("refused (-want +got):\n%s", diff)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/envlog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
@@ -61,9 +62,9 @@ type settings struct {
 	gc          gctune.Settings
 	memoryLimit string // --memory-limit's text, for finish to parse
 
-	xds xdsSettings // --config-type xds: see xds.go
-	ref refSettings // what envoyproxy/ratelimit's deployments rely on: reference.go
-	env envReport   // where the settings came from: environ.go
+	xds xdsSettings   // --config-type xds: see xds.go
+	ref refSettings   // what envoyproxy/ratelimit's deployments rely on: reference.go
+	env envlog.Report // where the settings came from: environ.go
 
 	tracing tracingSettings // --tracing*: see tracing.go
 

@@ -144,8 +144,8 @@ func TestRefEnvMapping(t *testing.T) {
 			if diff := cmp.Diff(tt.want, tt.got(c)); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
-			if len(c.env.refused) > 0 {
-				t.Errorf("refused: %q", c.env.refused)
+			if len(c.env.Refused) > 0 {
+				t.Errorf("refused: %q", c.env.Refused)
 			}
 		})
 	}
@@ -229,8 +229,8 @@ func TestRefEnvPrecedence(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := mustParseEnv(t, tt.argv0, tt.env, tt.args...)
-			if c.grpcAddr != tt.want || c.env.from["grpc-addr"] != tt.wantFrom {
-				t.Errorf("grpc-addr %q from %q, want %q from %q", c.grpcAddr, c.env.from["grpc-addr"], tt.want, tt.wantFrom)
+			if c.grpcAddr != tt.want || c.env.From["grpc-addr"] != tt.wantFrom {
+				t.Errorf("grpc-addr %q from %q, want %q from %q", c.grpcAddr, c.env.From["grpc-addr"], tt.want, tt.wantFrom)
 			}
 		})
 	}
@@ -256,8 +256,8 @@ func TestRefEnvRedisPrecedence(t *testing.T) {
 	}
 
 	c = mustParseEnv(t, "ratelimit-sidecar", map[string]string{"REDIS_URL": "r:6379", "REDIS_AUTH": "u:ref", "RLS_REDIS_PASSWORD": "ours"})
-	if c.redis.Password != "ours" || c.redis.Username != "u" || c.env.passwordFrom != "" {
-		t.Errorf("RLS_REDIS_PASSWORD and REDIS_AUTH: user %q password %q from %q; want u, ours, not REDIS_AUTH", c.redis.Username, c.redis.Password, c.env.passwordFrom)
+	if c.redis.Password != "ours" || c.redis.Username != "u" || c.env.PasswordFrom != "" {
+		t.Errorf("RLS_REDIS_PASSWORD and REDIS_AUTH: user %q password %q from %q; want u, ours, not REDIS_AUTH", c.redis.Username, c.redis.Password, c.env.PasswordFrom)
 	}
 	file := filepath.Join(t.TempDir(), "pw")
 	write(t, file, "fromfile\n")
@@ -266,8 +266,8 @@ func TestRefEnvRedisPrecedence(t *testing.T) {
 		t.Errorf("--redis-password-file and REDIS_AUTH: password %q, want the file's", c.redis.Password)
 	}
 	c = mustParseEnv(t, "ratelimit-sidecar", map[string]string{"REDIS_URL": "r:6379", "REDIS_AUTH": "ref"})
-	if c.redis.Password != "ref" || c.env.passwordFrom != "REDIS_AUTH" {
-		t.Errorf("REDIS_AUTH alone: password %q from %q", c.redis.Password, c.env.passwordFrom)
+	if c.redis.Password != "ref" || c.env.PasswordFrom != "REDIS_AUTH" {
+		t.Errorf("REDIS_AUTH alone: password %q from %q", c.redis.Password, c.env.PasswordFrom)
 	}
 }
 
@@ -358,7 +358,7 @@ func TestRefEnvRefused(t *testing.T) {
 		"REDIS_POOL_ON_EMPTY_BEHAVIOR: a request waits for a pooled connection within --redis-timeout, as WAIT does",
 		"REDIS_STARTUP_MAX_ELAPSED_TIME: startup does not wait for Redis: requests are answered by the failure mode while it connects, with its own backoff",
 	}
-	if diff := cmp.Diff(want, c.env.refused); diff != "" {
+	if diff := cmp.Diff(want, c.env.Refused); diff != "" {
 		t.Errorf("refused (-want +got):\n%s", diff)
 	}
 	if c.redis.Configured() {
@@ -384,15 +384,15 @@ func TestRefEnvRefused(t *testing.T) {
 		"GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel:4318",
 	}
 	for _, argv0 := range []string{"ratelimit-sidecar", "ratelimit"} {
-		if c := mustParseEnv(t, argv0, honoured); len(c.env.refused) != 0 {
-			t.Errorf("run as %s, refused %q", argv0, c.env.refused)
+		if c := mustParseEnv(t, argv0, honoured); len(c.env.Refused) != 0 {
+			t.Errorf("run as %s, refused %q", argv0, c.env.Refused)
 		}
 	}
 	// The reference sends statsd by default: run as it, that is refused
 	// unless USE_STATSD=false.
 	c = mustParseEnv(t, "ratelimit", nil)
-	if want := []string{"USE_STATSD (its default, run as ratelimit): no statsd: metrics are served in Prometheus format (see docs/migration.md for the names)"}; !cmp.Equal(c.env.refused, want) {
-		t.Errorf("run as ratelimit with nothing set, refused %q, want %q", c.env.refused, want)
+	if want := []string{"USE_STATSD (its default, run as ratelimit): no statsd: metrics are served in Prometheus format (see docs/migration.md for the names)"}; !cmp.Equal(c.env.Refused, want) {
+		t.Errorf("run as ratelimit with nothing set, refused %q, want %q", c.env.Refused, want)
 	}
 }
 
@@ -405,7 +405,7 @@ func TestEnvoyGatewayNamesChangeNothing(t *testing.T) {
 	with["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://otel:4318"
 	a := mustParseEnv(t, "ratelimit", base)
 	b := mustParseEnv(t, "ratelimit", with)
-	if diff := cmp.Diff(a.env, b.env, cmp.AllowUnexported(envReport{})); diff != "" {
+	if diff := cmp.Diff(a.env, b.env); diff != "" {
 		t.Errorf("settings differ (-without +with):\n%s", diff)
 	}
 }
@@ -416,8 +416,8 @@ func TestUnknownRLSVariables(t *testing.T) {
 	c := mustParseEnv(t, "ratelimit-sidecar", map[string]string{
 		"RLS_GRPC_ADR": "127.0.0.1:1", "RLS_REDIS_PASSWORD": "x", "RLS_LOG_LEVEL": "debug", "RLS_CONFG": "/rules",
 	})
-	if want := []string{"RLS_CONFG", "RLS_GRPC_ADR"}; !cmp.Equal(c.env.unknownRLS, want) {
-		t.Errorf("unknown RLS_ variables %q, want %q", c.env.unknownRLS, want)
+	if want := []string{"RLS_CONFG", "RLS_GRPC_ADR"}; !cmp.Equal(c.env.UnknownRLS, want) {
+		t.Errorf("unknown RLS_ variables %q, want %q", c.env.UnknownRLS, want)
 	}
 	core, logs := observer.New(zapcore.InfoLevel)
 	logEnv(zap.New(core), c)
@@ -451,8 +451,8 @@ func TestLogEnvSources(t *testing.T) {
 	// A variable that sets what is our default anyway is named too; a
 	// reference's default that is ours is not.
 	c = mustParseEnv(t, "ratelimit", map[string]string{"HOST": "127.0.0.1"})
-	if c.env.from["http-addr"] != "HOST" || c.env.from["merge-domains"] != "" {
-		t.Errorf("http-addr from %q, merge-domains from %q; want HOST, and merge-domains not logged", c.env.from["http-addr"], c.env.from["merge-domains"])
+	if c.env.From["http-addr"] != "HOST" || c.env.From["merge-domains"] != "" {
+		t.Errorf("http-addr from %q, merge-domains from %q; want HOST, and merge-domains not logged", c.env.From["http-addr"], c.env.From["merge-domains"])
 	}
 	for _, secret := range []string{"urlpw", "authpw"} {
 		if strings.Contains(out.String(), secret) {

@@ -370,7 +370,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	}
 	if c.ref.debugAddr != "" {
 		// The reference's debug port has no /debug/config.
-		s.debug = c.bounds.httpServer(adm.DebugPort(!c.env.refMode))
+		s.debug = c.bounds.httpServer(adm.DebugPort(!c.env.RefMode))
 	}
 	adminMux.Handle("/json", rls.JSONHandler()) // any method: the handler answers 405 itself
 	s.http = c.bounds.httpServer(mux)
@@ -383,7 +383,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 // every address, where /debug/counters would show anyone who reaches it
 // any counter they can name. /json stays on --http-addr there, as the
 // reference has it.
-func adminServed(c *settings) bool { return !c.env.refMode || c.adminAddr != "" }
+func adminServed(c *settings) bool { return !c.env.RefMode || c.adminAddr != "" }
 
 // adminOptions are what the admin endpoints read of the sidecar. ctx is
 // serve's: once it ends, the probes say the sidecar is shutting down.

@@ -1,0 +1,66 @@
+package envlog_test
+
+import (
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/envlog"
+)
+
+// TestLogShowsNoPassword: the start log names where a setting and a
+// password came from, and shows a URL's password redacted and a
+// password never.
+func TestLogShowsNoPassword(t *testing.T) {
+	const url = "redis://app:s3cret@redis:6379/0"
+	r := envlog.Report{
+		From:         map[string]string{"redis-url": "REDIS_URL"},
+		Value:        map[string]string{"redis-url": envlog.Value("redis-url", url)},
+		PasswordFrom: "REDIS_AUTH",
+		Refused:      []string{"USE_STATSD: no statsd"},
+	}
+	core, logs := observer.New(zapcore.InfoLevel)
+	r.Log(zap.New(core))
+	var all strings.Builder
+	for _, e := range logs.All() {
+		all.WriteString(e.Message)
+		for k, v := range e.ContextMap() {
+			all.WriteString(" " + k + "=")
+			all.WriteString(strings.ReplaceAll(strings.TrimSpace(strings.ReplaceAll(toString(v), "\n", " ")), "  ", " "))
+		}
+		all.WriteString("\n")
+	}
+	got := all.String()
+	if strings.Contains(got, "s3cret") {
+		t.Errorf("the log shows the password:\n%s", got)
+	}
+	for _, want := range []string{"redis://app:xxxxx@redis:6379/0", "from REDIS_AUTH", "REDIS_URL", "USE_STATSD"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the log lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+func toString(v any) string {
+	switch v := v.(type) {
+	case map[string]any:
+		var b strings.Builder
+		for k, x := range v {
+			b.WriteString(k + ":" + toString(x) + " ")
+		}
+		return b.String()
+	case []any:
+		var b strings.Builder
+		for _, x := range v {
+			b.WriteString(toString(x) + " ")
+		}
+		return b.String()
+	case string:
+		return v
+	default:
+		return ""
+	}
+}
