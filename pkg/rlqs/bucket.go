@@ -92,10 +92,9 @@ type bucket struct {
 	// gEnd when it is expected to stop: the margin before the window's
 	// end, or the time to live.
 	gDead, gEnd time.Time
-	// allowed is what the last report allowed, and pushed whether a push
-	// replaced the live grant since.
-	allowed uint64
-	pushed  bool
+	// pushed is whether a grant was pushed since the last report: that
+	// report's denials may be from before it reached Envoy.
+	pushed bool
 	// ret is the last grant replaced since the last report: the next
 	// report tells how much of it, at least, was never spent.
 	ret giveBack
@@ -193,7 +192,7 @@ func (s *Server) subscribe(st *streamState, u *rlqspb.RateLimitQuotaUsageReports
 
 // counted takes in a report of allowed and denied requests at now.
 func (b *bucket) counted(allowed, denied uint64, now time.Time) {
-	b.demand, b.interval, b.last, b.allowed = allowed+denied, now.Sub(b.last), now, allowed
+	b.demand, b.interval, b.last = allowed+denied, now.Sub(b.last), now
 	old := min(allowed, b.carry)
 	b.used += allowed - old
 	b.carried += old
