@@ -728,35 +728,8 @@ for i = 1, i0 do
         redis.call('DEL', key)
       end
       receipt = -1
-    elseif alg == FIXED_WINDOW or alg == SLIDING_WINDOW then
-      local v
-      if alg == FIXED_WINDOW then
-        v = spack('<dd', s, c)
-      else
-        v = spack('<ddd', s, c, p)
-      end
-      if X[b + 13] == s then
-        -- The key holds this window already, a value of the same length,
-        -- and the window's expiry: overwrite the value in place.
-        -- SETRANGE keeps the expiry, and its integer reply costs Lua
-        -- less than SET's status.
-        redis.call('SETRANGE', key, '0', v)
-      else
-        redis.call('SET', key, v, 'PX', fmt('%d', ceil((e - now) / 1000)))
-      end
     else
-      -- A bucket: its key keeps its expiry x while the bucket is full
-      -- again by then, else expires twice as far from now as the time
-      -- it is full again (at most a minute more), so that the writes
-      -- of a busy bucket keep that, while a bucket hit once expires
-      -- about as soon as it is full again.
-      local x = X[b + 13]
-      if x >= e then
-        redis.call('SETRANGE', key, '0', spack('<ddd', s, c, x))
-      else
-        x = e + min(e - now, 60000000)
-        redis.call('SET', key, spack('<ddd', s, c, x), 'PX', fmt('%d', ceil((x - now) / 1000)))
-      end
+      writeState(key, alg, s, c, p, e, X[b + 13], now)
     end
     -- A usage charge (2) is never refunded: it has no receipt.
     if reserve and X[b + 10] == 1 then

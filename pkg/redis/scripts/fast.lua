@@ -129,30 +129,10 @@ if ARGV[2] == MODE_FAST then
     S[b + 1], S[b + 2], S[b + 3], S[b + 4], S[b + 5], S[b + 6] = alg, s, c, p, stored, e
   end
   if fits then
-    -- Each key once, as apply.lua writes it: a window in place over the
-    -- window it holds, else with the window's expiry; a bucket in place
-    -- while its expiry outlasts the time it is full again, else with an
-    -- expiry as far again from then (at most a minute more).
-    local fmt = string.format
+    -- Each key once, as apply.lua writes it.
     for d = 1, n do
       local b = 6 * (d - 1)
-      local alg, s, c, p, stored, e = S[b + 1], S[b + 2], S[b + 3], S[b + 4], S[b + 5], S[b + 6]
-      local v, inplace = nil, stored == s
-      if alg == FIXED_WINDOW then
-        v = spack('<dd', s, c)
-      elseif alg == SLIDING_WINDOW then
-        v = spack('<ddd', s, c, p)
-      elseif stored >= e then
-        v, inplace = spack('<ddd', s, c, stored), true
-      else
-        e, inplace = e + min(e - now, 60000000), false
-        v = spack('<ddd', s, c, e)
-      end
-      if inplace then
-        redis.call('SETRANGE', keys[d], '0', v)
-      else
-        redis.call('SET', keys[d], v, 'PX', fmt('%d', ceil((e - now) / 1000)))
-      end
+      writeState(keys[d], S[b + 1], S[b + 2], S[b + 3], S[b + 4], S[b + 6], S[b + 5], now)
     end
     return out
   end

@@ -68,3 +68,35 @@ local function clock()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- writeState writes a fixed or sliding window's or a bucket's state s, c,
+-- p (apply.lua's four numbers, with e its end: a window's expiry, the
+-- time a bucket is full again, after now) to key, where stored is what
+-- the key held: a window's start, a bucket's expiry µs (-1: nothing).
+-- A window over the window the key holds is overwritten in place:
+-- SETRANGE keeps the expiry, and its integer reply costs Lua less than
+-- SET's status. A bucket's key keeps its expiry while the bucket is full
+-- again by then, else expires twice as far from now as the time it is
+-- full again (at most a minute more), so that the writes of a busy
+-- bucket keep that, while a bucket hit once expires about as soon as it
+-- is full again. apply.lua and fast.lua write every such key with it,
+-- once per key and call.
+local function writeState(key, alg, s, c, p, e, stored, now)
+  if alg == FIXED_WINDOW or alg == SLIDING_WINDOW then
+    local v
+    if alg == FIXED_WINDOW then
+      v = spack('<dd', s, c)
+    else
+      v = spack('<ddd', s, c, p)
+    end
+    if stored == s then
+      redis.call('SETRANGE', key, '0', v)
+    else
+      redis.call('SET', key, v, 'PX', string.format('%d', ceil((e - now) / 1000)))
+    end
+  elseif stored >= e then
+    redis.call('SETRANGE', key, '0', spack('<ddd', s, c, stored))
+  else
+    local x = e + min(e - now, 60000000)
+    redis.call('SET', key, spack('<ddd', s, c, x), 'PX', string.format('%d', ceil((x - now) / 1000)))
+  end
+end
