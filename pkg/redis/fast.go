@@ -161,7 +161,8 @@ func (c *call) evalshaFast(ctx context.Context, q []*call) *goredis.IntSliceCmd 
 	return c.cmd
 }
 
-// float reads the little-endian float64 at off in rec.
+// float reads the little-endian float64 at off in rec: a check's or a
+// key's record (struct's '<d'), or a stored state (inspect.go).
 func float(rec string, off int) float64 {
 	var u uint64
 	for i := off + 7; i >= off; i-- {

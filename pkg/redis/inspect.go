@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	_ "embed"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"strconv"
@@ -159,7 +158,7 @@ func decodeRecord(b string, l *limits.Limit) (limits.State, error) {
 	f := make([]uint64, 0, 3)
 	var debt uint64
 	for i := 0; i+8 <= len(b); i += 8 {
-		x := math.Float64frombits(binary.LittleEndian.Uint64([]byte(b[i : i+8])))
+		x := float(b, i)
 		if x < 0 && i == 8 && l.Algorithm.Bucketed() && x > -(1<<63) && x == math.Trunc(x) {
 			// A bucket's level below zero is its debt (lib.lua's levelOf).
 			debt, x = uint64(-x), 0
