@@ -161,16 +161,6 @@ func (c *call) evalshaFast(ctx context.Context, q []*call) *goredis.IntSliceCmd 
 	return c.cmd
 }
 
-// float reads the little-endian float64 at off in rec: a check's or a
-// key's record (struct's '<d'), or a stored state (inspect.go).
-func float(rec string, off int) float64 {
-	var u uint64
-	for i := off + 7; i >= off; i-- {
-		u = u<<8 | uint64(rec[i])
-	}
-	return math.Float64frombits(u)
-}
-
 // fastOutcomes turns reply, fast.lua's reply for a batch that fit, into
 // each call's apply.lua reply: every request admitted, every check not
 // over, with the remaining and reset that deciding the requests one

@@ -216,3 +216,14 @@ func appendCheck(spec []byte, c *limits.Check, quotaGroups int) []byte {
 func appendFloat(b []byte, f float64) []byte {
 	return binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
 }
+
+// float reads the little-endian float64 at off in rec: a check's or a
+// key's record (struct's '<d'), or a stored state (inspect.go):
+// appendFloat's inverse.
+func float(rec string, off int) float64 {
+	var u uint64
+	for i := off + 7; i >= off; i-- {
+		u = u<<8 | uint64(rec[i])
+	}
+	return math.Float64frombits(u)
+}
