@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -119,6 +120,8 @@ type Check struct {
 	Hits  uint64
 	// Usage makes the check a usage charge (limits.Check.Usage).
 	Usage bool
+	// Refund makes the check give its hits back (limits.Check.Refund).
+	Refund bool
 }
 
 // Step is one request at At after Epoch, and what it must return.
@@ -141,10 +144,21 @@ type Case struct {
 	Steps []Step
 }
 
-// Run runs every case of Cases, QuotaCases and UsageCases against
-// stores from newStore.
+// Run runs every case of Cases, QuotaCases, UsageCases and RefundCases
+// against stores from newStore.
 func Run(t *testing.T, newStore Factory) {
-	run(t, slices.Concat(Cases(), QuotaCases(), UsageCases()), newStore)
+	run(t, slices.Concat(Cases(), QuotaCases(), UsageCases(), RefundCases()), newStore)
+}
+
+// RunHoldingOneKey runs the cases of Run that hold as well in a store
+// that keeps one key, evicting the rest to what it remembers of them
+// (memory.Options.MaxKeys 1): all but the refunds of keys that another
+// key evicted, which a store may lose to its eviction (see
+// docs/memory-store.md).
+func RunHoldingOneKey(t *testing.T, newStore Factory) {
+	cases := slices.Concat(Cases(), QuotaCases(), UsageCases(), RefundCases())
+	cases = slices.DeleteFunc(cases, func(c Case) bool { return strings.HasPrefix(c.Name, refundTwoKeys) })
+	run(t, cases, newStore)
 }
 
 // RunGrants runs every case of GrantCases, for stores that lease.
@@ -160,7 +174,7 @@ func run(t *testing.T, cases []Case, newStore Factory) {
 				b := &limits.Batch{QuotaGroups: step.QuotaGroups}
 				for j, c := range step.Checks {
 					key := Key(tt.Name, c.Key, c.Limit)
-					b.Checks = append(b.Checks, limits.Check{Key: key, Limit: c.Limit, Hits: c.Hits, Usage: c.Usage})
+					b.Checks = append(b.Checks, limits.Check{Key: key, Limit: c.Limit, Hits: c.Hits, Usage: c.Usage, Refund: c.Refund})
 					if j < len(step.Extra) {
 						b.Checks[j].Extra = step.Extra[j]
 					}

@@ -68,6 +68,9 @@ func metadata(req *limits.Request, d *limits.Decision) *structpb.Struct {
 		if d.HasHits {
 			f["hitsAddend"] = structpb.NewNumberValue(float64(d.Hits))
 		}
+		if d.Negative {
+			f["isNegativeHits"] = structpb.NewBoolValue(true)
+		}
 		descs = append(descs, structpb.NewStructValue(&structpb.Struct{Fields: f}))
 	}
 	f := map[string]*structpb.Value{

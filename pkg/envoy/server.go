@@ -168,6 +168,7 @@ func (w *work) fill(req *rlsv3.RateLimitRequest) {
 		if h := d.GetHitsAddend(); h != nil {
 			desc.Hits, desc.HasHits = h.GetValue(), true
 		}
+		desc.Negative = d.GetIsNegativeHits()
 		w.descs = append(w.descs, desc)
 	}
 	// Point overrides at their final slots only now that w.over stops

@@ -383,6 +383,8 @@ func (w *work) descriptor(msg string) error {
 			var err error
 			desc.Hits, err = uint64Value(r.bytes(), desc.Hits)
 			r.fail(within("hits_addend", err))
+		case key(4, varintField):
+			desc.Negative = r.varint() != 0
 		default:
 			r.skip()
 		}

@@ -29,7 +29,10 @@ func seedRequests() []*rlsv3.RateLimitRequest {
 	hits.HitsAddend = wrapperspb.UInt64(0)
 	big := d("user", "u2")
 	big.HitsAddend = wrapperspb.UInt64(1 << 40)
+	refund := d("user", "u3")
+	refund.HitsAddend, refund.IsNegativeHits = wrapperspb.UInt64(5), true
 	return []*rlsv3.RateLimitRequest{
+		{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{refund, d("user", "u4")}},
 		{},
 		{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{d("generic_key", "global"), d("tenant", "t1"), d("tenant", "t1", "user", "u9")}},
 		{Domain: "edge", HitsAddend: 7, Descriptors: []*rlscommon.RateLimitDescriptor{over, hits, big, d("", ""), {}}},
@@ -102,6 +105,8 @@ func TestWireDecodeMatchesProto(t *testing.T) {
 	desc = protowire.AppendBytes(desc, o1)
 	desc = protowire.AppendTag(desc, 2, protowire.BytesType) // merges into the first
 	desc = protowire.AppendBytes(desc, o2)
+	desc = protowire.AppendTag(desc, 4, protowire.VarintType) // is_negative_hits: any varint but 0 is true
+	desc = protowire.AppendVarint(desc, 2)
 	b = protowire.AppendTag(b, 2, protowire.BytesType)
 	b = protowire.AppendBytes(b, desc)
 	b = protowire.AppendTag(b, 3, protowire.VarintType)

@@ -26,6 +26,10 @@ type Descriptor struct {
 	// wins over Request.Hits and may be 0, which checks without consuming.
 	Hits    uint64
 	HasHits bool
+	// Negative, Envoy's is_negative_hits, makes the descriptor's hits a
+	// refund: they are given back to its limits (Check.Refund), never
+	// consumed.
+	Negative bool
 }
 
 // Override is a per-request limit sent by Envoy. It counts as a fixed
@@ -440,7 +444,10 @@ func (d *Decision) buildBatch(req *Request, quotaAll bool) {
 			hits = desc.Hits
 		}
 		d.key, _ = AppendKey(d.key[:0], req.Domain, counterEntries(d.Statuses[owner].Rule, desc.Entries, &d.ents), l)
-		c := Check{Key: string(d.key), Limit: l, Hits: hits, Usage: l.Charge.Usage(hits, desc.HasHits)}
+		c := Check{Key: string(d.key), Limit: l, Hits: hits, Refund: desc.Negative}
+		if !c.Refund {
+			c.Usage = l.Charge.Usage(hits, desc.HasHits)
+		}
 		if quota {
 			c.Group = d.group[owner]
 		}
@@ -490,13 +497,17 @@ func (e *Engine) fallback(ctx context.Context, d *Decision, mode FailureMode, er
 		}
 		return true, nil
 	case FailClosed:
+		// Closed refuses requests; a refund refuses nothing, and is lost.
 		for j := range d.batch.Checks {
+			if d.batch.Checks[j].Refund {
+				continue
+			}
 			st := &d.Statuses[d.checkOwner[j]]
 			if st.Limit == nil {
 				st.Code, st.Limit, st.Reset, st.Over = OverLimit, d.batch.Checks[j].Limit, ClosedReset, true
+				d.Code = OverLimit
 			}
 		}
-		d.Code = OverLimit
 		return true, nil
 	case FailLocal:
 		for j := range d.batch.Checks {

@@ -27,6 +27,15 @@ type Check struct {
 	// Outcome.Granted says how many. Stores that do not lease leave it
 	// unanswered (Granted 0).
 	Extra uint64
+	// Refund makes the check give its Hits back to its limit instead of
+	// consuming them (Envoy's is_negative_hits; see Limit.Refund). A
+	// refund is never refused and never all-or-nothing with the rest of
+	// its batch: the store applies every refund of a batch first,
+	// whatever the verdict, then decides the batch as if the refund were
+	// a check of zero hits that is never over, so that its outcome is the
+	// limit's state after it, with Over unset. Stores must never answer a
+	// refund from a cache nor lease it. Usage and Extra are unset.
+	Refund bool
 	// Group, when above 0, makes the check a quota check (quota_mode):
 	// one of the checks of quota group Group, from 1 to
 	// Batch.QuotaGroups, which stands for one descriptor of the request.
@@ -36,8 +45,13 @@ type Check struct {
 }
 
 // Enforced reports whether c alone, if it is over, rejects its batch: it
-// is neither a shadow check nor a quota check.
-func (c *Check) Enforced() bool { return c.Group == 0 && !c.Limit.Shadow }
+// is neither a shadow check, nor a quota check, nor a refund.
+func (c *Check) Enforced() bool { return c.Group == 0 && !c.Limit.Shadow && !c.Refund }
+
+// Charges reports whether c changes its limit's state whatever its
+// batch's verdict: a usage charge or a refund of some hits. Such a check
+// must reach the store that counts it; no cache may answer it.
+func (c *Check) Charges() bool { return (c.Usage || c.Refund) && c.Hits > 0 }
 
 // Batch is every check of one request. The engine fills Checks; the store
 // fills Outcomes (same length and order) and Admitted.
@@ -123,6 +137,14 @@ func (b *Batch) QuotaOver(over func(i int) bool) bool {
 // previews exactly what enforcing it would do, and a quota limit that is
 // over stays where it is); if it is rejected, nothing is consumed.
 // Checks with the same key see each other's hits, in order.
+//
+// Refunds (Check.Refund) come first: each gives its hits back to the
+// state before the batch (Limit.Refund), in order, whatever the batch's
+// verdict; the batch is then decided on the state they leave, each
+// refund as a check of zero hits whose outcome is never Over. Requests
+// decided together may be ordered as the store likes (they were in
+// flight together), so a store that decides several requests at once
+// may apply all their refunds before any of them.
 //
 // Usage checks (Check.Usage) are the exception: each consumes its hits
 // with Limit.EvaluateUsage, admitted or not, over or not, and its outcome

@@ -137,6 +137,13 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 		}
 	}()
 
+	// Refunds first, whatever the verdict (limits.Store).
+	for i := range b.Checks {
+		if c := &b.Checks[i]; c.Refund && c.Hits > 0 {
+			s.refund(hashes[i], c, now)
+		}
+	}
+
 	// Evaluate in order on working copies, so checks that share a key see
 	// each other's hits, then write back if the request is admitted, or
 	// what its usage checks consumed if it is not.
@@ -147,11 +154,16 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 		st, slot := s.lookup(hashes[i], c, b.Checks[:i], next, slots, now)
 		slots = append(slots, slot)
 		var out limits.Outcome
-		var nst limits.State
-		if c.Usage {
+		nst := st
+		switch {
+		case c.Refund:
+			out = refunded(c, st, now)
+		case c.Usage:
 			out, nst = c.Limit.EvaluateUsage(st, now, c.Hits)
-		} else if out, nst = c.Limit.Grant(st, now, c.Hits, c.Extra); out.Over {
-			nst = st
+		default:
+			if out, nst = c.Limit.Grant(st, now, c.Hits, c.Extra); out.Over {
+				nst = st
+			}
 		}
 		if out.Over && c.Enforced() {
 			b.Admitted = false
@@ -186,7 +198,10 @@ func settleRejected(b *limits.Batch, start, next []limits.State, now int64) (cha
 	uses := slices.ContainsFunc(b.Checks, func(c limits.Check) bool { return c.Usage && c.Hits > 0 })
 	for i := range b.Checks {
 		c := &b.Checks[i]
-		if !b.Outcomes[i].Over && !c.Usage {
+		switch {
+		case c.Refund:
+			b.Outcomes[i] = refunded(c, start[i], now)
+		case !b.Outcomes[i].Over && !c.Usage:
 			b.Outcomes[i], _ = c.Limit.Evaluate(start[i], now, 0)
 		}
 		if !uses {
@@ -206,6 +221,42 @@ func settleRejected(b *limits.Batch, start, next []limits.State, now int64) (cha
 		}
 	}
 	return charged
+}
+
+// refunded returns the outcome of refund c on st, the state after every
+// refund of the batch: the limit as it stands, never Over.
+func refunded(c *limits.Check, st limits.State, now int64) limits.Outcome {
+	out, _ := c.Limit.Evaluate(st, now, 0)
+	out.Over = false
+	return out
+}
+
+// refund gives c's hits back to the stored state of its key
+// (limits.Limit.Refund). A key the ghost table remembers gets its
+// remembered state back, less the refund: that state errs only on the
+// strict side, and a refund keeps it so.
+// requires the key's shard locked
+func (s *Store) refund(hash uint64, c *limits.Check, now int64) {
+	sh := &s.shards[s.shardOf(hash)]
+	if j, ok := sh.m[c.Key]; ok {
+		e := &sh.keys[j]
+		if e.st = c.Limit.Refund(e.st, now, c.Hits); e.st.Expire <= now {
+			sh.remove(j)
+		}
+		return
+	}
+	if sh.ghost == nil {
+		return
+	}
+	st, ok := sh.ghost.start(hash, c.Limit, now)
+	if !ok {
+		return
+	}
+	sh.ghostStarts++
+	if st = c.Limit.Refund(st, now, c.Hits); st.Expire > now {
+		sh.makeRoom(weight(c.Key), now)
+		sh.insert(entry{key: c.Key, hash: hash, st: st, lim: c.Limit, used: now})
+	}
 }
 
 // lock locks every shard that checks touch, in ascending order so that
@@ -294,6 +345,9 @@ func consumed(b *limits.Batch, i int) bool {
 		c, out := &b.Checks[j], &b.Outcomes[j]
 		if c.Key != b.Checks[i].Key {
 			continue
+		}
+		if c.Refund {
+			continue // given back before the batch
 		}
 		if (c.Usage && c.Hits > 0) || (b.Admitted && !out.Over && (c.Hits > 0 || out.Granted > 0)) {
 			return true

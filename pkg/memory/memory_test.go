@@ -258,7 +258,7 @@ func TestStoreCasesOneKey(t *testing.T) {
 	newTiny := func(t *testing.T, clk *storetest.Clock) limits.Store {
 		return memory.New(memory.Options{Now: clk.Now, MaxKeys: 1})
 	}
-	storetest.Run(t, newTiny)
+	storetest.RunHoldingOneKey(t, newTiny)
 	storetest.RunGrants(t, newTiny)
 	storetest.RunExact(t, func(t *testing.T, clk *storetest.Clock) []limits.Store {
 		return []limits.Store{newTiny(t, clk)}

@@ -237,8 +237,9 @@ func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string,
 		checks := make([]limits.Check, len(g.idx))
 		for j, i := range g.idx {
 			checks[j] = b.Checks[i]
-			if checks[j].Usage {
-				checks[j].Usage, checks[j].Hits = false, 0
+			if checks[j].Charges() {
+				// A refund too gave its hits back in the reservation.
+				checks[j].Usage, checks[j].Refund, checks[j].Hits = false, false, 0
 				continue
 			}
 			b.Outcomes[i] = limits.Outcome{Unknown: true} // until the report below
@@ -255,7 +256,7 @@ func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string,
 				return err
 			}
 			for j, i := range g.idx {
-				if !b.Checks[i].Usage {
+				if !b.Checks[i].Charges() {
 					b.Outcomes[i] = outs[j]
 				}
 			}

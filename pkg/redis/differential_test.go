@@ -176,10 +176,44 @@ func testDifferentialOf(t *testing.T, opts redis.Options, together, windows bool
 								hits = uint64(rng.IntN(40))
 							}
 						}
-						checks = append(checks, limits.Check{Key: key, Limit: l, Hits: hits, Extra: extra, Group: rng.IntN(quotaGroups + 1), Usage: usage})
+						// A tenth of the others give hits back (Envoy's
+						// is_negative_hits).
+						refund := !usage && !windows && rng.IntN(10) == 0
+						if refund {
+							extra = 0
+							if rng.IntN(3) == 0 {
+								hits = uint64(rng.IntN(40))
+							}
+						}
+						checks = append(checks, limits.Check{Key: key, Limit: l, Hits: hits, Extra: extra, Group: rng.IntN(quotaGroups + 1), Usage: usage, Refund: refund})
 					}
-					want = append(want, applyBatch(t, mem, &limits.Batch{Checks: checks, QuotaGroups: quotaGroups}))
 					got = append(got, &limits.Batch{Checks: checks, QuotaGroups: quotaGroups})
+				}
+				// A call gives back every refund of its requests first
+				// (limits.Store): so does the memory store, before it
+				// decides the requests one by one with their refunds
+				// already given.
+				var refunds []limits.Check
+				for _, b := range got {
+					for _, c := range b.Checks {
+						if c.Refund && requests > 1 {
+							refunds = append(refunds, c)
+						}
+					}
+				}
+				if len(refunds) > 0 {
+					applyBatch(t, mem, &limits.Batch{Checks: refunds})
+				}
+				for _, b := range got {
+					checks := slices.Clone(b.Checks)
+					for j := range checks {
+						if checks[j].Refund && len(refunds) > 0 {
+							checks[j].Hits = 0
+						}
+					}
+					w := applyBatch(t, mem, &limits.Batch{Checks: checks, QuotaGroups: b.QuotaGroups})
+					w.Checks = b.Checks
+					want = append(want, w)
 				}
 				if together {
 					if err := redis.ApplyTogether(t.Context(), s, got); err != nil {
@@ -205,7 +239,7 @@ func describe(checks []limits.Check) string {
 	var sb strings.Builder
 	for _, c := range checks {
 		l := c.Limit
-		fmt.Fprintf(&sb, "\n  %s %d/%v burst %d shadow %v group %d hits %d usage %v", c.Key, l.Requests, l.Window(), l.Burst, l.Shadow, c.Group, c.Hits, c.Usage)
+		fmt.Fprintf(&sb, "\n  %s %d/%v burst %d shadow %v group %d hits %d usage %v refund %v", c.Key, l.Requests, l.Window(), l.Burst, l.Shadow, c.Group, c.Hits, c.Usage, c.Refund)
 	}
 	return sb.String()
 }

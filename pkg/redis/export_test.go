@@ -96,6 +96,16 @@ func ApplyTogether(ctx context.Context, s *Store, bs []*limits.Batch) error {
 		byPipe[p] = append(byPipe[p], q[i])
 	}
 	for _, p := range pipes {
+		// One call, one mode: the pipe joins only calls of one mode, so a
+		// call with refunds marks them all.
+		for _, c := range byPipe[p] {
+			if c.mode != modeApply {
+				for _, o := range byPipe[p] {
+					o.mode = c.mode
+				}
+				break
+			}
+		}
 		p.send(byPipe[p][0], byPipe[p])
 	}
 	var errs []error
@@ -106,6 +116,7 @@ func ApplyTogether(ctx context.Context, s *Store, bs []*limits.Batch) error {
 		err := c.err
 		if err == nil {
 			b.Admitted, err = readApply(c.reply, b.Outcomes, anyExtra(b.Checks, nil))
+			refundsNotOver(b)
 		}
 		errs = append(errs, err)
 		putCall(c)

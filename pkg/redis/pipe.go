@@ -259,7 +259,7 @@ func split(q []*call) bool {
 // replyLen is the length of c's part of an apply.lua reply.
 func (c *call) replyLen() int {
 	per := 3
-	if c.mode == modeReserve {
+	if baseMode(c.mode) == modeReserve {
 		per = 4
 	}
 	return replyLen(c.checks, per, c.grants)

@@ -46,7 +46,8 @@ func prelude() string {
 	fmt.Fprintf(&b, "local MODE_APPLY, MODE_RESERVE, MODE_REPORT, MODE_FAST = '%s', '%s', '%s', '%s'\n", modeApply, modeReserve, modeReport, modeFast)
 	fmt.Fprintf(&b, "local FASTSPEC, FASTREC, FAST_FITS = '%s', %d, %d\n", fastSpec, fastSize, fastFits)
 	fmt.Fprintf(&b, "local SPEC, CHECK = '%s', %d\n", checkSpec, checkSize)
-	fmt.Fprintf(&b, "local CHECK_ENFORCED, CHECK_SHADOW, CHECK_QUOTA, CHECK_USAGE = %d, %d, %d, %d\n", checkEnforced, checkShadow, checkQuota, checkUsage)
+	fmt.Fprintf(&b, "local CHECK_ENFORCED, CHECK_SHADOW, CHECK_QUOTA, CHECK_REFUND, CHECK_USAGE = %d, %d, %d, %d, %d\n", checkEnforced, checkShadow, checkQuota, checkRefund, checkUsage)
+	fmt.Fprintf(&b, "local REFUNDS, REFUNDS_CHANNEL = '%s', '%s'\n", refundsMark, RefundsChannel)
 	fmt.Fprintf(&b, "local MAXCOUNT = %d\n", limits.MaxCount)
 	return b.String()
 }
@@ -71,6 +72,10 @@ const (
 	checkEnforced = 0 // over rejects the request
 	checkShadow   = 1 // over rejects nothing
 	checkQuota    = 2 // over rejects with every other quota group
+	// checkRefund gives its hits back (limits.Check.Refund) before the
+	// call decides anything, and is then checked for zero hits; over or
+	// not, it rejects nothing. A mode of its own, never with checkUsage.
+	checkRefund = 3
 	// checkUsage is added to a usage charge's mode (limits.Check.Usage):
 	// its hits count whatever the verdict.
 	checkUsage = 4
@@ -99,6 +104,25 @@ func anyExtra(checks []limits.Check, idx []int) bool {
 	return false
 }
 
+// anyRefund reports whether a check of checks idx (nil: all) is a refund
+// of some hits.
+func anyRefund(checks []limits.Check, idx []int) bool {
+	if idx == nil {
+		for i := range checks {
+			if checks[i].Refund && checks[i].Hits > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	for _, i := range idx {
+		if checks[i].Refund && checks[i].Hits > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // apply.lua's modes, its ARGV[2]; the prelude gives them to the scripts
 // as MODE_APPLY, MODE_RESERVE and MODE_REPORT.
 const (
@@ -106,7 +130,22 @@ const (
 	modeReserve = "1" // the same, and return refund receipts (a slot group)
 	modeReport  = "2" // decide, write nothing, report as if rejected
 	modeFast    = "3" // modeApply, by distinct key first (fast.lua)
+
+	// refundsMark, after modeApply or modeReserve, says that the call has
+	// refunds (checkRefund records with hits), which apply.lua gives back
+	// before anything else. Calls without refunds pay nothing for them.
+	refundsMark = "r"
 )
+
+// RefundsChannel is the Redis Pub/Sub channel on which apply.lua
+// publishes every key it gives hits back to (limits.Check.Refund), as
+// stored, key prefix included: a sidecar's deny cache remembers keys as
+// over, and must forget them when another sidecar's refund makes room
+// (see Store.Refunds).
+const RefundsChannel = "ratelimit-sidecar:refunds"
+
+// baseMode returns mode without refundsMark.
+func baseMode(mode string) string { return strings.TrimSuffix(mode, refundsMark) }
 
 // setArgs sets the KEYS and ARGV of c, a call of apply.lua in mode, for
 // checks idx (nil: all) of checks, whose request has quotaGroups quota
@@ -136,6 +175,9 @@ func (s *Store) setArgs(c *call, checks []limits.Check, idx []int, quotaGroups i
 	c.buf = b
 	for j := range n {
 		c.keys, all = s.cutKeys(c.keys, all, check(j))
+	}
+	if mode != modeReport && anyRefund(checks, idx) {
+		mode += refundsMark
 	}
 	c.now, c.mode, c.spec = now, mode, all
 	c.checks, c.grants = n, anyExtra(checks, idx)
@@ -200,6 +242,9 @@ func appendCheck(spec []byte, c *limits.Check, quotaGroups int) []byte {
 	}
 	if c.Usage && c.Hits > 0 {
 		mode += checkUsage
+	}
+	if c.Refund {
+		mode, quotaGroups, group = checkRefund, 0, 0
 	}
 	spec = append(spec, byte(l.Algorithm), mode)
 	spec = appendFloat(spec, float64(l.Requests))

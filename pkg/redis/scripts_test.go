@@ -96,9 +96,9 @@ func TestScriptModes(t *testing.T) {
 		t.Errorf("modes %q are not distinct", got)
 	}
 	src := regexp.MustCompile(`--[^\n]*`).ReplaceAllString(fastSrc+applySrc, "")
-	uses := regexp.MustCompile(`ARGV\[2\]\s*[=~]=\s*(\S+)`).FindAllStringSubmatch(src, -1)
+	uses := regexp.MustCompile(`callMode\s*[=~]=\s*(\S+)`).FindAllStringSubmatch(src, -1)
 	if len(uses) == 0 {
-		t.Fatal("apply.lua never compares ARGV[2]: the test no longer finds the mode")
+		t.Fatal("apply.lua never compares callMode (ARGV[2]): the test no longer finds the mode")
 	}
 	for _, m := range uses {
 		if !strings.HasPrefix(m[1], "MODE_") {

@@ -114,6 +114,25 @@ func (s *Store) Close() error {
 // An error may leave hits consumed: a script that timed out on the client
 // may still have run. That under-admits; it never over-admits.
 func (s *Store) Apply(ctx context.Context, b *limits.Batch) error {
+	err := s.apply(ctx, b)
+	if err == nil {
+		refundsNotOver(b)
+	}
+	return err
+}
+
+// refundsNotOver clears Over on b's refunds, which apply.lua checks for
+// zero hits after giving them back: a refund is never refused
+// (limits.Check.Refund), even where its limit has nothing left.
+func refundsNotOver(b *limits.Batch) {
+	for i := range b.Checks {
+		if b.Checks[i].Refund {
+			b.Outcomes[i].Over = false
+		}
+	}
+}
+
+func (s *Store) apply(ctx context.Context, b *limits.Batch) error {
 	n := len(b.Checks)
 	b.SizeOutcomes()
 	b.Admitted = true

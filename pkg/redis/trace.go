@@ -48,7 +48,7 @@ func (p *pipe) traced(c *call, parent trace.Span) ([]int64, error) {
 	_, span := parent.TracerProvider().Tracer(tracerName).Start(c.ctx, "redis EVALSHA", clientSpan...)
 	f := spanFacts{batch: 1, scripts: 1}
 	c.span = &f
-	keys, mode := len(c.keys), modeNames[c.mode]
+	keys, mode := len(c.keys), modeNames[baseMode(c.mode)]
 	reply, err := p.do(c) // recycles c
 	span.SetAttributes(
 		attribute.String("ratelimit.redis.mode", mode),

@@ -91,8 +91,8 @@
 
 -- now, keys, vals and qfrom come from fast.lua, before this in the
 -- script: vals is set only when fast.lua has read them already.
-local reserve = ARGV[2] == MODE_RESERVE
-local dry = ARGV[2] == MODE_REPORT
+local reserve = callMode == MODE_RESERVE
+local dry = callMode == MODE_REPORT
 local match, sub = string.match, string.sub
 local sbyte = string.byte
 
@@ -106,12 +106,145 @@ local sbyte = string.byte
 -- every read comes before the first write.
 local qto = #ARGV
 local split = #keys == 0
-if vals then
-  -- Read by fast.lua.
-elseif split then
+if split and not vals then
   qto = 3 + tonumber(ARGV[3])
   qfrom = 4
   keys = {unpack(ARGV, qto + 1)}
+end
+
+-- Refunds (CHECK_REFUND records: Envoy's is_negative_hits) are given
+-- back first, to the stored state, in order, whatever any request's
+-- verdict (limits.Store): the requests of a call were in flight
+-- together, so any order of them is one they could have had. Each
+-- mirrors limits.Limit.Refund, and tells the sidecars' deny caches of
+-- the key (PUBLISH on REFUNDS_CHANNEL, a constant of scripts.go). The
+-- checks are then decided as usual, a refund as a check of zero hits
+-- that rejects nothing. Reads here come before any read of the batch,
+-- so the batch sees what the refunds left. Only a call marked REFUNDS
+-- has any, so the others pay nothing for this.
+if refunds then
+  local match = string.match
+  local function wipe(key)
+    redis.call('DEL', key)
+  end
+  local k = 1
+  for q = qfrom, qto do
+    local spec = ARGV[q]
+    for i = 1, #spec / CHECK do
+      local alg, mode, req, w, tick, burst, hits = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
+      local key = keys[k]
+      if mode == CHECK_REFUND and hits > 0 and req > 0 then
+        local start = now - now % w
+        if alg == SLIDING_LOG then
+          -- The newest live entries worth hits go; the one that
+          -- straddles them is cut down, under its own seq.
+          local key2, left, gone = keys[k + 1], hits, 0
+          local lo, top = now - w, nil
+          while left > 0 do
+            local page = redis.call('ZRANGE', key, '+inf', '(' .. str(lo), 'BYSCORE', 'REV', 'LIMIT', 0, 32, 'WITHSCORES')
+            if #page == 0 then
+              break
+            end
+            for x = 1, #page, 2 do
+              local m = page[x]
+              local seq, h = match(m, '^(%d+):(%d+)$')
+              h = tonumber(h)
+              redis.call('ZREM', key, m)
+              if h > left then
+                redis.call('ZADD', key, page[x + 1], seq .. ':' .. str(h - left))
+                gone, left = gone + left, 0
+                break
+              end
+              gone, left = gone + h, left - h
+              if left == 0 then
+                break
+              end
+            end
+          end
+          local v = redis.call('MGET', key2)[1]
+          if gone > 0 and v and #v == 24 then
+            -- The sidecar's count loses what went, and its greatest
+            -- score is the newest entry left's.
+            local c, seq = sunpack('<ddd', v)
+            local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+            top = tonumber(last[2] or '0')
+            redis.call('SET', key2, spack('<ddd', max(0, c - gone), seq, top), 'PX', str(max(1, ceil((top + w - now) / 1000))))
+          end
+        else
+          local v = redis.call('MGET', key)[1]
+          if not v then
+            -- Nothing counted: nothing to give back.
+          elseif alg == FIXED_WINDOW then
+            if #v == 16 then
+              local s, c = sunpack('<dd', v)
+              if s == start and c > hits then
+                redis.call('SETRANGE', key, '0', spack('<dd', s, c - hits))
+              elseif s == start then
+                wipe(key)
+              end
+            end
+          elseif alg == SLIDING_WINDOW then
+            if #v == 24 then
+              local s, c, p = sunpack('<ddd', v)
+              local cur, prev = c, p
+              if s == start - w then
+                cur, prev = 0, c
+              elseif s ~= start then
+                cur, prev = 0, 0
+              end
+              local back = min(cur, hits)
+              cur = cur - back
+              prev = max(0, prev - (hits - back))
+              if cur == 0 and prev == 0 then
+                wipe(key)
+              elseif s == start then
+                redis.call('SETRANGE', key, '0', spack('<ddd', start, cur, prev))
+              else
+                redis.call('SET', key, spack('<ddd', start, cur, prev), 'PX', string.format('%d', ceil((start + 2 * w - now) / 1000)))
+              end
+            end
+          elseif #v == 24 then
+            -- A bucket: its backlog drained to now, less hits, down to
+            -- none (full again).
+            local wt = w / tick
+            local t = (now - now % tick) / tick
+            local cap = burst * wt
+            local s, c, x = sunpack('<ddd', v)
+            local backlog = backlogOf(alg, c, cap)
+            if t > s then
+              local elapsed = t - s
+              if elapsed >= ceil(backlog / req) then
+                backlog = 0
+              else
+                backlog = backlog - elapsed * req
+              end
+            end
+            if x <= now or hits >= ceil(backlog / wt) then
+              wipe(key)
+            else
+              backlog = backlog - hits * wt
+              local level = backlog
+              if alg == TOKEN_BUCKET or backlog > cap then
+                level = cap - backlog
+              end
+              writeState(key, alg, t, level, 0, t * tick + ceil(backlog / req) * tick, x, now)
+            end
+          end
+        end
+        redis.call('PUBLISH', REFUNDS_CHANNEL, key)
+      end
+      if alg == SLIDING_LOG then
+        k = k + 2
+      else
+        k = k + 1
+      end
+    end
+  end
+end
+
+if vals then
+  -- Read by fast.lua.
+elseif split then
   vals = {}
 else
   vals = redis.call('MGET', unpack(keys))
@@ -214,6 +347,10 @@ for q = qfrom, qto do
       -- request has a usage charge.
       if pass == 1 or uses or reply[r + 1] == 0 then
         local alg, mode, req, w, tick, burst, hits, extra, group, groups = sunpack(SPEC, spec, (ii - 1) * CHECK + 1)
+        if mode == CHECK_REFUND then
+          -- Given back above: checked now for zero hits.
+          hits = 0
+        end
         -- mode >= CHECK_USAGE marks a usage charge (it is tested where it
         -- matters rather than decoded up front: every instruction here
         -- runs for every check).

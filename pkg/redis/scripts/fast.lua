@@ -31,7 +31,13 @@
 
 local now = clock()
 local keys, vals, qfrom = KEYS, nil, 3
-if ARGV[2] == MODE_FAST then
+-- callMode is ARGV[2] without the REFUNDS mark that a call with refunds
+-- (CHECK_REFUND records) carries: apply.lua gives them back first.
+local callMode, refunds = ARGV[2], false
+if #callMode > 1 and string.sub(callMode, -1) == REFUNDS then
+  callMode, refunds = string.sub(callMode, 1, -2), true
+end
+if callMode == MODE_FAST then
   vals = redis.call('MGET', unpack(keys))
   local F, n = ARGV[3], #keys
   -- out: the reply. S: per key, from b = 6 * (d - 1), its algorithm, the
