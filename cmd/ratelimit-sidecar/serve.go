@@ -448,6 +448,12 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 		s.certs.watch(gctx)
 		return nil
 	})
+	if follow := s.st.follow; follow != nil {
+		g.Go(func() error {
+			follow(gctx)
+			return nil
+		})
+	}
 	g.Go(func() error {
 		for {
 			select {

@@ -142,6 +142,15 @@ type sidecarStore struct {
 	// if it keeps none.
 	refusals       refusals
 	refusalChanged <-chan struct{}
+	// follow, if set, runs until its context ends: it keeps the deny
+	// cache told of refunds that other sidecars send.
+	follow func(context.Context)
+}
+
+// refundNotices is a shared store that tells of refunds that any
+// sidecar sends: redis.Lazy.
+type refundNotices interface {
+	Refunds(ctx context.Context, forget func(key string), lost func())
 }
 
 // refused returns the error of Redis refusing the sidecar's
@@ -219,6 +228,12 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 		s.deny = store.NewDenyCache(s.shared, store.DenyCacheOptions{MaxEntries: c.denyCacheEntries})
 		s.Store = s.deny
 		m.DenyCache(s.deny)
+		if r, ok := o.Store.(refundNotices); ok {
+			deny := s.deny
+			s.follow = func(ctx context.Context) {
+				r.Refunds(ctx, func(key string) { deny.Forget(key) }, deny.Clear)
+			}
+		}
 	}
 	// Leased limits (lease: N) admit from local leases before anything
 	// else; only a shared store can grant them. At shutdown, the hits

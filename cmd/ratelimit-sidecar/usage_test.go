@@ -71,11 +71,14 @@ type usageDesc struct {
 	key, value string
 	hits       uint64
 	own        bool
+	neg        bool // is_negative_hits: a refund
 }
 
 // charge is a descriptor carrying its own hits_addend n, as Envoy sends
 // both the request-time check (n = 0) and the stream-end charge.
-func charge(key, value string, n uint64) usageDesc { return usageDesc{key, value, n, true} }
+func charge(key, value string, n uint64) usageDesc {
+	return usageDesc{key: key, value: value, hits: n, own: true}
+}
 
 // call sends one ShouldRateLimit of domain llm with descs.
 func (s *sidecar) call(t *testing.T, descs ...usageDesc) *rlsv3.RateLimitResponse {
@@ -86,6 +89,7 @@ func (s *sidecar) call(t *testing.T, descs ...usageDesc) *rlsv3.RateLimitRespons
 		if d.own {
 			rd.HitsAddend = wrapperspb.UInt64(d.hits)
 		}
+		rd.IsNegativeHits = d.neg
 		req.Descriptors = append(req.Descriptors, rd)
 	}
 	resp, err := s.rls.ShouldRateLimit(context.Background(), req)

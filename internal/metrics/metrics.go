@@ -60,6 +60,7 @@ type Metrics struct {
 
 	ruleHits, ruleOver, ruleNear, ruleWithin, ruleShadow *prometheus.CounterVec
 	ruleUsage, ruleUsageOver, ruleUsageLost              *prometheus.CounterVec
+	ruleRefund, ruleRefundLost                           *prometheus.CounterVec
 
 	decisions *prometheus.CounterVec
 	// decided holds decisions' children for each result, looked up once
@@ -109,6 +110,9 @@ type ruleCounters struct {
 	// usage charges (limits.Check.Usage): counted, counted past the
 	// limit, and not counted at all (a failure mode other than local).
 	usage, usageOver, usageLost prometheus.Counter
+	// refunds (limits.Check.Refund): hits given back, and those that no
+	// store gave back.
+	refund, refundLost prometheus.Counter
 }
 
 // valueCounters are the counters of one limit of a rule whose metric name
@@ -168,17 +172,19 @@ func New(b Build, nearRatio float64, maxValues int) *Metrics {
 	}
 	latency := []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .02, .05, .1}
 	m := &Metrics{
-		Registry:      reg,
-		nearRatio:     nearRatio,
-		ruleHits:      counter("rule_hits_total", "Hits checked against a rule's limit.", ruleLabels...),
-		ruleOver:      counter("rule_over_limit_total", "Hits a rule's enforced limit rejected.", ruleLabels...),
-		ruleNear:      counter("rule_near_limit_total", "Admitted hits past the near-limit ratio of a rule's limit.", ruleLabels...),
-		ruleWithin:    counter("rule_within_limit_total", "Hits a rule's limit admitted and consumed.", ruleLabels...),
-		ruleUsage:     counter("rule_usage_total", "Hits of usage charges (a descriptor's own hits_addend, or charge: usage) a rule's limit counted, over or not; not in within_limit or over_limit.", ruleLabels...),
-		ruleUsageOver: counter("rule_usage_over_total", "Hits of usage charges that did not fit in what a rule's limit had left, counted all the same as debt.", ruleLabels...),
-		ruleUsageLost: counter("rule_usage_lost_total", "Hits of usage charges that no store counted: the store could not decide and the failure mode was not local.", ruleLabels...),
-		ruleShadow:    counter("rule_shadow_mode_total", "Hits over a shadow-mode limit (admitted anyway).", ruleLabels...),
-		decisions:     counter("decisions_total", "Decisions by result: ok, over_limit, invalid (bad request) or error (no decision).", "result"),
+		Registry:       reg,
+		nearRatio:      nearRatio,
+		ruleHits:       counter("rule_hits_total", "Hits checked against a rule's limit.", ruleLabels...),
+		ruleOver:       counter("rule_over_limit_total", "Hits a rule's enforced limit rejected.", ruleLabels...),
+		ruleNear:       counter("rule_near_limit_total", "Admitted hits past the near-limit ratio of a rule's limit.", ruleLabels...),
+		ruleWithin:     counter("rule_within_limit_total", "Hits a rule's limit admitted and consumed.", ruleLabels...),
+		ruleUsage:      counter("rule_usage_total", "Hits of usage charges (a descriptor's own hits_addend, or charge: usage) a rule's limit counted, over or not; not in within_limit or over_limit.", ruleLabels...),
+		ruleUsageOver:  counter("rule_usage_over_total", "Hits of usage charges that did not fit in what a rule's limit had left, counted all the same as debt.", ruleLabels...),
+		ruleUsageLost:  counter("rule_usage_lost_total", "Hits of usage charges that no store counted: the store could not decide and the failure mode was not local.", ruleLabels...),
+		ruleRefund:     counter("rule_refund_total", "Hits given back to a rule's limit (Envoy's is_negative_hits): never rejected, and not in hits, within_limit or over_limit.", ruleLabels...),
+		ruleRefundLost: counter("rule_refund_lost_total", "Hits of refunds that no store gave back: the store could not decide and the failure mode was not local.", ruleLabels...),
+		ruleShadow:     counter("rule_shadow_mode_total", "Hits over a shadow-mode limit (admitted anyway).", ruleLabels...),
+		decisions:      counter("decisions_total", "Decisions by result: ok, over_limit, invalid (bad request) or error (no decision).", "result"),
 		decisionSeconds: func() prometheus.Histogram {
 			h := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "decision_duration_seconds", Help: "Time to decide one request, store included.", Buckets: latency})
 			reg.MustRegister(h)
@@ -266,6 +272,14 @@ func (m *Metrics) Observe(req *limits.Request, d *limits.Decision, took time.Dur
 			counted = owner
 		}
 		hits := float64(c.Hits)
+		if c.Refund {
+			if decided {
+				rc.refund.Add(hits)
+			} else {
+				rc.refundLost.Add(hits)
+			}
+			continue
+		}
 		rc.hits.Add(hits)
 		usage := c.Usage && c.Hits > 0
 		if usage && !decided {
@@ -397,14 +411,16 @@ func (m *Metrics) admit(vc *valueCounters, name []byte, r *limits.Rule) (*ruleCo
 func (m *Metrics) ruleCounters(domain, name, alg, window string) *ruleCounters {
 	labels := []string{domain, name, alg, window}
 	return &ruleCounters{
-		hits:      m.ruleHits.WithLabelValues(labels...),
-		over:      m.ruleOver.WithLabelValues(labels...),
-		near:      m.ruleNear.WithLabelValues(labels...),
-		within:    m.ruleWithin.WithLabelValues(labels...),
-		usage:     m.ruleUsage.WithLabelValues(labels...),
-		usageOver: m.ruleUsageOver.WithLabelValues(labels...),
-		usageLost: m.ruleUsageLost.WithLabelValues(labels...),
-		shadow:    m.ruleShadow.WithLabelValues(labels...),
+		hits:       m.ruleHits.WithLabelValues(labels...),
+		over:       m.ruleOver.WithLabelValues(labels...),
+		near:       m.ruleNear.WithLabelValues(labels...),
+		within:     m.ruleWithin.WithLabelValues(labels...),
+		usage:      m.ruleUsage.WithLabelValues(labels...),
+		usageOver:  m.ruleUsageOver.WithLabelValues(labels...),
+		usageLost:  m.ruleUsageLost.WithLabelValues(labels...),
+		refund:     m.ruleRefund.WithLabelValues(labels...),
+		refundLost: m.ruleRefundLost.WithLabelValues(labels...),
+		shadow:     m.ruleShadow.WithLabelValues(labels...),
 	}
 }
 

@@ -159,6 +159,10 @@ func (r *Log) Rejected(req *limits.Request, d *limits.Decision) {
 		zap.Array("over", overField{req, d, r.values}),
 		zap.String("decided_by", r.decidedBy(d)),
 	}
+	if refunded(d) {
+		// The request's refunds were given back all the same.
+		fields = append(fields, zap.Array("refunded", refundedField{d}))
+	}
 	if d.StoreErr != nil {
 		fields = append(fields, zap.NamedError("store_error", d.StoreErr))
 	}
@@ -212,6 +216,45 @@ func (f descriptorsField) MarshalLogArray(enc zapcore.ArrayEncoder) error {
 	for i := range f.req.Descriptors {
 		enc.AppendString(f.values.Descriptor(f.req.Descriptors[i].Entries))
 	}
+	return nil
+}
+
+// refunded reports whether d has a refund of some hits
+// (limits.Check.Refund).
+func refunded(d *limits.Decision) bool {
+	for _, c := range d.Checks() {
+		if c.Refund && c.Hits > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// refundedField is the descriptors of a decision that gave hits back:
+// their index and the hits, once per descriptor.
+type refundedField struct{ d *limits.Decision }
+
+func (f refundedField) MarshalLogArray(enc zapcore.ArrayEncoder) error {
+	last := -1
+	for j, c := range f.d.Checks() {
+		if i := f.d.Descriptor(j); c.Refund && c.Hits > 0 && i != last {
+			last = i
+			if err := enc.AppendObject(refundedDescriptor{i, c.Hits}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+type refundedDescriptor struct {
+	i    int
+	hits uint64
+}
+
+func (r refundedDescriptor) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	enc.AddInt("descriptor", r.i)
+	enc.AddUint64("hits", r.hits)
 	return nil
 }
 

@@ -46,6 +46,8 @@ type Lazy struct {
 	// notConnected is what calls return until connected: ErrNotConnected
 	// with the last attempt's error.
 	notConnected atomic.Pointer[notConnectedError]
+	// connected is closed once store is set.
+	connected chan struct{}
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -66,7 +68,7 @@ func Connect(ctx context.Context, o Options, lo LazyOptions) (*Lazy, error) {
 	if lo.Retry <= 0 {
 		lo.Retry = time.Second
 	}
-	l := &Lazy{opts: o, lazy: lo, watch: newWatch(lo.OnConfigError)}
+	l := &Lazy{opts: o, lazy: lo, watch: newWatch(lo.OnConfigError), connected: make(chan struct{})}
 	l.opts.watch = l.watch
 	err := l.connect(ctx, lo.Wait)
 	switch {
@@ -191,6 +193,7 @@ func (l *Lazy) connect(ctx context.Context, wait time.Duration) error {
 		return err
 	}
 	l.store.Store(s)
+	close(l.connected)
 	if l.watch.n.Load() != 0 {
 		_ = s.Probe(ctx)
 	}

@@ -74,9 +74,19 @@ type DenyCacheOptions struct {
 // evict live entries; it does not record the new one (see Dropped),
 // which then only costs that key its usual round trip.
 //
-// The cache trusts that nothing but requests changes the store's
-// counters, and only by adding hits: after a FLUSHALL or a change of key
-// prefix, call Clear. On a Redis Cluster that is not quite so: a request
+// A refund (limits.Check.Refund) takes hits away, and makes room that a
+// remembered verdict would hide (the trap of a refund invisible to a
+// local cache, where every replica says over until the window ends). A
+// batch with a refund of some hits always goes to the store, and the
+// cache then forgets the refunded keys; refunds that other sidecars send
+// reach it through Forget (the Redis store publishes every refunded key:
+// see redis.Store.Refunds). A call that started before a Forget of a
+// key of its shard records nothing there, since it may have read the key
+// before the refund.
+//
+// Apart from refunds, the cache trusts that nothing but requests changes
+// the store's counters, and only by adding hits: after a FLUSHALL or a
+// change of key prefix, call Clear. On a Redis Cluster that is not quite so: a request
 // across hash slots reserves hits and refunds them if another slot
 // rejects it, and a check rejected because of hits that are then
 // refunded stays over in the cache until its Reset. The store's
@@ -90,6 +100,7 @@ type DenyCache struct {
 	max  int64
 
 	gen      atomic.Uint64 // bumped by Clear, so calls that started before it record nothing
+	forgets  atomic.Uint64 // bumped by every Forget; see denyShard.forgot
 	n        atomic.Int64  // entries in all shards
 	answered atomic.Uint64
 	dropped  atomic.Uint64
@@ -105,7 +116,11 @@ type denyShard struct {
 	// has room. Both guarded by mu.
 	soonest   time.Time
 	nextSweep time.Time
-	_         [64]byte // keep hot shards' locks off each other's cache lines
+	// forgot is DenyCache.forgets as of the last Forget of a key of the
+	// shard: a call that started before it may have read the key before
+	// its refund, so records nothing in the shard. Guarded by mu.
+	forgot uint64
+	_      [64]byte // keep hot shards' locks off each other's cache lines
 }
 
 // denyEntry says: until until, a check of this key against a limit with
@@ -153,12 +168,37 @@ func (c *DenyCache) Apply(ctx context.Context, b *limits.Batch) error {
 		b.DecidedBy = DecidedByDenyCache
 		return nil
 	}
-	gen := c.gen.Load()
+	gen, forgets := c.gen.Load(), c.forgets.Load()
 	if err := c.next.Apply(ctx, b); err != nil {
 		return err
 	}
-	c.record(b, now, gen)
+	c.record(b, now, gen, forgets)
+	for i := range b.Checks {
+		if ch := &b.Checks[i]; ch.Refund && ch.Hits > 0 {
+			c.Forget(ch.Key)
+		}
+	}
 	return nil
+}
+
+// Forget drops what the cache remembers of key and reports whether it
+// held an entry (expired or not). Call it when the key's counter went
+// down in the store: a refund (limits.Check.Refund), or a reset. Calls to
+// the store under way when Forget runs record nothing in the key's shard,
+// so none can put back, as they read it, what the refund or reset undid.
+// Safe for concurrent use.
+func (c *DenyCache) Forget(key string) bool {
+	n := c.forgets.Add(1)
+	sh := c.shards.of(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.forgot = n
+	if _, ok := sh.m[key]; !ok {
+		return false
+	}
+	delete(sh.m, key)
+	c.n.Add(-1)
+	return true
 }
 
 // deny fills b's outcomes from the cache and reports whether it rejects
@@ -171,7 +211,7 @@ func (c *DenyCache) deny(b *limits.Batch, now time.Time) bool {
 	for i := range b.Checks {
 		ch := &b.Checks[i]
 		b.Outcomes[i] = limits.Outcome{Unknown: true}
-		if ch.Limit.Shadow {
+		if ch.Limit.Shadow || ch.Refund {
 			continue
 		}
 		if until, ok := c.lookup(ch, now); ok {
@@ -207,9 +247,10 @@ func (c *DenyCache) lookup(ch *limits.Check, now time.Time) (time.Time, bool) {
 }
 
 // record enters every check of b, but shadow checks, that the store
-// found over, as of now, the time read before calling the store. A quota
-// check is over whether or not its batch was admitted.
-func (c *DenyCache) record(b *limits.Batch, now time.Time, gen uint64) {
+// found over, as of now, the time read before calling the store, unless
+// Clear or a Forget in its shard came since gen and forgets were read. A
+// quota check is over whether or not its batch was admitted.
+func (c *DenyCache) record(b *limits.Batch, now time.Time, gen, forgets uint64) {
 	for i := range min(len(b.Checks), len(b.Outcomes)) {
 		ch, out := &b.Checks[i], &b.Outcomes[i]
 		// A check whose key an earlier check of the batch shares may be
@@ -224,15 +265,16 @@ func (c *DenyCache) record(b *limits.Batch, now time.Time, gen uint64) {
 		if !now.Before(until) {
 			continue
 		}
-		c.insert(ch, until, now, gen)
+		c.insert(ch, until, now, gen, forgets)
 	}
 }
 
-// charges reports whether a check of cs is a usage charge with hits:
-// those must reach the store, which counts them whatever the verdict.
+// charges reports whether a check of cs is a usage charge or a refund
+// with hits (limits.Check.Charges): those must reach the store, which
+// counts them whatever the verdict.
 func charges(cs []limits.Check) bool {
 	for i := range cs {
-		if cs[i].Usage && cs[i].Hits > 0 {
+		if cs[i].Charges() {
 			return true
 		}
 	}
@@ -248,7 +290,7 @@ func sharesEarlierKey(cs []limits.Check, i int) bool {
 	return false
 }
 
-func (c *DenyCache) insert(ch *limits.Check, until, now time.Time, gen uint64) {
+func (c *DenyCache) insert(ch *limits.Check, until, now time.Time, gen, forgets uint64) {
 	l := ch.Limit
 	e := denyEntry{limit: l, probe: max(ch.Hits, 1), until: until}
 	if ch.Usage {
@@ -259,8 +301,8 @@ func (c *DenyCache) insert(ch *limits.Check, until, now time.Time, gen uint64) {
 	sh := c.shards.of(ch.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if c.gen.Load() != gen {
-		return // Clear ran since the store was called
+	if c.gen.Load() != gen || sh.forgot > forgets {
+		return // Clear, or a refund in the shard, came since the store was called
 	}
 	if old, ok := sh.m[ch.Key]; ok {
 		// Both are true; keep the old one only if it says more: it covers

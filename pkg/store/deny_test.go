@@ -683,7 +683,7 @@ func TestDenyCacheAllocs(t *testing.T) {
 
 	pass := NewDenyCache(admitAll{}, DenyCacheOptions{})
 	// Make the cache non-empty, so the pass-through path looks keys up.
-	pass.insert(&over.Checks[1], storetest.Epoch.Add(time.Hour), storetest.Epoch, 0)
+	pass.insert(&over.Checks[1], storetest.Epoch.Add(time.Hour), storetest.Epoch, 0, 0)
 	b := batchOf(chk{"a", fw1s, 1}, chk{"b", fw1s, 1})
 	b.Outcomes = make([]limits.Outcome, 0, 2)
 	if n := testing.AllocsPerRun(100, func() { _ = pass.Apply(context.Background(), b) }); n != 0 {
@@ -726,7 +726,7 @@ func BenchmarkDenyCache(b *testing.B) {
 		c := NewDenyCache(admitAll{}, DenyCacheOptions{Now: now})
 		for i := range 1000 {
 			key := storetest.Key("deny", fmt.Sprint("over", i), fw1h)
-			c.insert(&limits.Check{Key: key, Limit: fw1h, Hits: 1}, storetest.Epoch.Add(time.Hour), storetest.Epoch, 0)
+			c.insert(&limits.Check{Key: key, Limit: fw1h, Hits: 1}, storetest.Epoch.Add(time.Hour), storetest.Epoch, 0, 0)
 		}
 		return c
 	}
@@ -776,4 +776,79 @@ func BenchmarkDenyCache(b *testing.B) {
 			}
 		})
 	})
+}
+
+// TestDenyCacheRefunds: a refund (limits.Check.Refund) of a key the
+// cache holds as over goes to the store, and the cache forgets the key,
+// so the next request is decided by the store, which admits it; a
+// refund a Forget reports (another sidecar's) does the same.
+func TestDenyCacheRefunds(t *testing.T) {
+	fw2 := mustLimit(t, limits.FixedWindow, 2, limits.UnitHour, 0)
+	c, sp, clk := newCache(DenyCacheOptions{}, 0)
+	refund := func(hits uint64) *limits.Batch {
+		b := batchOf(chk{"k", fw2, hits})
+		b.Checks[0].Refund = true
+		return b
+	}
+	runSteps(t, c, sp, clk, []step{
+		{give: []chk{{"k", fw2, 2}}, wantAdmitted: true},
+		{give: []chk{{"k", fw2, 1}}, want: []limits.Outcome{over(0, time.Hour)}},
+		{give: []chk{{"k", fw2, 1}}, wantLocal: true},
+	})
+	calls := sp.calls.Load()
+	b := refund(1)
+	if err := c.Apply(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if sp.calls.Load() != calls+1 || !b.Admitted || b.Outcomes[0] != ok(1, time.Hour) {
+		t.Fatalf("refund: store calls %d, outcome %+v, admitted %v; want it sent to the store, admitted, OK with 1 left", sp.calls.Load()-calls, b.Outcomes, b.Admitted)
+	}
+	for i, wantAdmitted := range []bool{true, false} {
+		b := batchOf(chk{"k", fw2, 1})
+		if err := c.Apply(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+		if b.Admitted != wantAdmitted {
+			t.Errorf("request %d after the refund: admitted %v, want %v", i, b.Admitted, wantAdmitted)
+		}
+	}
+	// Another sidecar's refund, told by Forget, on the store behind the
+	// cache's back.
+	other := refund(1)
+	if err := sp.next.Apply(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Forget(other.Checks[0].Key) {
+		t.Fatal("Forget found no entry for the key the cache held as over")
+	}
+	b = batchOf(chk{"k", fw2, 1})
+	if err := c.Apply(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if !b.Admitted {
+		t.Errorf("after another sidecar's refund: %+v, want admitted by the store", b.Outcomes)
+	}
+}
+
+// TestDenyCacheForgetDuringCall: a call under way when a refund is told
+// (Forget) may have read the key before the refund: it records nothing
+// in the key's shard.
+func TestDenyCacheForgetDuringCall(t *testing.T) {
+	fw1 := mustLimit(t, limits.FixedWindow, 1, limits.UnitHour, 0)
+	c, sp, _ := newCache(DenyCacheOptions{}, 0)
+	if err := c.Apply(context.Background(), batchOf(chk{"k", fw1, 1})); err != nil {
+		t.Fatal(err)
+	}
+	key := storetest.Key("deny", "k", fw1)
+	sp.during = func() { c.Forget(key) }
+	b := batchOf(chk{"k", fw1, 1})
+	if err := c.Apply(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if b.Admitted {
+		t.Fatalf("store admitted the second request: %+v", b)
+	}
+	if got := c.Len(); got != 0 {
+		t.Errorf("Len() = %d, want 0: an answer read before a refund was recorded after it", got)
+	}
 }

@@ -40,23 +40,6 @@ func (c *DenyCache) Entry(key string) (DenyEntry, bool) {
 	return DenyEntry{Limit: e.limit, Probe: e.probe, Until: e.until}, true
 }
 
-// Forget drops what the cache remembers of key and reports whether it
-// held an entry (expired or not). Call it when the key's counter was reset
-// in the store. As with Clear, calls to the store under way when Forget
-// runs record nothing, so none can put back what the reset undid.
-func (c *DenyCache) Forget(key string) bool {
-	c.gen.Add(1)
-	sh := c.shards.of(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if _, ok := sh.m[key]; !ok {
-		return false
-	}
-	delete(sh.m, key)
-	c.n.Add(-1)
-	return true
-}
-
 // LeaseState is what Leases holds of one key: Held hits to admit locally
 // until Until, taken under a limit that counts like Limit.
 type LeaseState struct {

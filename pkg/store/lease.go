@@ -25,6 +25,10 @@ import (
 // a sidecar that stops mid-window leaves no hits unused (for buckets,
 // at most those of its last grant go back; see Release).
 //
+// A refund (limits.Check.Refund) is never leased either: the shared
+// store gives its hits back at once, to the fleet's budget, where every
+// sidecar's next refill finds them.
+//
 // A request is still all-or-nothing: hits taken from a lease for a
 // request that another limit rejects go back to the lease. A usage
 // charge (limits.Check.Usage) is never leased: the shared store counts it
@@ -242,7 +246,7 @@ func (l *Leases) giveBackAll(b *limits.Batch, s *leaseScratch) {
 func (l *Leases) merge(b *limits.Batch, s *leaseScratch, now time.Time, ok bool) {
 	for k, i := range s.subIdx {
 		out := s.sub.Outcomes[k]
-		if c := &b.Checks[i]; c.Usage && c.Hits > 0 && c.Limit.Lease > 0 {
+		if c := &b.Checks[i]; c.Charges() && c.Limit.Lease > 0 {
 			out = l.charged(c, now, out)
 		}
 		if ok && s.refill[i] {
@@ -374,7 +378,8 @@ func (l *Leases) refilled(c *limits.Check, sent time.Time, out limits.Outcome, a
 }
 
 // charged tells the lease of c's key what the store answered to c, a
-// usage charge, and returns the outcome to report. A charge that fit
+// usage charge or a refund, and returns the outcome to report. A refund
+// ends any wait for top-ups. A charge that fit
 // leaves the store out less: the lease reports that, with what it holds,
 // as it reports its own answers. One that went over put the limit in
 // debt until out.Reset from now: the hits the lease holds (counted
@@ -391,6 +396,9 @@ func (l *Leases) charged(c *limits.Check, now time.Time, out limits.Outcome) lim
 		ls.avail = 0
 		ls.dry = now.Add(out.Reset)
 		return out
+	}
+	if c.Refund {
+		ls.dry = time.Time{} // the refund made room: top-ups may go again
 	}
 	ls.shared = out.Remaining
 	out.Remaining += ls.avail
