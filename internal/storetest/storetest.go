@@ -122,6 +122,8 @@ type Check struct {
 	Usage bool
 	// Refund makes the check give its hits back (limits.Check.Refund).
 	Refund bool
+	// Hold names the request (limits.Check.Hold).
+	Hold string
 }
 
 // Step is one request at At after Epoch, and what it must return.
@@ -147,7 +149,7 @@ type Case struct {
 // Run runs every case of Cases, QuotaCases, UsageCases and RefundCases
 // against stores from newStore.
 func Run(t *testing.T, newStore Factory) {
-	run(t, slices.Concat(Cases(), QuotaCases(), UsageCases(), RefundCases()), newStore)
+	run(t, slices.Concat(Cases(), QuotaCases(), UsageCases(), RefundCases(), ConcurrencyCases()), newStore)
 }
 
 // RunHoldingOneKey runs the cases of Run that hold as well in a store
@@ -156,7 +158,7 @@ func Run(t *testing.T, newStore Factory) {
 // key evicted, which a store may lose to its eviction (see
 // docs/memory-store.md).
 func RunHoldingOneKey(t *testing.T, newStore Factory) {
-	cases := slices.Concat(Cases(), QuotaCases(), UsageCases(), RefundCases())
+	cases := slices.Concat(Cases(), QuotaCases(), UsageCases(), RefundCases(), ConcurrencyCases())
 	cases = slices.DeleteFunc(cases, func(c Case) bool { return strings.HasPrefix(c.Name, refundTwoKeys) })
 	run(t, cases, newStore)
 }
@@ -174,7 +176,7 @@ func run(t *testing.T, cases []Case, newStore Factory) {
 				b := &limits.Batch{QuotaGroups: step.QuotaGroups}
 				for j, c := range step.Checks {
 					key := Key(tt.Name, c.Key, c.Limit)
-					b.Checks = append(b.Checks, limits.Check{Key: key, Limit: c.Limit, Hits: c.Hits, Usage: c.Usage, Refund: c.Refund})
+					b.Checks = append(b.Checks, limits.Check{Key: key, Limit: c.Limit, Hits: c.Hits, Usage: c.Usage, Refund: c.Refund, Hold: c.Hold})
 					if j < len(step.Extra) {
 						b.Checks[j].Extra = step.Extra[j]
 					}

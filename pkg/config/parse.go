@@ -467,7 +467,7 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 	if !p.generated {
 		r.Line = n.Line
 	}
-	var keyNode, limitNode, limitsNode, childNode, shareNode *yaml.Node
+	var keyNode, limitNode, limitsNode, childNode, shareNode, holdNode *yaml.Node
 	p.fields(n, path, func(key string, k, v *yaml.Node) {
 		fp := join(path, key)
 		switch key {
@@ -501,6 +501,9 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 			r.Charge = c
 		case "metadata":
 			r.Metadata = p.metadata(v, fp)
+		case "hold_key":
+			holdNode = v
+			r.HoldKey = p.str(v, fp)
 		default:
 			p.errorf(k, fp, "unknown field")
 		}
@@ -525,6 +528,7 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 	if limitsNode != nil && !isNull(limitsNode) {
 		p.limitList(r, limitsNode, join(path, "rate_limits"))
 	}
+	p.checkHold(r, n, holdNode, path)
 	if r.Key != "" {
 		if other := p.sibling(level, r.Key, r.Value); other != nil {
 			p.errorf(n, path, "duplicate descriptor key %q value %q at this level (first at %s)", r.Key, r.Value, where(other))
@@ -534,6 +538,37 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 		}
 	}
 	p.descriptors(domain, &r.Children, childNode, join(path, "descriptors"))
+}
+
+// maxInFlight bounds a concurrency limit's requests_per_unit: every
+// request in flight is a slot that the store keeps, with its hold.
+const maxInFlight = 10000
+
+// checkHold checks a rule's hold_key (holdNode, nil if absent) against
+// its limits: a concurrency limit takes its slots by the request's hold,
+// so it needs one, and nothing else uses it yet. n is the rule's node.
+func (p *parser) checkHold(r *limits.Rule, n, holdNode *yaml.Node, path string) {
+	concurrent := false
+	for _, l := range r.Limits {
+		if l.Algorithm != limits.Concurrency {
+			continue
+		}
+		concurrent = true
+		switch {
+		case l.Requests > maxInFlight:
+			p.errorf(n, path, "a concurrency limit of %d requests in flight; at most %d", l.Requests, maxInFlight)
+		case l.Quota:
+			p.errorf(n, join(path, "quota_mode"), "does not apply to a concurrency limit")
+		case l.Charge == limits.ChargeUsage:
+			p.errorf(n, join(path, "charge"), "usage does not apply to a concurrency limit: a request takes a slot or is refused")
+		}
+	}
+	switch {
+	case concurrent && r.HoldKey == "":
+		p.errorf(n, join(path, "hold_key"), "required with algorithm concurrency: the descriptor entry that names the request (Envoy: x-request-id), by which its stream-end call frees its slot")
+	case !concurrent && holdNode != nil:
+		p.errorf(holdNode, join(path, "hold_key"), "applies only to a rule with a concurrency limit")
+	}
 }
 
 // sibling returns the rule of level with key and value, or nil. The

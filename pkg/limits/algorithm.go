@@ -29,6 +29,11 @@ const (
 	// time, and a hit is admitted while the backlog stays within Burst
 	// intervals.
 	LeakyBucket
+	// Concurrency counts requests in flight, not hits: a request takes a
+	// slot, named by its hold (Check.Hold), while fewer than Requests are
+	// taken; a refund with that hold frees it, and a slot that is never
+	// freed expires one Window after it was taken. See Limit.Occupy.
+	Concurrency
 )
 
 var algorithmNames = [...]string{
@@ -37,10 +42,16 @@ var algorithmNames = [...]string{
 	SlidingLog:    "sliding_log",
 	TokenBucket:   "token_bucket",
 	LeakyBucket:   "leaky_bucket",
+	Concurrency:   "concurrency",
 }
 
-// Algorithms lists every algorithm, for tests and documentation.
+// Algorithms lists every algorithm that counts hits, for tests and
+// documentation: all but Concurrency, which counts requests by their
+// holds.
 var Algorithms = []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket, LeakyBucket}
+
+// AllAlgorithms is Algorithms and Concurrency.
+var AllAlgorithms = append(Algorithms[:len(Algorithms):len(Algorithms)], Concurrency)
 
 // ParseAlgorithm parses an algorithm name such as "token_bucket".
 func ParseAlgorithm(s string) (Algorithm, error) {
@@ -49,7 +60,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 			return Algorithm(a), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want %s)", s, oneOf(Algorithms))
+	return 0, fmt.Errorf("unknown algorithm %q (want %s)", s, oneOf(AllAlgorithms))
 }
 
 // String returns the algorithm's configuration name.
@@ -64,8 +75,10 @@ func (a Algorithm) String() string {
 func (a Algorithm) Bucketed() bool { return a == TokenBucket || a == LeakyBucket }
 
 // Leasable reports whether a limit of the algorithm may be leased (see
-// Limit.Lease): every algorithm that keeps a count, not a log.
-func (a Algorithm) Leasable() bool { return a != SlidingLog && int(a) < len(algorithmNames) }
+// Limit.Lease): every algorithm that keeps a count, not a log nor slots.
+func (a Algorithm) Leasable() bool {
+	return a != SlidingLog && a != Concurrency && int(a) < len(algorithmNames)
+}
 
 // LeasableNames lists the leasable algorithms for messages.
 func LeasableNames() string {
@@ -228,9 +241,19 @@ type State struct {
 	Debt uint64
 	// Log is the admitted hits, oldest first (sliding log).
 	Log []LogEntry
+	// Slots are the requests in flight, soonest to expire first
+	// (concurrency).
+	Slots []Slot
 	// Expire is the µs time from which the state equals a fresh key's and
 	// may be dropped.
 	Expire int64
+}
+
+// Slot is a request in flight on a concurrency limit: its hold, and the
+// µs time at which the slot expires if no refund frees it first.
+type Slot struct {
+	Hold  string
+	Until int64
 }
 
 // LogEntry is a sliding-log record: Hits admitted at At (µs).
@@ -289,6 +312,8 @@ func (l *Limit) Evaluate(st State, now int64, hits uint64) (Outcome, State) {
 		return l.slidingLog(st, now, hits, probe)
 	case TokenBucket, LeakyBucket:
 		return l.bucket(st, now, hits, probe)
+	case Concurrency:
+		return l.Occupy(st, now, "", hits)
 	}
 	return l.fixedWindow(st, now, hits, probe)
 }

@@ -112,6 +112,8 @@ type Decision struct {
 	batch      Batch    // the checks sent to the store
 	checkOwner []int    // checkOwner[j]: the descriptor of batch.Checks[j]
 	group      []int    // group[i]: descriptor i's quota group, 0 if none; see groups
+	holds      []string // holds[i]: descriptor i's hold (Rule.HoldKey), if it names one
+	held       []bool   // held[i]: descriptor i's last entry is its hold, not part of its counters
 	key        []byte   // scratch for building keys
 	ents       []Entry  // scratch for share_threshold entries
 }
@@ -379,17 +381,51 @@ func (d *Decision) match(rs *Ruleset, req *Request, keys OverrideKeys) error {
 			d.candOwner = append(d.candOwner, i)
 			continue
 		}
-		r := rs.Match(req.Domain, desc.Entries)
+		r, hold, held := rs.MatchHold(req.Domain, desc.Entries)
 		if r == nil || len(r.Limits) == 0 {
 			continue
 		}
+		if held {
+			if err := checkHold(hold); err != nil {
+				return &RequestError{fmt.Sprintf("descriptors[%d].entries[%d].value", i, len(desc.Entries)-1), err.Error()}
+			}
+			d.setHold(i, hold)
+		}
 		d.Statuses[i].Rule = r
 		for _, l := range r.Limits {
+			if l.Algorithm == Concurrency && !held {
+				return &RequestError{fmt.Sprintf("descriptors[%d].entries", i),
+					fmt.Sprintf("rule %s limits requests in flight: its last entry must be %s, naming the request", r.Name, r.HoldKey)}
+			}
 			d.candidates = append(d.candidates, l)
 			d.candOwner = append(d.candOwner, i)
 		}
 	}
 	return nil
+}
+
+// MaxHoldBytes bounds a hold (Check.Hold): a concurrency limit keeps one
+// per request in flight. Envoy's x-request-id is a UUID of 36 bytes.
+const MaxHoldBytes = 256
+
+// checkHold checks a hold a request names.
+func checkHold(hold string) error {
+	switch {
+	case hold == "":
+		return fmt.Errorf("a hold (the request's id) must not be empty")
+	case len(hold) > MaxHoldBytes:
+		return fmt.Errorf("a hold (the request's id) of %d bytes; at most %d", len(hold), MaxHoldBytes)
+	}
+	return nil
+}
+
+// setHold records that descriptor i names hold in its last entry.
+func (d *Decision) setHold(i int, hold string) {
+	if n := len(d.Statuses); len(d.holds) < n {
+		d.holds = append(d.holds[:0], make([]string, n)...)
+		d.held = append(d.held[:0], make([]bool, n)...)
+	}
+	d.holds[i], d.held[i] = hold, true
 }
 
 // Dropped reports, in dst[i], whether a request whose descriptors matched
@@ -443,9 +479,14 @@ func (d *Decision) buildBatch(req *Request, quotaAll bool) {
 		if desc.HasHits {
 			hits = desc.Hits
 		}
-		d.key, _ = AppendKey(d.key[:0], req.Domain, counterEntries(d.Statuses[owner].Rule, desc.Entries, &d.ents), l)
-		c := Check{Key: string(d.key), Limit: l, Hits: hits, Refund: desc.Negative}
-		if !c.Refund {
+		entries, hold := desc.Entries, ""
+		if owner < len(d.held) && d.held[owner] {
+			entries, hold = entries[:len(entries)-1], d.holds[owner]
+		}
+		d.key, _ = AppendKey(d.key[:0], req.Domain, counterEntries(d.Statuses[owner].Rule, entries, &d.ents), l)
+		c := Check{Key: string(d.key), Limit: l, Hits: hits, Refund: desc.Negative, Hold: hold}
+		if !c.Refund && l.Algorithm != Concurrency {
+			// A slot is taken or not: never counted past the limit.
 			c.Usage = l.Charge.Usage(hits, desc.HasHits)
 		}
 		if quota {
@@ -592,5 +633,7 @@ func (d *Decision) reset(n int) {
 	d.candOwner = d.candOwner[:0]
 	d.dropped = d.dropped[:0]
 	d.checkOwner = d.checkOwner[:0]
+	clear(d.holds)
+	clear(d.held)
 	d.batch.Reset()
 }

@@ -95,6 +95,10 @@ type Explanation struct {
 	// Limits are Rule's limits with the store keys they would use, when
 	// Result is MatchLimited or MatchUnlimited.
 	Limits []KeyedLimit
+	// Hold is the request's hold when the descriptor's last entry names
+	// it (Rule.HoldKey; see MatchHold): that entry is then no part of the
+	// counters' keys.
+	Hold string
 	// Detours are rules that also matched an entry but lost to the rule
 	// that matching took, and whose branch would have led this descriptor
 	// to limits other than Rule's. Matching never backtracks to them.
@@ -179,6 +183,14 @@ func (rs *Ruleset) Explain(domain string, entries []Entry) Explanation {
 			break
 		}
 	}
+	if n := len(entries); (x.Result == MatchTooDeep || x.Result == MatchNoRule) && n >= 2 {
+		if r, hold, ok := rs.MatchHold(domain, entries); ok {
+			// The last entry names the request, by the rule's hold_key.
+			x.Rule, x.Hold = r, hold
+			x.classify()
+			x.Reason += fmt.Sprintf("; the last entry, %s, names the request's hold (hold_key)", entries[n-1].Key)
+		}
+	}
 	for _, s := range x.Steps {
 		for _, p := range s.Passed {
 			if to := descend(p, entries[s.Index+1:]); to != nil && len(to.Limits) > 0 && to != x.Rule {
@@ -213,7 +225,11 @@ func (x *Explanation) classify() {
 		x.Reason = fmt.Sprintf("reached %s at the last entry; %s", describeRule(r), n)
 	}
 	var scratch []Entry
-	ents := counterEntries(r, x.Entries, &scratch)
+	entries := x.Entries
+	if x.Hold != "" {
+		entries = entries[:len(entries)-1]
+	}
+	ents := counterEntries(r, entries, &scratch)
 	for _, l := range r.Limits {
 		k := KeyedLimit{Limit: l}
 		if !l.Unlimited {

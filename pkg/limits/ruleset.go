@@ -33,6 +33,7 @@ type domainRules struct {
 	name    string
 	root    *Rule       // a synthetic rule whose Children are the top level
 	failure FailureMode // failure_mode; FailDefault if unset
+	holds   bool        // a rule sets HoldKey: see MatchHold
 }
 
 // NewRuleset compiles domains into a Ruleset: it names every rule and
@@ -46,7 +47,11 @@ func NewRuleset(domains []*Domain, files []string, checksum string) *Ruleset {
 	for _, d := range domains {
 		root := &Rule{Domain: d.Name, Children: d.Rules}
 		root.index(0, nil)
-		rs.domains[d.Name] = &domainRules{name: d.Name, root: root, failure: d.FailureMode}
+		dr := &domainRules{name: d.Name, root: root, failure: d.FailureMode}
+		for _, r := range yieldAll(root.Children) {
+			dr.holds = dr.holds || r.HoldKey != ""
+		}
+		rs.domains[d.Name] = dr
 	}
 	return rs
 }
@@ -83,6 +88,12 @@ type Rule struct {
 	// ShareThreshold makes every value matching the wildcard Value share
 	// one counter.
 	ShareThreshold bool
+	// HoldKey, when set, names the descriptor entry that names a request
+	// (Envoy fills it from x-request-id): a descriptor that reaches the
+	// rule and has one entry more, with this key, matches the rule, and
+	// that entry's value is the request's hold (see MatchHold and
+	// Check.Hold). A concurrency limit takes its slots by it.
+	HoldKey string
 	// Metadata is the rule's metadata: a mapping whose values are
 	// strings, float64s, bools, nil, []any and map[string]any, as
 	// google.protobuf.Struct holds them. Nil when the rule has none. A
@@ -235,6 +246,35 @@ func yieldTree(domain string, rules []*Rule, yield func(string, *Rule) bool) boo
 
 // HasDomain reports whether any rule file defines domain.
 func (rs *Ruleset) HasDomain(domain string) bool { return rs.domains[domain] != nil }
+
+// yieldAll returns rules and their descendants, depth first.
+func yieldAll(rules []*Rule) []*Rule {
+	var out []*Rule
+	for _, r := range rules {
+		out = append(out, r)
+		out = append(out, yieldAll(r.Children)...)
+	}
+	return out
+}
+
+// MatchHold is Match for a descriptor that names a request's hold: when
+// entries reach no rule, but all of them but the last reach a rule whose
+// HoldKey is the last entry's key, it returns that rule and the last
+// entry's value, the hold. Otherwise it returns Match's rule and no hold.
+// In a domain without a HoldKey it costs no more than Match.
+func (rs *Ruleset) MatchHold(domain string, entries []Entry) (r *Rule, hold string, ok bool) {
+	if r = rs.Match(domain, entries); r != nil {
+		return r, "", false
+	}
+	d, n := rs.domains[domain], len(entries)
+	if d == nil || !d.holds || n < 2 {
+		return nil, "", false
+	}
+	if r = rs.Match(domain, entries[:n-1]); r == nil || r.HoldKey == "" || r.HoldKey != entries[n-1].Key {
+		return nil, "", false
+	}
+	return r, entries[n-1].Value, true
+}
 
 // Match finds the rule that a descriptor reaches, exactly as
 // envoyproxy/ratelimit does. At each level it tries the entry's exact key

@@ -27,6 +27,10 @@ type Check struct {
 	// Outcome.Granted says how many. Stores that do not lease leave it
 	// unanswered (Granted 0).
 	Extra uint64
+	// Hold names the request on a rule with a HoldKey (Rule.HoldKey):
+	// a concurrency limit takes and frees the request's slot by it (see
+	// Take and GiveBack). Empty otherwise.
+	Hold string
 	// Refund makes the check give its Hits back to its limit instead of
 	// consuming them (Envoy's is_negative_hits; see Limit.Refund). A
 	// refund is never refused and never all-or-nothing with the rest of
@@ -48,10 +52,36 @@ type Check struct {
 // is neither a shadow check, nor a quota check, nor a refund.
 func (c *Check) Enforced() bool { return c.Group == 0 && !c.Limit.Shadow && !c.Refund }
 
+// Take evaluates c on st at now as a store decides an ordinary check:
+// Limit.Occupy for a concurrency limit, by c's hold; otherwise
+// Limit.Grant, with c's lease ask.
+func (c *Check) Take(st State, now int64) (Outcome, State) {
+	if c.Limit.Algorithm == Concurrency {
+		return c.Limit.Occupy(st, now, c.Hold, c.Hits)
+	}
+	return c.Limit.Grant(st, now, c.Hits, c.Extra)
+}
+
+// GiveBack returns st at now after refund c: Limit.Vacate of c's hold on
+// a concurrency limit, whatever its hits; Limit.Refund of c's hits
+// otherwise.
+func (c *Check) GiveBack(st State, now int64) State {
+	if c.Limit.Algorithm == Concurrency {
+		return c.Limit.Vacate(st, now, c.Hold)
+	}
+	return c.Limit.Refund(st, now, c.Hits)
+}
+
+// Refunds reports whether c is a refund that gives something back: some
+// hits, or a concurrency limit's slot.
+func (c *Check) Refunds() bool {
+	return c.Refund && (c.Hits > 0 || c.Limit.Algorithm == Concurrency)
+}
+
 // Charges reports whether c changes its limit's state whatever its
 // batch's verdict: a usage charge or a refund of some hits. Such a check
 // must reach the store that counts it; no cache may answer it.
-func (c *Check) Charges() bool { return (c.Usage || c.Refund) && c.Hits > 0 }
+func (c *Check) Charges() bool { return (c.Usage && c.Hits > 0) || c.Refunds() }
 
 // Batch is every check of one request. The engine fills Checks; the store
 // fills Outcomes (same length and order) and Admitted.
@@ -96,8 +126,8 @@ func (b *Batch) Reset() {
 }
 
 // QuotaOver reports whether b's quota checks reject it: b has quota
-// groups, and every one of them has a check, not a shadow check, that
-// over(i) says is over. Stores call it with the verdicts they reached.
+// groups, and every one of them has a check, not a shadow check nor a
+// refund, that over(i) says is over. Stores call it with the verdicts they reached.
 // It is false at once for a batch without quota groups.
 func (b *Batch) QuotaOver(over func(i int) bool) bool {
 	n := b.QuotaGroups
@@ -113,7 +143,7 @@ func (b *Batch) QuotaOver(over func(i int) bool) bool {
 	for i := range b.Checks {
 		c := &b.Checks[i]
 		g := c.Group - 1
-		if g < 0 || g >= n || c.Limit.Shadow || !over(i) {
+		if g < 0 || g >= n || c.Limit.Shadow || c.Refund || !over(i) {
 			continue
 		}
 		if bit := uint64(1) << (g % 64); seen[g/64]&bit == 0 {

@@ -17,7 +17,11 @@ func (l *Limit) String() string {
 	if l.Unlimited {
 		b.WriteString("unlimited")
 	} else {
-		fmt.Fprintf(&b, "%s %d per %s", l.Algorithm, l.Requests, l.Window())
+		if l.Algorithm == Concurrency {
+			fmt.Fprintf(&b, "concurrency %d in flight, a slot freed after %s", l.Requests, l.Window())
+		} else {
+			fmt.Fprintf(&b, "%s %d per %s", l.Algorithm, l.Requests, l.Window())
+		}
 		if l.Algorithm.Bucketed() {
 			fmt.Fprintf(&b, ", burst %d", l.Burst)
 		}

@@ -13,7 +13,9 @@ import "github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 //     the latest one (so each counts at least as long as it did);
 //   - buckets: the tick and the backlog at it, scaled as limits.Limit
 //     scales it, debt included (exact; a token bucket's level is stored
-//     as its backlog).
+//     as its backlog);
+//   - concurrency: how many slots are taken, all expiring with the last
+//     (their holds are forgotten: a refund frees none of them).
 //
 // The zero mark is a fresh key's. A mark is meaningful only with the limit
 // it was made under, or one that limits.Limit.CountsLike it.
@@ -48,6 +50,15 @@ func markOf(l *limits.Limit, st limits.State, now int64) mark {
 		return m
 	case limits.TokenBucket, limits.LeakyBucket:
 		return drain(l, st.Start, l.Backlog(st), st.Expire, now)
+	case limits.Concurrency:
+		var m mark
+		for _, s := range st.Slots {
+			if s.Until > now {
+				m.count++
+				m.expire = max(m.expire, s.Until)
+			}
+		}
+		return m
 	}
 	return mark{start: st.Start, count: st.Count, expire: st.Expire}
 }
@@ -108,6 +119,12 @@ func (m mark) state(l *limits.Limit, now int64) limits.State {
 		return limits.State{Log: []limits.LogEntry{{At: m.start, Hits: m.count}}, Expire: m.expire}
 	case limits.TokenBucket, limits.LeakyBucket:
 		return l.BucketState(m.start, m.count)
+	case limits.Concurrency:
+		slots := make([]limits.Slot, min(m.count, l.Requests+1))
+		for i := range slots {
+			slots[i].Until = m.expire
+		}
+		return limits.State{Slots: slots, Expire: m.expire}
 	}
 	return limits.State{Start: m.start, Count: m.count, Prev: m.prev, Expire: m.expire}
 }
@@ -132,6 +149,8 @@ func union(l *limits.Limit, a, b mark, now int64) mark {
 	case limits.SlidingLog:
 		s := max(a.start, b.start)
 		return mark{start: s, count: max(a.count, b.count), expire: s + l.Window().Microseconds()}
+	case limits.Concurrency:
+		return mark{count: max(a.count, b.count), expire: max(a.expire, b.expire)}
 	}
 	// Buckets: at drained both to the current tick.
 	if a.count >= b.count {
@@ -183,6 +202,8 @@ func bound(l *limits.Limit, h uint64, until, now int64) mark {
 		// Every hit is at or before now and leaves the window by until.
 		at := min(now, until-w)
 		return mark{start: at, count: h, expire: at + w}
+	case limits.Concurrency:
+		return mark{count: h, expire: until}
 	}
 	wt := uint64(w / l.Tick())
 	b := capacity(l)

@@ -139,7 +139,7 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 
 	// Refunds first, whatever the verdict (limits.Store).
 	for i := range b.Checks {
-		if c := &b.Checks[i]; c.Refund && c.Hits > 0 {
+		if c := &b.Checks[i]; c.Refunds() {
 			s.refund(hashes[i], c, now)
 		}
 	}
@@ -161,7 +161,7 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 		case c.Usage:
 			out, nst = c.Limit.EvaluateUsage(st, now, c.Hits)
 		default:
-			if out, nst = c.Limit.Grant(st, now, c.Hits, c.Extra); out.Over {
+			if out, nst = c.Take(st, now); out.Over {
 				nst = st
 			}
 		}
@@ -240,7 +240,7 @@ func (s *Store) refund(hash uint64, c *limits.Check, now int64) {
 	sh := &s.shards[s.shardOf(hash)]
 	if j, ok := sh.m[c.Key]; ok {
 		e := &sh.keys[j]
-		if e.st = c.Limit.Refund(e.st, now, c.Hits); e.st.Expire <= now {
+		if e.st = c.GiveBack(e.st, now); e.st.Expire <= now {
 			sh.remove(j)
 		}
 		return
@@ -253,7 +253,7 @@ func (s *Store) refund(hash uint64, c *limits.Check, now int64) {
 		return
 	}
 	sh.ghostStarts++
-	if st = c.Limit.Refund(st, now, c.Hits); st.Expire > now {
+	if st = c.GiveBack(st, now); st.Expire > now {
 		sh.makeRoom(weight(c.Key), now)
 		sh.insert(entry{key: c.Key, hash: hash, st: st, lim: c.Limit, used: now})
 	}

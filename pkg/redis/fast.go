@@ -78,7 +78,8 @@ func (g *fastGate) missed() {
 // charge. A shadow check that fits consumes its hits as an enforced one
 // does; one that does not fit sends the batch to apply.lua's checks.
 func fastCheck(c *limits.Check) bool {
-	return c.Limit.Algorithm != limits.SlidingLog && c.Hits > 0 && c.Extra == 0 && c.Group == 0 && !c.Usage
+	alg := c.Limit.Algorithm
+	return alg != limits.SlidingLog && alg != limits.Concurrency && c.Hits > 0 && c.Extra == 0 && c.Group == 0 && !c.Usage && !c.Refund
 }
 
 // fastScratch is what a call that leads a batch in MODE_FAST keeps to

@@ -40,7 +40,7 @@ var (
 // charge's; and MAXCOUNT, where counts in debt stop (limits.MaxCount).
 func prelude() string {
 	var b strings.Builder
-	for _, a := range limits.Algorithms {
+	for _, a := range limits.AllAlgorithms {
 		fmt.Fprintf(&b, "local %s = %d\n", luaName(a), int(a))
 	}
 	fmt.Fprintf(&b, "local MODE_APPLY, MODE_RESERVE, MODE_REPORT, MODE_FAST = '%s', '%s', '%s', '%s'\n", modeApply, modeReserve, modeReport, modeFast)
@@ -49,6 +49,7 @@ func prelude() string {
 	fmt.Fprintf(&b, "local CHECK_ENFORCED, CHECK_SHADOW, CHECK_QUOTA, CHECK_REFUND, CHECK_USAGE = %d, %d, %d, %d, %d\n", checkEnforced, checkShadow, checkQuota, checkRefund, checkUsage)
 	fmt.Fprintf(&b, "local REFUNDS, REFUNDS_CHANNEL = '%s', '%s'\n", refundsMark, RefundsChannel)
 	fmt.Fprintf(&b, "local MAXCOUNT = %d\n", limits.MaxCount)
+	fmt.Fprintf(&b, "local SLOT_INFIX = '%s'\n", slotInfix)
 	return b.String()
 }
 
@@ -85,6 +86,11 @@ const (
 // in a limit ID, which ends in a digit, so no key ends in it.
 const logSuffix = ":h"
 
+// slotInfix comes between a concurrency limit's key and a request's hold
+// in the key that names the request's slot (see appendKeys); the prelude
+// gives it to the scripts as SLOT_INFIX.
+const slotInfix = ":s:"
+
 // anyExtra reports whether a check of checks idx (nil: all) asks for a
 // lease.
 func anyExtra(checks []limits.Check, idx []int) bool {
@@ -109,14 +115,14 @@ func anyExtra(checks []limits.Check, idx []int) bool {
 func anyRefund(checks []limits.Check, idx []int) bool {
 	if idx == nil {
 		for i := range checks {
-			if checks[i].Refund && checks[i].Hits > 0 {
+			if checks[i].Refunds() {
 				return true
 			}
 		}
 		return false
 	}
 	for _, i := range idx {
-		if checks[i].Refund && checks[i].Hits > 0 {
+		if checks[i].Refunds() {
 			return true
 		}
 	}
@@ -189,14 +195,23 @@ func (s *Store) setArgs(c *call, checks []limits.Check, idx []int, quotaGroups i
 }
 
 // appendKeys appends the keys of c to b, one after the other: its key, and
-// for a sliding log its second key.
+// for a sliding log its second key; for a concurrency limit, its key (a
+// sorted set of the slots) and then the key followed by slotInfix and
+// c's hold, which names the request's slot in the script and is never
+// read nor written: it is a key only so that it may go in KEYS.
 func (s *Store) appendKeys(b []byte, c *limits.Check) []byte {
 	b = append(b, s.prefix...)
 	b = append(b, c.Key...)
-	if c.Limit.Algorithm == limits.SlidingLog {
+	switch c.Limit.Algorithm {
+	case limits.SlidingLog:
 		b = append(b, s.prefix...)
 		b = append(b, c.Key...)
 		b = append(b, logSuffix...)
+	case limits.Concurrency:
+		b = append(b, s.prefix...)
+		b = append(b, c.Key...)
+		b = append(b, slotInfix...)
+		b = append(b, c.Hold...)
 	}
 	return b
 }
@@ -207,8 +222,13 @@ func (s *Store) cutKeys(keys []string, all string, c *limits.Check) ([]string, s
 	n := len(s.prefix) + len(c.Key)
 	keys = append(keys, all[:n])
 	all = all[n:]
-	if c.Limit.Algorithm == limits.SlidingLog {
+	switch c.Limit.Algorithm {
+	case limits.SlidingLog:
 		n += len(logSuffix)
+		keys = append(keys, all[:n])
+		all = all[n:]
+	case limits.Concurrency:
+		n += len(slotInfix) + len(c.Hold)
 		keys = append(keys, all[:n])
 		all = all[n:]
 	}

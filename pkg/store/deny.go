@@ -174,7 +174,7 @@ func (c *DenyCache) Apply(ctx context.Context, b *limits.Batch) error {
 	}
 	c.record(b, now, gen, forgets)
 	for i := range b.Checks {
-		if ch := &b.Checks[i]; ch.Refund && ch.Hits > 0 {
+		if ch := &b.Checks[i]; ch.Refunds() {
 			c.Forget(ch.Key)
 		}
 	}

@@ -6,7 +6,9 @@
 --
 -- KEYS: the state keys of the checks, request after request, in check
 --   order: one per check, and two for sliding_log (the log, then its
---   sidecar). All in one hash slot. A key may repeat: checks on one key
+--   sidecar) and for concurrency (the slots, then a key that is the
+--   slots' key, SLOT_INFIX and the request's hold: it names the
+--   request's slot, and is never read nor written). All in one hash slot. A key may repeat: checks on one key
 --   see each other's hits, and a request sees those of the admitted
 --   requests before it.
 -- ARGV[1]: now in µs, or "" to read redis.call('TIME'). Only tests set it.
@@ -78,6 +80,9 @@
 --                   score µs; sidecar string '<ddd': the members' hits,
 --                   the last seq, the greatest score. Both expire one
 --                   window after the greatest score.
+--   concurrency     zset of the requests in flight, member the hold,
+--                   score the µs its slot expires; the key expires with
+--                   its last slot.
 -- A value of another length or type (MGET reads a hash as nil) is a fresh
 -- key, overwritten by the next write. So the hashes of earlier versions
 -- start from zero once; a sliding log is recounted from its members.
@@ -88,6 +93,8 @@
 --   buckets         tick, level, 0, full-again µs
 --   sliding_log     0, hits in the window, seq, newest live entry µs (0:
 --                   none)
+--   concurrency     soonest slot's expiry µs, live slots, 0, latest
+--                   slot's expiry µs (0: none)
 
 -- now, keys, vals and qfrom come from fast.lua, before this in the
 -- script: vals is set only when fast.lua has read them already.
@@ -133,9 +140,13 @@ if refunds then
     for i = 1, #spec / CHECK do
       local alg, mode, req, w, tick, burst, hits = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
       local key = keys[k]
-      if mode == CHECK_REFUND and hits > 0 and req > 0 then
+      if mode == CHECK_REFUND and (hits > 0 or alg == CONCURRENCY) and req > 0 then
         local start = now - now % w
-        if alg == SLIDING_LOG then
+        if alg == CONCURRENCY then
+          -- The request's slot (limits.Limit.Vacate): its hold is the
+          -- end of the second key. None, none freed.
+          redis.call('ZREM', key, sub(keys[k + 1], #key + #SLOT_INFIX + 1))
+        elseif alg == SLIDING_LOG then
           -- The newest live entries worth hits go; the one that
           -- straddles them is cut down, under its own seq.
           local key2, left, gone = keys[k + 1], hits, 0
@@ -231,9 +242,12 @@ if refunds then
             end
           end
         end
-        redis.call('PUBLISH', REFUNDS_CHANNEL, key)
+        -- pcall: a user that may not publish (ACL channels) still
+        -- decides; other sidecars' deny caches then learn of the refund
+        -- only when what they remember of the key runs out.
+        redis.pcall('PUBLISH', REFUNDS_CHANNEL, key)
       end
-      if alg == SLIDING_LOG then
+      if alg == SLIDING_LOG or alg == CONCURRENCY then
         k = k + 2
       else
         k = k + 1
@@ -270,7 +284,7 @@ local logtrim, logtop
 --           it added an entry of its own)
 --   b+14    the check's algorithm
 --   b+15,16 for sliding_log, the hits of the entry it writes and the
---           window µs
+--           window µs; b+16 for concurrency, the window µs
 -- last[key] is the index of the last check on key of the admitted
 -- requests so far: the state the next request starts from, and at the
 -- end, the state written.
@@ -311,7 +325,8 @@ for q = qfrom, qto do
     -- This request's keys: one per check, two per sliding log.
     local nk = n
     for i = 1, n do
-      if sbyte(spec, (i - 1) * CHECK + 1) == SLIDING_LOG then
+      local alg = sbyte(spec, (i - 1) * CHECK + 1)
+      if alg == SLIDING_LOG or alg == CONCURRENCY then
         nk = nk + 1
       end
     end
@@ -383,7 +398,7 @@ for q = qfrom, qto do
             hits = 0
           end
         else
-          if alg == SLIDING_LOG then
+          if alg == SLIDING_LOG or alg == CONCURRENCY then
             kk = kk + 2
           else
             kk = kk + 1
@@ -444,6 +459,15 @@ for q = qfrom, qto do
             p = seq
             if top > lo then
               e = top
+            end
+          elseif alg == CONCURRENCY then
+            -- The live slots, scored by when they expire: c of them,
+            -- the soonest to expire at s, the latest at e.
+            local key, from = keys[k], '(' .. str(now)
+            c = redis.call('ZCOUNT', key, from, '+inf')
+            if c > 0 then
+              s = tonumber(redis.call('ZRANGE', key, from, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')[2])
+              e = tonumber(redis.call('ZRANGE', key, '+inf', from, 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')[2])
             end
           else
             local v = vals[k]
@@ -625,6 +649,29 @@ for q = qfrom, qto do
               s2, p2, e2 = t, 0, t * tick + full
             end
           end
+        elseif alg == CONCURRENCY then
+          -- limits.Limit.Occupy: a request that holds a live slot keeps
+          -- it (renewed if it has hits); another takes one while fewer
+          -- than req are taken. Its hold is the end of its second key.
+          local at = redis.call('ZSCORE', keys[k], sub(keys[k + 1], #keys[k] + #SLOT_INFIX + 1))
+          local held = pass == 1 and at and tonumber(at) > now
+          if not held and c >= req then
+            over, rem, reset = true, req - min(c, req), s - now
+          else
+            if hits > 0 then
+              if not held then
+                c2 = c + 1
+              end
+              if c == 0 then
+                s2 = now + w
+              end
+              e2 = now + w
+            end
+            rem = req - min(c2, req)
+            if c2 > 0 then
+              reset = e2 - now
+            end
+          end
         else -- FIXED_WINDOW
           local start = now - now % w
           local cur = c
@@ -777,6 +824,8 @@ for q = qfrom, qto do
           X[b + 10], X[b + 11], X[b + 12], X[b + 13], X[b + 14] = took, any, r, stored, alg
           if alg == SLIDING_LOG then
             X[b + 13], X[b + 15], X[b + 16] = merged or 0, s2, w
+          elseif alg == CONCURRENCY then
+            X[b + 16] = w
           end
           reply[r + 1], reply[r + 2], reply[r + 3] = over and 1 or 0, rem, reset
           if reserve then
@@ -838,7 +887,17 @@ for i = 1, i0 do
     local s, c, p, e = X[b + 6], X[b + 7], X[b + 8], X[b + 9]
     local final = last[key] == i
     local receipt = s
-    if alg == SLIDING_LOG then
+    if alg == CONCURRENCY then
+      -- A slot taken or renewed expires a window from now; expired
+      -- slots go as the key is written, and the key with its last.
+      if X[b + 10] ~= 0 then
+        redis.call('ZADD', key, str(now + X[b + 16]), sub(keys[k + 1], #key + #SLOT_INFIX + 1))
+      end
+      if final then
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now))
+        redis.call('PEXPIRE', key, fmt('%d', ceil((e - now) / 1000)))
+      end
+    elseif alg == SLIDING_LOG then
       local w = X[b + 16]
       receipt = p
       if X[b + 10] ~= 0 then

@@ -32,9 +32,7 @@ redis.call('ZADD', k, 0, 'p')
 redis.call('ZSCORE', k, 'p')
 redis.call('ZRANGE', k, 0, -1)
 redis.call('ZRANGEBYSCORE', k, '-inf', '+inf')
+redis.call('ZCOUNT', k, '-inf', '+inf')
 redis.call('ZREMRANGEBYSCORE', k, '-inf', '-1')
 redis.call('ZREM', k, 'p')
--- What a refund tells the deny caches of (apply.lua), on a channel of
--- the probe's own.
-redis.call('PUBLISH', k, '')
 return 1

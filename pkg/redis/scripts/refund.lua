@@ -23,6 +23,7 @@
 --                   current window or has become the previous one.
 --   sliding_log     remove exactly the entry the request added; a trimmed
 --                   entry needs nothing.
+--   concurrency     remove the request's slot (its hold).
 --   buckets         give back hits × W scaled units, less whatever the
 --                   bucket drained (or refilled) between the reservation
 --                   and the last update, since that drain may already
@@ -47,7 +48,12 @@ for i = 1, #spec / size do
   local alg, _, req, w, tick, burst, hits, _, _, _, receipt = sunpack(RECORD, spec, (i - 1) * size + 1)
   local key = KEYS[k]
   k = k + 1
-  if alg == SLIDING_LOG then
+  if alg == CONCURRENCY then
+    -- The slot the request took: its hold ends the second key.
+    local hold = string.sub(KEYS[k], #key + #SLOT_INFIX + 1)
+    k = k + 1
+    refunded = refunded + redis.call('ZREM', key, hold)
+  elseif alg == SLIDING_LOG then
     local key2 = KEYS[k]
     k = k + 1
     local member = str(receipt) .. ':' .. str(hits)
