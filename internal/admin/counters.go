@@ -142,6 +142,8 @@ type StateView struct {
 	// Expires is when a window's or a log's state equals a fresh
 	// counter's; a bucket's is FullAt or TAT.
 	Expires *time.Time `json:"expires,omitempty"`
+	// Concurrency: the requests in flight, soonest to expire first.
+	Slots []SlotView `json:"slots,omitempty"`
 	// Debt is how far usage charges took the counter past its limit, in
 	// hits (tokens below empty, for a bucket): until it is repaid, every
 	// request is over. Absent when there is none.
@@ -307,9 +309,16 @@ func (cs *counters) counter(ctx context.Context, k limits.KeyedLimit) CounterVie
 	return cv
 }
 
+// SlotView is a request in flight on a concurrency limit: its hold (the
+// request's id) and when its slot expires unless a refund frees it.
+type SlotView struct {
+	Hold  string    `json:"hold"`
+	Until time.Time `json:"until"`
+}
+
 // viewState decodes st, a counter's state under l, as of now.
 func viewState(l *limits.Limit, st limits.State, now time.Time) *StateView {
-	if st.Start == 0 && st.Count == 0 && st.Prev == 0 && len(st.Log) == 0 && st.Expire == 0 {
+	if st.Start == 0 && st.Count == 0 && st.Prev == 0 && len(st.Log) == 0 && len(st.Slots) == 0 && st.Expire == 0 {
 		return &StateView{Fresh: true}
 	}
 	at := func(us int64) *time.Time {
@@ -343,6 +352,13 @@ func viewState(l *limits.Limit, st limits.State, now time.Time) *StateView {
 	case limits.LeakyBucket:
 		backlog := (float64(st.Count) + float64(st.Debt)) / wticks
 		v.LastUpdate, v.Backlog, v.TAT = at(st.Start*l.Tick()), &backlog, at(st.Expire)
+	case limits.Concurrency:
+		v.Expires = at(st.Expire)
+		for _, sl := range st.Slots {
+			if sl.Until > now.UnixMicro() {
+				v.Slots = append(v.Slots, SlotView{Hold: sl.Hold, Until: time.UnixMicro(sl.Until).UTC()})
+			}
+		}
 	}
 	if l.Algorithm.Bucketed() && st.Debt > 0 {
 		debt := float64(st.Debt) / wticks

@@ -81,6 +81,18 @@ func TestLoadRejects(t *testing.T) {
 			want: "testdata/lease_sliding_log.bad.yaml:8: descriptors[0].rate_limit.lease: applies only to fixed_window, sliding_window, token_bucket or leaky_bucket, not sliding_log",
 		},
 		{
+			give: []string{"testdata/concurrency_no_hold_key.bad.yaml"},
+			want: "testdata/concurrency_no_hold_key.bad.yaml:3: descriptors[0].hold_key: required with algorithm concurrency: the descriptor entry that names the request (Envoy: x-request-id), by which its stream-end call frees its slot",
+		},
+		{
+			give: []string{"testdata/hold_key_without_concurrency.bad.yaml"},
+			want: "testdata/hold_key_without_concurrency.bad.yaml:4: descriptors[0].hold_key: applies only to a rule with a concurrency limit",
+		},
+		{
+			give: []string{"testdata/concurrency_too_many.bad.yaml"},
+			want: "testdata/concurrency_too_many.bad.yaml:3: descriptors[0]: a concurrency limit of 20000 requests in flight; at most 10000",
+		},
+		{
 			give: []string{"testdata/lease_unlimited.bad.yaml"},
 			want: "testdata/lease_unlimited.bad.yaml:6: descriptors[0].rate_limit.lease: must not be set when unlimited is true",
 		},

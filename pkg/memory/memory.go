@@ -202,7 +202,7 @@ func settleRejected(b *limits.Batch, start, next []limits.State, now int64) (cha
 		case c.Refund:
 			b.Outcomes[i] = refunded(c, start[i], now)
 		case !b.Outcomes[i].Over && !c.Usage:
-			b.Outcomes[i], _ = c.Limit.Evaluate(start[i], now, 0)
+			b.Outcomes[i] = probe(c, start[i], now)
 		}
 		if !uses {
 			continue
@@ -226,8 +226,19 @@ func settleRejected(b *limits.Batch, start, next []limits.State, now int64) (cha
 // refunded returns the outcome of refund c on st, the state after every
 // refund of the batch: the limit as it stands, never Over.
 func refunded(c *limits.Check, st limits.State, now int64) limits.Outcome {
-	out, _ := c.Limit.Evaluate(st, now, 0)
+	out := probe(c, st, now)
 	out.Over = false
+	return out
+}
+
+// probe returns what c's limit says of st for zero hits: whether c's
+// request could be admitted now, by its hold on a concurrency limit.
+func probe(c *limits.Check, st limits.State, now int64) limits.Outcome {
+	if c.Limit.Algorithm == limits.Concurrency {
+		out, _ := c.Limit.Occupy(st, now, c.Hold, 0)
+		return out
+	}
+	out, _ := c.Limit.Evaluate(st, now, 0)
 	return out
 }
 

@@ -79,12 +79,15 @@ func testDifferentialOf(t *testing.T, opts redis.Options, together, windows bool
 				mustLimit(t, limits.TokenBucket, 7, limits.UnitSecond, 3, 2),
 				mustLimit(t, limits.LeakyBucket, 3, limits.UnitSecond, 1, 4),
 				mustLimit(t, limits.LeakyBucket, 11, limits.UnitSecond, 2, 0),
+				mustLimit(t, limits.Concurrency, 3, limits.UnitSecond, 2, 0),
 				mustLimit(t, limits.FixedWindow, 0, limits.UnitSecond, 1, 0),
 			}
 			if windows {
 				// Limits that a batch usually fits too, so that both
 				// paths are taken.
-				pool = slices.DeleteFunc(pool, func(l *limits.Limit) bool { return l.Algorithm == limits.SlidingLog })
+				pool = slices.DeleteFunc(pool, func(l *limits.Limit) bool {
+					return l.Algorithm == limits.SlidingLog || l.Algorithm == limits.Concurrency
+				})
 				pool = append(pool,
 					mustLimit(t, limits.FixedWindow, 400, limits.UnitSecond, 1, 0),
 					mustLimit(t, limits.SlidingWindow, 300, limits.UnitSecond, 10, 0),
@@ -132,6 +135,10 @@ func testDifferentialOf(t *testing.T, opts redis.Options, together, windows bool
 					requests += rng.IntN(6)
 				}
 				var want, got []*limits.Batch
+				// Holds of the step: a request in flight is named once a
+				// call (a request that holds a slot and takes it again in
+				// the same call is counted twice there, never less).
+				holds := map[string]bool{}
 				for range requests {
 					var checks []limits.Check
 					// A third of the requests have quota groups; each check is in
@@ -185,7 +192,16 @@ func testDifferentialOf(t *testing.T, opts redis.Options, together, windows bool
 								hits = uint64(rng.IntN(40))
 							}
 						}
-						checks = append(checks, limits.Check{Key: key, Limit: l, Hits: hits, Extra: extra, Group: rng.IntN(quotaGroups + 1), Usage: usage, Refund: refund})
+						c := limits.Check{Key: key, Limit: l, Hits: hits, Extra: extra, Group: rng.IntN(quotaGroups + 1), Usage: usage, Refund: refund}
+						if l.Algorithm == limits.Concurrency {
+							c.Hold = fmt.Sprint("r", rng.IntN(8))
+							for holds[c.Hold] {
+								c.Hold += "+"
+							}
+							holds[c.Hold] = true
+							c.Usage, c.Extra, c.Group = false, 0, 0
+						}
+						checks = append(checks, c)
 					}
 					got = append(got, &limits.Batch{Checks: checks, QuotaGroups: quotaGroups})
 				}
@@ -239,7 +255,7 @@ func describe(checks []limits.Check) string {
 	var sb strings.Builder
 	for _, c := range checks {
 		l := c.Limit
-		fmt.Fprintf(&sb, "\n  %s %d/%v burst %d shadow %v group %d hits %d usage %v refund %v", c.Key, l.Requests, l.Window(), l.Burst, l.Shadow, c.Group, c.Hits, c.Usage, c.Refund)
+		fmt.Fprintf(&sb, "\n  %s %d/%v burst %d shadow %v group %d hits %d usage %v refund %v hold %q", c.Key, l.Requests, l.Window(), l.Burst, l.Shadow, c.Group, c.Hits, c.Usage, c.Refund, c.Hold)
 	}
 	return sb.String()
 }

@@ -55,6 +55,9 @@ func (s *Store) Inspect(ctx context.Context, key string, l *limits.Limit) (limit
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	w := strconv.FormatInt(l.Window().Microseconds(), 10)
+	if l.Algorithm == limits.Concurrency {
+		w = "0" // a slot's score is when it expires
+	}
 	reply, err := inspectScript.Run(ctx, s.rdb, []string{s.prefix + key}, now, w, MaxInspectedLog).Slice()
 	if err != nil {
 		return limits.State{}, time.Time{}, wrap(ctx, "inspect", err)
@@ -135,7 +138,16 @@ func decodeState(key string, reply []any, l *limits.Limit) (limits.State, time.T
 			return bad("%v", err)
 		}
 		return st, now, nil
-	case typ == "string" && l.Algorithm != limits.SlidingLog:
+	case typ == "zset" && l.Algorithm == limits.Concurrency:
+		if n, ok := v.(int64); ok {
+			return limits.State{}, now, &InspectError{Key: key, Msg: fmt.Sprintf("%d requests in flight, more than the %d Inspect reads", n, MaxInspectedLog)}
+		}
+		st, err := decodeSlots(v)
+		if err != nil {
+			return bad("%v", err)
+		}
+		return st, now, nil
+	case typ == "string" && l.Algorithm != limits.SlidingLog && l.Algorithm != limits.Concurrency:
 		b, ok := v.(string)
 		if !ok {
 			return bad("string value is %T", v)
@@ -195,6 +207,27 @@ func decodeRecord(b string, l *limits.Limit) (limits.State, error) {
 }
 
 // decodeLog reads a sliding log's members, "<seq>:<hits>", and scores (µs).
+// decodeSlots decodes a concurrency limit's live slots as inspect.lua
+// returns them: holds and the scores at which they expire.
+func decodeSlots(v any) (limits.State, error) {
+	vals, ok := v.([]any)
+	if !ok || len(vals)%2 != 0 {
+		return limits.State{}, fmt.Errorf("slots are %T of %d values, want hold and score pairs", v, len(vals))
+	}
+	var st limits.State
+	for i := 0; i < len(vals); i += 2 {
+		hold, ok1 := vals[i].(string)
+		sc, ok2 := vals[i+1].(string)
+		until, err := strconv.ParseFloat(sc, 64)
+		if !ok1 || !ok2 || err != nil {
+			return limits.State{}, fmt.Errorf("slot %v with score %v", vals[i], vals[i+1])
+		}
+		st.Slots = append(st.Slots, limits.Slot{Hold: hold, Until: int64(until)})
+		st.Expire = max(st.Expire, int64(until))
+	}
+	return st, nil
+}
+
 func decodeLog(v any, l *limits.Limit) (limits.State, error) {
 	vals, ok := v.([]any)
 	if !ok || len(vals)%2 != 0 {

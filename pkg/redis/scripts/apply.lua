@@ -284,7 +284,8 @@ local logtrim, logtop
 --           it added an entry of its own)
 --   b+14    the check's algorithm
 --   b+15,16 for sliding_log, the hits of the entry it writes and the
---           window µs; b+16 for concurrency, the window µs
+--           window µs; for concurrency, the index in keys of its own
+--           keys (its hold ends the second) and the window µs
 -- last[key] is the index of the last check on key of the admitted
 -- requests so far: the state the next request starts from, and at the
 -- end, the state written.
@@ -295,6 +296,8 @@ local logtrim, logtop
 -- are longer) as the first request fills, up to a bound, so filling them
 -- does not rehash them again and again. Every placeholder is overwritten
 -- before it is read or returned.
+-- Concurrency slots that the call's admitted requests renewed (see pend).
+local renewed, pend
 local per = reserve and 4 or 3
 local XS = 16
 local n1 = #ARGV[qfrom] / CHECK
@@ -312,6 +315,9 @@ for q = qfrom, qto do
   local spec = ARGV[q]
   local n = #spec / CHECK
   local admitted, grants = true, false
+  -- pend[key][hold]: the slots this request renews, made on the first;
+  -- renewed[key][hold] once it is admitted. Both nil without any.
+  pend = nil
   -- Quota groups (CHECK_QUOTA checks): qover[g] is set once a check of
   -- group g is over, qn counts such groups, and qg is how many groups
   -- the request has (every quota record carries it). The request is
@@ -370,6 +376,9 @@ for q = qfrom, qto do
         -- matters rather than decoded up front: every instruction here
         -- runs for every check).
         local k, s, c, p, e, any, stored = kk, 0, 0, 0, 0, 0, -1
+        -- own: where this check's keys are; k becomes where the state it
+        -- starts from was read (an earlier check's, on the same key).
+        local own = k
         if pass == 2 then
           k, s, c, p, e = X[b + 1], X[b + 2], X[b + 3], X[b + 4], X[b + 5]
           if uses then
@@ -462,11 +471,10 @@ for q = qfrom, qto do
             end
           elseif alg == CONCURRENCY then
             -- The live slots, scored by when they expire: c of them,
-            -- the soonest to expire at s, the latest at e.
+            -- the latest to expire at e.
             local key, from = keys[k], '(' .. str(now)
             c = redis.call('ZCOUNT', key, from, '+inf')
             if c > 0 then
-              s = tonumber(redis.call('ZRANGE', key, from, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')[2])
               e = tonumber(redis.call('ZRANGE', key, '+inf', from, 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')[2])
             end
           else
@@ -653,17 +661,41 @@ for q = qfrom, qto do
           -- limits.Limit.Occupy: a request that holds a live slot keeps
           -- it (renewed if it has hits); another takes one while fewer
           -- than req are taken. Its hold is the end of its second key.
-          local at = redis.call('ZSCORE', keys[k], sub(keys[k + 1], #keys[k] + #SLOT_INFIX + 1))
-          local held = pass == 1 and at and tonumber(at) > now
+          if pass == 2 then
+            own = X[b + 15]
+          end
+          local hold = sub(keys[own + 1], #keys[own] + #SLOT_INFIX + 1)
+          local at = redis.call('ZSCORE', keys[k], hold)
+          local held = at and tonumber(at) > now
+          -- The receipt of a reservation (MODE_RESERVE): the slot's
+          -- expiry before it, 0 for none, which refund.lua puts back.
+          stored = 0
+          if held then
+            stored = tonumber(at)
+          end
           if not held and c >= req then
-            over, rem, reset = true, req - min(c, req), s - now
+            -- The soonest slot to expire: the first stored one that this
+            -- call has not renewed (renewed ones, and the slots it took,
+            -- expire a window from now).
+            local soon, from, skip = now + w, '(' .. str(now), renewed and renewed[keys[k]]
+            local page = redis.call('ZRANGE', keys[k], from, '+inf', 'BYSCORE', 'LIMIT', 0, c + 1, 'WITHSCORES')
+            for x = 1, #page, 2 do
+              local mine = pend and pend[keys[k]]
+              if not (skip and skip[page[x]]) and not (mine and mine[page[x]]) then
+                soon = tonumber(page[x + 1])
+                break
+              end
+            end
+            over, rem, reset = true, req - min(c, req), soon - now
           else
             if hits > 0 then
               if not held then
                 c2 = c + 1
-              end
-              if c == 0 then
-                s2 = now + w
+              elseif pass == 1 then
+                -- Renewed: pending until the request is admitted.
+                pend = pend or {}
+                pend[keys[k]] = pend[keys[k]] or {}
+                pend[keys[k]][hold] = true
               end
               e2 = now + w
             end
@@ -825,7 +857,7 @@ for q = qfrom, qto do
           if alg == SLIDING_LOG then
             X[b + 13], X[b + 15], X[b + 16] = merged or 0, s2, w
           elseif alg == CONCURRENCY then
-            X[b + 16] = w
+            X[b + 15], X[b + 16] = own, w
           end
           reply[r + 1], reply[r + 2], reply[r + 3] = over and 1 or 0, rem, reset
           if reserve then
@@ -839,6 +871,15 @@ for q = qfrom, qto do
     reply[rb + 1] = 1
     for i = i0 + 1, i0 + n do
       last[keys[X[(i - 1) * XS + 1]]] = i
+    end
+    if pend then
+      renewed = renewed or {}
+      for key, holds in pairs(pend) do
+        renewed[key] = renewed[key] or {}
+        for hold in pairs(holds) do
+          renewed[key][hold] = true
+        end
+      end
     end
   elseif uses then
     -- Pass 2 left what the usage charges consumed; the state of the
@@ -888,10 +929,11 @@ for i = 1, i0 do
     local final = last[key] == i
     local receipt = s
     if alg == CONCURRENCY then
+      receipt = X[b + 13]
       -- A slot taken or renewed expires a window from now; expired
       -- slots go as the key is written, and the key with its last.
       if X[b + 10] ~= 0 then
-        redis.call('ZADD', key, str(now + X[b + 16]), sub(keys[k + 1], #key + #SLOT_INFIX + 1))
+        redis.call('ZADD', key, str(now + X[b + 16]), sub(keys[X[b + 15] + 1], #key + #SLOT_INFIX + 1))
       end
       if final then
         redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now))

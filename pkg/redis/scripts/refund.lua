@@ -23,7 +23,8 @@
 --                   current window or has become the previous one.
 --   sliding_log     remove exactly the entry the request added; a trimmed
 --                   entry needs nothing.
---   concurrency     remove the request's slot (its hold).
+--   concurrency     remove the request's slot (its hold), or give it back
+--                   its expiry before the reservation, if it held one.
 --   buckets         give back hits × W scaled units, less whatever the
 --                   bucket drained (or refilled) between the reservation
 --                   and the last update, since that drain may already
@@ -49,10 +50,16 @@ for i = 1, #spec / size do
   local key = KEYS[k]
   k = k + 1
   if alg == CONCURRENCY then
-    -- The slot the request took: its hold ends the second key.
+    -- The slot the request took (its hold ends the second key) goes, or,
+    -- if the request held it already, gets its expiry back (the receipt).
     local hold = string.sub(KEYS[k], #key + #SLOT_INFIX + 1)
     k = k + 1
-    refunded = refunded + redis.call('ZREM', key, hold)
+    if receipt > now then
+      redis.call('ZADD', key, str(receipt), hold)
+      refunded = refunded + 1
+    else
+      refunded = refunded + redis.call('ZREM', key, hold)
+    end
   elseif alg == SLIDING_LOG then
     local key2 = KEYS[k]
     k = k + 1
