@@ -35,12 +35,20 @@ RELEASE_BINS := $(foreach p,$(PLATFORMS),bin/ratelimit-sidecar-$(subst /,-,$(p))
 # build needs: the k8s tests rehearse the image build with GOPROXY=off, and
 # a build context that lacks a package makes Go look up modules (such as
 # github.com/kr/pretty) that no build of ours downloads.
+#
+# Both modules' tests run even when the other's fail: each module's result
+# is reported on a line of its own at the end, and make fails if either did.
 test: redis-server
 	$(GO) mod download
 	cd k8s && $(GO) mod download
-	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 20m ./...
-	cd k8s && $(GO) vet ./... && $(GO) test -count=1 -timeout 5m ./...
+	@main=0; k8s=0; \
+	echo "$(GO) vet ./... && $(GO) test -race -count=1 -timeout 20m ./..."; \
+	$(GO) vet ./... && $(GO) test -race -count=1 -timeout 20m ./... || main=$$?; \
+	echo "cd k8s && $(GO) vet ./... && $(GO) test -count=1 -timeout 5m ./..."; \
+	(cd k8s && $(GO) vet ./... && $(GO) test -count=1 -timeout 5m ./...) || k8s=$$?; \
+	report() { if [ "$$2" -eq 0 ]; then echo "make test: $$1: ok"; else echo "make test: $$1: FAILED (exit $$2)"; fi; }; \
+	report "module . (vet, tests)" $$main; report "module k8s (vet, tests)" $$k8s; \
+	[ $$main -eq 0 ] && [ $$k8s -eq 0 ]
 
 # Tests start their own redis-server processes on free loopback ports; this
 # only makes sure the binaries exist.
