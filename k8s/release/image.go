@@ -223,7 +223,12 @@ func tarFiles(files map[string]fileEntry) ([]byte, error) {
 			}
 		}
 	}
-	return buf.Bytes(), tw.Close()
+	// Close writes the last file's padding and the two zero blocks that end
+	// an archive: the bytes are the layer only after it.
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // tarDir archives the OCI layout dir as out (skopeo's oci-archive:, and

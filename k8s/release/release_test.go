@@ -328,3 +328,152 @@ func TestReleaseVersionInStep(t *testing.T) {
 		t.Errorf("a chart at version 99.0.0 against release %s: %v, want refused", latest, err)
 	}
 }
+
+// TestStrictTar holds the strict reader to what it must refuse: an
+// archive cut before its end-of-archive blocks (what Go's archive/tar
+// reads without complaint) or inside a file's bytes.
+func TestStrictTar(t *testing.T) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	data := bytes.Repeat([]byte("notice "), 217) // 1,519 bytes: the last block is partial
+	if err := tw.WriteHeader(&tar.Header{Name: "a/NOTICE", Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	unclosed := bytes.Clone(buf.Bytes())
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files, err := strictTar(buf.Bytes())
+	if err != nil || !bytes.Equal(files["a/NOTICE"], data) {
+		t.Fatalf("a complete archive: %v, NOTICE %d bytes, want %d", err, len(files["a/NOTICE"]), len(data))
+	}
+	for name, b := range map[string][]byte{
+		"without the end-of-archive blocks": unclosed,
+		"cut inside the file":               buf.Bytes()[:512+1024],
+		"cut inside the padding":            unclosed[:len(unclosed)-100],
+		"with one zero block":               buf.Bytes()[:len(unclosed)+512],
+	} {
+		if _, err := strictTar(b); err == nil {
+			t.Errorf("an archive %s (%d bytes): no error", name, len(b))
+		}
+	}
+	// Go's reader accepts the unclosed archive: the reason for this one.
+	if _, err := tar.NewReader(bytes.NewReader(unclosed)).Next(); err != nil {
+		t.Logf("archive/tar refuses the unclosed archive too: %v", err)
+	}
+}
+
+// TestReleaseLayersComplete reads every layer of every platform's image,
+// the docker-load tarballs and the OCI archive with the strict reader, and
+// checks every file of a layer against its source; with GNU tar on the
+// machine it unpacks each layer with it too.
+func TestReleaseLayersComplete(t *testing.T) {
+	o, _ := released(t)
+	sources := map[string]string{
+		"usr/share/doc/ratelimit-sidecar/LICENSE": filepath.Join(root, "LICENSE"),
+		"usr/share/doc/ratelimit-sidecar/NOTICE":  filepath.Join(root, "NOTICE"),
+		"etc/ratelimit-sidecar/rules.yaml":        filepath.Join(root, "config", "rules.yaml"),
+	}
+	gnuTar := ""
+	if out, err := exec.Command("tar", "--version").Output(); err == nil && strings.Contains(string(out), "GNU tar") {
+		gnuTar = "tar"
+	}
+	p, err := layout.FromPath(filepath.Join(o.bin, "image-oci"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outer, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	om, err := outer.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := outer.ImageIndex(om.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range im.Manifests {
+		arch := d.Platform.Architecture
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layers, err := img.Layers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bin := filepath.Join(o.bin, "ratelimit-sidecar-"+d.Platform.OS+"-"+arch)
+		for i, l := range layers {
+			rc, err := l.Uncompressed()
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := io.ReadAll(rc)
+			rc.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			files, err := strictTar(b)
+			if err != nil {
+				t.Errorf("%s layer %d (%d bytes): %v", arch, i, len(b), err)
+				continue
+			}
+			want := map[string]string{"usr/local/bin/ratelimit-sidecar": bin, "bin/ratelimit": bin}
+			for k, v := range sources {
+				want[k] = v
+			}
+			for name, src := range want {
+				sb, err := os.ReadFile(src)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(files[name], sb) {
+					t.Errorf("%s layer %d: %s has %d bytes, %s %d", arch, i, name, len(files[name]), src, len(sb))
+				}
+			}
+			if gnuTar != "" {
+				gnuUnpack(t, gnuTar, b, files, arch)
+			}
+		}
+	}
+	for _, f := range []string{"ratelimit-sidecar-image-linux-amd64.tar", "ratelimit-sidecar-image-linux-arm64.tar", "ratelimit-sidecar-image-oci.tar"} {
+		b, err := os.ReadFile(filepath.Join(o.bin, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := strictTar(b); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+// gnuUnpack unpacks layer with GNU tar and compares what it wrote with
+// files, the strict reader's reading of it.
+func gnuUnpack(t *testing.T, tarCmd string, layer []byte, files map[string][]byte, arch string) {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command(tarCmd, "-x", "-f", "-", "-C", dir, "--no-same-owner", "--no-same-permissions")
+	cmd.Stdin = bytes.NewReader(layer)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("%s layer: GNU tar: %v\n%s", arch, err, out)
+		return
+	}
+	for name, want := range files {
+		got, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(name)))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s layer: GNU tar unpacked %s as %d bytes (%v), want %d", arch, name, len(got), err, len(want))
+		}
+	}
+}
