@@ -11,8 +11,10 @@
 #               an SPDX SBOM per binary (bin/ratelimit-sidecar-<os>-<arch>.spdx.json),
 #               the Helm chart (bin/ratelimit-sidecar-<chart version>.tgz), and
 #               bin/SHA256SUMS of all of them. docs/releasing.md publishes them.
-# make image    builds the container image with docker (ratelimit-sidecar:dev,
-#               the name k8s/ expects, and ratelimit-sidecar:$(VERSION)).
+# make image    builds the container image with docker, named as make release
+#               names it (k8s/release/imageref.go): IMAGE:<version without
+#               the v> and IMAGE:dev, the name k8s/ and, for a release, the
+#               chart run.
 # make bench    runs the Go benchmarks.
 
 GO        ?= go
@@ -20,7 +22,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
 PLATFORMS := linux/amd64 linux/arm64
-IMAGE     ?= ratelimit-sidecar
+IMAGE     ?= ghcr.io/ratelimit-sidecar/ratelimit-sidecar
 
 # go_build,OUT builds the sidecar to OUT: static (no cgo), with no local
 # paths in it, stamped with the version and commit. Every binary we ship is
@@ -87,8 +89,11 @@ FORCE:
 # platforms: docker buildx build --platform linux/amd64,linux/arm64 with the
 # same build arguments.
 image:
+	mkdir -p bin
+	cd k8s && $(GO) run ./release -print-image-names -repository $(IMAGE) -version $(VERSION) > ../bin/.image-names
 	docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
-		-t $(IMAGE):dev -t $(IMAGE):$(VERSION) .
+		$$(sed 's/^/-t /' bin/.image-names) .
+	@rm -f bin/.image-names
 
 bench: redis-server
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -21,6 +21,10 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	sigyaml "sigs.k8s.io/yaml"
 )
 
 const root = "../.."
@@ -476,4 +480,145 @@ func gnuUnpack(t *testing.T, tarCmd string, layer []byte, files map[string][]byt
 			t.Errorf("%s layer: GNU tar unpacked %s as %d bytes (%v), want %d", arch, name, len(got), err, len(want))
 		}
 	}
+}
+
+func TestVersionTag(t *testing.T) {
+	tests := []struct{ give, want string }{
+		{"v0.1.0", "0.1.0"},
+		{"v0.2.0-3-gabc0123", "0.2.0-3-gabc0123"},
+		{"v0.2.0-3-gabc0123-dirty", "0.2.0-3-gabc0123-dirty"},
+		{"312c3d6", "312c3d6"},
+		{"dev", "dev"},
+		{"version", "version"},
+		{"v1.0.0+meta/x", "1.0.0_meta_x"},
+	}
+	for _, tt := range tests {
+		if got := versionTag(tt.give); got != tt.want {
+			t.Errorf("versionTag(%q) = %q, want %q", tt.give, got, tt.want)
+		}
+	}
+}
+
+// TestReleaseImageNames renders the chart make release packaged (with
+// Helm's engine) and k8s/'s kustomization (with kustomize), and checks
+// that the image each runs is one the docker-load tarballs carry, and
+// that the chart's is the OCI layout's tag: every way to deploy runs the
+// image the release wrote, with no override.
+func TestReleaseImageNames(t *testing.T) {
+	o, out := released(t)
+	var tagged []string
+	for _, p := range platforms {
+		f := filepath.Join(o.bin, "ratelimit-sidecar-image-"+p.OS+"-"+p.Architecture+".tar")
+		tags := tarballTags(t, f)
+		if tagged == nil {
+			tagged = tags
+		} else if !slices.Equal(tags, tagged) {
+			t.Errorf("%s is tagged %q, the first platform's tarball %q", f, tags, tagged)
+		}
+	}
+	want := []string{defaultRepository + ":9.9.9-1-gabcdef0", defaultRepository + ":dev"}
+	if !slices.Equal(tagged, want) {
+		t.Errorf("tarballs are tagged %q, want %q", tagged, want)
+	}
+
+	p, err := layout.FromPath(filepath.Join(o.bin, "image-oci"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outer, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	om, err := outer.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ociTag := om.Manifests[0].Annotations["org.opencontainers.image.ref.name"]
+
+	var tgz string
+	for _, f := range out {
+		if strings.HasSuffix(f, ".tgz") {
+			tgz = f
+		}
+	}
+	chartImage := renderedChartImage(t, filepath.Join(o.bin, tgz))
+	if !slices.Contains(tagged, chartImage) || chartImage != defaultRepository+":"+ociTag {
+		t.Errorf("the chart runs %q; the tarballs carry %q and the OCI layout is tagged %q", chartImage, tagged, ociTag)
+	}
+	kustImage := kustomizedImage(t, filepath.Join(root, "k8s"))
+	if !slices.Contains(tagged, kustImage) {
+		t.Errorf("k8s/ runs %q; the tarballs carry %q", kustImage, tagged)
+	}
+}
+
+// tarballTags reads the RepoTags of a docker-load tarball's manifest.json.
+func tarballTags(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := strictTar(b)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	var m []struct{ RepoTags []string }
+	if err := json.Unmarshal(files["manifest.json"], &m); err != nil || len(m) != 1 {
+		t.Fatalf("%s: manifest.json: %v, %d images", path, err, len(m))
+	}
+	slices.Sort(m[0].RepoTags)
+	return m[0].RepoTags
+}
+
+// renderedChartImage renders the packaged chart with its defaults and
+// returns the image of its Deployment's ratelimit-sidecar container.
+func renderedChartImage(t *testing.T, tgz string) string {
+	t.Helper()
+	ch, err := loader.Load(tgz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := chartutil.ToRenderValues(ch, map[string]any{}, chartutil.ReleaseOptions{Name: "rl", Namespace: "edge"}, chartutil.DefaultCapabilities)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := engine.Render(ch, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return containerImage(t, tgz, []byte(rendered["ratelimit-sidecar/templates/deployment.yaml"]))
+}
+
+// kustomizedImage builds the kustomization in dir, as kubectl apply -k
+// does, and returns the image of the ratelimit-sidecar container.
+func kustomizedImage(t *testing.T, dir string) string {
+	t.Helper()
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return containerImage(t, dir, b)
+}
+
+// containerImage returns the image of the container named
+// ratelimit-sidecar (or init container) of the Deployment in docs.
+func containerImage(t *testing.T, source string, docs []byte) string {
+	t.Helper()
+	for _, doc := range strings.Split(string(docs), "\n---\n") {
+		var d appsv1.Deployment
+		if err := sigyaml.Unmarshal([]byte(doc), &d); err != nil || d.Kind != "Deployment" {
+			continue
+		}
+		for _, c := range append(d.Spec.Template.Spec.InitContainers, d.Spec.Template.Spec.Containers...) {
+			if c.Name == "ratelimit-sidecar" {
+				return c.Image
+			}
+		}
+	}
+	t.Fatalf("%s: no Deployment with a ratelimit-sidecar container", source)
+	return ""
 }
