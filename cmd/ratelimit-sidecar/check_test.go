@@ -7,6 +7,7 @@ import (
 	"flag"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -197,6 +198,46 @@ func TestSubcommandAfterEntrypointFlags(t *testing.T) {
 	// A flag value that happens to read "check" is not a subcommand.
 	if _, err := parseFlags([]string{"--config", "check"}, noEnv, io.Discard); err != nil {
 		t.Errorf("--config check: %v", err)
+	}
+}
+
+// TestSubcommandTakesEntrypointConfig: `docker run IMAGE check` and
+// `explain` read the rules the entrypoint's --config names, as the server
+// would; a --config of their own wins, and the server's other flags are
+// not theirs.
+func TestSubcommandTakesEntrypointConfig(t *testing.T) {
+	rules, err := filepath.Abs("../../config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := []string{"--config=" + rules + "/", "--grpc-addr=0.0.0.0:8081", "--http-addr=0.0.0.0:8080", "--admin-addr=127.0.0.1:8082"}
+	tests := []struct {
+		name string
+		give []string
+		want string
+	}{
+		{"check", []string{"check"}, "ok: 1 domain"},
+		{"explain", []string{"explain", "--domain", "edge", "--descriptor", "tenant=acme,user=42"}, "token_bucket"},
+		{"check merging", []string{"check", "--merge-domains"}, "ok: 1 domain"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			args := append(slices.Clone(entry), tt.give...)
+			if err := run(context.Background(), args, &stdout, &stderr); err != nil {
+				t.Fatalf("run %q: %v\n%s", args, err, stderr.String())
+			}
+			if !strings.Contains(stdout.String(), tt.want) {
+				t.Errorf("run %q: want %q in:\n%s", args, tt.want, stdout.String())
+			}
+		})
+	}
+	// The command's own --config comes later and wins.
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "r.yaml"), "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	var stdout bytes.Buffer
+	if err := run(context.Background(), append(slices.Clone(entry), "check", "--config", dir), &stdout, io.Discard); err != nil || !strings.Contains(stdout.String(), "other") {
+		t.Errorf("check --config %s after the entrypoint's: %v\n%s", dir, err, stdout.String())
 	}
 }
 

@@ -16,17 +16,38 @@ type command struct {
 	name    string
 	summary string // one line for help
 	run     func(args []string, stdout, stderr io.Writer) error
+	// shares are the server's flags the command has too, with the same
+	// meaning: given before the command (an image's entrypoint), they
+	// are the command's defaults.
+	shares []string
 }
+
+// ruleFlags are the server's flags that say where the rules are and how
+// they load.
+var ruleFlags = []string{"config", "merge-domains", "allow-empty-rules"}
 
 // commands returns the subcommands, in the order help lists them. It is a
 // function, not a variable, because help is one of them.
 func commands() []command {
 	return []command{
-		{"check", "validate rule files and print their rules as a tree, or every problem", runCheck},
-		{"explain", "show how descriptors match the rules, the limits that apply and their keys", runExplain},
-		{"version", "print the version, commit, Go version and platform", runVersion},
-		{"help", "print this help, or a command's flags: help <command>", runHelp},
+		{"check", "validate rule files and print their rules as a tree, or every problem", runCheck, ruleFlags},
+		{"explain", "show how descriptors match the rules, the limits that apply and their keys", runExplain, ruleFlags[:2]},
+		{"version", "print the version, commit, Go version and platform", runVersion, nil},
+		{"help", "print this help, or a command's flags: help <command>", runHelp, nil},
 	}
+}
+
+// inherited returns those of lead, --flag=value arguments before the
+// command, that set a flag c shares with the server.
+func (c command) inherited(lead []string) []string {
+	var out []string
+	for _, a := range lead {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if slices.Contains(c.shares, name) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // lookupCommand returns the subcommand name, if there is one.

@@ -10,9 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -621,4 +624,123 @@ func containerImage(t *testing.T, source string, docs []byte) string {
 	}
 	t.Fatalf("%s: no Deployment with a ratelimit-sidecar container", source)
 	return ""
+}
+
+// TestImageSubcommands runs the subcommands as a user runs them in the
+// image (docker run IMAGE check): the image's entrypoint and cmd, as its
+// config has them, then the command's arguments, with the image's
+// environment and user, in a directory laid out as the image's layers
+// lay it out. No Docker engine runs here: as root the binary runs
+// chrooted there as the image's user; otherwise the arguments' absolute
+// paths are taken below the directory.
+func TestImageSubcommands(t *testing.T) {
+	o, _ := released(t)
+	p := v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}
+	if !slices.ContainsFunc(platforms, func(q v1.Platform) bool { return q.OS == p.OS && q.Architecture == p.Architecture }) {
+		t.Skipf("no image for this machine's platform, %s/%s", p.OS, p.Architecture)
+	}
+	img, err := tarball.ImageFromPath(filepath.Join(o.bin, "ratelimit-sidecar-image-"+p.OS+"-"+p.Architecture+".tar"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootfs := t.TempDir()
+	unpackImage(t, img, rootfs)
+	tests := []struct {
+		name string
+		give []string
+		want string
+	}{
+		{"check", []string{"check"}, "ok: 1 domain"},
+		{"explain", []string{"explain", "--domain", "edge", "--descriptor", "tenant=acme,user=42"}, "token_bucket"},
+		{"version", []string{"version"}, "ratelimit-sidecar "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			argv := append(append(slices.Clone(cf.Config.Entrypoint), cf.Config.Cmd...), tt.give...)
+			cmd := imageCommand(t, rootfs, cf.Config.User, argv)
+			cmd.Env = cf.Config.Env
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("docker run IMAGE %s, as %q: %v\n%s", strings.Join(tt.give, " "), argv, err, stderr.String())
+			}
+			if !strings.Contains(stdout.String(), tt.want) {
+				t.Errorf("docker run IMAGE %s: want %q in:\n%s", strings.Join(tt.give, " "), tt.want, stdout.String())
+			}
+		})
+	}
+}
+
+// imageCommand is argv run in the image unpacked at rootfs, as user
+// ("uid:gid").
+func imageCommand(t *testing.T, rootfs, user string, argv []string) *exec.Cmd {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cred := &syscall.Credential{}
+		if u, g, ok := strings.Cut(user, ":"); ok {
+			uid, err1 := strconv.ParseUint(u, 10, 32)
+			gid, err2 := strconv.ParseUint(g, 10, 32)
+			if err1 != nil || err2 != nil {
+				t.Fatalf("image user %q is not uid:gid", user)
+			}
+			cred.Uid, cred.Gid = uint32(uid), uint32(gid)
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: rootfs, Credential: cred}
+		cmd.Dir = "/"
+		return cmd
+	}
+	args := slices.Clone(argv[1:])
+	for i, a := range args {
+		if k, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(v, "/") {
+			args[i] = k + "=" + filepath.Join(rootfs, v) + "/"
+		}
+	}
+	cmd := exec.Command(filepath.Join(rootfs, argv[0]), args...)
+	cmd.Dir = rootfs
+	return cmd
+}
+
+// unpackImage writes the files and directories of img's layers under dir,
+// with their modes.
+func unpackImage(t *testing.T, img v1.Image, dir string) {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range layers {
+		rc, err := l.Uncompressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(rc)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(dir, filepath.FromSlash(h.Name))
+			switch h.Typeflag {
+			case tar.TypeDir:
+				err = os.MkdirAll(p, 0o755)
+			case tar.TypeReg:
+				var b []byte
+				if b, err = io.ReadAll(tr); err == nil {
+					err = os.WriteFile(p, b, os.FileMode(h.Mode).Perm())
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		rc.Close()
+	}
 }
