@@ -89,7 +89,7 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 // all (nil: unknown). Below the RLS_ variables come envoyproxy/ratelimit's
 // (refenv.go), and run as "ratelimit" its defaults.
 func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool), environ []string, _ io.Writer) (*settings, error) {
-	c := &settings{request: limits.DefaultRequestLimits}
+	c := newSettings()
 	fs := flag.NewFlagSet("ratelimit-sidecar", flag.ContinueOnError)
 	// A command line that does not parse is one line (flagError), not
 	// the usage.
@@ -135,6 +135,13 @@ func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool
 	}
 	ref.finish(c, fs, inArgs, getenv, environ)
 	return c, nil
+}
+
+// newSettings returns the settings flags are defined on: the defaults a
+// flag takes from a field rather than a literal (the request's bounds)
+// set, so that parsing and help show the same ones.
+func newSettings() *settings {
+	return &settings{request: limits.DefaultRequestLimits}
 }
 
 // define defines every flag on fs, writing into c. It returns where

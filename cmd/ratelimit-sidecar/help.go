@@ -119,7 +119,7 @@ command line wins. envoyproxy/ratelimit's variables (GRPC_PORT, REDIS_URL,
 Server flags:
 `)
 	fs := flag.NewFlagSet("ratelimit-sidecar", flag.ContinueOnError)
-	(&settings{}).define(fs)
+	newSettings().define(fs)
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 }
@@ -144,19 +144,46 @@ const helpHint = " (ratelimit-sidecar help lists the flags)"
 // flagError is the one-line error for a command line that fs cannot
 // parse: an unknown flag is named with the nearest flag, if one is near.
 func flagError(fs *flag.FlagSet, err error) error {
+	return flagErrorHint(fs, err, helpHint)
+}
+
+// flagErrorHint is flagError ending in hint, where the flags are listed.
+func flagErrorHint(fs *flag.FlagSet, err error, hint string) error {
 	if errors.Is(err, flag.ErrHelp) {
 		return err
 	}
 	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
 	if !ok {
-		return fmt.Errorf("%w%s", err, helpHint)
+		return fmt.Errorf("%w%s", err, hint)
 	}
 	var names []string
 	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
 	if near, ok := suggest.Nearest(name, names); ok {
-		return fmt.Errorf("unknown flag --%s; did you mean --%s?%s", name, near, helpHint)
+		return fmt.Errorf("unknown flag --%s; did you mean --%s?%s", name, near, hint)
 	}
-	return fmt.Errorf("unknown flag --%s%s", name, helpHint)
+	return fmt.Errorf("unknown flag --%s%s", name, hint)
+}
+
+// parseCommand parses the arguments of the subcommand whose flags fs
+// holds (named "ratelimit-sidecar <command>"). -h prints its usage
+// (fs.Usage) to fs.Output(); any other mistake is one line, as the
+// server's are (flagError), without the usage.
+func parseCommand(fs *flag.FlagSet, args []string) error {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	if errors.Is(err, flag.ErrHelp) {
+		usage()
+		return err
+	}
+	if err != nil {
+		name := strings.TrimPrefix(fs.Name(), "ratelimit-sidecar ")
+		return fmt.Errorf("%s: %w", name, flagErrorHint(fs, err, " (ratelimit-sidecar help "+name+" lists its flags)"))
+	}
+	return nil
 }
 
 // rlsHints returns, for each of the unknown RLS_ variables that is near a
