@@ -32,7 +32,7 @@ func commands() []command {
 	return []command{
 		{"check", "validate rule files and print their rules as a tree, or every problem", runCheck, ruleFlags},
 		{"explain", "show how descriptors match the rules, the limits that apply and their keys", runExplain, ruleFlags[:2]},
-		{"version", "print the version, commit, Go version and platform", runVersion, nil},
+		{"version", "print the version, commit (when the build recorded one), Go version and platform", runVersion, nil},
 		{"help", "print this help, or a command's flags: help <command>", runHelp, nil},
 	}
 }
