@@ -244,6 +244,35 @@ func TestSubcommandTakesEntrypointConfig(t *testing.T) {
 	}
 }
 
+// TestSubcommandTakesRLSConfig: check reads the rules RLS_CONFIG names,
+// as the server does; the entrypoint's --config beats it, and check's
+// own --config beats both.
+func TestSubcommandTakesRLSConfig(t *testing.T) {
+	rules, err := filepath.Abs("../../config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := t.TempDir()
+	write(t, filepath.Join(other, "r.yaml"), "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	tests := []struct {
+		name string
+		give []string
+		want string
+	}{
+		{"from the environment", []string{"check"}, "ok: 1 domain"},
+		{"the entrypoint's flag wins", []string{"--config=" + other, "check"}, "domain other"},
+		{"check's own flag wins", []string{"--config=/nowhere", "check", "--config", other}, "domain other"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, stderr, err := runCLI(t, []string{"RLS_CONFIG=" + rules}, tt.give...)
+			if err != nil || !strings.Contains(stdout, tt.want) {
+				t.Errorf("RLS_CONFIG=%s ratelimit-sidecar %q: %v, want %q in:\n%s%s", rules, tt.give, err, tt.want, stdout, stderr)
+			}
+		})
+	}
+}
+
 // TestCheckNoRules: check on a directory without rule files fails, naming
 // the path and what it did not find, unless --allow-empty-rules is given.
 func TestCheckNoRules(t *testing.T) {

@@ -37,10 +37,17 @@ func commands() []command {
 	}
 }
 
-// inherited returns those of lead, --flag=value arguments before the
-// command, that set a flag c shares with the server.
-func (c command) inherited(lead []string) []string {
+// inherited returns the arguments that set the flags c shares with the
+// server as the server would have them: from their RLS_ variables (read
+// by getenv), then from lead, --flag=value arguments before the command.
+// Later arguments win, so lead beats the environment.
+func (c command) inherited(lead []string, getenv func(string) (string, bool)) []string {
 	var out []string
+	for _, name := range c.shares {
+		if v, ok := getenv(rlsEnvName(name)); ok {
+			out = append(out, "--"+name+"="+v)
+		}
+	}
 	for _, a := range lead {
 		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		if slices.Contains(c.shares, name) {
