@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"debug/buildinfo"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -631,8 +632,9 @@ func containerImage(t *testing.T, source string, docs []byte) string {
 // config has them, then the command's arguments, with the image's
 // environment and user, in a directory laid out as the image's layers
 // lay it out. No Docker engine runs here: as root the binary runs
-// chrooted there as the image's user; otherwise the arguments' absolute
-// paths are taken below the directory.
+// chrooted there as the image's user; otherwise (and as root too, so that
+// this way is tested) the arguments' absolute paths are taken below the
+// directory.
 func TestImageSubcommands(t *testing.T) {
 	o, _ := released(t)
 	p := v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}
@@ -658,28 +660,35 @@ func TestImageSubcommands(t *testing.T) {
 		{"explain", []string{"explain", "--domain", "edge", "--descriptor", "tenant=acme,user=42"}, "token_bucket"},
 		{"version", []string{"version"}, "ratelimit-sidecar "},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			argv := append(append(slices.Clone(cf.Config.Entrypoint), cf.Config.Cmd...), tt.give...)
-			cmd := imageCommand(t, rootfs, cf.Config.User, argv)
-			cmd.Env = cf.Config.Env
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("docker run IMAGE %s, as %q: %v\n%s", strings.Join(tt.give, " "), argv, err, stderr.String())
-			}
-			if !strings.Contains(stdout.String(), tt.want) {
-				t.Errorf("docker run IMAGE %s: want %q in:\n%s", strings.Join(tt.give, " "), tt.want, stdout.String())
-			}
-		})
+	ways := []bool{false}
+	if os.Geteuid() == 0 {
+		ways = []bool{true, false}
+	}
+	for _, chroot := range ways {
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("%s/chroot=%v", tt.name, chroot), func(t *testing.T) {
+				argv := append(append(slices.Clone(cf.Config.Entrypoint), cf.Config.Cmd...), tt.give...)
+				cmd := imageCommand(t, rootfs, cf.Config.User, argv, chroot)
+				cmd.Env = cf.Config.Env
+				var stdout, stderr bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &stdout, &stderr
+				if err := cmd.Run(); err != nil {
+					t.Fatalf("docker run IMAGE %s, as %q: %v\n%s", strings.Join(tt.give, " "), cmd.Args, err, stderr.String())
+				}
+				if !strings.Contains(stdout.String(), tt.want) {
+					t.Errorf("docker run IMAGE %s: want %q in:\n%s", strings.Join(tt.give, " "), tt.want, stdout.String())
+				}
+			})
+		}
 	}
 }
 
-// imageCommand is argv run in the image unpacked at rootfs, as user
-// ("uid:gid").
-func imageCommand(t *testing.T, rootfs, user string, argv []string) *exec.Cmd {
+// imageCommand is argv run in the image unpacked at rootfs: chrooted
+// there as user ("uid:gid"), which needs root, or with the absolute paths
+// of --flag=/path arguments taken below rootfs.
+func imageCommand(t *testing.T, rootfs, user string, argv []string, chroot bool) *exec.Cmd {
 	t.Helper()
-	if os.Geteuid() == 0 {
+	if chroot {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cred := &syscall.Credential{}
 		if u, g, ok := strings.Cut(user, ":"); ok {
