@@ -284,7 +284,8 @@ func (r *Reloader) addWatches(w *fsnotify.Watcher, targets map[string]bool) erro
 		if err := w.Add(filepath.Dir(r.path)); err != nil {
 			return fmt.Errorf("watch config: %w", err)
 		}
-		return watchTarget(w, r.path, targets)
+		r.watchTarget(w, r.path, targets)
+		return nil
 	}
 	if err := w.Add(r.path); err != nil {
 		return fmt.Errorf("watch config: %w", err)
@@ -293,12 +294,23 @@ func (r *Reloader) addWatches(w *fsnotify.Watcher, targets map[string]bool) erro
 		if d.IsDir() {
 			return w.Add(p)
 		}
-		return watchTarget(w, p, targets)
+		r.watchTarget(w, p, targets)
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("watch config: %w", err)
 	}
 	return nil
+}
+
+// watchTarget is the package's watchTarget, whose failure (a directory
+// that cannot be watched) costs only the reload on an edit there: it is
+// logged, and the config is watched without it.
+func (r *Reloader) watchTarget(w *fsnotify.Watcher, p string, targets map[string]bool) {
+	if err := watchTarget(w, p, targets); err != nil {
+		r.log.Warn("config watch: cannot watch the directory of a linked rule file; after editing it, reload with SIGHUP",
+			zap.String("file", p), zap.Error(err))
+	}
 }
 
 // watchTarget watches the directory of the file a symbolic link at p
