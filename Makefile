@@ -11,8 +11,10 @@
 #               an SPDX SBOM per binary (bin/ratelimit-sidecar-<os>-<arch>.spdx.json),
 #               the Helm chart (bin/ratelimit-sidecar-<chart version>.tgz), and
 #               bin/SHA256SUMS of all of them. docs/releasing.md publishes them.
-# make image    builds the container image with docker (ratelimit-sidecar:dev,
-#               the name k8s/ expects, and ratelimit-sidecar:$(VERSION)).
+# make image    builds the container image with docker, named as make release
+#               names it (k8s/release/imageref.go): IMAGE:<version without
+#               the v> and IMAGE:dev, the name k8s/ and, for a release, the
+#               chart run.
 # make bench    runs the Go benchmarks.
 
 GO        ?= go
@@ -20,7 +22,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
 PLATFORMS := linux/amd64 linux/arm64
-IMAGE     ?= ratelimit-sidecar
+IMAGE     ?= ghcr.io/ratelimit-sidecar/ratelimit-sidecar
 
 # go_build,OUT builds the sidecar to OUT: static (no cgo), with no local
 # paths in it, stamped with the version and commit. Every binary we ship is
@@ -35,12 +37,20 @@ RELEASE_BINS := $(foreach p,$(PLATFORMS),bin/ratelimit-sidecar-$(subst /,-,$(p))
 # build needs: the k8s tests rehearse the image build with GOPROXY=off, and
 # a build context that lacks a package makes Go look up modules (such as
 # github.com/kr/pretty) that no build of ours downloads.
+#
+# Both modules' tests run even when the other's fail: each module's result
+# is reported on a line of its own at the end, and make fails if either did.
 test: redis-server
 	$(GO) mod download
 	cd k8s && $(GO) mod download
-	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 20m ./...
-	cd k8s && $(GO) vet ./... && $(GO) test -count=1 -timeout 5m ./...
+	@main=0; k8s=0; \
+	echo "$(GO) vet ./... && $(GO) test -race -count=1 -timeout 20m ./..."; \
+	$(GO) vet ./... && $(GO) test -race -count=1 -timeout 20m ./... || main=$$?; \
+	echo "cd k8s && $(GO) vet ./... && $(GO) test -count=1 -timeout 5m ./..."; \
+	(cd k8s && $(GO) vet ./... && $(GO) test -count=1 -timeout 5m ./...) || k8s=$$?; \
+	report() { if [ "$$2" -eq 0 ]; then echo "make test: $$1: ok"; else echo "make test: $$1: FAILED (exit $$2)"; fi; }; \
+	report "module . (vet, tests)" $$main; report "module k8s (vet, tests)" $$k8s; \
+	[ $$main -eq 0 ] && [ $$k8s -eq 0 ]
 
 # Tests start their own redis-server processes on free loopback ports; this
 # only makes sure the binaries exist.
@@ -79,8 +89,11 @@ FORCE:
 # platforms: docker buildx build --platform linux/amd64,linux/arm64 with the
 # same build arguments.
 image:
+	mkdir -p bin
+	cd k8s && $(GO) run ./release -print-image-names -repository $(IMAGE) -version $(VERSION) > ../bin/.image-names
 	docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
-		-t $(IMAGE):dev -t $(IMAGE):$(VERSION) .
+		$$(sed 's/^/-t /' bin/.image-names) .
+	@rm -f bin/.image-names
 
 bench: redis-server
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -39,7 +39,7 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 	withRLQS := fs.Bool("rlqs", false, "also list the rules Envoy's rate_limit_quota filter (RLQS) cannot be served from: their buckets get the domain's failure mode")
 	bucketTTL := fs.Duration("rlqs-bucket-ttl", 6*time.Second, "with --rlqs: the sidecar's --rlqs-bucket-ttl")
 	overlay := fs.String("xds-overlay", "", "an overlay file for rules over xDS: --config then names RateLimitConfigs, one a file, as YAML or JSON (see docs/xds.md)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseCommand(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

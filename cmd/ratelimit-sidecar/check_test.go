@@ -7,6 +7,7 @@ import (
 	"flag"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -114,9 +115,10 @@ func TestCheckBad(t *testing.T) {
 			wantErr: "invalid config testdata/many.bad.yaml: 5 problems",
 		},
 		{
-			name:    "invalid YAML",
-			args:    []string{"--config", "testdata/invalid_yaml.bad.yaml"},
-			want:    []string{"testdata/invalid_yaml.bad.yaml:2: invalid YAML"},
+			name: "invalid YAML",
+			args: []string{"--config", "testdata/invalid_yaml.bad.yaml"},
+			// Line 3 holds the unclosed '['; yaml.v3 says line 2.
+			want:    []string{"testdata/invalid_yaml.bad.yaml:3: invalid YAML"},
 			wantErr: "1 problem",
 		},
 		{
@@ -171,12 +173,14 @@ func TestCheckUsage(t *testing.T) {
 		t.Errorf("help:\n%s", stderr.String())
 	}
 	stderr.Reset()
+	// A bad flag is one line that says where the flags are, without the
+	// usage (TestUnknownCommandFlag).
 	err := runCheck([]string{"--config", "testdata/good", "--verbose"}, &stdout, &stderr)
-	if err == nil || !strings.Contains(err.Error(), "flag provided but not defined: -verbose") {
+	if err == nil || err.Error() != "check: unknown flag --verbose (ratelimit-sidecar help check lists its flags)" {
 		t.Errorf("check --verbose returned %v", err)
 	}
-	if !strings.Contains(stderr.String(), "Usage: ratelimit-sidecar check") {
-		t.Errorf("no usage after a bad flag:\n%s", stderr.String())
+	if stderr.Len() > 0 {
+		t.Errorf("usage after a bad flag:\n%s", stderr.String())
 	}
 	if stdout.Len() > 0 {
 		t.Errorf("stdout: %s", stdout.String())
@@ -197,6 +201,75 @@ func TestSubcommandAfterEntrypointFlags(t *testing.T) {
 	// A flag value that happens to read "check" is not a subcommand.
 	if _, err := parseFlags([]string{"--config", "check"}, noEnv, io.Discard); err != nil {
 		t.Errorf("--config check: %v", err)
+	}
+}
+
+// TestSubcommandTakesEntrypointConfig: `docker run IMAGE check` and
+// `explain` read the rules the entrypoint's --config names, as the server
+// would; a --config of their own wins, and the server's other flags are
+// not theirs.
+func TestSubcommandTakesEntrypointConfig(t *testing.T) {
+	rules, err := filepath.Abs("../../config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := []string{"--config=" + rules + "/", "--grpc-addr=0.0.0.0:8081", "--http-addr=0.0.0.0:8080", "--admin-addr=127.0.0.1:8082"}
+	tests := []struct {
+		name string
+		give []string
+		want string
+	}{
+		{"check", []string{"check"}, "ok: 1 domain"},
+		{"explain", []string{"explain", "--domain", "edge", "--descriptor", "tenant=acme,user=42"}, "token_bucket"},
+		{"check merging", []string{"check", "--merge-domains"}, "ok: 1 domain"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			args := append(slices.Clone(entry), tt.give...)
+			if err := run(context.Background(), args, &stdout, &stderr); err != nil {
+				t.Fatalf("run %q: %v\n%s", args, err, stderr.String())
+			}
+			if !strings.Contains(stdout.String(), tt.want) {
+				t.Errorf("run %q: want %q in:\n%s", args, tt.want, stdout.String())
+			}
+		})
+	}
+	// The command's own --config comes later and wins.
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "r.yaml"), "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	var stdout bytes.Buffer
+	if err := run(context.Background(), append(slices.Clone(entry), "check", "--config", dir), &stdout, io.Discard); err != nil || !strings.Contains(stdout.String(), "other") {
+		t.Errorf("check --config %s after the entrypoint's: %v\n%s", dir, err, stdout.String())
+	}
+}
+
+// TestSubcommandTakesRLSConfig: check reads the rules RLS_CONFIG names,
+// as the server does; the entrypoint's --config beats it, and check's
+// own --config beats both.
+func TestSubcommandTakesRLSConfig(t *testing.T) {
+	rules, err := filepath.Abs("../../config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := t.TempDir()
+	write(t, filepath.Join(other, "r.yaml"), "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	tests := []struct {
+		name string
+		give []string
+		want string
+	}{
+		{"from the environment", []string{"check"}, "ok: 1 domain"},
+		{"the entrypoint's flag wins", []string{"--config=" + other, "check"}, "domain other"},
+		{"check's own flag wins", []string{"--config=/nowhere", "check", "--config", other}, "domain other"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, stderr, err := runCLI(t, []string{"RLS_CONFIG=" + rules}, tt.give...)
+			if err != nil || !strings.Contains(stdout, tt.want) {
+				t.Errorf("RLS_CONFIG=%s ratelimit-sidecar %q: %v, want %q in:\n%s%s", rules, tt.give, err, tt.want, stdout, stderr)
+			}
+		})
 	}
 }
 

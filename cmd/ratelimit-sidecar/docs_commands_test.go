@@ -108,7 +108,7 @@ func sidecarFlagNames(t *testing.T) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
 	fs := flag.NewFlagSet("", flag.ContinueOnError)
-	(&settings{}).define(fs)
+	newSettings().define(fs)
 	fs.VisitAll(func(f *flag.Flag) { names[f.Name] = true })
 	// The subcommands define their flags inside their run functions; -h
 	// prints them, one "  -name" line each.

@@ -31,7 +31,7 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	prefix := fs.String("key-prefix", redis.DefaultKeyPrefix, "the Redis store's key prefix, shown before each key")
 	var descs descriptorFlag
 	fs.Var(&descs, "descriptor", "a `descriptor`: comma-separated key=value entries, in order; a value may hold '=', and \\, is a comma and \\\\ a backslash in a key or value; repeat the flag for each descriptor of the request")
-	if err := fs.Parse(args); err != nil {
+	if err := parseCommand(fs, args); err != nil {
 		return err
 	}
 	switch {

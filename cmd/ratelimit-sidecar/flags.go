@@ -89,7 +89,7 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 // all (nil: unknown). Below the RLS_ variables come envoyproxy/ratelimit's
 // (refenv.go), and run as "ratelimit" its defaults.
 func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool), environ []string, _ io.Writer) (*settings, error) {
-	c := &settings{request: limits.DefaultRequestLimits}
+	c := newSettings()
 	fs := flag.NewFlagSet("ratelimit-sidecar", flag.ContinueOnError)
 	// A command line that does not parse is one line (flagError), not
 	// the usage.
@@ -137,13 +137,20 @@ func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool
 	return c, nil
 }
 
+// newSettings returns the settings flags are defined on: the defaults a
+// flag takes from a field rather than a literal (the request's bounds)
+// set, so that parsing and help show the same ones.
+func newSettings() *settings {
+	return &settings{request: limits.DefaultRequestLimits}
+}
+
 // define defines every flag on fs, writing into c. It returns where
 // --failure-mode's text goes, for finish to parse.
 func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.configPath, "config", "config/", "rule file or directory of *.yaml/*.yml rule files")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", "127.0.0.1:8081", "address for the RLS gRPC service, health and reflection")
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "address for /healthz, /readyz and /metrics (and the admin endpoints unless --admin-addr is set)")
-	fs.StringVar(&c.adminAddr, "admin-addr", "", "address for POST /json and /debug/config; empty serves them on --http-addr. Set it to a loopback address when --http-addr must listen on the pod address, since /json spends quota")
+	fs.StringVar(&c.adminAddr, "admin-addr", "", "address for POST /json, /debug/config and /debug/counters; empty serves them on --http-addr. Set it to a loopback address when --http-addr must listen on the pod address, since /json spends quota")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "json or console")
 	fs.StringVar(&c.rejections.level, "log-rejections", "debug", "`level` of one log line per request answered OVER_LIMIT, saying why (domain, descriptors, rule, limit, key, remaining, reset) and what decided (redis, memory, deny_cache or a failure mode): off, debug (shown only with --log-level debug) or info")

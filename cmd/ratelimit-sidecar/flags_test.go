@@ -36,7 +36,7 @@ func TestFlagsDocumented(t *testing.T) {
 		t.Fatalf("read %d flags from docs/flags.md: the table's shape changed", len(defaults))
 	}
 	fs := flag.NewFlagSet("", flag.ContinueOnError)
-	(&settings{}).define(fs)
+	newSettings().define(fs)
 	fs.VisitAll(func(f *flag.Flag) {
 		def, ok := defaults[f.Name]
 		if !ok {

@@ -16,17 +16,45 @@ type command struct {
 	name    string
 	summary string // one line for help
 	run     func(args []string, stdout, stderr io.Writer) error
+	// shares are the server's flags the command has too, with the same
+	// meaning: given before the command (an image's entrypoint), they
+	// are the command's defaults.
+	shares []string
 }
+
+// ruleFlags are the server's flags that say where the rules are and how
+// they load.
+var ruleFlags = []string{"config", "merge-domains", "allow-empty-rules"}
 
 // commands returns the subcommands, in the order help lists them. It is a
 // function, not a variable, because help is one of them.
 func commands() []command {
 	return []command{
-		{"check", "validate rule files and print their rules as a tree, or every problem", runCheck},
-		{"explain", "show how descriptors match the rules, the limits that apply and their keys", runExplain},
-		{"version", "print the version, commit, Go version and platform", runVersion},
-		{"help", "print this help, or a command's flags: help <command>", runHelp},
+		{"check", "validate rule files and print their rules as a tree, or every problem", runCheck, ruleFlags},
+		{"explain", "show how descriptors match the rules, the limits that apply and their keys", runExplain, ruleFlags[:2]},
+		{"version", "print the version, commit (when the build recorded one), Go version and platform", runVersion, nil},
+		{"help", "print this help, or a command's flags: help <command>", runHelp, nil},
 	}
+}
+
+// inherited returns the arguments that set the flags c shares with the
+// server as the server would have them: from their RLS_ variables (read
+// by getenv), then from lead, --flag=value arguments before the command.
+// Later arguments win, so lead beats the environment.
+func (c command) inherited(lead []string, getenv func(string) (string, bool)) []string {
+	var out []string
+	for _, name := range c.shares {
+		if v, ok := getenv(rlsEnvName(name)); ok {
+			out = append(out, "--"+name+"="+v)
+		}
+	}
+	for _, a := range lead {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if slices.Contains(c.shares, name) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // lookupCommand returns the subcommand name, if there is one.
@@ -98,7 +126,7 @@ command line wins. envoyproxy/ratelimit's variables (GRPC_PORT, REDIS_URL,
 Server flags:
 `)
 	fs := flag.NewFlagSet("ratelimit-sidecar", flag.ContinueOnError)
-	(&settings{}).define(fs)
+	newSettings().define(fs)
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 }
@@ -123,19 +151,46 @@ const helpHint = " (ratelimit-sidecar help lists the flags)"
 // flagError is the one-line error for a command line that fs cannot
 // parse: an unknown flag is named with the nearest flag, if one is near.
 func flagError(fs *flag.FlagSet, err error) error {
+	return flagErrorHint(fs, err, helpHint)
+}
+
+// flagErrorHint is flagError ending in hint, where the flags are listed.
+func flagErrorHint(fs *flag.FlagSet, err error, hint string) error {
 	if errors.Is(err, flag.ErrHelp) {
 		return err
 	}
 	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
 	if !ok {
-		return fmt.Errorf("%w%s", err, helpHint)
+		return fmt.Errorf("%w%s", err, hint)
 	}
 	var names []string
 	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
 	if near, ok := suggest.Nearest(name, names); ok {
-		return fmt.Errorf("unknown flag --%s; did you mean --%s?%s", name, near, helpHint)
+		return fmt.Errorf("unknown flag --%s; did you mean --%s?%s", name, near, hint)
 	}
-	return fmt.Errorf("unknown flag --%s%s", name, helpHint)
+	return fmt.Errorf("unknown flag --%s%s", name, hint)
+}
+
+// parseCommand parses the arguments of the subcommand whose flags fs
+// holds (named "ratelimit-sidecar <command>"). -h prints its usage
+// (fs.Usage) to fs.Output(); any other mistake is one line, as the
+// server's are (flagError), without the usage.
+func parseCommand(fs *flag.FlagSet, args []string) error {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	if errors.Is(err, flag.ErrHelp) {
+		usage()
+		return err
+	}
+	if err != nil {
+		name := strings.TrimPrefix(fs.Name(), "ratelimit-sidecar ")
+		return fmt.Errorf("%s: %w", name, flagErrorHint(fs, err, " (ratelimit-sidecar help "+name+" lists its flags)"))
+	}
+	return nil
 }
 
 // rlsHints returns, for each of the unknown RLS_ variables that is near a

@@ -5,8 +5,11 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
 // runCLI runs the program with args, in an environment of env alone, and
@@ -132,6 +135,43 @@ func TestUnknownFlag(t *testing.T) {
 	}
 }
 
+// TestUnknownCommandFlag: a subcommand's flag that does not exist, or a
+// bad value, fails as the server's do: one line naming the nearest flag
+// and where the command's flags are listed. It printed "flag provided but
+// not defined: -confg" and the command's whole usage.
+func TestUnknownCommandFlag(t *testing.T) {
+	tests := []struct {
+		give []string
+		want string
+	}{
+		{[]string{"check", "--confg", "config/"}, `check: unknown flag --confg; did you mean --config? (ratelimit-sidecar help check lists its flags)`},
+		{[]string{"explain", "--domian", "edge"}, `explain: unknown flag --domian; did you mean --domain?`},
+		{[]string{"explain", "--descriptr", "a=b"}, `explain: unknown flag --descriptr; did you mean --descriptor?`},
+		{[]string{"version", "--verbose"}, `version: unknown flag --verbose (ratelimit-sidecar help version lists its flags)`},
+		{[]string{"check", "--merge-domains=maybe"}, `check: invalid boolean value "maybe" for -merge-domains: parse error (ratelimit-sidecar help check lists its flags)`},
+		{[]string{"--config=/etc/ratelimit-sidecar/", "check", "--confg", "x"}, `check: unknown flag --confg; did you mean --config?`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
+			stdout, stderr, err := runCLI(t, nil, tt.give...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want one containing %q", err, tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "\n") {
+				t.Errorf("err has more than one line: %q", err)
+			}
+			if stdout != "" || stderr != "" {
+				t.Errorf("printed %d lines to stdout and %d to stderr, want none: the error is the one line\n%s", strings.Count(stdout, "\n"), strings.Count(stderr, "\n"), stderr)
+			}
+		})
+	}
+	// -h still prints the command's usage, to stderr, as before.
+	_, stderr, err := runCLI(t, nil, "check", "-h")
+	if !errors.Is(err, flag.ErrHelp) || !strings.Contains(stderr, "Usage: ratelimit-sidecar check") || !strings.Contains(stderr, "-config") {
+		t.Errorf("check -h: %v\n%s", err, stderr)
+	}
+}
+
 // TestUnknownRLSAtStart: an RLS_ variable that no setting reads is named
 // in a warning as the server starts, with the nearest setting's variable
 // when one is near. The warning was there; the hint was not.
@@ -166,6 +206,28 @@ func TestHelpListsEveryCommand(t *testing.T) {
 		}
 		if _, _, err := runCLI(t, nil, c.name, "-h"); !errors.Is(err, flag.ErrHelp) && err != nil {
 			t.Errorf("%s -h: %v", c.name, err)
+		}
+	}
+}
+
+// TestHelpShowsRequestBounds: help shows the defaults of the request's
+// bounds, which it once printed without, from settings it built empty.
+func TestHelpShowsRequestBounds(t *testing.T) {
+	stdout, _, err := runCLI(t, nil, "help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := limits.DefaultRequestLimits
+	for name, def := range map[string]string{
+		"max-descriptors": strconv.Itoa(d.MaxDescriptors),
+		"max-entries":     strconv.Itoa(d.MaxEntries),
+		"max-value-bytes": strconv.Itoa(d.MaxValueBytes),
+		"max-hits-addend": strconv.FormatUint(d.MaxHits, 10),
+	} {
+		_, rest, ok := strings.Cut(stdout, "\n  -"+name+" ")
+		usage, _, _ := strings.Cut(rest, "\n  -")
+		if want := "(default " + def + ")"; !ok || !strings.Contains(usage, want) {
+			t.Errorf("help of --%s lacks %q:\n  -%s %s", name, want, name, usage)
 		}
 	}
 }

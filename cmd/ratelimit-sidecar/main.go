@@ -56,14 +56,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // environ (os.Environ()).
 func runAs(ctx context.Context, argv0 string, args, environ []string, stdout, stderr io.Writer) error {
 	// A subcommand may follow --flag=value arguments, as it does when an
-	// image's entrypoint passes server flags before the command's own.
+	// image's entrypoint passes server flags before the command's own
+	// (docker run IMAGE check): those it shares with the server (--config)
+	// it takes as its defaults, as it does their RLS_ variables, and its
+	// own arguments override them.
 	for i, a := range args {
 		if !strings.HasPrefix(a, "-") {
 			c, ok := lookupCommand(a)
 			if !ok {
 				return unknownCommand(a)
 			}
-			return c.run(args[i+1:], stdout, stderr)
+			return c.run(append(c.inherited(args[:i], lookupIn(environ)), args[i+1:]...), stdout, stderr)
 		}
 		if !strings.Contains(a, "=") {
 			break

@@ -307,7 +307,12 @@ func TestRLQSRedisDown(t *testing.T) {
 					t.Errorf("with Redis down: %g hits granted from the local store; want the %d assigned", n, tokens(got))
 				}
 			} else {
-				clk.Advance(10 * time.Second)
+				// docs/rlqs.md: blanket answers carry a 10 s time to live.
+				clk.Advance(9 * time.Second)
+				if got := e.Strategy(alice); describe(got) != tt.want {
+					t.Errorf("9 s after the report: %s in force; want %s, for 10 s", describe(got), tt.want)
+				}
+				clk.Advance(time.Second)
 				if got := e.Strategy(alice); got != nil {
 					t.Errorf("10 s after the report: %s still in force; want a time to live of at most 10 s", describe(got))
 				}

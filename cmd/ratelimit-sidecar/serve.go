@@ -135,11 +135,56 @@ func (e loggedError) Unwrap() error { return e.error }
 // writes no plain line among the JSON ones; a console log keeps the
 // plain line, for whoever reads the terminal.
 func logFatal(log *zap.Logger, c *settings, err error) error {
-	log.Error("ratelimit-sidecar stopped on an error", zap.Error(err))
+	if re := (*rulesError)(nil); errors.As(err, &re) {
+		// A line for each problem: one error of many lines is one
+		// unreadable line of \n escapes in either log format.
+		for _, p := range re.problems {
+			log.Error("invalid rules", problemFields(p)...)
+		}
+		log.Error("ratelimit-sidecar stopped on an error", zap.String("error", re.summary()))
+	} else {
+		log.Error("ratelimit-sidecar stopped on an error", zap.Error(err))
+	}
 	if c.logFormat == "console" {
 		return err
 	}
 	return loggedError{err}
+}
+
+// rulesError is the error of rules that cannot be loaded at start: each
+// problem (a *config.Error names its file and line), so that the log can
+// give each a line of its own. Its text is all of them, a line each, for
+// a terminal.
+type rulesError struct {
+	problems []error
+	hint     string // what to do, after the problems
+}
+
+func (e *rulesError) Error() string {
+	return "invalid config:\n" + errors.Join(e.problems...).Error() + e.hint
+}
+
+func (e *rulesError) Unwrap() []error { return e.problems }
+
+// summary is the error in one line: how many problems there are.
+func (e *rulesError) summary() string {
+	if len(e.problems) == 1 {
+		return "invalid config: 1 problem, logged above" + e.hint
+	}
+	return fmt.Sprintf("invalid config: %d problems, each logged above%s", len(e.problems), e.hint)
+}
+
+// problemFields are the log fields of one problem of a rulesError: the
+// whole text, and the file and line of a *config.Error.
+func problemFields(p error) []zap.Field {
+	fields := []zap.Field{zap.String("problem", p.Error())}
+	if ce := (*config.Error)(nil); errors.As(p, &ce) {
+		fields = append(fields, zap.String("file", ce.File))
+		if ce.Line > 0 {
+			fields = append(fields, zap.Int("line", ce.Line))
+		}
+	}
+	return fields
 }
 
 // loadFirstRules loads the rules the sidecar starts with, and says at
@@ -153,10 +198,10 @@ func loadFirstRules(c *settings, opts config.Options, log *zap.Logger) (*limits.
 	startOpts.AllowEmpty = opts.AllowEmpty || c.ref.healthRequiresRules
 	rs, err := startRules(c, startOpts)
 	if errors.Is(err, config.ErrNoRules) {
-		return nil, fmt.Errorf("invalid config:\n%w; set --allow-empty-rules to start without rules", err)
+		return nil, &rulesError{problems: []error{err}, hint: "; set --allow-empty-rules to start without rules"}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("invalid config:\n%w", err)
+		return nil, &rulesError{problems: config.Problems(err)}
 	}
 	switch {
 	case len(rs.Domains()) > 0 || c.xds.enabled:

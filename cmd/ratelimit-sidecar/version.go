@@ -28,7 +28,7 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(fs.Output(), "Usage: ratelimit-sidecar version")
 		fmt.Fprintln(fs.Output(), "Prints the version, the commit when known, the Go version and the platform.")
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseCommand(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -49,7 +49,9 @@ func echo(t *testing.T) string {
 // the added round-trip time, and requests written back to back (a
 // pipeline) are answered in order without a round trip each.
 func TestProxy(t *testing.T) {
-	const rtt = 20 * time.Millisecond
+	// Long enough that a busy machine's stalls fit well inside the 9 ×
+	// rtt between a pipelined round trip and ten serialized ones.
+	const rtt = 100 * time.Millisecond
 	p, err := latencyproxy.Start(echo(t), rtt)
 	if err != nil {
 		t.Fatal(err)

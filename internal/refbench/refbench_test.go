@@ -14,6 +14,8 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refbench"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 var (
@@ -67,43 +69,73 @@ func BenchmarkAgainstReference(b *testing.B) {
 
 // TestCompareSelf runs the harness with the sidecar in both slots, a
 // little of each workload, so that the benchmark above cannot rot
-// unnoticed: every request of every workload is decided (a request the
-// rules did not match, or a failure, fails the round), both servers
-// report Redis CPU, and a server compared with itself is within a wide
-// band of 1.
+// unnoticed: every request of every workload is sent and decided or
+// failed for a reason a slow machine explains, and both servers report
+// Redis CPU. It asserts nothing that depends on timing: a request can
+// time out under the harness's 100 ms store timeout on a busy machine
+// (TimingFailure), and how much CPU a decision costs is the benchmark's
+// to measure.
 func TestCompareSelf(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the sidecar")
 	}
 	bin := build(t, repoRoot(t), "./cmd/ratelimit-sidecar")
-	o := refbench.Options{Rounds: 1, Duration: 300 * time.Millisecond, Concurrency: 8, MaxRequests: 3000}
+	o := refbench.Options{Rounds: 1, Duration: 300 * time.Millisecond, Concurrency: 8, MaxRequests: 3000, KeepFailures: true}
 	results := compare(t, []refbench.Server{refbench.Sidecar("a", bin), refbench.Sidecar("b", bin)}, o)
 	if want := 2 * len(refbench.Workloads); len(results) != want {
 		t.Fatalf("%d results, want %d (2 servers × %v)", len(results), want, refbench.Workloads)
 	}
 	for _, r := range results {
-		if r.Requests == 0 || r.RedisCPU <= 0 || r.P99 < r.P50 || r.P50 <= 0 {
-			t.Errorf("%s %s: %d requests, Redis CPU %v, p50 %v, p99 %v: want requests, Redis work and latencies", r.Server, r.Workload, r.Requests, r.RedisCPU, r.P50, r.P99)
+		if r.Requests+r.Errors < o.Concurrency {
+			t.Errorf("%s %s: %d requests sent, want at least one per worker (%d)", r.Server, r.Workload, r.Requests+r.Errors, o.Concurrency)
+		}
+		if r.RedisCPU <= 0 || r.P99 < r.P50 {
+			t.Errorf("%s %s: Redis CPU %v, p50 %v, p99 %v: want Redis work and ordered latencies", r.Server, r.Workload, r.RedisCPU, r.P50, r.P99)
+		}
+		switch {
+		case r.Errors == 0:
+		case refbench.TimingFailure(r.Failure):
+			t.Logf("%s %s: %d of %d requests failed, as a busy machine can make them, the first with: %v", r.Server, r.Workload, r.Errors, r.Requests+r.Errors, r.Failure)
+		default:
+			t.Errorf("%s %s: %d of %d requests failed, the first with: %v", r.Server, r.Workload, r.Errors, r.Requests+r.Errors, r.Failure)
 		}
 	}
 	rows := refbench.Summarize(results)
-	table := refbench.Table(rows)
-	t.Logf("\n%s", table)
+	t.Logf("\n%s", refbench.Table(rows))
 	for _, r := range rows {
 		if r.Server == "a" && r.RedisRatio != 1 {
 			t.Errorf("%s: the first server's ratio to itself is %v", r.Workload, r.RedisRatio)
 		}
 	}
-	// The tiered workload decides three descriptors a request: Redis does
-	// more for it than for one hot key, whichever server runs it.
-	perDecision := map[string]float64{}
-	for _, r := range rows {
-		if r.Server == "a" {
-			perDecision[r.Workload] = r.RedisCPU
-		}
+}
+
+// TestCompareFailureSaysWhy runs a sidecar that refuses every request of
+// the tiered workload (three descriptors, over its --max-descriptors 2):
+// the comparison fails, and its error carries the request's own error.
+func TestCompareFailureSaysWhy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the sidecar")
 	}
-	if perDecision["tiered"] <= perDecision["hot"] {
-		t.Errorf("Redis µs per decision: tiered %.2f, hot %.2f; want tiered above hot", perDecision["tiered"], perDecision["hot"])
+	bin := build(t, repoRoot(t), "./cmd/ratelimit-sidecar")
+	strict := refbench.Sidecar("strict", bin, "--max-descriptors", "2")
+	srv := redistest.StartServer(t)
+	rules := writeRules(t)
+	o := refbench.Options{Workloads: []string{"tiered"}, Rounds: 1, Duration: 100 * time.Millisecond, Concurrency: 2, MaxRequests: 10}
+	_, err := refbench.Compare(context.Background(), srv.Addr, rules, []refbench.Server{strict}, o)
+	if err == nil || !strings.Contains(err.Error(), "code = InvalidArgument") || !strings.Contains(err.Error(), "descriptors") {
+		t.Fatalf("Compare: %v; want the requests' error (InvalidArgument, naming descriptors)", err)
+	}
+	t.Log(err)
+
+	o.KeepFailures = true
+	results, err := refbench.Compare(context.Background(), srv.Addr, rules, []refbench.Server{strict}, o)
+	if err != nil {
+		t.Fatalf("Compare, keeping failures: %v", err)
+	}
+	for _, r := range results {
+		if r.Errors == 0 || status.Code(r.Failure) != codes.InvalidArgument || refbench.TimingFailure(r.Failure) {
+			t.Errorf("%s %s: %d errors, failure %v; want InvalidArgument, not a timing failure", r.Server, r.Workload, r.Errors, r.Failure)
+		}
 	}
 }
 
@@ -112,13 +144,7 @@ func TestCompareSelf(t *testing.T) {
 func compare(t testing.TB, servers []refbench.Server, o refbench.Options) []refbench.Result {
 	t.Helper()
 	srv := redistest.StartServer(t)
-	rules := filepath.Join(t.TempDir(), "rules")
-	if err := os.MkdirAll(rules, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(rules, "bench.yaml"), []byte(refbench.Rules), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	rules := writeRules(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	results, err := refbench.Compare(ctx, srv.Addr, rules, servers, o)
@@ -126,6 +152,19 @@ func compare(t testing.TB, servers []refbench.Server, o refbench.Options) []refb
 		t.Fatal(err)
 	}
 	return results
+}
+
+// writeRules writes refbench.Rules into a new directory and returns it.
+func writeRules(t testing.TB) string {
+	t.Helper()
+	rules := filepath.Join(t.TempDir(), "rules")
+	if err := os.MkdirAll(rules, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rules, "bench.yaml"), []byte(refbench.Rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return rules
 }
 
 // build builds the command pkg of the module in dir into a temporary

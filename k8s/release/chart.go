@@ -9,12 +9,16 @@ import (
 )
 
 // packageChart writes <name>-<version>.tgz of the chart in dir to out, as
-// `helm package` does, and returns its file name.
-func packageChart(dir, out string) (string, error) {
+// `helm package --app-version` does, and returns its file name. The
+// archive's appVersion is appVersion, the tag of the image the release
+// wrote, so that the chart runs that image without an override; for a
+// tagged release it is the chart's own (checkVersion).
+func packageChart(dir, out, appVersion string) (string, error) {
 	ch, err := loader.Load(dir)
 	if err != nil {
 		return "", fmt.Errorf("load chart %s: %w", dir, err)
 	}
+	ch.Metadata.AppVersion = appVersion
 	if err := ch.Validate(); err != nil {
 		return "", fmt.Errorf("chart %s: %w", dir, err)
 	}

@@ -20,10 +20,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// defaultRepository is where we plan to publish images; the chart's
-// values.yaml names the same.
-const defaultRepository = "ghcr.io/ratelimit-sidecar/ratelimit-sidecar"
-
 // platforms are those `make release` builds binaries for.
 var platforms = []v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "linux", Architecture: "arm64"}}
 
@@ -72,12 +68,16 @@ func writeImage(o options) ([]string, error) {
 		}
 		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img,
 			Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: p.OS, Architecture: p.Architecture}}})
-		tag, err := name.NewTag(o.repo + ":" + tagOf(o.version))
-		if err != nil {
-			return nil, fmt.Errorf("image tag: %w", err)
+		refs := map[name.Reference]v1.Image{}
+		for _, t := range imageTags(o.version) {
+			tag, err := name.NewTag(o.repo + ":" + t)
+			if err != nil {
+				return nil, fmt.Errorf("image tag: %w", err)
+			}
+			refs[tag] = img
 		}
 		f := fmt.Sprintf("ratelimit-sidecar-image-%s-%s.tar", p.OS, p.Architecture)
-		if err := tarball.WriteToFile(filepath.Join(o.bin, f), tag, img); err != nil {
+		if err := tarball.MultiRefWriteToFile(filepath.Join(o.bin, f), refs); err != nil {
 			return nil, fmt.Errorf("write %s: %w", f, err)
 		}
 		files = append(files, f)
@@ -90,7 +90,7 @@ func writeImage(o options) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("write %s: %w", dir, err)
 	}
-	ann := map[string]string{"org.opencontainers.image.ref.name": tagOf(o.version)}
+	ann := map[string]string{"org.opencontainers.image.ref.name": versionTag(o.version)}
 	if err := lp.AppendIndex(idx, layout.WithAnnotations(ann)); err != nil {
 		return nil, fmt.Errorf("write %s: %w", dir, err)
 	}
@@ -98,11 +98,6 @@ func writeImage(o options) ([]string, error) {
 		return nil, err
 	}
 	return append(files, "ratelimit-sidecar-image-oci.tar"), nil
-}
-
-// tagOf makes a version a valid image tag (git describe may say v0.2.0-3-gabc-dirty).
-func tagOf(version string) string {
-	return strings.NewReplacer("+", "_", "/", "_").Replace(version)
 }
 
 // platformImage is the image of p: one layer with the files the Dockerfile
@@ -223,7 +218,12 @@ func tarFiles(files map[string]fileEntry) ([]byte, error) {
 			}
 		}
 	}
-	return buf.Bytes(), tw.Close()
+	// Close writes the last file's padding and the two zero blocks that end
+	// an archive: the bytes are the layer only after it.
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // tarDir archives the OCI layout dir as out (skopeo's oci-archive:, and

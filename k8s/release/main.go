@@ -32,7 +32,14 @@ func main() {
 	flag.StringVar(&o.version, "version", "dev", "version stamped in the binaries (git describe)")
 	flag.StringVar(&o.revision, "revision", "", "commit the binaries were built from")
 	flag.StringVar(&o.repo, "repository", defaultRepository, "image repository named in the tarballs' tags")
+	printTags := flag.Bool("print-image-names", false, "print the image's names (repository:tag), one a line, and write nothing (make image tags its build with them)")
 	flag.Parse()
+	if *printTags {
+		for _, t := range imageTags(o.version) {
+			fmt.Println(o.repo + ":" + t)
+		}
+		return
+	}
 	files, err := run(o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "release:", err)
@@ -59,7 +66,7 @@ func run(o options) ([]string, error) {
 		return nil, err
 	}
 	out = append(out, sboms...)
-	chart, err := packageChart(filepath.Join(o.root, "charts", "ratelimit-sidecar"), o.bin)
+	chart, err := packageChart(filepath.Join(o.root, "charts", "ratelimit-sidecar"), o.bin, versionTag(o.version))
 	if err != nil {
 		return nil, err
 	}

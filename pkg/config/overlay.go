@@ -112,7 +112,7 @@ func ParseOverlay(name string, data []byte) (*Overlay, error) {
 func (p *parser) decodeOverlay(data []byte) *yaml.Node {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		p.yamlError(err)
+		p.yamlError(err, data)
 		return nil
 	}
 	if len(doc.Content) == 0 {
@@ -136,7 +136,7 @@ func (p *parser) overlayEntries(root *yaml.Node) []*overlayEntry {
 	seen := map[string]string{} // domain and path or name -> the entry that has it
 	p.fields(root, "", func(key string, k, v *yaml.Node) {
 		if key != "overlays" {
-			p.errorf(k, key, "unknown field")
+			p.unknownField(k, key, key, []string{"overlays"})
 			return
 		}
 		if isNull(v) {
@@ -199,7 +199,8 @@ func (p *parser) overlayEntry(n *yaml.Node, i int) *overlayEntry {
 			p.overlayLimits(v, fp)
 		default:
 			if !overlayDescriptorFields[key] {
-				p.errorf(k, fp, "unknown field (an overlay sets rate_limit, add_rate_limits, failure_mode and %s)", strings.Join(sortedKeys(overlayDescriptorFields), ", "))
+				known := append([]string{"domain", "path", "name", "failure_mode", "rate_limit", "add_rate_limits"}, sortedKeys(overlayDescriptorFields)...)
+				p.unknownFieldNote(k, fp, key, known, fmt.Sprintf(" (an overlay sets rate_limit, add_rate_limits, failure_mode and %s)", strings.Join(sortedKeys(overlayDescriptorFields), ", ")))
 				return
 			}
 			e.fields = append(e.fields, k, v)
@@ -251,7 +252,7 @@ func (p *parser) overlayPath(n *yaml.Node, path string) []overlayStep {
 			case "value":
 				s.value = p.str(v, join(ip, key))
 			default:
-				p.errorf(k, join(ip, key), "unknown field (a path level has key and value)")
+				p.unknownFieldNote(k, join(ip, key), key, []string{"key", "value"}, " (a path level has key and value)")
 			}
 		})
 		if s.key == "" {
@@ -274,7 +275,7 @@ func (p *parser) overlayLimit(n *yaml.Node, path string) {
 		fp := join(path, key)
 		switch {
 		case !overlayLimitFields[key]:
-			p.errorf(k, fp, "unknown field")
+			p.unknownField(k, fp, key, limitFieldNames)
 		case key == "algorithm":
 			if _, err := limits.ParseAlgorithm(p.str(v, fp)); err != nil {
 				p.errorf(v, fp, "%v", err)

@@ -13,13 +13,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/suggest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
@@ -295,6 +295,32 @@ func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 	p.errs = append(p.errs, e)
 }
 
+// The fields each mapping of a rule file has, for the nearest-name hint of
+// an unknown one. Each parsing function's switch has a case for each.
+var (
+	fileFields       = []string{"domain", "descriptors", "failure_mode"}
+	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
+		"detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "charge", "metadata"}
+	limitFieldNames = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
+		"burst", "unit_multiplier", "lease"}
+)
+
+// unknownField records the field key (its key node k, at path) that is
+// none of known, with the nearest of them when one is near: a misspelt
+// field is a slip more often than a feature.
+func (p *parser) unknownField(k *yaml.Node, path, key string, known []string) {
+	p.unknownFieldNote(k, path, key, known, "")
+}
+
+// unknownFieldNote is unknownField with a note after "unknown field".
+func (p *parser) unknownFieldNote(k *yaml.Node, path, key string, known []string, note string) {
+	if near, ok := suggest.Nearest(key, known); ok {
+		p.errorf(k, path, "unknown field%s; did you mean %s?", note, near)
+		return
+	}
+	p.errorf(k, path, "unknown field%s", note)
+}
+
 // cut shortens a message past maxMessageBytes, saying how much it left
 // out.
 func cut(msg string) string {
@@ -306,23 +332,6 @@ func cut(msg string) string {
 		keep--
 	}
 	return fmt.Sprintf("%s... (%d more bytes)", msg[:keep], len(msg)-keep)
-}
-
-// yamlLine finds the line number in a yaml.v3 error message.
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
-
-// yamlError records a YAML syntax error, moving its line number into the
-// Error's.
-func (p *parser) yamlError(err error) {
-	msg := err.Error()
-	e := &Error{File: p.file, Msg: cut("invalid YAML: " + strings.TrimPrefix(msg, "yaml: "))}
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		if !p.generated {
-			e.Line, _ = strconv.Atoi(m[1])
-		}
-		e.Msg = cut("invalid YAML: " + msg[len(m[0]):])
-	}
-	p.errs = append(p.errs, e)
 }
 
 // parseFile parses one file into p.domains. It returns the file's domain
@@ -365,7 +374,7 @@ func (p *parser) parseFile(f File) *limits.Domain {
 			}
 			failure = m
 		default:
-			p.errorf(k, key, "unknown field")
+			p.unknownField(k, key, key, fileFields)
 		}
 	})
 	if domain == "" {
@@ -403,7 +412,7 @@ func (p *parser) decode(data []byte) *yaml.Node {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		p.yamlError(err)
+		p.yamlError(err, data)
 		return nil
 	}
 	var extra yaml.Node
@@ -411,7 +420,7 @@ func (p *parser) decode(data []byte) *yaml.Node {
 		p.errorf(&extra, "", "a second YAML document; put each domain in its own file")
 		return nil
 	} else if !errors.Is(err, io.EOF) {
-		p.yamlError(err)
+		p.yamlError(err, data)
 		return nil
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
@@ -505,7 +514,7 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 			holdNode = v
 			r.HoldKey = p.str(v, fp)
 		default:
-			p.errorf(k, fp, "unknown field")
+			p.unknownField(k, fp, key, descriptorFields)
 		}
 	})
 	if r.Key == "" {
@@ -699,7 +708,7 @@ func (p *parser) limitFields(l *limits.Limit, n *yaml.Node, path string) limitNo
 		case "lease":
 			ln.lease, l.Lease = v, p.positive(v, fp)
 		default:
-			p.errorf(k, fp, "unknown field")
+			p.unknownField(k, fp, key, limitFieldNames)
 		}
 	})
 	return ln
@@ -816,7 +825,7 @@ func (p *parser) replaces(n *yaml.Node, path string) []string {
 		name := ""
 		p.fields(item, ip, func(key string, k, v *yaml.Node) {
 			if key != "name" {
-				p.errorf(k, join(ip, key), "unknown field")
+				p.unknownField(k, join(ip, key), key, []string{"name"})
 				return
 			}
 			name = p.str(v, join(ip, "name"))

@@ -173,9 +173,23 @@ func TestLoadRejects(t *testing.T) {
 			want: `testdata/descriptor_not_mapping.bad.yaml:3: descriptors[0]: want a descriptor mapping, got "user"`,
 		},
 		{
-			// The line is the YAML parser's own position.
+			// The line of the unclosed '{': yaml.v3 says the line before.
 			give: []string{"testdata/invalid_yaml.bad.yaml"},
-			want: "testdata/invalid_yaml.bad.yaml:3: invalid YAML: did not find expected",
+			want: "testdata/invalid_yaml.bad.yaml:4: invalid YAML: did not find expected ',' or '}'",
+		},
+		{
+			// The line of the unclosed '[' (7); yaml.v3 says 6.
+			give: []string{"testdata/unclosed_bracket.bad.yaml"},
+			want: "testdata/unclosed_bracket.bad.yaml:7: invalid YAML: did not find expected ',' or ']'",
+		},
+		{
+			// The tab's line (4); yaml.v3 says the line its scalar starts on.
+			give: []string{"testdata/tab_indent.bad.yaml"},
+			want: "testdata/tab_indent.bad.yaml:4: invalid YAML: found a tab character that violates indentation",
+		},
+		{
+			give: []string{"testdata/misspelt_field.bad.yaml"},
+			want: "testdata/misspelt_field.bad.yaml:6: descriptors[0].rate_limit.requests_per_unt: unknown field; did you mean requests_per_unit?",
 		},
 		{
 			// A second document would be silently ignored otherwise.

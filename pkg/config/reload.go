@@ -212,7 +212,10 @@ func (r *Reloader) Watch(ctx context.Context) error {
 		return fmt.Errorf("watch config: %w", err)
 	}
 	defer w.Close()
-	if err := r.addWatches(w); err != nil {
+	// targets are the files rule files link to: an event about one is
+	// about the config wherever the file is. Only this goroutine uses it.
+	targets := map[string]bool{}
+	if err := r.addWatches(w, targets); err != nil {
 		return err
 	}
 	parent := r.parentDir()
@@ -228,12 +231,14 @@ func (r *Reloader) Watch(ctx context.Context) error {
 	// between (a ConfigMap swapped while the sidecar started) has no
 	// event. Read once more; unchanged files cost a checksum.
 	r.Reload() //nolint:errcheck // Reload logs its own errors
-	inConfig := func(ev fsnotify.Event) bool { return parent == "" || !r.besideConfig(ev.Name, parent) }
+	inConfig := func(ev fsnotify.Event) bool {
+		return parent == "" || targets[filepath.Clean(ev.Name)] || !r.besideConfig(ev.Name, parent)
+	}
 	warn := func(err error) { r.log.Warn("config watch error", zap.Error(err)) }
 	watchLoop(ctx, w, r.debounce, inConfig, func() {
 		// Watch new subdirectories, or a re-created directory, before
 		// reading: a change made after this is an event of its own.
-		if err := r.addWatches(w); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := r.addWatches(w, targets); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			warn(err)
 		}
 		r.Reload() //nolint:errcheck // Reload logs its own errors, a missing path too
@@ -263,7 +268,14 @@ func (r *Reloader) besideConfig(name, parent string) bool {
 	return filepath.Dir(name) == parent && name != filepath.Clean(r.path)
 }
 
-func (r *Reloader) addWatches(w *fsnotify.Watcher) error {
+// addWatches watches the config: a file's directory, or a directory and
+// its subdirectories; and, for each rule file that is a symbolic link
+// (the config file itself, or a file of the directory), the directory of
+// the file it resolves to, so that an edit of that file in place, which
+// changes nothing in the linking directory, is seen too; it adds those
+// files to targets. It is called again before each reload, so the
+// watches follow a swapped link.
+func (r *Reloader) addWatches(w *fsnotify.Watcher, targets map[string]bool) error {
 	info, err := os.Stat(r.path)
 	if err != nil {
 		return fmt.Errorf("watch config: %w", err)
@@ -272,6 +284,7 @@ func (r *Reloader) addWatches(w *fsnotify.Watcher) error {
 		if err := w.Add(filepath.Dir(r.path)); err != nil {
 			return fmt.Errorf("watch config: %w", err)
 		}
+		r.watchTarget(w, r.path, targets)
 		return nil
 	}
 	if err := w.Add(r.path); err != nil {
@@ -281,12 +294,44 @@ func (r *Reloader) addWatches(w *fsnotify.Watcher) error {
 		if d.IsDir() {
 			return w.Add(p)
 		}
+		r.watchTarget(w, p, targets)
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("watch config: %w", err)
 	}
 	return nil
+}
+
+// watchTarget is the package's watchTarget, whose failure (a directory
+// that cannot be watched) costs only the reload on an edit there: it is
+// logged, and the config is watched without it.
+func (r *Reloader) watchTarget(w *fsnotify.Watcher, p string, targets map[string]bool) {
+	if err := watchTarget(w, p, targets); err != nil {
+		r.log.Warn("config watch: cannot watch the directory of a linked rule file; after editing it, reload with SIGHUP",
+			zap.String("file", p), zap.Error(err))
+	}
+}
+
+// watchTarget watches the directory of the file a symbolic link at p
+// resolves to, when p is one and that directory is not p's, and adds the
+// file to targets. A link that resolves to nothing is left alone: reading
+// it fails, and reports.
+func watchTarget(w *fsnotify.Watcher, p string, targets map[string]bool) error {
+	fi, err := os.Lstat(p)
+	if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		return nil
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return nil
+	}
+	targets[real] = true
+	dir := filepath.Dir(real)
+	if linkDir, err := filepath.EvalSymlinks(filepath.Dir(p)); err == nil && linkDir == dir {
+		return nil
+	}
+	return w.Add(dir)
 }
 
 // checksum is the SHA-256 over a file set that Parse records as

@@ -220,6 +220,72 @@ func TestReloadSingleFileSymlinkSwap(t *testing.T) {
 	}
 }
 
+// TestReloadSymlinkTargetEdited: --config names a symbolic link to a file
+// in another directory; editing that file in place reloads, as an edit
+// of the file itself does. Only the link's directory was watched.
+func TestReloadSymlinkTargetEdited(t *testing.T) {
+	target := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(target, []byte(rulesV1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "rules.yaml")
+	mustSymlink(t, target, link)
+	e := load(t, link)
+	_, wait := watching(t, link, e)
+	if err := os.WriteFile(target, []byte(rulesV2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wait(1, 0)
+	if !hasRule(e, "tenant") {
+		t.Fatal("new rules not in use after editing the file behind --config's link")
+	}
+}
+
+// TestReloadDirectoryLinkedFileEdited: a rule file in --config's directory
+// is a symbolic link to a file elsewhere; editing that file reloads.
+func TestReloadDirectoryLinkedFileEdited(t *testing.T) {
+	target := filepath.Join(t.TempDir(), "shared.yaml")
+	if err := os.WriteFile(target, []byte(rulesV1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	mustSymlink(t, target, filepath.Join(dir, "rules.yaml"))
+	e := load(t, dir)
+	_, wait := watching(t, dir, e)
+	if err := os.WriteFile(target, []byte(rulesV2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wait(1, 0)
+	if !hasRule(e, "tenant") {
+		t.Fatal("new rules not in use after editing the file a rule file links to")
+	}
+}
+
+// TestReloadLinkedFileBesideDirectory: the file a rule file links to is
+// in the config directory's parent, whose other entries's events the
+// watch ignores; editing it reloads all the same.
+func TestReloadLinkedFileBesideDirectory(t *testing.T) {
+	parent := t.TempDir()
+	target := filepath.Join(parent, "shared.yaml")
+	if err := os.WriteFile(target, []byte(rulesV1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(parent, "rules")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustSymlink(t, filepath.Join("..", "shared.yaml"), filepath.Join(dir, "rules.yaml"))
+	e := load(t, dir)
+	_, wait := watching(t, dir, e)
+	if err := os.WriteFile(target, []byte(rulesV2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wait(1, 0)
+	if !hasRule(e, "tenant") {
+		t.Fatal("new rules not in use after editing the linked file beside the config directory")
+	}
+}
+
 func TestReloadBadConfigKeepsLastGood(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "rules.yaml")

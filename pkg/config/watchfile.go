@@ -12,9 +12,10 @@ import (
 
 // WatchFile calls fn whenever the file at path may have changed, until
 // ctx ends, and once when its watch is in place (a change made before
-// that has no event). It watches the file's directory, so that an
-// in-place edit, an atomic rename and a Kubernetes ConfigMap's ..data
-// swap are all seen; events are debounced (200ms if debounce is 0), so a
+// that has no event). It watches the file's directory, and when path is
+// a symbolic link the directory of the file it resolves to, so that an
+// in-place edit (of the file or of a link's file), an atomic rename and a
+// Kubernetes ConfigMap's ..data swap are all seen; events are debounced (200ms if debounce is 0), so a
 // burst calls fn once. fn must tell a real change from none itself (a
 // checksum): an event in the directory may be about another file. fn runs
 // on WatchFile's goroutine.
@@ -30,9 +31,19 @@ func WatchFile(ctx context.Context, path string, debounce time.Duration, log *za
 	if err := w.Add(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("watch %s: %w", path, err)
 	}
+	warn := func(err error) { log.Warn("watch error", zap.String("path", path), zap.Error(err)) }
+	// A symbolic link's file elsewhere is watched too (see addWatches),
+	// again before each call, so that the watch follows a swapped link.
+	targets := map[string]bool{}
+	if err := watchTarget(w, path, targets); err != nil {
+		warn(err)
+	}
 	fn()
-	watchLoop(ctx, w, debounce, nil, fn, func(err error) {
-		log.Warn("watch error", zap.String("path", path), zap.Error(err))
-	})
+	watchLoop(ctx, w, debounce, nil, func() {
+		if err := watchTarget(w, path, targets); err != nil {
+			warn(err)
+		}
+		fn()
+	}, warn)
 	return nil
 }

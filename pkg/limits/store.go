@@ -216,6 +216,15 @@ var ErrStoreUnavailable = errors.New("store unavailable")
 // whole store ignores these errors: the other parts still answer.
 var ErrPartUnavailable = errors.New("part of the store unavailable")
 
+// ErrStoreSwitching is wrapped, beside ErrStoreUnavailable, by a store
+// that refuses a call at once because it is moving to a new backend it
+// has been told of (a Sentinel failover under way, a connection to the
+// master it left). The refusal ends by itself, in moments, and calls
+// wait for nothing meanwhile, so a circuit breaker in front of the store
+// does not count it: opened, it would fail calls until its next probe,
+// long after the switch.
+var ErrStoreSwitching = errors.New("store switching to a new backend")
+
 // CallerGaveUp reports whether a store call under ctx that failed failed
 // for its caller rather than for the store, as a circuit breaker must
 // tell: ctx was cancelled, or its deadline passed (its timer may not have

@@ -16,6 +16,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
 )
 
 // failoverLoad is what a paced load saw across a failover.
@@ -26,6 +27,10 @@ type failoverLoad struct {
 	afterSwitch int
 	other       error // an error that is not an outage
 	errs        map[string]int
+	// switching counts the failures that said the store was switching
+	// masters, breakerOpen those the circuit breaker answered, and
+	// opened how often it opened.
+	switching, breakerOpen, opened int
 }
 
 // TestSentinelGracefulFailoverAdmitsWithinLimit runs a paced load against
@@ -53,13 +58,29 @@ func TestSentinelGracefulFailoverLeaderLast(t *testing.T) {
 // failoverWithin runs the load of
 // TestSentinelGracefulFailoverAdmitsWithinLimit against a store given
 // the sentinels at addrs, across a failover that sn's first sentinel
-// leads.
+// leads. The store is behind a circuit breaker with the sidecar's
+// options, as the sidecar has it: the breaker must let the failover's
+// refusals (limits.ErrStoreSwitching) through uncounted, or it fails
+// every request until its next probe, half a second after.
 func failoverWithin(t *testing.T, sn *redistest.Sentinel, addrs []string) {
-	s := newStore(t, redis.Options{
+	rs := newStore(t, redis.Options{
 		SentinelMaster: sn.MasterName,
 		SentinelAddrs:  addrs,
 		Timeout:        200 * time.Millisecond,
 	})
+	var (
+		mu       sync.Mutex
+		switched bool
+		load     failoverLoad
+	)
+	s := store.NewBreaker(rs, rs.Probe, store.BreakerOptions{OnChange: func(open bool, _ error) {
+		if open {
+			mu.Lock()
+			load.opened++
+			mu.Unlock()
+		}
+	}})
+	t.Cleanup(s.Close)
 	const (
 		limit = 600
 		pre   = limit / 4
@@ -85,11 +106,6 @@ func failoverWithin(t *testing.T, sn *redistest.Sentinel, addrs []string) {
 		t.Fatal(err)
 	}
 
-	var (
-		mu       sync.Mutex
-		switched bool
-		load     failoverLoad
-	)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -115,6 +131,11 @@ func failoverWithin(t *testing.T, sn *redistest.Sentinel, addrs []string) {
 					load.errs = map[string]int{}
 				}
 				load.errs[err.Error()]++
+				if errors.Is(err, store.ErrBreakerOpen) {
+					load.breakerOpen++
+				} else if errors.Is(err, limits.ErrStoreSwitching) {
+					load.switching++
+				}
 				if !errors.Is(err, limits.ErrStoreUnavailable) && load.other == nil {
 					load.other = err
 				}
@@ -148,10 +169,11 @@ func failoverWithin(t *testing.T, sn *redistest.Sentinel, addrs []string) {
 	total := pre + load.admitted
 	t.Logf("failover named the new master %v after SENTINEL FAILOVER; the load then: %d admitted, %d rejected, %d failed (%d after the switch); %d admitted in all, limit %d",
 		took.Round(time.Millisecond), load.admitted, load.rejected, load.failed, load.afterSwitch, total, limit)
+	t.Logf("failed: %d while switching masters, %d by the open circuit breaker (opened %d times)", load.switching, load.breakerOpen, load.opened)
 	for msg, n := range load.errs {
 		t.Logf("%d× %s", n, msg)
 	}
-	key := redis.FullKey(s, c)
+	key := redis.FullKey(rs, c)
 	t.Logf("the old master counts %d hits, the new one %d", windowCount(t, sn.Master, key), windowCount(t, sn.Replica, key))
 	if load.other != nil {
 		t.Errorf("during failover: %v, want errors that wrap ErrStoreUnavailable", load.other)

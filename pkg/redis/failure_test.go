@@ -85,8 +85,10 @@ func TestStandaloneRestart(t *testing.T) {
 		if !errors.Is(err, limits.ErrStoreUnavailable) {
 			t.Fatalf("request %d with Redis down: err = %v, want one wrapping ErrStoreUnavailable", i, err)
 		}
-		// The deadline plus scheduling slack for the race detector.
-		if took > timeout+100*time.Millisecond {
+		// The deadline plus scheduling slack for the race detector on a
+		// busy machine: what this catches is a request that waits on a
+		// dead Redis past the timeout, for good.
+		if took > timeout+time.Second {
 			t.Errorf("request %d with Redis down took %v, more than the timeout %v", i, took, timeout)
 		}
 		if i == 0 {
@@ -149,8 +151,9 @@ func TestTimeout(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newStore(t, redis.Options{URL: urlOf(srv.Addr), Timeout: tt.timeout})
 			apply(t, s, c) // connect first
-			// EVALSHA is a write: CLIENT PAUSE WRITE holds it.
-			if err := rc.Do(context.Background(), "CLIENT", "PAUSE", 1000, "WRITE").Err(); err != nil {
+			// EVALSHA is a write: CLIENT PAUSE WRITE holds it, far longer
+			// than the slack below, so a bound not kept shows.
+			if err := rc.Do(context.Background(), "CLIENT", "PAUSE", 5000, "WRITE").Err(); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = rc.Do(context.Background(), "CLIENT", "UNPAUSE").Err() })
@@ -168,7 +171,9 @@ func TestTimeout(t *testing.T) {
 			if !errors.Is(err, limits.ErrStoreUnavailable) || errors.Is(err, context.DeadlineExceeded) != (tt.deadline > 0) {
 				t.Errorf("err = %v, want ErrStoreUnavailable, and DeadlineExceeded only for the request's deadline", err)
 			}
-			if took < tt.want || took > tt.want+100*time.Millisecond {
+			// Which bound ended the call is the error's to say (above);
+			// this is that it ended then, with slack for a busy machine.
+			if took < tt.want || took > tt.want+time.Second {
 				t.Errorf("took %v, want %v", took, tt.want)
 			}
 		})

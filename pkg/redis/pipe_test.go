@@ -141,19 +141,21 @@ func testPipelineScriptFlush(t *testing.T, addr string, rc goredis.UniversalClie
 
 // testPipelineDeadline holds Redis with CLIENT PAUSE. One request, with a
 // 100 ms deadline, takes the only round trip allowed; four more, with
-// deadlines from 250 to 700 ms, queue and go together in a pipeline
-// bounded by the latest. Every one must fail with ErrStoreUnavailable at
-// its own deadline: neither later (a queued call waiting for the
-// pipeline) nor earlier (a pipeline bounded by an earlier deadline).
+// deadlines of 1 to 4 s, queue and go together in a pipeline bounded by
+// the latest. Every one must fail with ErrStoreUnavailable at its own
+// deadline: neither later (a queued call waiting for the pipeline) nor
+// earlier (a pipeline bounded by an earlier deadline). The deadlines are
+// a second apart so that the slack a busy machine needs (half a second)
+// still tells them apart.
 func testPipelineDeadline(t *testing.T, addr string, rc goredis.UniversalClient) {
 	s := newStore(t, redis.Options{URL: urlOf(addr), MaxInflight: 1, Timeout: 5 * time.Second})
 	l := mustLimit(t, limits.FixedWindow, 1000, limits.UnitHour, 1, 0)
 	apply(t, s, check("deadline", l, 1)) // connect first
-	if err := rc.Do(context.Background(), "CLIENT", "PAUSE", 1000, "WRITE").Err(); err != nil {
+	if err := rc.Do(context.Background(), "CLIENT", "PAUSE", 6000, "WRITE").Err(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rc.Do(context.Background(), "CLIENT", "UNPAUSE").Err() })
-	const slack = 100 * time.Millisecond
+	const slack = 500 * time.Millisecond
 	var wg sync.WaitGroup
 	run := func(deadline time.Duration) {
 		wg.Go(func() {
@@ -174,8 +176,8 @@ func testPipelineDeadline(t *testing.T, addr string, rc goredis.UniversalClient)
 	for redis.Inflight(s) == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	for _, d := range []time.Duration{250, 400, 550, 700} {
-		run(d * time.Millisecond)
+	for _, d := range []time.Duration{1, 2, 3, 4} {
+		run(d * time.Second)
 	}
 	wg.Wait()
 }
@@ -186,15 +188,18 @@ func testPipelineDeadline(t *testing.T, addr string, rc goredis.UniversalClient)
 // must still end at its own start plus the timeout, not at the end of
 // the pipeline it waits for, which the last request's timeout bounds.
 func testPipelineStoreTimeout(t *testing.T, addr string, rc goredis.UniversalClient) {
-	const timeout = 300 * time.Millisecond
+	// Requests start 600 ms apart, so a queued one that waited for the
+	// pipeline would end 600 ms or more past its own timeout: more than
+	// the slack a busy machine needs.
+	const timeout = time.Second
 	s := newStore(t, redis.Options{URL: urlOf(addr), MaxInflight: 1, Timeout: timeout})
 	l := mustLimit(t, limits.FixedWindow, 1000, limits.UnitHour, 1, 0)
 	apply(t, s, check("store_timeout", l, 1)) // connect first
-	if err := rc.Do(context.Background(), "CLIENT", "PAUSE", 2000, "WRITE").Err(); err != nil {
+	if err := rc.Do(context.Background(), "CLIENT", "PAUSE", 6000, "WRITE").Err(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rc.Do(context.Background(), "CLIENT", "UNPAUSE").Err() })
-	const slack = 100 * time.Millisecond
+	const slack = 400 * time.Millisecond
 	var wg sync.WaitGroup
 	run := func() {
 		wg.Go(func() {
@@ -216,7 +221,7 @@ func testPipelineStoreTimeout(t *testing.T, addr string, rc goredis.UniversalCli
 	}
 	for range 3 {
 		run()
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(600 * time.Millisecond)
 	}
 	wg.Wait()
 }

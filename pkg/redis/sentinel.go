@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
 // Sentinel failover, and why the store does not leave it to go-redis's
@@ -76,10 +79,12 @@ const promotionPoll = 2 * time.Millisecond
 const fenceLimit = 2 * time.Second
 
 // Errors of a Sentinel store's connections. Like every error that is not
-// a reply from Redis, wrap makes them wrap ErrStoreUnavailable.
+// a reply from Redis, wrap makes them wrap ErrStoreUnavailable. The two
+// of a switch the store follows also wrap limits.ErrStoreSwitching, so
+// that a circuit breaker lets the calls after the switch through.
 var (
-	errFailingOver   = errors.New("sentinel failover under way: not writing to the old master")
-	errMasterChanged = errors.New("sentinel master changed: connection to the old one closed")
+	errFailingOver   = fmt.Errorf("sentinel failover under way: not writing to the old master: %w", limits.ErrStoreSwitching)
+	errMasterChanged = fmt.Errorf("sentinel master changed: connection to the old one closed: %w", limits.ErrStoreSwitching)
 	errNotMaster     = errors.New("the node the sentinels named is not a master")
 )
 

@@ -55,7 +55,10 @@ type BreakerOptions struct {
 //   - an error counts only if it wraps limits.ErrStoreUnavailable (an
 //     unreachable or refusing store, or the store's own timeout), and not
 //     limits.ErrPartUnavailable (one part of the store failing, which
-//     the store cuts off itself);
+//     the store cuts off itself) nor limits.ErrStoreSwitching (a store
+//     refusing at once while it moves to a new backend, a Sentinel
+//     failover: open, the breaker would fail calls until its next probe,
+//     long after the switch);
 //   - a call whose caller cancelled it counts for nothing, and so does
 //     one whose deadline passed if that deadline left the store less than
 //     BreakerOptions.MinWait when the call started: a deadline shorter
@@ -126,6 +129,7 @@ func (b *Breaker) Apply(ctx context.Context, batch *limits.Batch) error {
 	case err == nil:
 		b.fails.Store(0)
 	case errors.Is(err, limits.ErrStoreUnavailable) && !errors.Is(err, limits.ErrPartUnavailable) &&
+		!errors.Is(err, limits.ErrStoreSwitching) &&
 		!limits.CallerGaveUp(ctx, short) && b.counted.CompareAndSwap(seen, seen+1):
 		if b.fails.Add(1) >= int64(b.opts.Failures) {
 			b.trip(err)

@@ -201,3 +201,39 @@ func TestBreakerOpensOnCallersThatWaited(t *testing.T) {
 		}
 	})
 }
+
+// refusing is a store whose every call fails with err.
+type refusing struct{ err error }
+
+func (r refusing) Apply(context.Context, *limits.Batch) error { return r.err }
+
+// TestBreakerLetsASwitchThrough: a store that refuses calls while it
+// moves to a new backend (a Sentinel failover: limits.ErrStoreSwitching)
+// does not open the breaker, however many calls it refuses, so the first
+// call after the switch reaches the new backend; the same refusals
+// without ErrStoreSwitching open it. An open breaker failed every call of
+// a graceful failover for half a second, its probe's cooldown.
+func TestBreakerLetsASwitchThrough(t *testing.T) {
+	tests := []struct {
+		name     string
+		give     error
+		wantOpen bool
+	}{
+		{"switching", fmt.Errorf("redis apply: %w: %w", limits.ErrStoreUnavailable, limits.ErrStoreSwitching), false},
+		{"down", fmt.Errorf("redis apply: %w: connection refused", limits.ErrStoreUnavailable), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := store.NewBreaker(refusing{tt.give}, func(context.Context) error { return nil }, store.BreakerOptions{Failures: 3})
+			defer b.Close()
+			for range 20 {
+				if err := b.Apply(context.Background(), &limits.Batch{}); !errors.Is(err, tt.give) && !errors.Is(err, store.ErrBreakerOpen) {
+					t.Fatalf("err = %v, want the store's or the breaker's", err)
+				}
+			}
+			if b.Open() != tt.wantOpen {
+				t.Errorf("after 20 refusals: open %v, want %v", b.Open(), tt.wantOpen)
+			}
+		})
+	}
+}

@@ -217,7 +217,7 @@ func TestOverlayBadAtStart(t *testing.T) {
 	writeFile(t, ovPath, overlayFor("api", "{algoritm: sliding_window}"))
 	engine := limits.NewEngine(limits.NewRuleset(nil, nil, ""), memory.New(memory.Options{}), limits.EngineOptions{})
 	_, err := xds.New(engine, nil, xds.Options{Server: "127.0.0.1:1", OverlayPath: ovPath})
-	if want := "xds overlay: " + ovPath + ":6: overlays[0].rate_limit.algoritm: unknown field"; err == nil || err.Error() != want {
+	if want := "xds overlay: " + ovPath + ":6: overlays[0].rate_limit.algoritm: unknown field; did you mean algorithm?"; err == nil || err.Error() != want {
 		t.Errorf("New with a bad overlay: %v, want %q", err, want)
 	}
 }
