@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/grpcbound"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/msgsize"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 )
 
@@ -59,8 +59,8 @@ const (
 // waits well under that timeout.
 func tlsHandshakeSlots() int { return max(1, runtime.GOMAXPROCS(0)/4) }
 
-// bounds are the flags that bound the servers' resources.
-type bounds struct {
+// serverBounds are the flags that bound the servers' resources.
+type serverBounds struct {
 	grpcMaxStreams uint          // concurrent streams per gRPC connection
 	grpcMaxConns   int           // open gRPC connections; 0: no cap
 	httpMaxConns   int           // open connections on each HTTP listener; 0: no cap
@@ -70,7 +70,7 @@ type bounds struct {
 }
 
 // check reports the first flag out of range.
-func (b *bounds) check() error {
+func (b *serverBounds) check() error {
 	switch {
 	case b.grpcMaxStreams < 1 || b.grpcMaxStreams > math.MaxUint32:
 		return fmt.Errorf("--grpc-max-streams: want 1 to %d, got %d", uint32(math.MaxUint32), b.grpcMaxStreams)
@@ -91,13 +91,13 @@ func (b *bounds) check() error {
 // grpcOptions returns the gRPC server's options that bound its
 // resources. grace is how long an RPC in flight on a connection past its
 // age may take to finish.
-func (b *bounds) grpcOptions(sb *grpcbound.Streams, grace time.Duration) []grpc.ServerOption {
+func (b *serverBounds) grpcOptions(sb *grpcbound.Streams, grace time.Duration, id bounds.IDBounds) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(uint32(b.grpcMaxStreams)),
-		// RLQS reports may be up to msgsize.RLQSMaxBytes; its codec
-		// holds every other message to msgsize.MaxBytes.
-		grpc.MaxRecvMsgSize(msgsize.RLQSMaxBytes),
-		grpc.ForceServerCodecV2(envoy.Codec(msgsize.NewCodec())),
+		// RLQS reports may be up to bounds.RLQSMaxBytes; its codec
+		// holds every other message to bounds.MaxBytes.
+		grpc.MaxRecvMsgSize(bounds.RLQSMaxBytes),
+		grpc.ForceServerCodecV2(envoy.Codec(bounds.NewCodec(id))),
 		grpc.MaxHeaderListSize(grpcMaxHeaderListBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
@@ -116,7 +116,7 @@ func (b *bounds) grpcOptions(sb *grpcbound.Streams, grace time.Duration) []grpc.
 }
 
 // httpServer returns an HTTP server for h with the bounds applied.
-func (b *bounds) httpServer(h http.Handler) *http.Server {
+func (b *serverBounds) httpServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: httpReadHeaderTimeout,

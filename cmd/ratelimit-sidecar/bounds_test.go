@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/msgsize"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
 )
 
 // TestHalfOpenStreams is issue 15's probe, smaller: thousands of streams
@@ -394,11 +394,11 @@ func TestMessageAndHeaderSize(t *testing.T) {
 	s := startSidecar(t, "--config", "../../config/")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := s.rls.ShouldRateLimit(ctx, userRequest(strings.Repeat("x", msgsize.MaxBytes), 0))
+	_, err := s.rls.ShouldRateLimit(ctx, userRequest(strings.Repeat("x", bounds.MaxBytes), 0))
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "more than 1048576") {
 		t.Errorf("a request over 1 MiB: %v, want RESOURCE_EXHAUSTED naming the bound", err)
 	}
-	_, err = s.rls.ShouldRateLimit(ctx, userRequest(strings.Repeat("x", msgsize.RLQSMaxBytes), 0), grpc.MaxCallSendMsgSize(32<<20))
+	_, err = s.rls.ShouldRateLimit(ctx, userRequest(strings.Repeat("x", bounds.RLQSMaxBytes), 0), grpc.MaxCallSendMsgSize(32<<20))
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("a request over 16 MiB: %v, want RESOURCE_EXHAUSTED", err)
 	}

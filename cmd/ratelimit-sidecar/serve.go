@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/grpcbound"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
@@ -328,7 +329,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	if c.ref.connGrace > 0 {
 		grace = c.ref.connGrace
 	}
-	s.grpc = grpc.NewServer(append(opts, c.bounds.grpcOptions(sb, grace)...)...)
+	s.grpc = grpc.NewServer(append(opts, c.bounds.grpcOptions(sb, grace, bounds.IDBounds{Entries: c.request.MaxEntries, EntryBytes: c.request.MaxValueBytes})...)...)
 	rlsOpts := envoy.Options{Headers: c.responseHeaders,
 		Shadow: c.ref.shadowMode, HeaderNames: c.ref.names, DynamicMetadata: c.ref.dynamicMetadata}
 	rej := newRejectionLog(log, c.rejections, st.name, time.Now)
