@@ -39,7 +39,48 @@ const (
 	// Envoy sends us is a few hundred bytes. grpc-go's default, 16 MiB,
 	// let each stream of a connection hold that much while decoding.
 	grpcMaxHeaderListBytes = 64 << 10
+	// grpcConnWindow is a gRPC connection's window. grpc-go gives it
+	// back as bytes arrive, whether or not a handler reads them, so it
+	// bounds nothing held; 1 MiB keeps a large RLQS report from waiting
+	// on window updates.
+	grpcConnWindow = 1 << 20
 )
+
+// newMessageBounds returns the bounds on the bytes of gRPC messages on
+// their way in (bounds.Messages): 1 MiB a message, an RLQS report
+// 16 MiB, counted past bounds.Window against bounds.ConnBytes and
+// bounds.TotalBytes, each whole within bounds.MessageTimeout. Its Work is
+// set once the services are registered (workMethods).
+func newMessageBounds() *bounds.Messages {
+	return &bounds.Messages{
+		Default:     bounds.MaxBytes,
+		Methods:     map[string]int{rlqsMethod: bounds.RLQSMaxBytes},
+		ConnBytes:   bounds.ConnBytes,
+		TotalBytes:  bounds.TotalBytes,
+		Timeout:     bounds.MessageTimeout,
+		HeaderBytes: grpcMaxHeaderListBytes,
+	}
+}
+
+// rlqsMethod is the RLQS stream's full method name.
+const rlqsMethod = "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas"
+
+// workMethods returns the full names of the methods whose calls make a
+// connection working, which its listener does not close to make room
+// (internal/listen): the unary ones, and RLQS, whose reports come at
+// Envoy's reporting interval. A health Watch or a reflection stream is
+// not work: it holds a connection without using it.
+func workMethods(g *grpc.Server) map[string]bool {
+	out := map[string]bool{rlqsMethod: true}
+	for svc, info := range g.GetServiceInfo() {
+		for _, m := range info.Methods {
+			if !m.IsClientStream && !m.IsServerStream {
+				out["/"+svc+"/"+m.Name] = true
+			}
+		}
+	}
+	return out
+}
 
 // The shortest durations the bound flags take: below them a connection
 // or a call is cut before it can do anything (1ns was accepted once).
@@ -99,6 +140,11 @@ func (b *serverBounds) grpcOptions(sb *grpcbound.Streams, grace time.Duration, i
 		grpc.MaxRecvMsgSize(bounds.RLQSMaxBytes),
 		grpc.ForceServerCodecV2(envoy.Codec(bounds.NewCodec(id))),
 		grpc.MaxHeaderListSize(grpcMaxHeaderListBytes),
+		// A static window: grpc-go's own grows with a bandwidth the
+		// client measures, up to 16 MiB a stream that a handler need not
+		// be reading (bounds.Window).
+		grpc.StaticStreamWindowSize(bounds.Window),
+		grpc.StaticConnWindowSize(grpcConnWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle:     b.idleTimeout,

@@ -287,6 +287,7 @@ type servers struct {
 	http        *http.Server // health probes and metrics
 	admin       *http.Server // nil: the admin endpoints are on http
 	certs       *grpcTLS     // nil: gRPC is plaintext
+	msgs        *bounds.Messages
 
 	// stopStreams ends the streaming RPCs (health Watch, reflection),
 	// which would otherwise hold GracefulStop for as long as their
@@ -324,7 +325,10 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	// costs a parked goroutine.
 	// The codec (RLS's own, and the message bounds) is set by grpcOptions.
 	opts := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(max(4*runtime.GOMAXPROCS(0), streamWorkers)))}
-	opts = append(opts, certs.serverOptions()...)
+	// Every connection's messages are bounded after its handshakes
+	// (bounds.go).
+	msgs := newMessageBounds()
+	opts = append(opts, grpc.Creds(msgs.Creds(certs.creds())))
 	grace := c.shutdownTimeout
 	if c.ref.connGrace > 0 {
 		grace = c.ref.connGrace
@@ -348,6 +352,8 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	sb.Streaming = grpcbound.StreamingMethods(s.grpc)
+	msgs.Work = workMethods(s.grpc)
+	s.msgs = msgs
 	s.refreshHealth()
 
 	adm := admin.New(adminOptions(ctx, c, log, engine, reloader, st, m))

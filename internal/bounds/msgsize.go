@@ -2,6 +2,7 @@ package bounds
 
 import (
 	"fmt"
+	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc/encoding"
@@ -45,20 +46,47 @@ const (
 	RLQSMaxReportEntries = 100_000
 )
 
+// Bounds on the bytes of messages on their way in (Messages).
+const (
+	// ConnBytes bounds one connection's messages longer than Window
+	// while they arrive: an RLQS report of RLQSMaxBytes and an RLS
+	// request of MaxBytes. Envoy's requests are under a kilobyte, and
+	// it reports on one stream a worker.
+	ConnBytes = RLQSMaxBytes + MaxBytes
+	// TotalBytes bounds all connections' messages longer than Window
+	// while they arrive: four RLQS reports of RLQSMaxBytes.
+	TotalBytes = 4 * RLQSMaxBytes
+	// MessageTimeout bounds how long a message may take to arrive whole
+	// from its prefix. Envoy writes a message at once; the longest wait
+	// a real client has is for its window, while the handler finishes
+	// the stream's previous message (an RLQS report is handled in well
+	// under a second).
+	MessageTimeout = 10 * time.Second
+)
+
 // Codec is grpc-go's proto codec with the bounds above, and a bucket id
-// of an RLQS report held to what an RLS descriptor may hold.
+// of an RLQS report held to IDSlack times what an RLS descriptor may
+// hold.
 type Codec struct {
 	next encoding.CodecV2
 	id   IDBounds
 }
 
-// IDBounds bound one bucket id of an RLQS report, as the RLS path bounds
-// a descriptor (--max-entries, --max-value-bytes). Zero fields mean 32
-// and 4096, those flags' defaults.
+// IDBounds are the RLS path's bounds on a descriptor (--max-entries,
+// --max-value-bytes), which an RLQS bucket id is held to. Zero fields
+// mean 32 and 4096, those flags' defaults. A report's id past them is
+// pkg/rlqs's to answer, with its domain's failure mode, bucket by
+// bucket; Codec refuses the whole report, before decoding it, when an
+// id is past IDSlack times them, as no Envoy sends and as would cost
+// what the bounds do not admit to decode and to echo back.
 type IDBounds struct {
 	Entries    int // entries of one id
 	EntryBytes int // bytes of each key and of each value
 }
+
+// IDSlack is how far past IDBounds a bucket id may go before Codec
+// refuses its report.
+const IDSlack = 4
 
 // NewCodec returns the codec.
 func NewCodec(id IDBounds) Codec {
@@ -68,6 +96,8 @@ func NewCodec(id IDBounds) Codec {
 	if id.EntryBytes <= 0 {
 		id.EntryBytes = 4096
 	}
+	id.Entries *= IDSlack
+	id.EntryBytes *= IDSlack
 	return Codec{next: encoding.GetCodecV2(protocodec.Name), id: id}
 }
 
@@ -105,7 +135,8 @@ func fieldNumber(m proto.Message, name protoreflect.Name) protowire.Number {
 
 // checkReport walks the wire-format report b without decoding it, and
 // refuses one of more than RLQSMaxReportBuckets buckets or
-// RLQSMaxReportEntries id entries, or with an id past c.id. What it
+// RLQSMaxReportEntries id entries, or with an id past c.id (IDSlack
+// times the IDBounds it was made with). What it
 // counts is what decoding would build: every occurrence of a field,
 // since a repeated one is merged into the same message.
 func (c Codec) checkReport(b []byte) error {

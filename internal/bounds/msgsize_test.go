@@ -53,9 +53,9 @@ func TestReportIDsRefusedBeforeDecoding(t *testing.T) {
 		give mem.BufferSlice
 		want string
 	}{
-		{"one id of 100,000 entries", report(t, 1, 100_000, 8), "more than 32 entries"},
+		{"one id of 100,000 entries", report(t, 1, 100_000, 8), "more than 128 entries"},
 		{"10,000 ids of 32 entries", report(t, 10_000, 32, 1), "more than 100000 bucket id entries"},
-		{"a value past 4096 bytes", report(t, 1, 1, 5000), "5000 bytes, more than 4096"},
+		{"a value past 4 times 4096 bytes", report(t, 1, 1, 20000), "20000 bytes, more than 16384"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,6 +85,8 @@ func TestReportWithinBoundsDecodes(t *testing.T) {
 		{"50,000 ids of 2 entries", report(t, RLQSMaxReportBuckets, 2, 8), 40 << 20},
 		{"3,125 ids of 32 entries", report(t, RLQSMaxReportEntries/32, 32, 8), 24 << 20},
 		{"one id of 32 values of 4096 bytes", report(t, 1, 32, 4096), 1 << 20},
+		// Past the RLS bounds, within IDSlack: pkg/rlqs answers the bucket.
+		{"one id of 128 values of 16384 bytes", report(t, 1, 128, 16384), 8 << 20},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,7 +107,7 @@ func TestReportWithinBoundsDecodes(t *testing.T) {
 // TestIDBoundsFollowFlags: raised RLS bounds raise the ids' bounds.
 func TestIDBoundsFollowFlags(t *testing.T) {
 	c := NewCodec(IDBounds{Entries: 160, EntryBytes: 8192})
-	if err := c.Unmarshal(report(t, 1, 100, 5000), &rlqspb.RateLimitQuotaUsageReports{}); err != nil {
-		t.Errorf("an id of 100 entries of 5000 bytes under bounds of 160 and 8192: %v", err)
+	if err := c.Unmarshal(report(t, 1, 600, 30000), &rlqspb.RateLimitQuotaUsageReports{}); err != nil {
+		t.Errorf("an id of 600 entries of 30000 bytes under bounds of 160 and 8192: %v", err)
 	}
 }
