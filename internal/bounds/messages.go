@@ -151,9 +151,14 @@ type msgConn struct {
 	last     uint32 // highest stream ID opened
 	held     int64  // counted bytes of this connection
 	timer    *time.Timer
-	shut     bool // closed
-	inFlight int  // messages begun and not whole
+	shut     bool         // closed
+	inFlight int          // messages begun and not whole
+	free     []*msgStream // forgotten streams' states, for new ones
 }
+
+// maxFree bounds msgConn.free: the streams a connection may have open
+// (grpc-go's MaxConcurrentStreams) are about as many.
+const maxFree = 128
 
 // frameState is where a reader of frames is: in a frame's header (hn
 // bytes of it read) or in its payload (left bytes to go).
@@ -317,6 +322,7 @@ func (c *msgConn) frameDone() error {
 			}
 			c.headers(f.stream, c.path)
 			c.path = ""
+			c.dec.SetEmitEnabled(true)
 		}
 		if f.typ == frameHeaders && f.flags&flagEndStream != 0 {
 			c.clientEnded(f.stream)
@@ -331,9 +337,15 @@ func (c *msgConn) frameDone() error {
 	return nil
 }
 
+// emit takes in a decoded header field. Only :path is needed, and the
+// pseudo-headers come first, so the rest of the block is decoded
+// without building its strings (hpack keeps its table all the same).
 func (c *msgConn) emit(h hpack.HeaderField) {
-	if h.Name == ":path" {
+	switch {
+	case h.Name == ":path":
 		c.path = h.Value
+	case !h.IsPseudo():
+		c.dec.SetEmitEnabled(false)
 	}
 }
 
@@ -344,7 +356,13 @@ func (c *msgConn) headers(id uint32, path string) {
 		return
 	}
 	c.last = id
-	s := &msgStream{cap: c.m.Default, work: c.m.Work[path]}
+	var s *msgStream
+	if n := len(c.free); n > 0 {
+		s, c.free = c.free[n-1], c.free[:n-1]
+	} else {
+		s = new(msgStream)
+	}
+	*s = msgStream{cap: c.m.Default, work: c.m.Work[path]}
 	if n, ok := c.m.Methods[path]; ok {
 		s.cap = n
 	}
@@ -481,6 +499,9 @@ func (c *msgConn) drop(id uint32) {
 	if s := c.streams[id]; s != nil {
 		c.stopMessage(s)
 		delete(c.streams, id)
+		if len(c.free) < maxFree {
+			c.free = append(c.free, s)
+		}
 	}
 }
 
