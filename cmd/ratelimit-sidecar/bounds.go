@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"runtime"
 	"time"
@@ -161,9 +162,28 @@ func (b *serverBounds) grpcOptions(sb *grpcbound.Streams, grace time.Duration, i
 	}
 }
 
+// grpcWorking is how long after its last call a gRPC connection is
+// working, and not closed to make room at --grpc-max-conns: --idle-timeout,
+// after which grpc-go closes a connection without calls anyway, and at
+// least --grpc-request-timeout, which every unary call ends within, so
+// that a call in flight always counts.
+func (b *serverBounds) grpcWorking() time.Duration {
+	return max(b.idleTimeout, b.requestTimeout)
+}
+
+// busy tells a capped listener's connection (internal/listen) whether a
+// request is in flight on it, so that it is not closed to make room
+// meanwhile.
+func busy(c net.Conn, s http.ConnState) {
+	if b, ok := c.(interface{ Busy(bool) }); ok {
+		b.Busy(s == http.StateActive)
+	}
+}
+
 // httpServer returns an HTTP server for h with the bounds applied.
 func (b *serverBounds) httpServer(h http.Handler) *http.Server {
 	return &http.Server{
+		ConnState:         busy,
 		Handler:           h,
 		ReadHeaderTimeout: httpReadHeaderTimeout,
 		ReadTimeout:       httpReadTimeout,

@@ -9,6 +9,9 @@ type CappedListener interface {
 	Open() int
 	// Reclaimed returns how many connections were closed to make room.
 	Reclaimed() uint64
+	// Refused returns how many new connections were closed because
+	// every other was working.
+	Refused() uint64
 }
 
 // Listeners registers the connection metrics of the capped listeners,
@@ -23,7 +26,10 @@ func (m *Metrics) Listeners(ls map[string]CappedListener) {
 				Help: "Connections open on a capped listener (--grpc-max-conns, --http-max-conns)."},
 				func() float64 { return float64(l.Open()) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "connections_reclaimed_total", ConstLabels: labels,
-				Help: "Connections a capped listener closed to make room for a new one: the quietest of the peer holding the most."},
-				func() float64 { return float64(l.Reclaimed()) }))
+				Help: "Connections a capped listener closed to make room for a new one: the quietest, not working, of the peer holding the most."},
+				func() float64 { return float64(l.Reclaimed()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "connections_refused_total", ConstLabels: labels,
+				Help: "New connections a capped listener closed at once because every other was working (a call or request within the working time, or in flight)."},
+				func() float64 { return float64(l.Refused()) }))
 	}
 }
