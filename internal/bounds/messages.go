@@ -32,7 +32,10 @@ const Window = 65_535
 //     window it would need.
 //   - A message longer than Window is counted, from its prefix to its
 //     last byte, against ConnBytes and TotalBytes; past either, it is
-//     refused the same way. (Shorter ones fit the window a stream has
+//     refused the same way, except that a connection within its share
+//     of TotalBytes (a 1/k of it, k connections holding counted bytes)
+//     may go past TotalBytes, up to twice it: no client can keep the
+//     others' messages out. (Shorter ones fit the window a stream has
 //     without asking, so flow control bounds them: Window a stream.)
 //   - A message must arrive whole within Timeout of its prefix: if any
 //     has not, the connection is closed, since its client stopped
@@ -52,8 +55,10 @@ type Messages struct {
 	// or arrived.
 	Work map[string]bool
 
-	held    atomic.Int64  // counted bytes of all connections
+	held    atomic.Int64  // counted bytes of all connections; written with mu held
 	refused atomic.Uint64 // messages refused
+	mu      sync.Mutex
+	holders int64         // connections holding counted bytes
 	closed  atomic.Uint64 // connections closed for a stalled message
 }
 
@@ -437,16 +442,48 @@ func (c *msgConn) admit(s *msgStream, n int) bool {
 	if n <= Window {
 		return true
 	}
-	if c.held+int64(n) > c.m.ConnBytes {
-		return false
-	}
-	if c.m.held.Add(int64(n)) > c.m.TotalBytes {
-		c.m.held.Add(-int64(n))
+	if c.held+int64(n) > c.m.ConnBytes || !c.m.take(c.held, int64(n)) {
 		return false
 	}
 	c.held += int64(n)
 	s.counted = int64(n)
 	return true
+}
+
+// take counts n more bytes of a connection that holds had, if the
+// process has room for them: within TotalBytes, or past it within the
+// connection's share of it (a 1/k of it, k connections holding counted
+// bytes), so that no client can keep another's messages out; never past
+// twice TotalBytes.
+func (m *Messages) take(had, n int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	total := m.held.Load() + n
+	if total > m.TotalBytes {
+		k := m.holders
+		if had == 0 {
+			k++
+		}
+		if had+n > m.TotalBytes/k || total > 2*m.TotalBytes {
+			return false
+		}
+	}
+	if had == 0 {
+		m.holders++
+	}
+	m.held.Store(total)
+	return true
+}
+
+// give gives back n of a connection's counted bytes, which leaves it
+// holding left.
+func (m *Messages) give(n, left int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if left == 0 {
+		m.holders--
+	}
+	m.held.Add(-n)
 }
 
 // whole ends s's message.
@@ -467,7 +504,7 @@ func (c *msgConn) whole(s *msgStream) {
 func (c *msgConn) uncount(s *msgStream) {
 	if s.counted > 0 {
 		c.held -= s.counted
-		c.m.held.Add(-s.counted)
+		c.m.give(s.counted, c.held)
 		s.counted = 0
 	}
 }

@@ -235,3 +235,29 @@ func TestRealClientThroughBounds(t *testing.T) {
 		t.Errorf("Held() = %d after the calls, want 0", m.Held())
 	}
 }
+
+// TestBytesInFlightShared: a client that holds all of TotalBytes (here
+// with messages it announces and never sends) does not keep another
+// connection's message out: within its share of TotalBytes, a 1/k of it
+// for k connections, the other is admitted past TotalBytes.
+func TestBytesInFlightShared(t *testing.T) {
+	m := testMessages()
+	m.ConnBytes = 3 << 20
+	m.TotalBytes = 3 << 20
+	addr := serve(t, m)
+	a := dialH2(t, addr)
+	for range 3 {
+		a.message(a.open(reflectMethod), 1<<20, 0)
+	}
+	b := dialH2(t, addr)
+	id := b.open(reflectMethod)
+	if n := b.message(id, 1<<20, 512<<10); n != 512<<10 {
+		t.Errorf("a second connection's message of 1 MiB, within its share of 1.5: %d bytes sent, stream ended %q", n, b.status(id, 0))
+	}
+	// Past its share, it is refused.
+	over := b.open(reflectMethod)
+	b.message(over, 1<<20, 0)
+	if got := b.status(over, 10*time.Second); got != resourceExhausted {
+		t.Errorf("a second MiB past the share: %q, want %s", got, resourceExhausted)
+	}
+}
