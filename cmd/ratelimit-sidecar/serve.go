@@ -109,6 +109,7 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	}
 	m.Listeners(lis.capped())
 	srv = newServers(ctx, c, log, engine, rules, st, m, certs, tr)
+	m.Messages(srv.msgs)
 	logStarted(log, c, lis, st, rs)
 	if c.onReady != nil {
 		c.onReady(lis.grpc.Addr().String(), lis.http.Addr().String(), lis.adminAddr())
