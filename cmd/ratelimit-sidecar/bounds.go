@@ -54,12 +54,13 @@ const (
 // set once the services are registered (workMethods).
 func newMessageBounds() *bounds.Messages {
 	return &bounds.Messages{
-		Default:     bounds.MaxBytes,
-		Methods:     map[string]int{rlqsMethod: bounds.RLQSMaxBytes},
-		ConnBytes:   bounds.ConnBytes,
-		TotalBytes:  bounds.TotalBytes,
-		Timeout:     bounds.MessageTimeout,
-		HeaderBytes: grpcMaxHeaderListBytes,
+		Default:        bounds.MaxBytes,
+		Methods:        map[string]int{rlqsMethod: bounds.RLQSMaxBytes},
+		ConnBytes:      bounds.ConnBytes,
+		TotalBytes:     bounds.TotalBytes,
+		Timeout:        bounds.MessageTimeout,
+		BlockedTimeout: bounds.BlockedMessageTimeout,
+		HeaderBytes:    grpcMaxHeaderListBytes,
 	}
 }
 

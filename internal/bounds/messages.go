@@ -3,6 +3,7 @@ package bounds
 import (
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -37,19 +38,27 @@ const Window = 65_535
 //     may go past TotalBytes, up to twice it: no client can keep the
 //     others' messages out. (Shorter ones fit the window a stream has
 //     without asking, so flow control bounds them: Window a stream.)
-//   - A message must arrive whole within Timeout of its prefix: if any
-//     has not, the connection is closed, since its client stopped
-//     mid-message (or sends slower than any real client).
+//   - A message must arrive whole within Timeout of its prefix, or of
+//     the last window the server granted its stream: if any has not,
+//     the connection is closed, since its client stopped mid-message (or
+//     sends slower than any real client). A message whose client has no
+//     window left waits on the server's handler, and gets BlockedTimeout
+//     instead: a handler that does not read for that long is not serving
+//     the stream (a second message on a health Watch, say).
 //
 // The fields are set before the server serves and only read after; the
 // counters are safe for concurrent use.
 type Messages struct {
-	Default     int            // longest message of a method not in Methods
-	Methods     map[string]int // longest message of these full method names
-	ConnBytes   int64          // counted bytes one connection may hold
-	TotalBytes  int64          // counted bytes all connections may hold
-	Timeout     time.Duration  // for a message to arrive whole
-	HeaderBytes int            // the server's SETTINGS_MAX_HEADER_LIST_SIZE
+	Default    int            // longest message of a method not in Methods
+	Methods    map[string]int // longest message of these full method names
+	ConnBytes  int64          // counted bytes one connection may hold
+	TotalBytes int64          // counted bytes all connections may hold
+	Timeout    time.Duration  // for a message to arrive whole (see deadline)
+	// BlockedTimeout is for a message to arrive whole whose client has
+	// no window left: it waits on the server's handler, which may be
+	// busy with the stream's previous message. Zero means Timeout.
+	BlockedTimeout time.Duration
+	HeaderBytes    int // the server's SETTINGS_MAX_HEADER_LIST_SIZE
 	// Work names the methods whose calls make their connection working
 	// (see internal/listen): a call started, or a message in progress
 	// or arrived.
@@ -116,6 +125,7 @@ const (
 	frameData         = 0x0
 	frameHeaders      = 0x1
 	frameRSTStream    = 0x3
+	frameWindowUpdate = 0x8
 	frameContinuation = 0x9
 
 	flagEndStream  = 0x1
@@ -180,6 +190,9 @@ type frameState struct {
 	padPending bool
 	skip       int
 	pad        int
+	// In a WINDOW_UPDATE payload: its bytes read.
+	wu [4]byte
+	wn int
 }
 
 // msgStream is a stream's state: its method and the message on its way.
@@ -187,23 +200,25 @@ type msgStream struct {
 	cap     int
 	work    bool
 	pfx     [5]byte
-	pn      int   // prefix bytes read
-	rest    int   // bytes of the message still to come; 0: none begun
-	counted int64 // bytes counted for it against the bounds
-	began   time.Time
-	gone    bool // a message was refused: grpc-go ends the call
+	pn      int       // prefix bytes read
+	rest    int       // bytes of the message still to come; 0: none begun
+	counted int64     // bytes counted for it against the bounds
+	began   time.Time // when the message began, or its stream was last granted window
+	win     int64     // the stream's window: bytes the client may send
+	gone    bool      // a message was refused: grpc-go ends the call
 }
 
 // Read reads from the connection and follows its frames; it holds back
 // the start of a message prefix the read did not complete, so that the
 // prefix can still be rewritten once it is whole.
 func (c *msgConn) Read(b []byte) (int, error) {
+	if len(b) <= len(c.carry) {
+		// grpc-go reads through a buffer of 32 KiB.
+		return 0, io.ErrShortBuffer
+	}
 	for {
-		k := 0
-		if c.ncar > 0 && len(b) > c.ncar {
-			k = copy(b, c.carry[:c.ncar])
-			c.ncar = 0
-		}
+		k := copy(b, c.carry[:c.ncar])
+		c.ncar = 0
 		n, err := c.Conn.Read(b[k:])
 		n += k
 		keep, perr := c.follow(b[:n])
@@ -239,6 +254,9 @@ func (c *msgConn) follow(b []byte) (int, error) {
 				break
 			}
 			f.begin()
+			if s := c.streams[f.stream]; s != nil && f.typ == frameData {
+				s.win -= int64(f.left)
+			}
 			if f.left == 0 {
 				if err := c.frameDone(); err != nil {
 					return 0, err
@@ -264,10 +282,21 @@ func (c *msgConn) follow(b []byte) (int, error) {
 			}
 		}
 	}
-	if c.inFlight > 0 && c.timer == nil {
-		c.timer = time.AfterFunc(c.m.Timeout, c.expire)
-	}
+	c.armLocked()
 	return len(b), nil
+}
+
+// armLocked starts the timer for the messages in progress, if it is not
+// running.
+// requires c.mu held
+func (c *msgConn) armLocked() {
+	if c.inFlight > 0 && c.timer == nil && !c.shut {
+		d := c.m.Timeout
+		if b := c.m.BlockedTimeout; b > 0 {
+			d = min(d, b)
+		}
+		c.timer = time.AfterFunc(d, c.expire)
+	}
 }
 
 // begin starts the frame whose header f.hdr holds.
@@ -278,7 +307,7 @@ func (f *frameState) begin() {
 	f.stream = binary.BigEndian.Uint32(h[5:]) & (1<<31 - 1)
 	f.hn = 0
 	f.padPending = (f.typ == frameData || f.typ == frameHeaders) && f.flags&flagPadded != 0
-	f.skip, f.pad = 0, 0
+	f.skip, f.pad, f.wn = 0, 0, 0
 	if f.typ == frameHeaders && f.flags&flagPriority != 0 {
 		f.skip = 5
 	}
@@ -367,7 +396,7 @@ func (c *msgConn) headers(id uint32, path string) {
 	} else {
 		s = new(msgStream)
 	}
-	*s = msgStream{cap: c.m.Default, work: c.m.Work[path]}
+	*s = msgStream{cap: c.m.Default, work: c.m.Work[path], win: Window}
 	if n, ok := c.m.Methods[path]; ok {
 		s.cap = n
 	}
@@ -542,8 +571,8 @@ func (c *msgConn) drop(id uint32) {
 	}
 }
 
-// expire closes the connection if a message has been on its way longer
-// than Timeout, or waits for the next that could be.
+// expire closes the connection if a message has gone too long without
+// arriving whole (see deadline), or waits for the next that could.
 func (c *msgConn) expire() {
 	c.mu.Lock()
 	c.timer = nil
@@ -552,13 +581,16 @@ func (c *msgConn) expire() {
 		return
 	}
 	now := time.Now()
-	var first time.Time
+	var next time.Time
 	for _, s := range c.streams {
-		if !s.began.IsZero() && (first.IsZero() || s.began.Before(first)) {
-			first = s.began
+		if s.began.IsZero() {
+			continue
+		}
+		if d := c.deadline(s); next.IsZero() || d.Before(next) {
+			next = d
 		}
 	}
-	if wait := c.m.Timeout - now.Sub(first); wait > 0 {
+	if wait := next.Sub(now); wait > 0 {
 		c.timer = time.AfterFunc(wait, c.expire)
 		c.mu.Unlock()
 		return
@@ -568,8 +600,21 @@ func (c *msgConn) expire() {
 	c.Close()
 }
 
-// Write follows the frames grpc-go writes, for the ends of streams:
-// trailers (HEADERS with END_STREAM) or RST_STREAM.
+// deadline returns when s's message in progress has taken too long:
+// Timeout after it began or its stream was last granted window, or
+// BlockedTimeout if the client has no window left, waiting on the
+// server's handler to read.
+// requires c.mu held
+func (c *msgConn) deadline(s *msgStream) time.Time {
+	if s.win <= 0 && c.m.BlockedTimeout > 0 {
+		return s.began.Add(c.m.BlockedTimeout)
+	}
+	return s.began.Add(c.m.Timeout)
+}
+
+// Write follows the frames grpc-go writes, for the ends of streams
+// (trailers, HEADERS with END_STREAM, or RST_STREAM) and the window it
+// grants them (WINDOW_UPDATE).
 func (c *msgConn) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	f := &c.out
@@ -588,11 +633,30 @@ func (c *msgConn) Write(b []byte) (int, error) {
 			continue
 		}
 		k := min(f.left, len(b)-i)
+		if f.typ == frameWindowUpdate && f.stream != 0 {
+			f.wn += copy(f.wu[f.wn:], b[i:i+k])
+			if f.wn == len(f.wu) {
+				c.granted(f.stream, binary.BigEndian.Uint32(f.wu[:])&(1<<31-1))
+			}
+		}
 		f.left -= k
 		i += k
 	}
+	c.armLocked()
 	c.mu.Unlock()
 	return c.Conn.Write(b)
+}
+
+// granted takes in a window update of n bytes the server sent for
+// stream id: a message that waited for it is timed from now.
+// requires c.mu held
+func (c *msgConn) granted(id uint32, n uint32) {
+	if s := c.streams[id]; s != nil {
+		s.win += int64(n)
+		if !s.began.IsZero() {
+			s.began = time.Now()
+		}
+	}
 }
 
 // Close closes the connection and gives back what its messages counted.

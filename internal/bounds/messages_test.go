@@ -16,6 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -41,6 +42,7 @@ func serve(t *testing.T, m *Messages) string {
 	)
 	healthpb.RegisterHealthServer(g, health.NewServer())
 	reflection.Register(g)
+	g.RegisterService(&holdDesc, struct{}{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -259,5 +261,49 @@ func TestBytesInFlightShared(t *testing.T) {
 	b.message(over, 1<<20, 0)
 	if got := b.status(over, 10*time.Second); got != resourceExhausted {
 		t.Errorf("a second MiB past the share: %q, want %s", got, resourceExhausted)
+	}
+}
+
+// holdMethod is a bidirectional stream whose handler reads one message
+// and then nothing until the call ends, as a handler busy with the
+// stream's previous message does.
+const holdMethod = "/bounds.test.Hold/Hold"
+
+var holdDesc = grpc.ServiceDesc{
+	ServiceName: "bounds.test.Hold",
+	HandlerType: (*any)(nil),
+	Streams: []grpc.StreamDesc{{
+		StreamName:    "Hold",
+		ServerStreams: true,
+		ClientStreams: true,
+		Handler: func(_ any, ss grpc.ServerStream) error {
+			if err := ss.RecvMsg(new(emptypb.Empty)); err != nil {
+				return err
+			}
+			<-ss.Context().Done()
+			return nil
+		},
+	}},
+}
+
+// TestBlockedMessageTimed: a message whose window is spent waits on the
+// server's handler, and is timed by BlockedTimeout instead of Timeout; a
+// handler that does not read it for that long is not serving the
+// stream, and the connection is closed.
+func TestBlockedMessageTimed(t *testing.T) {
+	m := testMessages()
+	m.Timeout = time.Hour
+	m.BlockedTimeout = 100 * time.Millisecond
+	c := dialH2(t, serve(t, m))
+	id := c.open(holdMethod)
+	c.message(id, 0, 0)
+	if n := c.message(id, 1<<20, 1<<20); n >= 1<<20 {
+		t.Fatalf("sent all %d bytes of a message the handler does not read", n)
+	}
+	if !c.closed(10 * time.Second) {
+		t.Fatalf("a connection with a message blocked for its BlockedTimeout is still open")
+	}
+	if got := m.Stalled(); got != 1 {
+		t.Errorf("Stalled() = %d, want 1", got)
 	}
 }

@@ -62,6 +62,11 @@ const (
 	// the stream's previous message (an RLQS report is handled in well
 	// under a second).
 	MessageTimeout = 10 * time.Second
+	// BlockedMessageTimeout bounds how long a message may wait, whole
+	// window spent, for the handler to read it. An RLQS report is
+	// handled in well under a second; a handler that reads nothing for
+	// a minute is not serving its stream.
+	BlockedMessageTimeout = time.Minute
 )
 
 // Codec is grpc-go's proto codec with the bounds above, and a bucket id
