@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -475,5 +476,36 @@ func TestShutdownEndsWatch(t *testing.T) {
 		if i == 2 {
 			t.Fatal("the Watch goes on after shutdown")
 		}
+	}
+}
+
+// TestRequestRefusedAtPrefix: the sidecar's gRPC connections go through
+// internal/bounds, so an RLS request announcing more than 1 MiB is
+// refused at its prefix, with RESOURCE_EXHAUSTED, though its client has
+// sent a frame of it and stopped; it is counted. Before, grpc-go granted
+// the window for the whole message and waited for it until the call's
+// deadline (DEADLINE_EXCEEDED after --grpc-request-timeout).
+func TestRequestRefusedAtPrefix(t *testing.T) {
+	s := startSidecar(t, "--config", "../../config/", "--grpc-request-timeout", "1m")
+	c := dialH2(t, s.grpcAddr)
+	id := c.open(t, rlsMethod, 1)[0]
+	frame := make([]byte, 16<<10)
+	binary.BigEndian.PutUint32(frame[1:], 4<<20)
+	c.wmu.Lock()
+	err := c.fr.WriteData(id, false, frame)
+	c.wmu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	c.wait(10*time.Second, func() bool {
+		got = c.ended[id]
+		return got != ""
+	})
+	if got != "8" {
+		t.Fatalf("an RLS request announcing 4 MiB: stream ended %q, want grpc-status 8 (RESOURCE_EXHAUSTED)", got)
+	}
+	if v := metricValue(t, s, "ratelimit_sidecar_grpc_messages_refused_total"); v != 1 {
+		t.Errorf("grpc_messages_refused_total = %v, want 1", v)
 	}
 }
