@@ -110,6 +110,8 @@ func (c msgCreds) Clone() credentials.TransportCredentials {
 
 func (m *Messages) wrap(c net.Conn, w Worker) *msgConn {
 	mc := &msgConn{Conn: c, m: m, worker: w, streams: map[uint32]*msgStream{}, preface: len(clientPreface)}
+	// The table size of grpc-go's own decoder, which the server advertises
+	// (grpc.HeaderTableSize is not set): the client's encoder keeps to it.
 	mc.dec = hpack.NewDecoder(4096, mc.emit)
 	if m.HeaderBytes > 0 {
 		mc.dec.SetMaxStringLength(m.HeaderBytes)
