@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"runtime"
 	"time"
@@ -10,8 +11,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/grpcbound"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/msgsize"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 )
 
@@ -39,7 +40,49 @@ const (
 	// Envoy sends us is a few hundred bytes. grpc-go's default, 16 MiB,
 	// let each stream of a connection hold that much while decoding.
 	grpcMaxHeaderListBytes = 64 << 10
+	// grpcConnWindow is a gRPC connection's window. grpc-go gives it
+	// back as bytes arrive, whether or not a handler reads them, so it
+	// bounds nothing held; 1 MiB keeps a large RLQS report from waiting
+	// on window updates.
+	grpcConnWindow = 1 << 20
 )
+
+// newMessageBounds returns the bounds on the bytes of gRPC messages on
+// their way in (bounds.Messages): 1 MiB a message, an RLQS report
+// 16 MiB, counted past bounds.Window against bounds.ConnBytes and
+// bounds.TotalBytes, each whole within bounds.MessageTimeout. Its Work is
+// set once the services are registered (workMethods).
+func newMessageBounds() *bounds.Messages {
+	return &bounds.Messages{
+		Default:        bounds.MaxBytes,
+		Methods:        map[string]int{rlqsMethod: bounds.RLQSMaxBytes},
+		ConnBytes:      bounds.ConnBytes,
+		TotalBytes:     bounds.TotalBytes,
+		Timeout:        bounds.MessageTimeout,
+		BlockedTimeout: bounds.BlockedMessageTimeout,
+		HeaderBytes:    grpcMaxHeaderListBytes,
+	}
+}
+
+// rlqsMethod is the RLQS stream's full method name.
+const rlqsMethod = "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas"
+
+// workMethods returns the full names of the methods whose calls make a
+// connection working, which its listener does not close to make room
+// (internal/listen): the unary ones, and RLQS, whose reports come at
+// Envoy's reporting interval. A health Watch or a reflection stream is
+// not work: it holds a connection without using it.
+func workMethods(g *grpc.Server) map[string]bool {
+	out := map[string]bool{rlqsMethod: true}
+	for svc, info := range g.GetServiceInfo() {
+		for _, m := range info.Methods {
+			if !m.IsClientStream && !m.IsServerStream {
+				out["/"+svc+"/"+m.Name] = true
+			}
+		}
+	}
+	return out
+}
 
 // The shortest durations the bound flags take: below them a connection
 // or a call is cut before it can do anything (1ns was accepted once).
@@ -59,8 +102,8 @@ const (
 // waits well under that timeout.
 func tlsHandshakeSlots() int { return max(1, runtime.GOMAXPROCS(0)/4) }
 
-// bounds are the flags that bound the servers' resources.
-type bounds struct {
+// serverBounds are the flags that bound the servers' resources.
+type serverBounds struct {
 	grpcMaxStreams uint          // concurrent streams per gRPC connection
 	grpcMaxConns   int           // open gRPC connections; 0: no cap
 	httpMaxConns   int           // open connections on each HTTP listener; 0: no cap
@@ -70,7 +113,7 @@ type bounds struct {
 }
 
 // check reports the first flag out of range.
-func (b *bounds) check() error {
+func (b *serverBounds) check() error {
 	switch {
 	case b.grpcMaxStreams < 1 || b.grpcMaxStreams > math.MaxUint32:
 		return fmt.Errorf("--grpc-max-streams: want 1 to %d, got %d", uint32(math.MaxUint32), b.grpcMaxStreams)
@@ -91,14 +134,19 @@ func (b *bounds) check() error {
 // grpcOptions returns the gRPC server's options that bound its
 // resources. grace is how long an RPC in flight on a connection past its
 // age may take to finish.
-func (b *bounds) grpcOptions(sb *grpcbound.Streams, grace time.Duration) []grpc.ServerOption {
+func (b *serverBounds) grpcOptions(sb *grpcbound.Streams, grace time.Duration, id bounds.IDBounds) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(uint32(b.grpcMaxStreams)),
-		// RLQS reports may be up to msgsize.RLQSMaxBytes; its codec
-		// holds every other message to msgsize.MaxBytes.
-		grpc.MaxRecvMsgSize(msgsize.RLQSMaxBytes),
-		grpc.ForceServerCodecV2(envoy.Codec(msgsize.NewCodec())),
+		// RLQS reports may be up to bounds.RLQSMaxBytes; its codec
+		// holds every other message to bounds.MaxBytes.
+		grpc.MaxRecvMsgSize(bounds.RLQSMaxBytes),
+		grpc.ForceServerCodecV2(envoy.Codec(bounds.NewCodec(id))),
 		grpc.MaxHeaderListSize(grpcMaxHeaderListBytes),
+		// A static window: grpc-go's own grows with a bandwidth the
+		// client measures, up to 16 MiB a stream that a handler need not
+		// be reading (bounds.Window).
+		grpc.StaticStreamWindowSize(bounds.Window),
+		grpc.StaticConnWindowSize(grpcConnWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle:     b.idleTimeout,
@@ -115,9 +163,28 @@ func (b *bounds) grpcOptions(sb *grpcbound.Streams, grace time.Duration) []grpc.
 	}
 }
 
+// grpcWorking is how long after its last call a gRPC connection is
+// working, and not closed to make room at --grpc-max-conns: --idle-timeout,
+// after which grpc-go closes a connection without calls anyway, and at
+// least --grpc-request-timeout, which every unary call ends within, so
+// that a call in flight always counts.
+func (b *serverBounds) grpcWorking() time.Duration {
+	return max(b.idleTimeout, b.requestTimeout)
+}
+
+// busy tells a capped listener's connection (internal/listen) whether a
+// request is in flight on it, so that it is not closed to make room
+// meanwhile.
+func busy(c net.Conn, s http.ConnState) {
+	if b, ok := c.(interface{ Busy(bool) }); ok {
+		b.Busy(s == http.StateActive)
+	}
+}
+
 // httpServer returns an HTTP server for h with the bounds applied.
-func (b *bounds) httpServer(h http.Handler) *http.Server {
+func (b *serverBounds) httpServer(h http.Handler) *http.Server {
 	return &http.Server{
+		ConnState:         busy,
 		Handler:           h,
 		ReadHeaderTimeout: httpReadHeaderTimeout,
 		ReadTimeout:       httpReadTimeout,

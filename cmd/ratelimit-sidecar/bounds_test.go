@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -21,7 +22,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/msgsize"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
 )
 
 // TestHalfOpenStreams is issue 15's probe, smaller: thousands of streams
@@ -387,18 +388,19 @@ func TestGRPCConnectionLifetime(t *testing.T) {
 }
 
 // TestMessageAndHeaderSize: an RLS request over 1 MiB is refused with
-// RESOURCE_EXHAUSTED before it is decoded (although the server takes
-// RLQS reports up to 16 MiB), one over 16 MiB too, and HTTP headers over
-// 16 KiB (and net/http's 4 KiB of slack) with 431.
+// RESOURCE_EXHAUSTED at its prefix, before it is read (although the
+// server takes RLQS reports up to 16 MiB; internal/bounds' tests show it
+// is not read), one over 16 MiB too, and HTTP headers over 16 KiB (and
+// net/http's 4 KiB of slack) with 431.
 func TestMessageAndHeaderSize(t *testing.T) {
 	s := startSidecar(t, "--config", "../../config/")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := s.rls.ShouldRateLimit(ctx, userRequest(strings.Repeat("x", msgsize.MaxBytes), 0))
-	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "more than 1048576") {
-		t.Errorf("a request over 1 MiB: %v, want RESOURCE_EXHAUSTED naming the bound", err)
+	_, err := s.rls.ShouldRateLimit(ctx, userRequest(strings.Repeat("x", bounds.MaxBytes), 0))
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a request over 1 MiB: %v, want RESOURCE_EXHAUSTED", err)
 	}
-	_, err = s.rls.ShouldRateLimit(ctx, userRequest(strings.Repeat("x", msgsize.RLQSMaxBytes), 0), grpc.MaxCallSendMsgSize(32<<20))
+	_, err = s.rls.ShouldRateLimit(ctx, userRequest(strings.Repeat("x", bounds.RLQSMaxBytes), 0), grpc.MaxCallSendMsgSize(32<<20))
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("a request over 16 MiB: %v, want RESOURCE_EXHAUSTED", err)
 	}
@@ -474,5 +476,36 @@ func TestShutdownEndsWatch(t *testing.T) {
 		if i == 2 {
 			t.Fatal("the Watch goes on after shutdown")
 		}
+	}
+}
+
+// TestRequestRefusedAtPrefix: the sidecar's gRPC connections go through
+// internal/bounds, so an RLS request announcing more than 1 MiB is
+// refused at its prefix, with RESOURCE_EXHAUSTED, though its client has
+// sent a frame of it and stopped; it is counted. Before, grpc-go granted
+// the window for the whole message and waited for it until the call's
+// deadline (DEADLINE_EXCEEDED after --grpc-request-timeout).
+func TestRequestRefusedAtPrefix(t *testing.T) {
+	s := startSidecar(t, "--config", "../../config/", "--grpc-request-timeout", "1m")
+	c := dialH2(t, s.grpcAddr)
+	id := c.open(t, rlsMethod, 1)[0]
+	frame := make([]byte, 16<<10)
+	binary.BigEndian.PutUint32(frame[1:], 4<<20)
+	c.wmu.Lock()
+	err := c.fr.WriteData(id, false, frame)
+	c.wmu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	c.wait(10*time.Second, func() bool {
+		got = c.ended[id]
+		return got != ""
+	})
+	if got != "8" {
+		t.Fatalf("an RLS request announcing 4 MiB: stream ended %q, want grpc-status 8 (RESOURCE_EXHAUSTED)", got)
+	}
+	if v := metricValue(t, s, "ratelimit_sidecar_grpc_messages_refused_total"); v != 1 {
+		t.Errorf("grpc_messages_refused_total = %v, want 1", v)
 	}
 }

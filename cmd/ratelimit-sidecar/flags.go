@@ -52,7 +52,7 @@ type settings struct {
 	redisSentinels    string
 	redisCluster      string
 
-	bounds bounds
+	bounds serverBounds
 
 	tls tlsSettings // --grpc-tls-*: see tls.go
 

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net"
+	"time"
 
 	caplisten "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen" // listen is this file's func
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
@@ -38,13 +39,13 @@ func listen(c *settings) (*listeners, error) {
 			l.http.Close()
 			return nil, fmt.Errorf("listen --admin-addr: %w", err)
 		}
-		l.admin = limitListener(l.admin, c.bounds.httpMaxConns)
+		l.admin = limitListener(l.admin, c.bounds.httpMaxConns, 0)
 	}
 	if err := l.listenRef(c); err != nil {
 		return nil, err
 	}
-	l.grpc = limitListener(l.grpc, c.bounds.grpcMaxConns)
-	l.http = limitListener(l.http, c.bounds.httpMaxConns)
+	l.grpc = limitListener(l.grpc, c.bounds.grpcMaxConns, c.bounds.grpcWorking())
+	l.http = limitListener(l.http, c.bounds.httpMaxConns, 0)
 	return &l, nil
 }
 
@@ -125,14 +126,14 @@ func (l *listeners) listenRef(c *settings) error {
 			closeAll()
 			return fmt.Errorf("listen --debug-addr: %w", err)
 		}
-		l.debug = limitListener(l.debug, c.bounds.httpMaxConns)
+		l.debug = limitListener(l.debug, c.bounds.httpMaxConns, 0)
 	}
 	if c.separateMetrics() {
 		if l.metrics, err = net.Listen("tcp", c.ref.metricsAddr); err != nil {
 			closeAll()
 			return fmt.Errorf("listen --metrics-addr: %w", err)
 		}
-		l.metrics = limitListener(l.metrics, c.bounds.httpMaxConns)
+		l.metrics = limitListener(l.metrics, c.bounds.httpMaxConns, 0)
 	}
 	return nil
 }
@@ -145,12 +146,17 @@ func addrOf(l net.Listener) string {
 }
 
 // limitListener caps the connections l has open at once at n (0: no
-// cap). A new client never waits for room: the connection that has sent
-// nothing for longest, of the peer holding the most, is closed for it,
-// so no client can hold the cap (internal/listen).
-func limitListener(l net.Listener, n int) net.Listener {
+// cap). A new client never waits for room: of the connections not
+// working, the one that has sent nothing for longest, of the peer holding
+// the most, is closed for it, so no client can hold the cap
+// (internal/listen). A connection works for working after its last call
+// (gRPC's are told by internal/bounds) and while a request is in flight
+// (HTTP's, from ConnState).
+func limitListener(l net.Listener, n int, working time.Duration) net.Listener {
 	if n <= 0 {
 		return l
 	}
-	return caplisten.New(l, n)
+	cl := caplisten.New(l, n)
+	cl.Working = working
+	return cl
 }

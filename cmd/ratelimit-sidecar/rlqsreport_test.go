@@ -61,7 +61,43 @@ func TestRLQSLargeReports(t *testing.T) {
 	}
 
 	_, size, err = report(50_001)
-	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "bucket_quota_usages: 50001 buckets in one report, more than 50000") {
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "bucket_quota_usages: more than 50000 buckets in one report") {
 		t.Errorf("a report of 50,001 buckets (%d bytes): %v; want it refused for its buckets", size, err)
+	}
+}
+
+// TestRLQSReportIDsBounded: a report with a bucket id of more than four
+// times --max-entries is refused before it is decoded, ending the
+// stream; with --max-entries raised, the same id is decoded and its
+// bucket answered by the failure mode. Issue 37 sent one id of 2,000,000
+// entries (16 MB), which decoded to 268 MB and was echoed back whole.
+func TestRLQSReportIDsBounded(t *testing.T) {
+	srv := redistest.StartServer(t)
+	id := map[string]string{}
+	for i := range 200 {
+		id[fmt.Sprintf("k%03d", i)] = "v"
+	}
+	report := func(s *sidecar) (*rlqspb.RateLimitQuotaResponse, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		stream, err := rlqspb.NewRateLimitQuotaServiceClient(grpcConn(t, s.grpcAddr, nil)).StreamRateLimitQuotas(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			{BucketId: &rlqspb.BucketId{Bucket: id}, NumRequestsAllowed: 1}}}); err != nil {
+			t.Fatal(err)
+		}
+		defer stream.CloseSend() //nolint:errcheck // the stream is done
+		return stream.Recv()
+	}
+	s, _ := startRLQS(t, srv, fmt.Sprintf(rlqsRules, ""))
+	if _, err := report(s); status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "more than 128 entries") {
+		t.Errorf("an id of 200 entries at --max-entries 32: %v; want it refused before decoding", err)
+	}
+	s, _ = startRLQS(t, srv, fmt.Sprintf(rlqsRules, ""), "--max-entries", "64")
+	resp, err := report(s)
+	if err != nil || len(resp.GetBucketAction()) != 1 {
+		t.Errorf("an id of 200 entries at --max-entries 64: %v, %v; want its bucket answered", resp, err)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/grpcbound"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
@@ -108,6 +109,7 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	}
 	m.Listeners(lis.capped())
 	srv = newServers(ctx, c, log, engine, rules, st, m, certs, tr)
+	m.Messages(srv.msgs)
 	logStarted(log, c, lis, st, rs)
 	if c.onReady != nil {
 		c.onReady(lis.grpc.Addr().String(), lis.http.Addr().String(), lis.adminAddr())
@@ -331,6 +333,7 @@ type servers struct {
 	http        *http.Server // health probes and metrics
 	admin       *http.Server // nil: the admin endpoints are on http
 	certs       *grpcTLS     // nil: gRPC is plaintext
+	msgs        *bounds.Messages
 
 	// stopStreams ends the streaming RPCs (health Watch, reflection),
 	// which would otherwise hold GracefulStop for as long as their
@@ -368,12 +371,15 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	// costs a parked goroutine.
 	// The codec (RLS's own, and the message bounds) is set by grpcOptions.
 	opts := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(max(4*runtime.GOMAXPROCS(0), streamWorkers)))}
-	opts = append(opts, certs.serverOptions()...)
+	// Every connection's messages are bounded after its handshakes
+	// (bounds.go).
+	msgs := newMessageBounds()
+	opts = append(opts, grpc.Creds(msgs.Creds(certs.creds())))
 	grace := c.shutdownTimeout
 	if c.ref.connGrace > 0 {
 		grace = c.ref.connGrace
 	}
-	s.grpc = grpc.NewServer(append(opts, c.bounds.grpcOptions(sb, grace)...)...)
+	s.grpc = grpc.NewServer(append(opts, c.bounds.grpcOptions(sb, grace, bounds.IDBounds{Entries: c.request.MaxEntries, EntryBytes: c.request.MaxValueBytes})...)...)
 	rlsOpts := envoy.Options{Headers: c.responseHeaders,
 		Shadow: c.ref.shadowMode, HeaderNames: c.ref.names, DynamicMetadata: c.ref.dynamicMetadata}
 	rej := newRejectionLog(log, c.rejections, st.name, time.Now)
@@ -392,6 +398,8 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	sb.Streaming = grpcbound.StreamingMethods(s.grpc)
+	msgs.Work = workMethods(s.grpc)
+	s.msgs = msgs
 	s.refreshHealth()
 
 	adm := admin.New(adminOptions(ctx, c, log, engine, reloader, st, m))

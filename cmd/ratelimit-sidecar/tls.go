@@ -10,8 +10,8 @@ import (
 	"net"
 
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certreload"
 	caplisten "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen" // serve.go declares listen
@@ -101,14 +101,15 @@ func openTLS(c *settings, log *zap.Logger, m *metrics.Metrics) (*grpcTLS, error)
 	return g, nil
 }
 
-// serverOptions returns the gRPC server's options for TLS; none when g is
-// nil. The handshake runs within grpc.ConnectionTimeout (see bounds.go),
-// like the HTTP/2 handshake after it, and its computing through g's gate.
-func (g *grpcTLS) serverOptions() []grpc.ServerOption {
+// creds returns the gRPC server's credentials: TLS, or plaintext when g
+// is nil. The handshake runs within grpc.ConnectionTimeout (see
+// bounds.go), like the HTTP/2 handshake after it, and its computing
+// through g's gate.
+func (g *grpcTLS) creds() credentials.TransportCredentials {
 	if g == nil {
-		return nil
+		return insecure.NewCredentials()
 	}
-	return []grpc.ServerOption{grpc.Creds(g.gate.Creds(credentials.NewTLS(g.files.Config()), g.failed))}
+	return g.gate.Creds(credentials.NewTLS(g.files.Config()), g.failed)
 }
 
 // watch reloads the files when they change, until ctx ends.

@@ -2,14 +2,18 @@
 // client can hold: when the cap is reached, a new connection is accepted
 // at once and an old one is closed to make room for it.
 //
-// The connection closed is the one that has gone longest without sending
-// a byte, among the connections of the peer that holds the most. So a
-// peer that opens connections and sends nothing on them (idle TCP, a
-// half-sent TLS ClientHello, a gRPC stream that waits, an HTTP keep-alive
-// connection used once a minute) loses them to the next client, and a
-// peer that opens many loses its own before anyone else's. A client that
-// keeps sending keeps its connection. Peers are IP addresses; IPv6
-// addresses in one /64 count as one peer.
+// A connection that is working is never closed to make room: one with a
+// request in flight (Busy), or whose server said it worked (Worked) less
+// than Working ago. Among the others, the one closed is the one that has
+// gone longest without sending a byte, among the connections of the peer
+// that holds the most. So a peer that opens connections and uses them
+// for nothing (idle TCP, a half-sent TLS ClientHello, a gRPC stream that
+// waits, an HTTP keep-alive connection between its requests) loses them
+// to the next client, and a peer that opens many loses its own before
+// anyone else's; a client that keeps working keeps its connection,
+// whoever its peer. When every other connection is working, the new one
+// is closed instead (Refused): the cap holds. Peers are IP addresses;
+// IPv6 addresses in one /64 count as one peer.
 //
 // Closing is abrupt: the server sees its read fail and drops the
 // connection. The clients of a real server reconnect.
@@ -27,10 +31,15 @@ import (
 // safe for concurrent use, as its connections are.
 type Listener struct {
 	net.Listener
+	// Working is how long after its last work (Worked) a connection is
+	// not closed to make room. Set it before the first Accept.
+	Working time.Duration
+
 	max   int
 	start time.Time // read against for a monotonic clock
-	// reclaimed counts the connections closed to make room.
-	reclaimed atomic.Uint64
+	// reclaimed counts the connections closed to make room, refused the
+	// new ones closed for want of it.
+	reclaimed, refused atomic.Uint64
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
@@ -58,6 +67,10 @@ func (l *Listener) Open() int {
 // Reclaimed returns how many connections were closed to make room.
 func (l *Listener) Reclaimed() uint64 { return l.reclaimed.Load() }
 
+// Refused returns how many new connections were closed because every
+// other was working.
+func (l *Listener) Refused() uint64 { return l.refused.Load() }
+
 // Accept waits for a connection and returns it. It never waits for room:
 // when Max connections are open, it closes one (see the package doc).
 func (l *Listener) Accept() (net.Conn, error) {
@@ -72,45 +85,53 @@ func (l *Listener) Accept() (net.Conn, error) {
 	l.peers[c.peer]++
 	var victim *conn
 	if len(l.conns) > l.max {
-		victim = l.victimLocked(c)
+		if victim = l.victimLocked(c); victim == nil {
+			victim = c
+		}
 		l.removeLocked(victim)
 	}
 	l.mu.Unlock()
-	if victim != nil {
+	switch victim {
+	case nil:
+	case c:
+		// c is returned closed: the server's first read fails, and it
+		// drops the connection as any other that closed.
+		l.refused.Add(1)
+		c.Conn.Close()
+	default:
 		l.reclaimed.Add(1)
 		victim.Conn.Close()
 	}
 	return c, nil
 }
 
-// victimLocked returns the connection to close to make room for c: the
-// one that has sent nothing for longest among those of the peer with the
-// most connections (among those of every such peer, on a tie). It scans
+// victimLocked returns the connection to close to make room for c: of
+// those not working, the one that has sent nothing for longest among
+// those of the peer with the most connections (among those of every such
+// peer, on a tie); nil if every connection but c is working. It scans
 // every connection, which it does only when the listener is full.
-// requires l.mu held, and a connection other than c.
+// requires l.mu held
 func (l *Listener) victimLocked(c *conn) *conn {
-	most := 0
-	for p, n := range l.peers {
-		if p == c.peer {
-			n-- // c itself cannot be closed
-		}
-		most = max(most, n)
-	}
+	now := l.now()
 	var v *conn
+	vn := 0
 	for o := range l.conns {
-		if o == c {
+		if o == c || o.working(now) {
 			continue
 		}
 		n := l.peers[o.peer]
 		if o.peer == c.peer {
-			n--
+			n-- // c itself cannot be closed
 		}
-		if n == most && (v == nil || o.last.Load() < v.last.Load()) {
-			v = o
+		if v == nil || n > vn || n == vn && o.last.Load() < v.last.Load() {
+			v, vn = o, n
 		}
 	}
 	return v
 }
+
+// now is the time since l.start.
+func (l *Listener) now() int64 { return int64(time.Since(l.start)) }
 
 // removeLocked forgets c; it reports whether c was still open.
 // requires l.mu held.
@@ -125,15 +146,37 @@ func (l *Listener) removeLocked(c *conn) bool {
 	return true
 }
 
-// conn is an accepted connection that records when it last sent a byte.
+// conn is an accepted connection that records when it last sent a byte
+// and when it last worked.
 type conn struct {
 	net.Conn
-	l    *Listener
-	peer netip.Prefix
-	last atomic.Int64 // when a Read last returned data: ns since l.start
+	l      *Listener
+	peer   netip.Prefix
+	last   atomic.Int64 // when a Read last returned data: ns since l.start
+	worked atomic.Int64 // when Worked was last called: ns since l.start; 0: never
+	busy   atomic.Bool  // a request is in flight (Busy)
 }
 
-func (c *conn) touch() { c.last.Store(int64(time.Since(c.l.start))) }
+func (c *conn) touch() { c.last.Store(c.l.now()) }
+
+// Worked says the connection's client used it for work: it started a
+// call, or a message of one arrived (the gRPC server's, through
+// internal/bounds).
+func (c *conn) Worked() { c.worked.Store(max(1, c.l.now())) }
+
+// Busy says whether a request is in flight on the connection, for a
+// server of one request at a time (HTTP/1, from net/http's ConnState).
+func (c *conn) Busy(b bool) { c.busy.Store(b) }
+
+// working reports whether the connection is working at now (ns since
+// l.start): a request in flight, or work less than l.Working ago.
+func (c *conn) working(now int64) bool {
+	if c.busy.Load() {
+		return true
+	}
+	w := c.worked.Load()
+	return w != 0 && now-w < int64(c.l.Working)
+}
 
 func (c *conn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)

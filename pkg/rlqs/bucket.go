@@ -178,7 +178,7 @@ func (s *Server) subscribe(st *streamState, u *rlqspb.RateLimitQuotaUsageReports
 	// The id is held once, and the limit's store key, which holds the
 	// values again, beside it.
 	cost := len(k) + len(p.key)
-	if err := s.hold(cost); err != nil {
+	if err := s.hold(st.h, cost); err != nil {
 		return nil, nil, err
 	}
 	// Grants are told apart by a number (see tokenBucket); it starts
@@ -242,7 +242,7 @@ func (s *Server) settle(st *streamState, b *bucket, allowed uint64, now time.Tim
 // back: Envoy may spend from it until the abandon or the new answer
 // reaches it, and no later report would tell.
 func (s *Server) drop(st *streamState, k string) {
-	s.release(st.buckets[k].cost)
+	s.release(st.h, st.buckets[k].cost)
 	delete(st.buckets, k)
 	s.m.Buckets(-1)
 }

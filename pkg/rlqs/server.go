@@ -50,9 +50,10 @@ type Metrics interface {
 	// or abandon, and why: grant or local (a token bucket from the
 	// shared or the local store), dry, window_ending, store_error,
 	// no_rule, unsupported, refused (past MaxBuckets or the request
-	// bounds), idle. An abandon's reason is idle for a kept bucket, and
-	// for one that is not kept why it is not (no_rule, unsupported,
-	// dry, refused).
+	// bounds), idle, share. An abandon's reason is idle for a kept
+	// bucket, or share when its connection gives back what it held past
+	// its share (share.go), and for one that is not kept why it is not
+	// (no_rule, unsupported, dry, refused).
 	Assigned(domain, action, reason string)
 	// Granted counts hits assigned in token buckets, from the local
 	// store when local is true.
@@ -101,8 +102,9 @@ type Options struct {
 	// together hold, by count and by the bytes of their ids (each
 	// counted with bucketOverhead for the state beside it), so that
 	// many streams cannot together hold more than the process can. A
-	// new bucket past either is refused like one past MaxBuckets. Zero
-	// means 50,000 and 32 MiB.
+	// new bucket past either is refused like one past MaxBuckets,
+	// unless its connection is within its share of them (share.go).
+	// Zero means 50,000 and 32 MiB.
 	MaxTotalBuckets int
 	MaxTotalBytes   int64
 	// IdleAfter is how long a bucket may report no requests before it is
@@ -150,6 +152,11 @@ type Server struct {
 	held, heldBytes atomic.Int64
 	fullLogged      atomic.Bool // a refusal for ErrServerFull was logged
 
+	// hmu guards the holders, each connection's share of held and
+	// heldBytes (share.go), by holderKey.
+	hmu     sync.Mutex
+	holders map[string]*holder
+
 	mu    sync.Mutex
 	noted *limits.Ruleset // the last ruleset noteRules logged about
 }
@@ -161,23 +168,6 @@ const bucketOverhead = 512
 // ErrServerFull is why a bucket past MaxTotalBuckets or MaxTotalBytes is
 // refused.
 var ErrServerFull = errors.New("bucket_id: the server holds its most rlqs buckets across streams")
-
-// hold counts a new bucket whose id and store key are n bytes against
-// the process's bounds, or returns ErrServerFull and counts nothing.
-func (s *Server) hold(n int) error {
-	c := int64(n) + bucketOverhead
-	if s.held.Add(1) > int64(s.o.MaxTotalBuckets) || s.heldBytes.Add(c) > s.o.MaxTotalBytes {
-		s.release(n)
-		return ErrServerFull
-	}
-	return nil
-}
-
-// release gives back what hold counted for n bytes.
-func (s *Server) release(n int) {
-	s.held.Add(-1)
-	s.heldBytes.Add(-(int64(n) + bucketOverhead))
-}
 
 // noteRules logs, once per ruleset, the rules RLQS cannot serve from a
 // limit, when a stream first uses it: their buckets get the domain's
@@ -232,7 +222,7 @@ func NewServer(rules Rules, st limits.Store, log *zap.Logger, o Options) *Server
 	if m == nil {
 		m = noMetrics{}
 	}
-	return &Server{rules: rules, store: st, ret: o.Return, log: log, o: o, m: m}
+	return &Server{rules: rules, store: st, ret: o.Return, log: log, o: o, m: m, holders: map[string]*holder{}}
 }
 
 // ServiceName is the service's full name, for gRPC health checks.
@@ -250,6 +240,7 @@ func (s *Server) Register(g *grpc.Server) {
 // push).
 func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	st := &streamState{ctx: stream.Context(), send: stream.Send, buckets: make(map[string]*bucket)}
+	st.h = s.join(st.ctx)
 	s.m.Streams(1)
 	defer func() {
 		st.mu.Lock()
@@ -259,10 +250,11 @@ func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_Strea
 		}
 		n := len(st.buckets)
 		for _, b := range st.buckets {
-			s.release(b.cost)
+			s.release(st.h, b.cost)
 		}
 		st.buckets = nil
 		st.mu.Unlock()
+		s.leave(st.ctx, st.h)
 		s.m.Streams(-1)
 		s.m.Buckets(-n)
 	}()
@@ -319,6 +311,7 @@ func (s *Server) serveReport(st *streamState, msg *rlqspb.RateLimitQuotaUsageRep
 			resp.BucketAction = append(resp.BucketAction, a)
 		}
 	}
+	resp.BucketAction = append(resp.BucketAction, s.repay(st)...)
 	st.sent = len(resp.BucketAction)
 	resp = s.finish(st, resp)
 	// Armed before the answer goes out, so that whoever has the answer
@@ -581,6 +574,7 @@ type streamState struct {
 	domain  string
 	label   string             // domain for metrics: "" when the rules do not define it
 	buckets map[string]*bucket // by bucketKey
+	h       *holder            // the stream's connection's share (share.go)
 }
 
 // Serves reports how the server answers a bucket of domain under rs:

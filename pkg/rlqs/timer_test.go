@@ -49,7 +49,7 @@ descriptors:
 			}
 		},
 	})
-	st := &streamState{ctx: context.Background(), send: func(*rlqspb.RateLimitQuotaResponse) error { return nil }, buckets: map[string]*bucket{}}
+	st := &streamState{ctx: context.Background(), send: func(*rlqspb.RateLimitQuotaResponse) error { return nil }, buckets: map[string]*bucket{}, h: s.join(context.Background())}
 	report := func(allowed, denied uint64) {
 		msg := &rlqspb.RateLimitQuotaUsageReports{Domain: "rlqs", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{{
 			BucketId: &rlqspb.BucketId{Bucket: map[string]string{"route": "api"}}, NumRequestsAllowed: allowed, NumRequestsDenied: denied}}}
