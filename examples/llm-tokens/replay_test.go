@@ -6,6 +6,7 @@ import (
 	"net"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,7 +113,7 @@ func envoyDescriptor(rl *routev3.RateLimit, s sample) (*rlscommon.RateLimitDescr
 	switch h := rl.GetHitsAddend(); {
 	case h == nil:
 	case h.GetFormat() != "":
-		n, ok, err := metadataHits(h.GetFormat(), s.metadata)
+		n, ok, err := formatHits(h.GetFormat(), s)
 		if err != nil || !ok {
 			return nil, err
 		}
@@ -120,7 +121,32 @@ func envoyDescriptor(rl *routev3.RateLimit, s sample) (*rlscommon.RateLimitDescr
 	default:
 		d.HitsAddend = wrapperspb.UInt64(h.GetNumber().GetValue())
 	}
+	// Envoy 1.38 and later: the descriptor's hits are given back.
+	d.IsNegativeHits = rl.GetHitsAddend().GetIsNegativeHits()
 	return d, nil
+}
+
+// requestHeaderFormat is the other hits_addend format this check reads:
+// a request header's value.
+var requestHeaderFormat = regexp.MustCompile(`^%REQ\(([^()%]+)\)%$`)
+
+// formatHits reads a hits_addend format for s as Envoy does: a request
+// header (%REQ(name)%) or dynamic metadata (see metadataHits), a number
+// from 0 to maxHits. ok is false when Envoy leaves the descriptor out.
+func formatHits(format string, s sample) (n uint64, ok bool, err error) {
+	m := requestHeaderFormat.FindStringSubmatch(format)
+	if m == nil {
+		return metadataHits(format, s.metadata)
+	}
+	v, found := s.headers[strings.ToLower(m[1])]
+	if !found {
+		return 0, false, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < 0 || f > maxHits {
+		return 0, false, nil
+	}
+	return uint64(f), true, nil
 }
 
 // dynamicMetadataFormat is the one hits_addend format this check reads,
