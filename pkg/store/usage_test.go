@@ -99,3 +99,45 @@ func TestLeasesUsageCharges(t *testing.T) {
 		t.Errorf("a request in debt was admitted (%+v)", b.Outcomes[0])
 	}
 }
+
+// TestLeasesUsageChargeInARejectedRequest: a usage charge on a leased
+// limit counts in the shared store even when another check rejects its
+// request, and even when the lease holds enough to cover it: were it
+// taken from the lease, the rejection would give it back to the lease,
+// and the charge would be counted nowhere.
+func TestLeasesUsageChargeInARejectedRequest(t *testing.T) {
+	clk := storetest.NewClock(storetest.Epoch.Add(100 * time.Millisecond))
+	shared := memory.New(memory.Options{Now: clk.Now})
+	ls := store.NewLeases(shared, store.LeasesOptions{Now: clk.Now})
+	global := leased(t, limits.FixedWindow, 1000, 100, limits.UnitMinute)
+	user := leased(t, limits.FixedWindow, 1, 0, limits.UnitMinute)
+	gk, uk := storetest.Key(t.Name(), "global", global), storetest.Key(t.Name(), "user", user)
+	apply := func(checks ...limits.Check) *limits.Batch {
+		t.Helper()
+		b := &limits.Batch{Checks: checks}
+		if err := ls.Apply(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if b := apply(limits.Check{Key: gk, Limit: global, Hits: 1}, limits.Check{Key: uk, Limit: user, Hits: 1}); !b.Admitted || ls.Held(gk) != 100 {
+		t.Fatalf("first request: admitted %v, held %d; want admitted and a lease of 100", b.Admitted, ls.Held(gk))
+	}
+	// The user is over: the request is rejected, and its charge of 5,
+	// which the lease could cover, counts all the same.
+	b := apply(limits.Check{Key: gk, Limit: global, Hits: 5, Usage: true}, limits.Check{Key: uk, Limit: user, Hits: 1})
+	if b.Admitted {
+		t.Fatal("a request over the user limit was admitted")
+	}
+	if got := b.Outcomes[0]; got.Over || got.Remaining != 1000-1-5 {
+		t.Errorf("the charge's outcome: %+v; want 994 left (1000 - 1 - 5, 100 of them in the lease)", got)
+	}
+	if got := ls.Held(gk); got != 100 {
+		t.Errorf("the lease holds %d after the charge, want 100: a charge is never taken from it", got)
+	}
+	plain := *global
+	plain.Lease = 0
+	if got := applyCheck(t, shared, limits.Check{Key: gk, Limit: &plain}).Outcomes[0].Remaining; got != 1000-1-100-5 {
+		t.Errorf("the shared store has %d left, want 894 (1000 - 1 - the lease of 100 - the charge of 5): the charge was counted nowhere", got)
+	}
+}
