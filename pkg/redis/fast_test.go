@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
 )
 
@@ -125,4 +126,53 @@ func keyState(t *testing.T, rc *goredis.Client, key string) stored {
 	v, ok := r[0].(string)
 	ttl := time.Duration(max(r[1].(int64), 0)) * time.Millisecond
 	return stored{value: v, ttl: ttl, live: ok}
+}
+
+// TestFastTwoLimitsOnOneKey: a batch sent as a rule file is reloaded
+// can hold two limits on one key (a key names the algorithm and window,
+// not the numbers). fast.lua decides a key under one limit's numbers, so
+// such a batch is decided by apply.lua, each check under its own limit:
+// here a request within the old limit, then one that the new, smaller
+// limit rejects.
+func TestFastTwoLimitsOnOneKey(t *testing.T) {
+	srv := redistest.StartServer(t)
+	for _, alg := range []limits.Algorithm{limits.FixedWindow, limits.SlidingWindow, limits.TokenBucket, limits.LeakyBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			clk := storetest.NewClock(storetest.Epoch.Add(time.Second))
+			s := newStore(t, clocked(redis.Options{URL: urlOf(srv.Addr)}, clk.Now))
+			redis.AlwaysFast(s)
+			mem := memory.New(memory.Options{Now: clk.Now})
+			var oldBurst, newBurst uint64
+			if alg.Bucketed() {
+				oldBurst, newBurst = 100, 10
+			}
+			old := mustLimit(t, alg, 100, limits.UnitSecond, 1, oldBurst)
+			reloaded := mustLimit(t, alg, 10, limits.UnitSecond, 1, newBurst)
+			key := storetest.Key(t.Name(), "k", old)
+			if other := storetest.Key(t.Name(), "k", reloaded); other != key {
+				t.Fatalf("the reloaded limit has key %q, the old one %q: want one key", other, key)
+			}
+			checks := [][]limits.Check{
+				{{Key: key, Limit: old, Hits: 5}},
+				{{Key: key, Limit: reloaded, Hits: 12}},
+			}
+			var got []*limits.Batch
+			for _, cs := range checks {
+				got = append(got, &limits.Batch{Checks: cs})
+			}
+			if err := redis.ApplyTogether(t.Context(), s, got); err != nil {
+				t.Fatal(err)
+			}
+			if !got[0].Admitted || got[1].Admitted {
+				t.Errorf("admitted %v and %v, want the first request only: 12 hits are over the reloaded limit of 10 (%+v)",
+					got[0].Admitted, got[1].Admitted, got[1].Outcomes[0])
+			}
+			for i, cs := range checks {
+				want := applyBatch(t, mem, &limits.Batch{Checks: cs})
+				if diff := diffBatch(want, got[i]); diff != "" {
+					t.Errorf("request %d differs from the memory store's (-memory +redis):\n%s", i+1, diff)
+				}
+			}
+		})
+	}
 }
