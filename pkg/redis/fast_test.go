@@ -176,3 +176,45 @@ func TestFastTwoLimitsOnOneKey(t *testing.T) {
 		})
 	}
 }
+
+// TestFastExactFit: a batch whose hits take exactly what a key has left
+// fits, for every algorithm fast.lua decides: it is decided per key, and
+// the batches after it go in MODE_FAST too. (Read as not fitting, it
+// would be decided right by apply.lua all the same, but the pipe would
+// then hold MODE_FAST back for the next 16 batches.)
+func TestFastExactFit(t *testing.T) {
+	srv := redistest.StartServer(t)
+	for _, alg := range []limits.Algorithm{limits.FixedWindow, limits.SlidingWindow, limits.TokenBucket, limits.LeakyBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			clk := storetest.NewClock(storetest.Epoch.Add(time.Second))
+			s := newStore(t, clocked(redis.Options{URL: urlOf(srv.Addr)}, clk.Now))
+			var burst uint64
+			if alg.Bucketed() {
+				burst = 10
+			}
+			l := mustLimit(t, alg, 10, limits.UnitSecond, 1, burst)
+			full, other := storetest.Key(t.Name(), "full", l), storetest.Key(t.Name(), "other", l)
+			batches := func(key string, hits ...uint64) []*limits.Batch {
+				var bs []*limits.Batch
+				for _, h := range hits {
+					bs = append(bs, &limits.Batch{Checks: []limits.Check{{Key: key, Limit: l, Hits: h}}})
+				}
+				if err := redis.ApplyTogether(t.Context(), s, bs); err != nil {
+					t.Fatal(err)
+				}
+				return bs
+			}
+			bs := batches(full, 4, 6)
+			if !bs[0].Admitted || !bs[1].Admitted || bs[1].Outcomes[0].Remaining != 0 {
+				t.Errorf("4 and 6 hits of 10: admitted %v and %v, %+v; want both, and nothing left", bs[0].Admitted, bs[1].Admitted, bs[1].Outcomes[0])
+			}
+			if fits, misses := redis.FastCounts(s); fits != 1 || misses != 0 {
+				t.Errorf("4 and 6 hits of 10: %d batches fit, %d did not; want the one to fit", fits, misses)
+			}
+			batches(other, 1, 1)
+			if fits, misses := redis.FastCounts(s); fits != 2 || misses != 0 {
+				t.Errorf("the batch after it: %d batches fit, %d did not; want both to, in MODE_FAST", fits, misses)
+			}
+		})
+	}
+}
