@@ -3,6 +3,8 @@ package rlqs_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -187,5 +189,90 @@ descriptors:
 	t.Logf("returned in all: %d; truly unspent of G2 and G3: 1", ret.hits)
 	if ret.hits > 1 {
 		t.Errorf("%d hits given back, %d of them spent by Envoy: the fleet may admit that many over the limit", ret.hits, ret.hits-1)
+	}
+}
+
+// stampStore notes when (by the test's clock) each key was last
+// applied: when the hits granted on it were counted.
+type stampStore struct {
+	next limits.Store
+	clk  *storetest.Clock
+	mu   sync.Mutex
+	at   map[string]time.Time // guarded by mu
+}
+
+func (s *stampStore) Apply(ctx context.Context, b *limits.Batch) error {
+	s.mu.Lock()
+	for _, c := range b.Checks {
+		s.at[c.Key] = s.clk.Now()
+	}
+	s.mu.Unlock()
+	return s.next.Apply(ctx, b)
+}
+
+// counted returns when the grant of route value v was counted.
+func (s *stampStore) counted(t *testing.T, v string) time.Time {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, at := range s.at {
+		if strings.Contains(k, fmt.Sprintf("%d:%s}", len(v), v)) {
+			return at
+		}
+	}
+	t.Fatalf("no store call for route %s", v)
+	return time.Time{}
+}
+
+// TestSlowMessageBucket is TestSlowMessage on a token bucket: a grant
+// sent late, after the Redis calls of the buckets that follow it in its
+// message, lives for its time to live less the time it waited, so that
+// Envoy spends it no later than its time to live after it was counted.
+// A bucket's grants are taken with a reserve of what it refills in that
+// time and the margin (bucketPlan): spent later, a grant's hits could
+// come on top of those the refill let other sidecars take.
+func TestSlowMessageBucket(t *testing.T) {
+	clk := storetest.NewClock(storetest.Epoch.Add(time.Second))
+	stamps := &stampStore{next: memory.New(memory.Options{Now: clk.Now}), clk: clk, at: map[string]time.Time{}}
+	st := &slowStore{next: stamps, clk: clk, d: 250 * time.Millisecond}
+	const ttl = 6 * time.Second
+	addr, _ := startCustom(t, `
+domain: rlqs
+descriptors:
+  - key: route
+    rate_limit: {algorithm: token_bucket, unit: minute, requests_per_unit: 600, burst: 600, lease: 10}
+`, clk, st, rlqs.Options{BucketTTL: ttl})
+	s := rawStream(t, addr)
+	msg := &rlqspb.RateLimitQuotaUsageReports{Domain: "rlqs"}
+	for i := range 10 {
+		msg.BucketQuotaUsages = append(msg.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId: &rlqspb.BucketId{Bucket: map[string]string{"route": fmt.Sprint("t", i)}}, NumRequestsAllowed: 1})
+	}
+	if err := s.Send(msg); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := clk.Now() // when Envoy applies it
+	buckets := 0
+	for _, a := range resp.GetBucketAction() {
+		qa := a.GetQuotaAssignmentAction()
+		if qa.GetRateLimitStrategy().GetTokenBucket() == nil {
+			continue // the blanket before a new grant
+		}
+		buckets++
+		route := a.GetBucketId().GetBucket()["route"]
+		counted := stamps.counted(t, route)
+		exp := got.Add(time.Duration(qa.GetAssignmentTimeToLive().GetSeconds()) * time.Second)
+		t.Logf("%s: counted at %v, sent at %v, ttl %ds", route, counted.Sub(storetest.Epoch), got.Sub(storetest.Epoch), qa.GetAssignmentTimeToLive().GetSeconds())
+		if exp.After(counted.Add(ttl)) {
+			t.Errorf("%s: a grant counted at %v is spendable until %v, %v past its time to live of %v",
+				route, counted.Sub(storetest.Epoch), exp.Sub(storetest.Epoch), exp.Sub(counted.Add(ttl)), ttl)
+		}
+	}
+	if buckets != 10 {
+		t.Errorf("%d grants for 10 buckets, want 10", buckets)
 	}
 }
