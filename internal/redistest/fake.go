@@ -12,24 +12,28 @@ import (
 )
 
 // Fake is a RESP2 server on loopback that answers each command with what
-// its function returns, as raw bytes: enough Redis to lead a client to a
+// its Answer returns, as raw bytes: enough Redis to lead a client to a
 // reply of the test's choosing. It answers HELLO with an error, so that
-// clients speak RESP2, unless the function answers it.
+// clients speak RESP2, unless the Answer does.
 type Fake struct {
 	Addr string
 
 	ln     net.Listener
-	answer func(args []string) []byte
+	answer Answer
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
 }
 
-// NewFake starts a Fake that answers with answer; a nil answer means the
-// default: an error for HELLO, +OK for everything else. It is closed at
-// the test's cleanup.
-func NewFake(t testing.TB, answer func(args []string) []byte) *Fake {
+// Answer returns a Fake's reply to a command: nil for DefaultAnswer's.
+// If hangup is set, the Fake closes the connection once it has written
+// the reply.
+type Answer func(args []string) (reply []byte, hangup bool)
+
+// NewFake starts a Fake that answers with answer (nil: DefaultAnswer
+// for every command). It is closed at the test's cleanup.
+func NewFake(t testing.TB, answer Answer) *Fake {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -79,13 +83,14 @@ func (f *Fake) serve(c net.Conn) {
 			return
 		}
 		var reply []byte
+		hangup := false
 		if f.answer != nil {
-			reply = f.answer(args)
+			reply, hangup = f.answer(args)
 		}
 		if reply == nil {
 			reply = DefaultAnswer(args)
 		}
-		if _, err := c.Write(reply); err != nil {
+		if _, err := c.Write(reply); err != nil || hangup {
 			return
 		}
 	}

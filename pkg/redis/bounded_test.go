@@ -73,11 +73,11 @@ func wantRefused(t *testing.T, err error, alloc, stack uint64) {
 func TestHostileReplyPipe(t *testing.T) {
 	for _, tt := range hostile {
 		t.Run(tt.name, func(t *testing.T) {
-			fake := redistest.NewFake(t, func(args []string) []byte {
+			fake := redistest.NewFake(t, func(args []string) ([]byte, bool) {
 				if strings.EqualFold(args[0], "evalsha") {
-					return []byte(tt.give)
+					return []byte(tt.give), false
 				}
-				return nil
+				return nil, false
 			})
 			s := newStore(t, redis.Options{URL: urlOf(fake.Addr)})
 			l := mustLimit(t, limits.FixedWindow, 10, limits.UnitSecond, 1, 0)
@@ -105,18 +105,18 @@ func subscribed(args []string) []byte {
 // fakeSentinel starts a sentinel that names master at addr, or answers
 // the question with a hostile reply, if addr is "".
 func fakeSentinel(t *testing.T, addr, hostile string) *redistest.Fake {
-	return redistest.NewFake(t, func(args []string) []byte {
+	return redistest.NewFake(t, func(args []string) ([]byte, bool) {
 		switch strings.ToLower(args[0]) {
 		case "subscribe":
-			return subscribed(args)
+			return subscribed(args), false
 		case "sentinel":
 			if addr == "" {
-				return []byte(hostile)
+				return []byte(hostile), false
 			}
 			host, port, _ := strings.Cut(addr, ":")
-			return append(append([]byte("*2\r\n"), redistest.Bulk(host)...), redistest.Bulk(port)...)
+			return append(append([]byte("*2\r\n"), redistest.Bulk(host)...), redistest.Bulk(port)...), false
 		}
-		return nil
+		return nil, false
 	})
 }
 
@@ -153,7 +153,7 @@ func TestHostileReplySentinel(t *testing.T) {
 func TestHostileReplySentinelMaster(t *testing.T) {
 	for _, tt := range hostile {
 		t.Run(tt.name, func(t *testing.T) {
-			master := redistest.NewFake(t, func([]string) []byte { return []byte(tt.give) })
+			master := redistest.NewFake(t, func([]string) ([]byte, bool) { return []byte(tt.give), false })
 			sentinel := fakeSentinel(t, master.Addr, "")
 			err, alloc, stack := newStoreErr(t, redis.Options{SentinelMaster: "m", SentinelAddrs: []string{sentinel.Addr}})
 			wantRefused(t, err, alloc, stack)
@@ -166,11 +166,11 @@ func TestHostileReplySentinelMaster(t *testing.T) {
 func TestHostileReplyClusterSlots(t *testing.T) {
 	for _, tt := range hostile {
 		t.Run(tt.name, func(t *testing.T) {
-			node := redistest.NewFake(t, func(args []string) []byte {
+			node := redistest.NewFake(t, func(args []string) ([]byte, bool) {
 				if strings.EqualFold(args[0], "cluster") {
-					return []byte(tt.give)
+					return []byte(tt.give), false
 				}
-				return nil
+				return nil, false
 			})
 			err, alloc, stack := newStoreErr(t, redis.Options{ClusterAddrs: []string{node.Addr}})
 			wantRefused(t, err, alloc, stack)
@@ -184,20 +184,20 @@ func TestHostileReplyClusterNode(t *testing.T) {
 	for _, tt := range hostile {
 		t.Run(tt.name, func(t *testing.T) {
 			var addr atomic.Pointer[string]
-			node := redistest.NewFake(t, func(args []string) []byte {
+			node := redistest.NewFake(t, func(args []string) ([]byte, bool) {
 				switch strings.ToLower(args[0]) {
 				case "cluster":
 					host, port, _ := strings.Cut(*addr.Load(), ":")
 					b := []byte("*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n")
 					b = append(b, redistest.Bulk(host)...)
 					b = append(b, ":"+port+"\r\n"...)
-					return append(b, redistest.Bulk(strings.Repeat("a", 40))...)
+					return append(b, redistest.Bulk(strings.Repeat("a", 40))...), false
 				case "command":
-					return []byte("*0\r\n")
+					return []byte("*0\r\n"), false
 				case "evalsha":
-					return []byte(tt.give)
+					return []byte(tt.give), false
 				}
-				return nil
+				return nil, false
 			})
 			addr.Store(&node.Addr)
 			s := newStore(t, redis.Options{ClusterAddrs: []string{node.Addr}})
@@ -207,6 +207,74 @@ func TestHostileReplyClusterNode(t *testing.T) {
 				err = s.Apply(context.Background(), &limits.Batch{Checks: []limits.Check{check("k", l, 1)}})
 			})
 			wantRefused(t, err, alloc, stack)
+		})
+	}
+}
+
+// resubscribed returns an Answer that answers SUBSCRIBE with reply and
+// hangs up, then closes the channel it returns at the second SUBSCRIBE:
+// the client has read the first reply, failed and connected again. It
+// answers the other commands as other does (nil: DefaultAnswer).
+func resubscribed(reply string, other redistest.Answer) (redistest.Answer, <-chan struct{}) {
+	again := make(chan struct{})
+	var n atomic.Int32
+	return func(args []string) ([]byte, bool) {
+		if !strings.EqualFold(args[0], "subscribe") {
+			if other == nil {
+				return nil, false
+			}
+			return other(args)
+		}
+		if n.Add(1) == 2 {
+			close(again)
+		}
+		return []byte(reply), true
+	}, again
+}
+
+// TestHostileReplyPubSub answers the store's subscriptions, to a
+// sentinel's events and to other sidecars' refunds, with a hostile reply
+// and a hangup, and waits for the client to subscribe again: it read the
+// reply, which cost no more than replyMemory. Nothing reports the
+// refusal but the connection's end.
+func TestHostileReplyPubSub(t *testing.T) {
+	for _, tt := range hostile {
+		t.Run("sentinel/"+tt.name, func(t *testing.T) {
+			master := redistest.NewFake(t, nil)
+			host, port, _ := strings.Cut(master.Addr, ":")
+			answer, again := resubscribed(tt.give, func(args []string) ([]byte, bool) {
+				if strings.EqualFold(args[0], "sentinel") {
+					return append(append([]byte("*2\r\n"), redistest.Bulk(host)...), redistest.Bulk(port)...), false
+				}
+				return nil, false
+			})
+			sentinel := redistest.NewFake(t, answer)
+			alloc, stack := memDelta(func() {
+				newStore(t, redis.Options{SentinelMaster: "m", SentinelAddrs: []string{sentinel.Addr}})
+				<-again
+			})
+			if alloc > replyMemory || stack > replyMemory {
+				t.Errorf("the sentinel's reply allocated %d bytes and grew stacks by %d, want at most %d each", alloc, stack, replyMemory)
+			}
+		})
+		t.Run("refunds/"+tt.name, func(t *testing.T) {
+			answer, again := resubscribed(tt.give, nil)
+			fake := redistest.NewFake(t, answer)
+			s := newStore(t, redis.Options{URL: urlOf(fake.Addr)})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			alloc, stack := memDelta(func() {
+				go func() {
+					defer close(done)
+					s.Refunds(ctx, func(string) {}, func() {})
+				}()
+				<-again
+			})
+			cancel()
+			<-done
+			if alloc > replyMemory || stack > replyMemory {
+				t.Errorf("the subscription's reply allocated %d bytes and grew stacks by %d, want at most %d each", alloc, stack, replyMemory)
+			}
 		})
 	}
 }
