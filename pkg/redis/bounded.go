@@ -133,7 +133,20 @@ func (r *replyReader) feed(b []byte) error {
 			i++
 			switch c {
 			case '+', '-', ':', ',', '#', '(', '_':
-				r.st, r.n = stLine, 0
+				// Most values are such lines (apply.lua's integers):
+				// read one whole here when it is.
+				j := bytes.IndexByte(b[i:], '\n')
+				if j < 0 {
+					r.st, r.n = stLine, 0
+					continue
+				}
+				if j > maxReplyLine {
+					return r.fail("line of bytes", int64(j), maxReplyLine)
+				}
+				i += j + 1
+				if r.ended() {
+					mark = i
+				}
 			case '$', '=', '!', '*', '~', '>', '%', '|':
 				r.st, r.kind, r.n, r.neg, r.width = stLength, c, 0, false, 0
 			default:
