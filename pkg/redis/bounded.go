@@ -57,7 +57,7 @@ type replyBoundError struct {
 }
 
 func (e *replyBoundError) Error() string {
-	return fmt.Sprintf("redis reply refused: %s %d past the bound of %d", e.what, e.got, e.bound)
+	return fmt.Sprintf("redis reply refused: %s %d, over the bound of %d", e.what, e.got, e.bound)
 }
 
 // The states of a replyReader: what the next byte is.
@@ -120,7 +120,7 @@ func (r *replyReader) feed(b []byte) error {
 				i += j + 1
 			}
 			if r.n > maxReplyLine {
-				return r.fail("line of bytes", r.n, maxReplyLine)
+				return r.fail("a line of bytes:", r.n, maxReplyLine)
 			}
 			if j >= 0 {
 				r.st = stType
@@ -141,7 +141,7 @@ func (r *replyReader) feed(b []byte) error {
 					continue
 				}
 				if j > maxReplyLine {
-					return r.fail("line of bytes", int64(j), maxReplyLine)
+					return r.fail("a line of bytes:", int64(j), maxReplyLine)
 				}
 				i += j + 1
 				if r.ended() {
@@ -160,7 +160,7 @@ func (r *replyReader) feed(b []byte) error {
 			case c >= '0' && c <= '9':
 				r.n = r.n*10 + int64(c-'0')
 				if max := r.maxLength(); r.n > max {
-					return r.fail(r.lengthName()+" of", r.n, max)
+					return r.fail(r.lengthName(), r.n, max)
 				}
 			case c == '-' && r.width == 1:
 				r.neg = true
@@ -170,7 +170,7 @@ func (r *replyReader) feed(b []byte) error {
 				return r.malformed(fmt.Sprintf("byte %q in a length", c))
 			}
 			if r.width > maxHeaderDigits {
-				return r.fail("length of characters", int64(r.width), maxHeaderDigits)
+				return r.fail("a length of characters:", int64(r.width), maxHeaderDigits)
 			}
 		case stLF:
 			if b[i] != '\n' {
@@ -188,7 +188,7 @@ func (r *replyReader) feed(b []byte) error {
 	}
 	r.bytes += int64(len(b) - mark)
 	if r.bytes > maxReplyBytes {
-		return r.fail("reply of bytes", r.bytes, maxReplyBytes)
+		return r.fail("bytes in the reply:", r.bytes, maxReplyBytes)
 	}
 	return nil
 }
@@ -207,7 +207,7 @@ func (r *replyReader) header(so int64) (bool, error) {
 	switch r.kind {
 	case '$', '=', '!':
 		if so+r.n > maxReplyBytes {
-			return false, r.fail("reply of bytes", so+r.n, maxReplyBytes)
+			return false, r.fail("bytes in the reply:", so+r.n, maxReplyBytes)
 		}
 		r.st, r.n = stBulk, r.n+2
 		return false, nil
@@ -221,11 +221,11 @@ func (r *replyReader) header(so int64) (bool, error) {
 	}
 	switch {
 	case r.depth == maxReplyDepth:
-		return false, r.fail("nesting of depth", int64(r.depth)+1, maxReplyDepth)
+		return false, r.fail("nesting depth", int64(r.depth)+1, maxReplyDepth)
 	case r.pending+n > maxReplyPending:
-		return false, r.fail("elements announced and not arrived", r.pending+n, maxReplyPending)
+		return false, r.fail("elements announced and not arrived:", r.pending+n, maxReplyPending)
 	case r.elems+n > maxReplyElements:
-		return false, r.fail("reply of elements", r.elems+n, maxReplyElements)
+		return false, r.fail("elements announced in the reply:", r.elems+n, maxReplyElements)
 	}
 	if r.kind == '|' {
 		r.attrs |= 1 << r.depth
@@ -269,15 +269,16 @@ func (r *replyReader) maxLength() int64 {
 	return maxReplyPending
 }
 
-// lengthName names the header being read.
+// lengthName names the length being read, which is known only to be at
+// least its digits so far.
 func (r *replyReader) lengthName() string {
 	switch r.kind {
 	case '$', '=', '!':
-		return "string of bytes"
+		return "a string length (bytes) of at least"
 	case '%', '|':
-		return "map of pairs"
+		return "a map length (pairs) of at least"
 	}
-	return "aggregate of elements"
+	return "an array length of at least"
 }
 
 // fail stops r at a value past a bound.
