@@ -94,7 +94,6 @@ func TestReplyReaderRefuses(t *testing.T) {
 		{"nesting in maps", strings.Repeat("%1\r\n+k\r\n", maxReplyDepth+1)},
 		{"pending past the bound", "*2\r\n" + header('*', maxReplyPending-1)},
 		{"elements past the bound", header('*', 9) + strings.Repeat(header('*', maxReplyPending-8)+strings.Repeat(":1\r\n", maxReplyPending-8), 9)},
-		{"bytes past the bound", header('*', 40) + strings.Repeat(header('$', maxReplyBulk)+strings.Repeat("x", maxReplyBulk)+"\r\n", 40)},
 		{"line past the bound", "+" + strings.Repeat("a", maxReplyLine+1)},
 		{"error line past the bound", "-" + strings.Repeat("a", maxReplyLine+1) + "\r\n"},
 	}
@@ -132,6 +131,31 @@ func TestReplyReaderMalformed(t *testing.T) {
 				t.Fatal("took it")
 			}
 		})
+	}
+}
+
+// TestReplyReaderBytesBound sends strings of the largest size in one
+// reply until it passes maxReplyBytes, reusing one string's bytes.
+func TestReplyReaderBytesBound(t *testing.T) {
+	var r replyReader
+	if err := r.feed([]byte(header('*', 64))); err != nil {
+		t.Fatal(err)
+	}
+	s := []byte(header('$', maxReplyBulk) + strings.Repeat("x", maxReplyBulk) + "\r\n")
+	var err error
+	sent := 0
+	for range 64 {
+		if err = r.feed(s); err != nil {
+			break
+		}
+		sent += len(s)
+	}
+	var be *replyBoundError
+	if !errors.As(err, &be) {
+		t.Fatalf("err = %v, want a replyBoundError", err)
+	}
+	if sent > maxReplyBytes {
+		t.Fatalf("took %d bytes of one reply, want at most %d", sent, maxReplyBytes)
 	}
 }
 
