@@ -183,3 +183,13 @@ func (s *Store) NodesDown() []string {
 	})
 	return down
 }
+
+// ReplyBoundError is the error of a reply past the store's bounds.
+type ReplyBoundError = replyBoundError
+
+// Reply bounds, for tests.
+const (
+	MaxReplyBulk    = maxReplyBulk
+	MaxReplyPending = maxReplyPending
+	MaxReplyDepth   = maxReplyDepth
+)

@@ -325,7 +325,7 @@ func (o *Options) urlClient() (goredis.UniversalClient, error) {
 		ro.Password = o.Password
 	}
 	o.share(ro)
-	rdb := goredis.NewClient(ro)
+	rdb := newClient(ro)
 	if o.watch != nil {
 		rdb.AddHook(o.watch.hook(RoleServer, ro.Addr, ro.TLSConfig != nil))
 	}
@@ -356,13 +356,14 @@ func (o *Options) clusterClient() (goredis.UniversalClient, error) {
 		// which could run a script twice.
 		MaxRedirects: noRetries,
 	}
-	if w := o.watch; w != nil {
-		// Every node's client, the seeds' too, is built here.
-		co.NewClient = func(opt *goredis.Options) *goredis.Client {
-			c := goredis.NewClient(opt)
+	// Every node's client, the seeds' too, is built here.
+	w := o.watch
+	co.NewClient = func(opt *goredis.Options) *goredis.Client {
+		c := newClient(opt)
+		if w != nil {
 			c.AddHook(w.hook(RoleNode, opt.Addr, opt.TLSConfig != nil))
-			return c
 		}
+		return c
 	}
 	return goredis.NewClusterClient(co), nil
 }
@@ -382,7 +383,7 @@ func (o *Options) sentinelClient() (goredis.UniversalClient, error) {
 	node.Addr = "sentinel:" + o.SentinelMaster // shown only: m dials
 	node.Dialer = m.dial
 	node.OnConnect = m.onConnect
-	rdb := goredis.NewClient(&node)
+	rdb := newClient(&node)
 	rdb.AddHook(readOnlyHook{m})
 	if o.watch != nil {
 		rdb.AddHook(&watchHook{w: o.watch, role: RoleMaster, key: RoleMaster, addr: m.current, tls: cfg != nil})

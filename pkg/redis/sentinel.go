@@ -125,7 +125,7 @@ func newSentinelMaster(name string, addrs []string, sopts, node goredis.Options,
 	for _, a := range addrs {
 		o := sopts
 		o.Addr = a
-		sc := goredis.NewSentinelClient(&o)
+		sc := newSentinelClient(&o)
 		if w != nil {
 			// Before Subscribe, so that the listener's connection is
 			// watched too.
@@ -277,7 +277,7 @@ func (m *sentinelMaster) awaitPromotion(ctx context.Context, replica string) {
 	o := m.node
 	o.Addr = replica
 	o.Dialer, o.OnConnect = nil, nil
-	c := goredis.NewClient(&o)
+	c := newClient(&o)
 	defer c.Close()
 	t := time.NewTicker(promotionPoll)
 	defer t.Stop()
