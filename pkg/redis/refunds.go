@@ -10,9 +10,11 @@ import (
 // Refunds calls forget with every key, as the engine builds it (without
 // the key prefix), that a refund gave hits back to (limits.Check.Refund)
 // through any sidecar that shares this store's Redis and key prefix, and
-// lost whenever it (re)subscribes: refunds made while it was not
-// subscribed are not known, so what was remembered of every key may be
-// wrong. It returns when ctx is done.
+// lost whenever it subscribes again after its connection broke: refunds
+// made meanwhile are not known, so what was remembered of every key may
+// be wrong. (Its first subscription calls nothing: what a caller
+// remembered before it is no older than the sidecar, which is seldom
+// older than the subscription.) It returns when ctx is done.
 //
 // apply.lua publishes each refunded key on RefundsChannel as it gives
 // the hits back; go-redis resubscribes after a broken connection. A
@@ -26,6 +28,7 @@ func (s *Store) Refunds(ctx context.Context, forget func(key string), lost func(
 	ps := s.rdb.Subscribe(ctx, RefundsChannel)
 	defer ps.Close()
 	msgs := ps.ChannelWithSubscriptions()
+	subscribed := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -37,7 +40,10 @@ func (s *Store) Refunds(ctx context.Context, forget func(key string), lost func(
 			switch m := m.(type) {
 			case *goredis.Subscription:
 				if m.Kind == "subscribe" {
-					lost()
+					if subscribed {
+						lost()
+					}
+					subscribed = true
 				}
 			case *goredis.Message:
 				if key, ok := strings.CutPrefix(m.Payload, s.prefix); ok {
