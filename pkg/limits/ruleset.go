@@ -48,9 +48,10 @@ func NewRuleset(domains []*Domain, files []string, checksum string) *Ruleset {
 		root := &Rule{Domain: d.Name, Children: d.Rules}
 		root.index(0, nil)
 		dr := &domainRules{name: d.Name, root: root, failure: d.FailureMode}
-		for _, r := range yieldAll(root.Children) {
+		yieldTree(d.Name, root.Children, func(_ string, r *Rule) bool {
 			dr.holds = dr.holds || r.HoldKey != ""
-		}
+			return !dr.holds
+		})
 		rs.domains[d.Name] = dr
 	}
 	return rs
@@ -246,16 +247,6 @@ func yieldTree(domain string, rules []*Rule, yield func(string, *Rule) bool) boo
 
 // HasDomain reports whether any rule file defines domain.
 func (rs *Ruleset) HasDomain(domain string) bool { return rs.domains[domain] != nil }
-
-// yieldAll returns rules and their descendants, depth first.
-func yieldAll(rules []*Rule) []*Rule {
-	var out []*Rule
-	for _, r := range rules {
-		out = append(out, r)
-		out = append(out, yieldAll(r.Children)...)
-	}
-	return out
-}
 
 // MatchHold is Match for a descriptor that names a request's hold: when
 // entries reach no rule, but all of them but the last reach a rule whose
