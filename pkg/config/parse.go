@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
@@ -85,6 +86,10 @@ type Options struct {
 	// ErrNoRules: a deleted ConfigMap key or a wrong mount must not switch
 	// every limit off.
 	AllowEmpty bool
+	// CalendarMonths makes every fixed window limit of one month that
+	// sets no calendar of its own a UTC calendar month, as
+	// envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT does.
+	CalendarMonths bool
 }
 
 // ErrNoRules is the error of Load, and of a Reloader's reload, when the
@@ -285,6 +290,9 @@ type parser struct {
 	// a domain merged from N files would otherwise be indexed again for
 	// each file, O(N^2) too.
 	levels map[*[]*limits.Rule]map[[2]string]*limits.Rule
+	// zone is the file's time_zone: the default of its calendar limits
+	// (nil: UTC).
+	zone *time.Location
 }
 
 func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
@@ -298,11 +306,11 @@ func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 // The fields each mapping of a rule file has, for the nearest-name hint of
 // an unknown one. Each parsing function's switch has a case for each.
 var (
-	fileFields       = []string{"domain", "descriptors", "failure_mode"}
+	fileFields       = []string{"domain", "descriptors", "failure_mode", "time_zone"}
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
 		"detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "charge", "metadata"}
 	limitFieldNames = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
-		"burst", "unit_multiplier", "lease"}
+		"burst", "unit_multiplier", "lease", "calendar", "time_zone", "week_start", "reset_day"}
 )
 
 // unknownField records the field key (its key node k, at path) that is
@@ -373,6 +381,8 @@ func (p *parser) parseFile(f File) *limits.Domain {
 				p.errorf(v, key, "%v", err)
 			}
 			failure = m
+		case "time_zone":
+			p.zone = p.timeZone(v, key)
 		default:
 			p.unknownField(k, key, key, fileFields)
 		}
@@ -668,7 +678,7 @@ func (p *parser) limit(r *limits.Rule, n *yaml.Node, path string, single bool) *
 		return nil
 	}
 	c.Name, c.Replaces, c.Shadow, c.Quota, c.Lease, c.Charge = l.Name, l.Replaces, l.Shadow, l.Quota, l.Lease, l.Charge
-	return c
+	return p.calendar(c, ln, path)
 }
 
 // limitNodes are the fields of a rate_limit mapping that later checks
@@ -676,6 +686,7 @@ func (p *parser) limit(r *limits.Rule, n *yaml.Node, path string, single bool) *
 type limitNodes struct {
 	unit, alg, burst, mult, repl, lease *yaml.Node
 	unitText                            string
+	cal                                 calendarNodes
 }
 
 // limitFields reads the fields of rate_limit mapping n into l.
@@ -707,6 +718,8 @@ func (p *parser) limitFields(l *limits.Limit, n *yaml.Node, path string) limitNo
 			ln.mult, l.Multiplier = v, p.positive(v, fp)
 		case "lease":
 			ln.lease, l.Lease = v, p.positive(v, fp)
+		case "calendar", "time_zone", "week_start", "reset_day":
+			p.calendarField(&ln.cal, key, v, fp)
 		default:
 			p.unknownField(k, fp, key, limitFieldNames)
 		}

@@ -37,6 +37,30 @@ func TestLoadRejects(t *testing.T) {
 		want string   // substring of the one problem
 	}{
 		{
+			give: []string{"testdata/calendar_unknown_zone.bad.yaml"},
+			want: `testdata/calendar_unknown_zone.bad.yaml:8: descriptors[0].rate_limit.time_zone: unknown time zone "Europe/Berln"`,
+		},
+		{
+			give: []string{"testdata/calendar_domain_zone.bad.yaml"},
+			want: `testdata/calendar_domain_zone.bad.yaml:2: time_zone: unknown time zone "Mars/Olympus_Mons"`,
+		},
+		{
+			give: []string{"testdata/calendar_hour.bad.yaml"},
+			want: "testdata/calendar_hour.bad.yaml:7: descriptors[0].rate_limit.calendar: a calendar window needs a unit of day, week, month or year, not hour",
+		},
+		{
+			give: []string{"testdata/calendar_bucket.bad.yaml"},
+			want: "testdata/calendar_bucket.bad.yaml:8: descriptors[0].rate_limit.calendar: a calendar window is counted as a fixed_window, not token_bucket",
+		},
+		{
+			give: []string{"testdata/calendar_zone_without.bad.yaml"},
+			want: "testdata/calendar_zone_without.bad.yaml:7: descriptors[0].rate_limit.time_zone: applies only with calendar: true",
+		},
+		{
+			give: []string{"testdata/calendar_reset_day.bad.yaml"},
+			want: "testdata/calendar_reset_day.bad.yaml:8: descriptors[0].rate_limit.reset_day:",
+		},
+		{
 			give: []string{"testdata/unknown_top_field.bad.yaml"},
 			want: "testdata/unknown_top_field.bad.yaml:2: descriptor: unknown field",
 		},

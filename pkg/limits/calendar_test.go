@@ -1,0 +1,174 @@
+package limits_test
+
+import (
+	"testing"
+	"time"
+	_ "time/tzdata" // the tests need zones on machines without /usr/share/zoneinfo
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+)
+
+func zone(t testing.TB, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
+}
+
+// TestCalendarWindow: the window that holds a time, written out by hand
+// as local dates, across month ends of 28, 29, 30 and 31 days, a year
+// end, and both daylight-saving changes in three zones.
+func TestCalendarWindow(t *testing.T) {
+	tests := []struct {
+		name      string
+		zone      string
+		unit      limits.Unit
+		resetDay  int
+		give      string // local time
+		wantStart string // local time
+		wantEnd   string
+		wantLen   time.Duration
+	}{
+		{"february 28 days", "Europe/Berlin", limits.UnitMonth, 0, "2023-02-28 23:59:59", "2023-02-01 00:00:00", "2023-03-01 00:00:00", 28 * 24 * time.Hour},
+		{"february 29 days", "Europe/Berlin", limits.UnitMonth, 0, "2024-02-29 12:00:00", "2024-02-01 00:00:00", "2024-03-01 00:00:00", 29 * 24 * time.Hour},
+		// March in Berlin loses an hour to daylight saving.
+		{"march 31 days less an hour", "Europe/Berlin", limits.UnitMonth, 0, "2024-03-01 00:00:00", "2024-03-01 00:00:00", "2024-04-01 00:00:00", 31*24*time.Hour - time.Hour},
+		{"april 30 days", "Europe/Berlin", limits.UnitMonth, 0, "2024-04-30 23:59:59", "2024-04-01 00:00:00", "2024-05-01 00:00:00", 30 * 24 * time.Hour},
+		{"january 31 days", "America/New_York", limits.UnitMonth, 0, "2025-01-31 23:59:59", "2025-01-01 00:00:00", "2025-02-01 00:00:00", 31 * 24 * time.Hour},
+		{"year end", "America/New_York", limits.UnitYear, 0, "2024-12-31 23:59:59", "2024-01-01 00:00:00", "2025-01-01 00:00:00", 366 * 24 * time.Hour},
+		{"new year", "UTC", limits.UnitYear, 0, "2025-01-01 00:00:00", "2025-01-01 00:00:00", "2026-01-01 00:00:00", 365 * 24 * time.Hour},
+		{"day, spring forward, New York", "America/New_York", limits.UnitDay, 0, "2024-03-10 12:00:00", "2024-03-10 00:00:00", "2024-03-11 00:00:00", 23 * time.Hour},
+		{"day, fall back, New York", "America/New_York", limits.UnitDay, 0, "2024-11-03 23:59:59", "2024-11-03 00:00:00", "2024-11-04 00:00:00", 25 * time.Hour},
+		{"day, spring forward, Berlin", "Europe/Berlin", limits.UnitDay, 0, "2024-03-31 03:00:00", "2024-03-31 00:00:00", "2024-04-01 00:00:00", 23 * time.Hour},
+		{"day, fall back, Berlin", "Europe/Berlin", limits.UnitDay, 0, "2024-10-27 01:00:00", "2024-10-27 00:00:00", "2024-10-28 00:00:00", 25 * time.Hour},
+		{"day, fall back, Sydney", "Australia/Sydney", limits.UnitDay, 0, "2024-04-07 20:00:00", "2024-04-07 00:00:00", "2024-04-08 00:00:00", 25 * time.Hour},
+		{"day, spring forward, Sydney", "Australia/Sydney", limits.UnitDay, 0, "2024-10-06 00:00:00", "2024-10-06 00:00:00", "2024-10-07 00:00:00", 23 * time.Hour},
+		{"ordinary day, New York", "America/New_York", limits.UnitDay, 0, "2024-06-01 19:30:00", "2024-06-01 00:00:00", "2024-06-02 00:00:00", 24 * time.Hour},
+		{"week over a year end", "UTC", limits.UnitWeek, 0, "2024-12-31 10:00:00", "2024-12-30 00:00:00", "2025-01-06 00:00:00", 7 * 24 * time.Hour},
+		{"week with a short day", "Europe/Berlin", limits.UnitWeek, 0, "2024-03-31 12:00:00", "2024-03-25 00:00:00", "2024-04-01 00:00:00", 7*24*time.Hour - time.Hour},
+		{"reset day 15, before it", "UTC", limits.UnitMonth, 15, "2024-01-14 23:59:59", "2023-12-15 00:00:00", "2024-01-15 00:00:00", 31 * 24 * time.Hour},
+		{"reset day 15, on it", "UTC", limits.UnitMonth, 15, "2024-01-15 00:00:00", "2024-01-15 00:00:00", "2024-02-15 00:00:00", 31 * 24 * time.Hour},
+		{"reset day 31 in a leap february", "UTC", limits.UnitMonth, 31, "2024-03-15 00:00:00", "2024-02-29 00:00:00", "2024-03-31 00:00:00", 31 * 24 * time.Hour},
+		{"reset day 30 over february", "UTC", limits.UnitMonth, 30, "2023-02-27 00:00:00", "2023-01-30 00:00:00", "2023-02-28 00:00:00", 29 * 24 * time.Hour},
+	}
+	const layout = "2006-01-02 15:04:05"
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			loc := zone(t, tt.zone)
+			parse := func(s string) time.Time {
+				v, err := time.ParseInLocation(layout, s, loc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+			week := time.Monday
+			l, err := limits.NewCalendarLimit(10, tt.unit, &limits.Calendar{Location: loc, WeekStart: week, ResetDay: tt.resetDay})
+			if err != nil {
+				t.Fatal(err)
+			}
+			give := parse(tt.give).UnixMicro()
+			start, end := l.Span(give)
+			if got, want := time.UnixMicro(start).In(loc).Format(layout), tt.wantStart; got != want {
+				t.Errorf("start = %s, want %s", got, want)
+			}
+			if got, want := time.UnixMicro(end).In(loc).Format(layout), tt.wantEnd; got != want {
+				t.Errorf("end = %s, want %s", got, want)
+			}
+			if got := time.Duration(end-start) * time.Microsecond; got != tt.wantLen {
+				t.Errorf("window = %s, want %s", got, tt.wantLen)
+			}
+			// Reset points at the real boundary.
+			out, _ := l.Evaluate(limits.State{}, give, 1)
+			if want := time.Duration(end-give) * time.Microsecond; out.Reset != want {
+				t.Errorf("reset = %s, want %s", out.Reset, want)
+			}
+			prev, s2, e2, next := l.Edges(give)
+			ps, pe := l.Span(prev)
+			ns, ne := l.Span(next - 1)
+			if s2 != start || e2 != end || pe != start || ps != prev || ns != end || ne != next {
+				t.Errorf("edges %d %d %d %d do not chain the windows", prev, s2, e2, next)
+			}
+		})
+	}
+}
+
+// TestCalendarMonthEnd: a monthly budget spent on the month's last
+// microsecond is whole again at the next month's first, not 30 days
+// after the epoch's multiple.
+func TestCalendarMonthEnd(t *testing.T) {
+	loc := zone(t, "America/New_York")
+	l, err := limits.NewCalendarLimit(2, limits.UnitMonth, &limits.Calendar{Location: loc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := time.Date(2024, 2, 29, 23, 59, 59, 999999000, loc).UnixMicro()
+	var st limits.State
+	for range 2 {
+		var out limits.Outcome
+		out, st = l.Evaluate(st, last-10, 1)
+		if out.Over {
+			t.Fatal("over before the budget is spent")
+		}
+	}
+	out, _ := l.Evaluate(st, last, 1)
+	if !out.Over || out.Reset != time.Microsecond {
+		t.Errorf("at the month's last µs: over %v, reset %s; want over, reset 1µs", out.Over, out.Reset)
+	}
+	out, _ = l.Evaluate(st, last+1, 1)
+	if out.Over || out.Reset != 31*24*time.Hour-time.Hour { // March loses an hour in New York
+		t.Errorf("at March's first µs: over %v, reset %s; want admitted, reset 31 days less an hour", out.Over, out.Reset)
+	}
+}
+
+// TestCalendarRefused: what a calendar cannot align is refused.
+func TestCalendarRefused(t *testing.T) {
+	cal := &limits.Calendar{}
+	tests := []struct {
+		name string
+		give func() error
+	}{
+		{"hour", func() error { _, err := limits.NewCalendarLimit(1, limits.UnitHour, cal); return err }},
+		{"reset day on a day", func() error {
+			_, err := limits.NewCalendarLimit(1, limits.UnitDay, &limits.Calendar{ResetDay: 3})
+			return err
+		}},
+		{"reset day 32", func() error {
+			_, err := limits.NewCalendarLimit(1, limits.UnitMonth, &limits.Calendar{ResetDay: 32})
+			return err
+		}},
+		{"sliding window", func() error {
+			l, err := limits.NewLimit(limits.SlidingWindow, 1, limits.UnitDay, 1, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = l.WithCalendar(cal)
+			return err
+		}},
+		{"token bucket", func() error {
+			l, err := limits.NewLimit(limits.TokenBucket, 1, limits.UnitDay, 1, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = l.WithCalendar(cal)
+			return err
+		}},
+		{"two months", func() error {
+			l, err := limits.NewLimit(limits.FixedWindow, 1, limits.UnitMonth, 2, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = l.WithCalendar(cal)
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.give(); err == nil {
+				t.Error("no error")
+			}
+		})
+	}
+}
