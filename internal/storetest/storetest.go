@@ -146,10 +146,10 @@ type Case struct {
 	Steps []Step
 }
 
-// Run runs every case of Cases, QuotaCases, UsageCases and RefundCases
-// against stores from newStore.
+// Run runs every case of Cases, QuotaCases, UsageCases, RefundCases,
+// ConcurrencyCases and CalendarCases against stores from newStore.
 func Run(t *testing.T, newStore Factory) {
-	run(t, slices.Concat(Cases(), QuotaCases(), UsageCases(), RefundCases(), ConcurrencyCases()), newStore)
+	run(t, slices.Concat(Cases(), QuotaCases(), UsageCases(), RefundCases(), ConcurrencyCases(), CalendarCases()), newStore)
 }
 
 // RunHoldingOneKey runs the cases of Run that hold as well in a store
@@ -158,13 +158,15 @@ func Run(t *testing.T, newStore Factory) {
 // key evicted, which a store may lose to its eviction (see
 // docs/memory-store.md).
 func RunHoldingOneKey(t *testing.T, newStore Factory) {
-	cases := slices.Concat(Cases(), QuotaCases(), UsageCases(), RefundCases(), ConcurrencyCases())
+	cases := slices.Concat(Cases(), QuotaCases(), UsageCases(), RefundCases(), ConcurrencyCases(), CalendarCases())
 	cases = slices.DeleteFunc(cases, func(c Case) bool { return strings.HasPrefix(c.Name, refundTwoKeys) })
 	run(t, cases, newStore)
 }
 
 // RunGrants runs every case of GrantCases, for stores that lease.
-func RunGrants(t *testing.T, newStore Factory) { run(t, GrantCases(), newStore) }
+func RunGrants(t *testing.T, newStore Factory) {
+	run(t, slices.Concat(GrantCases(), CalendarGrantCases()), newStore)
+}
 
 func run(t *testing.T, cases []Case, newStore Factory) {
 	for _, tt := range cases {
