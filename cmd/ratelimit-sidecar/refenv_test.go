@@ -67,6 +67,7 @@ func TestRefEnvMapping(t *testing.T) {
 		{"RUNTIME_* watching the root", map[string]string{"RUNTIME_ROOT": "/srv/current/", "RUNTIME_SUBDIRECTORY": "rl", "RUNTIME_APPDIRECTORY": "rules"},
 			func(c *settings) any { return []string{c.configPath, c.ref.watchLink} }, []string{"/srv/current/rl/rules", "/srv/current"}},
 		{"MERGE_DOMAIN_CONFIG", map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, func(c *settings) any { return c.mergeDomains }, true},
+		{"USE_CALENDAR_MONTH_RATE_LIMIT", map[string]string{"USE_CALENDAR_MONTH_RATE_LIMIT": "true"}, func(c *settings) any { return c.calendarMonths }, true},
 		{"REDIS_URL over TCP", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379"}, func(c *settings) any { return c.redis.URL }, "redis://redis:6379"},
 		{"REDIS_URL host:port, no socket type", map[string]string{"REDIS_URL": "redis:6379"}, func(c *settings) any { return c.redis.URL }, "redis://redis:6379"},
 		{"REDIS_URL a socket", map[string]string{"REDIS_URL": "/var/run/redis.sock"}, func(c *settings) any { return c.redis.URL }, "unix:///var/run/redis.sock"},

@@ -60,7 +60,7 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	logEnv(log, c)
 	c.gc.Apply()
 
-	opts := config.Options{MergeDomains: c.mergeDomains, AllowEmpty: c.allowEmptyRules}
+	opts := config.Options{MergeDomains: c.mergeDomains, AllowEmpty: c.allowEmptyRules, CalendarMonths: c.calendarMonths}
 	rs, err := loadFirstRules(c, opts, log)
 	if err != nil {
 		return err

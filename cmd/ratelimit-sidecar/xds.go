@@ -118,7 +118,7 @@ func rulesFrom(c *settings, files *config.Reloader, engine *limits.Engine, log *
 		BackoffMax:        c.xds.backoff.max,
 		BackoffJitter:     c.xds.backoff.jitter,
 		MaxMessageBytes:   c.xds.maxMessageBytes,
-		Rules:             config.Options{MergeDomains: c.mergeDomains},
+		Rules:             config.Options{MergeDomains: c.mergeDomains, CalendarMonths: c.calendarMonths},
 		AllowEmpty:        c.allowEmptyRules,
 		StartWithoutRules: c.xds.forceStart,
 		OnApply:           onApply,

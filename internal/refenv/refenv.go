@@ -177,6 +177,8 @@ var refVars = map[string]refVar{
 	"RESPONSE_DYNAMIC_METADATA": {"false", refBool},
 	"MERGE_DOMAIN_CONFIG":       {"false", refBool},
 
+	"USE_CALENDAR_MONTH_RATE_LIMIT": {"false", refBool},
+
 	"TRACING_ENABLED":             {"false", refBool},
 	"TRACING_SERVICE_NAME":        {"RateLimit", refString},
 	"TRACING_SERVICE_NAMESPACE":   {"", refString},
@@ -245,6 +247,11 @@ var refMappings = []refMapping{
 		flags: []string{"config", "watch-link"}, whole: true, defaults: true, apply: mapRuntime},
 	{vars: []string{"MERGE_DOMAIN_CONFIG"}, flags: []string{"merge-domains"}, defaults: true,
 		apply: func(v *refValues, out *refOut) { out.set("merge-domains", v.boolText("MERGE_DOMAIN_CONFIG")) }},
+	// The reference's PR #1206: month limits in UTC calendar months.
+	{vars: []string{"USE_CALENDAR_MONTH_RATE_LIMIT"}, flags: []string{"calendar-months"},
+		apply: func(v *refValues, out *refOut) {
+			out.set("calendar-months", v.boolText("USE_CALENDAR_MONTH_RATE_LIMIT"))
+		}},
 	{vars: []string{"BACKEND_TYPE", "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL"},
 		flags: []string{"redis-url", "redis-sentinel-master", "redis-sentinel-addrs", "redis-cluster-addrs"},
 		whole: true, defaults: true, apply: mapRedis},

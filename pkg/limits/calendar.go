@@ -90,8 +90,9 @@ func (c *Calendar) monthStart(y int, m time.Month) time.Time {
 	return time.Date(first.Year(), first.Month(), day, 0, 0, 0, 0, loc)
 }
 
-// String describes the calendar for a limit's identity and messages,
-// e.g. "Europe/Berlin" or "UTC/15" (months from the 15th).
+// describe names the calendar of a limit of unit u for its identity and
+// text: the zone, then for weeks the first day ("UTC/Monday") and for
+// months a reset day past the 1st ("Europe/Berlin/15").
 func (c *Calendar) describe(u Unit) string {
 	s := c.loc().String()
 	switch {

@@ -172,3 +172,18 @@ func TestCalendarRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestCalendarText: check, explain and the logs say a limit is on the
+// calendar, and which.
+func TestCalendarText(t *testing.T) {
+	l, err := limits.NewCalendarLimit(100, limits.UnitMonth, &limits.Calendar{Location: zone(t, "Europe/Berlin"), ResetDay: 15})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := l.String(), "fixed_window 100 per calendar month in Europe/Berlin/15"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	if got, want := l.ID(), "fixed_window/month@Europe/Berlin/15/1"; got != want {
+		t.Errorf("ID() = %q, want %q", got, want)
+	}
+}
