@@ -88,3 +88,43 @@ func TestScriptCalendarClock(t *testing.T) {
 		}
 	})
 }
+
+// TestRefundCalendar: refund.lua gives a calendar month's reserved hits
+// back to the window they went to, and keeps the key until that month's
+// real end (its length from the record's edges), not a nominal 30 days
+// from the window's start.
+func TestRefundCalendar(t *testing.T) {
+	rc := redistest.StartServer(t).Client(t)
+	ctx := context.Background()
+	// February 2024: 29 days, so its end is a day short of start + 30 days.
+	l, err := limits.NewCalendarLimit(10, limits.UnitMonth, &limits.Calendar{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2024, 2, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	end := time.Date(2024, 3, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	now := end - int64(time.Hour/time.Microsecond)
+	const key = "cal:refund"
+	rec := appendCheck(nil, &limits.Check{Key: key, Limit: l, Hits: 3}, 0, now)
+	got, err := applyScript.Run(ctx, rc, []string{key}, strconv.FormatInt(now, 10), modeReserve, string(rec)).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Admitted; over, remaining, reset, receipt.
+	if len(got) != 5 || got[0] != 1 || got[2] != 7 || got[4] != start {
+		t.Fatalf("reserve reply %v, want admitted, 7 remaining, receipt %d", got, start)
+	}
+	rec = appendFloat(appendCheck(nil, &limits.Check{Key: key, Limit: l, Hits: 3}, 0, now), float64(got[4]))
+	n, err := refundScript.Run(ctx, rc, []string{key}, strconv.FormatInt(now, 10), string(rec)).Int64()
+	if err != nil || n != 1 {
+		t.Fatalf("refund: %d checks, %v; want 1", n, err)
+	}
+	v := rc.Get(ctx, key).Val()
+	if len(v) != 16 || float(v, 0) != float64(start) || float(v, 8) != 0 {
+		t.Errorf("state after the refund: %q, want February's window with 0 hits", v)
+	}
+	// The TTL is PX from the script's own now (ARGV[1]): an hour.
+	if ttl, want := rc.PTTL(ctx, key).Val(), time.Hour; ttl > want || ttl < want-time.Minute {
+		t.Errorf("TTL %s after the refund, want about %s (the month's end)", ttl, want)
+	}
+}
