@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,5 +110,28 @@ func TestCalendarMonthReferenceEnv(t *testing.T) {
 			s := startAs(t, "/bin/ratelimit", env)
 			resetWithin(t, s.rls, userRequest("alice", 1), tt.window)
 		})
+	}
+}
+
+// TestCheckCalendarMonths: check prints a plain month as the server
+// counts it, with --calendar-months as a UTC calendar month.
+func TestCheckCalendarMonths(t *testing.T) {
+	dir := t.TempDir()
+	writeAll(t, filepath.Join(dir, "rules.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: month, requests_per_unit: 5}\n")
+	tests := []struct {
+		give []string
+		want string
+	}{
+		{nil, "fixed_window 5 per 720h0m0s"},
+		{[]string{"--calendar-months"}, "fixed_window 5 per calendar month in UTC"},
+	}
+	for _, tt := range tests {
+		var out, errw strings.Builder
+		if err := runCheck(append([]string{"--config", dir}, tt.give...), &out, &errw); err != nil {
+			t.Fatalf("check %v: %v\n%s", tt.give, err, errw.String())
+		}
+		if !strings.Contains(out.String(), tt.want) {
+			t.Errorf("check %v prints:\n%s\nwant a line with %q", tt.give, out.String(), tt.want)
+		}
 	}
 }
