@@ -26,6 +26,7 @@ func TestCalendarFields(t *testing.T) {
 		{"week start", config.Options{}, "weekly", "America/New_York", time.Sunday, 0},
 		{"plain month", config.Options{}, "plain", "", 0, 0},
 		{"plain month, calendar months", config.Options{CalendarMonths: true}, "plain", "UTC", 0, 0},
+		{"calendar: false, calendar months", config.Options{CalendarMonths: true}, "epoch", "", 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -64,12 +64,12 @@ func (c *Calendar) Window(u Unit, t time.Time) (start, end time.Time) {
 	y, m, d := t.Date()
 	switch u {
 	case UnitDay:
-		return time.Date(y, m, d, 0, 0, 0, 0, loc), time.Date(y, m, d+1, 0, 0, 0, 0, loc)
+		return midnight(y, m, d, loc), midnight(y, m, d+1, loc)
 	case UnitWeek:
 		back := (int(t.Weekday()) - int(c.WeekStart) + 7) % 7
-		return time.Date(y, m, d-back, 0, 0, 0, 0, loc), time.Date(y, m, d-back+7, 0, 0, 0, 0, loc)
+		return midnight(y, m, d-back, loc), midnight(y, m, d-back+7, loc)
 	case UnitYear:
-		return time.Date(y, 1, 1, 0, 0, 0, 0, loc), time.Date(y+1, 1, 1, 0, 0, 0, 0, loc)
+		return midnight(y, 1, 1, loc), midnight(y+1, 1, 1, loc)
 	}
 	start = c.monthStart(y, m)
 	if t.Before(start) {
@@ -78,16 +78,31 @@ func (c *Calendar) Window(u Unit, t time.Time) (start, end time.Time) {
 	return start, c.monthStart(y, m+1)
 }
 
-// monthStart returns midnight of month m's reset day (m may be out of
+// monthStart returns the start of month m's reset day (m may be out of
 // 1..12, as time.Date allows).
 func (c *Calendar) monthStart(y int, m time.Month) time.Time {
-	loc := c.loc()
-	first := time.Date(y, m, 1, 0, 0, 0, 0, loc)
+	first := time.Date(y, m, 1, 12, 0, 0, 0, time.UTC) // y and m, normalized
+	y, m = first.Year(), first.Month()
 	day := max(c.ResetDay, 1)
-	if last := time.Date(first.Year(), first.Month()+1, 0, 0, 0, 0, 0, loc).Day(); day > last {
+	if last := time.Date(y, m+1, 0, 12, 0, 0, 0, time.UTC).Day(); day > last {
 		day = last
 	}
-	return time.Date(first.Year(), first.Month(), day, 0, 0, 0, 0, loc)
+	return midnight(y, m, day, c.loc())
+}
+
+// midnight returns the first instant of day d of month m of year y (any
+// of them may be out of range, as time.Date allows) in loc. That is
+// 00:00, except where a daylight-saving change skips midnight (Santiago,
+// Beirut, Havana): then the day starts at the change, which time.Date,
+// asked for the missing 00:00, may place an hour early, in the day
+// before.
+func midnight(y int, m time.Month, d int, loc *time.Location) time.Time {
+	y, m, d = time.Date(y, m, d, 12, 0, 0, 0, time.UTC).Date()
+	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
+	if t.Day() != d {
+		_, t = t.ZoneBounds() // the change: the day's first instant
+	}
+	return t
 }
 
 // describe names the calendar of a limit of unit u for its identity and

@@ -45,6 +45,10 @@ func TestCalendarWindow(t *testing.T) {
 		{"day, fall back, Berlin", "Europe/Berlin", limits.UnitDay, 0, "2024-10-27 01:00:00", "2024-10-27 00:00:00", "2024-10-28 00:00:00", 25 * time.Hour},
 		{"day, fall back, Sydney", "Australia/Sydney", limits.UnitDay, 0, "2024-04-07 20:00:00", "2024-04-07 00:00:00", "2024-04-08 00:00:00", 25 * time.Hour},
 		{"day, spring forward, Sydney", "Australia/Sydney", limits.UnitDay, 0, "2024-10-06 00:00:00", "2024-10-06 00:00:00", "2024-10-07 00:00:00", 23 * time.Hour},
+		// Midnight is skipped: the day starts at 01:00, the change.
+		{"day, midnight skipped, Santiago", "America/Santiago", limits.UnitDay, 0, "2024-09-07 23:30:00", "2024-09-07 00:00:00", "2024-09-08 01:00:00", 24 * time.Hour},
+		{"day from a skipped midnight, Santiago", "America/Santiago", limits.UnitDay, 0, "2024-09-08 01:00:00", "2024-09-08 01:00:00", "2024-09-09 00:00:00", 23 * time.Hour},
+		{"month from a skipped midnight, Beirut", "Asia/Beirut", limits.UnitMonth, 31, "2024-03-31 12:00:00", "2024-03-31 01:00:00", "2024-04-30 00:00:00", 30*24*time.Hour - time.Hour},
 		{"ordinary day, New York", "America/New_York", limits.UnitDay, 0, "2024-06-01 19:30:00", "2024-06-01 00:00:00", "2024-06-02 00:00:00", 24 * time.Hour},
 		{"week over a year end", "UTC", limits.UnitWeek, 0, "2024-12-31 10:00:00", "2024-12-30 00:00:00", "2025-01-06 00:00:00", 7 * 24 * time.Hour},
 		{"week with a short day", "Europe/Berlin", limits.UnitWeek, 0, "2024-03-31 12:00:00", "2024-03-25 00:00:00", "2024-04-01 00:00:00", 7*24*time.Hour - time.Hour},
