@@ -57,6 +57,7 @@ func CalendarCases() []Case {
 	dBerlin := calendarLimit(1, limits.UnitDay, berlin, 0)
 	dSydney := calendarLimit(1, limits.UnitDay, sydney, 0)
 	wUTC := calendarLimit(1, limits.UnitWeek, "UTC", 0)
+	dSantiago := calendarLimit(1, limits.UnitDay, "America/Santiago", 0)
 	m15 := calendarLimit(1, limits.UnitMonth, "UTC", 15)
 	m10 := calendarLimit(10, limits.UnitMonth, ny, 0)
 	ban := calendarLimit(0, limits.UnitMonth, berlin, 0)
@@ -74,6 +75,8 @@ func CalendarCases() []Case {
 		{Name: "calendar/berlin_fall_back", Steps: spent("k", dBerlin, local(berlin, 2024, 10, 27, 0, 0, 0, 0), 25*h, 24*h)},
 		{Name: "calendar/sydney_fall_back", Steps: spent("k", dSydney, local(sydney, 2024, 4, 7, 0, 0, 0, 0), 25*h, 24*h)},
 		{Name: "calendar/sydney_spring_forward", Steps: spent("k", dSydney, local(sydney, 2024, 10, 6, 0, 0, 0, 0), 23*h, 24*h)},
+		// Daylight saving skips midnight: the day starts at 01:00.
+		{Name: "calendar/santiago_midnight_skipped", Steps: spent("k", dSantiago, local("America/Santiago", 2024, 9, 8, 1, 0, 0, 0), 23*h, 24*h)},
 		{Name: "calendar/week_over_a_year_end", Steps: spent("k", wUTC, local("UTC", 2024, 12, 30, 0, 0, 0, 0), 7*day, 7*day)},
 		{Name: "calendar/reset_day_15", Steps: spent("k", m15, local("UTC", 2024, 1, 15, 0, 0, 0, 0), 31*day, 29*day)},
 		{Name: "calendar/mid_window_reset_is_the_real_edge", Steps: []Step{
