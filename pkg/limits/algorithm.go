@@ -126,6 +126,11 @@ type Limit struct {
 	// Charge says which hits on the limit are usage charges (see
 	// Charge); the engine marks its checks by it (Check.Usage).
 	Charge Charge
+	// ReleaseAfter, when above 0 on a counting limit of a rule with a
+	// HoldKey, makes the hits of a request that names its hold a
+	// reservation: held under the hold until its stream-end refund
+	// settles it, or for ReleaseAfter at most (see Check.Reserves).
+	ReleaseAfter time.Duration
 
 	window time.Duration // Multiplier × Unit
 	tick   int64         // time resolution in µs; see compile
@@ -254,6 +259,9 @@ type State struct {
 type Slot struct {
 	Hold  string
 	Until int64
+	// Hits is what a reservation holds (see Check.Reserves); 0 on a
+	// concurrency limit, whose slots each hold one request.
+	Hits uint64
 }
 
 // LogEntry is a sliding-log record: Hits admitted at At (µs).
@@ -290,6 +298,10 @@ type Outcome struct {
 	// tick). A store that takes unused granted hits back (Returner)
 	// finds them by it, and a lease knows a grant of a new window by it.
 	GrantReceipt int64
+	// Released is how many reservations on the check's key (see
+	// Check.Reserves) reached their Limit.ReleaseAfter unsettled and were
+	// given back before the check was decided.
+	Released uint64
 }
 
 // Evaluate applies the limit's algorithm to st at time now (µs since the

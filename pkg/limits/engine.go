@@ -485,8 +485,9 @@ func (d *Decision) buildBatch(req *Request, quotaAll bool) {
 		}
 		d.key, _ = AppendKey(d.key[:0], req.Domain, counterEntries(d.Statuses[owner].Rule, entries, &d.ents), l)
 		c := Check{Key: string(d.key), Limit: l, Hits: hits, Refund: desc.Negative, Hold: hold}
-		if !c.Refund && l.Algorithm != Concurrency {
-			// A slot is taken or not: never counted past the limit.
+		if !c.Refund && l.Algorithm != Concurrency && !c.Reserves() {
+			// A slot or a reservation is taken or not: never counted
+			// past the limit.
 			c.Usage = l.Charge.Usage(hits, desc.HasHits)
 		}
 		if quota {
