@@ -39,7 +39,7 @@ import (
 // overlay may set on a pushed limit or give an added one.
 var overlayLimitFields = map[string]bool{
 	"unit": true, "requests_per_unit": true, "unlimited": true, "name": true, "replaces": true,
-	"algorithm": true, "burst": true, "unit_multiplier": true, "lease": true,
+	"algorithm": true, "burst": true, "unit_multiplier": true, "lease": true, "release_after": true,
 }
 
 // overlayDescriptorFields are the fields of a descriptor an overlay may
@@ -47,7 +47,7 @@ var overlayLimitFields = map[string]bool{
 // descriptors are the pushed rules' own.
 var overlayDescriptorFields = map[string]bool{
 	"shadow_mode": true, "detailed_metric": true, "value_to_metric": true, "share_threshold": true,
-	"quota_mode": true, "charge": true, "metadata": true,
+	"quota_mode": true, "charge": true, "metadata": true, "hold_key": true,
 }
 
 // Overlay is a parsed overlay file. It is immutable and safe for

@@ -280,6 +280,10 @@ type parser struct {
 	// once. Set only for a document without aliases, whose nodes are
 	// each read once.
 	release bool
+	// releaseAfter is set once the descriptor being read has a limit
+	// with release_after, compiled or not: its hold_key is then no
+	// mistake of its own.
+	releaseAfter bool
 	// levels indexes each level's rules by key and value, so a duplicate
 	// check costs O(1) rather than a scan of the level (which made one
 	// level of N descriptors cost O(N^2)). Every file's parser shares it:
@@ -530,6 +534,7 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 	if limitNode != nil && limitsNode != nil {
 		p.errorf(limitsNode, join(path, "rate_limits"), "use rate_limit or rate_limits, not both")
 	}
+	p.releaseAfter = false
 	if limitNode != nil && !isNull(limitNode) {
 		if l := p.limit(r, limitNode, join(path, "rate_limit"), true); l != nil {
 			r.Limits = append(r.Limits, l)
@@ -588,7 +593,7 @@ func (p *parser) checkHold(r *limits.Rule, n, holdNode *yaml.Node, path string) 
 		p.errorf(n, join(path, "hold_key"), "required with algorithm concurrency: the descriptor entry that names the request (Envoy: x-request-id), by which its stream-end call frees its slot")
 	case reserves && r.HoldKey == "":
 		p.errorf(n, join(path, "hold_key"), "required with release_after: the descriptor entry that names the request (Envoy: x-request-id), by which its stream-end call settles its reservation")
-	case !concurrent && !reserves && holdNode != nil:
+	case !concurrent && !reserves && !p.releaseAfter && holdNode != nil:
 		p.errorf(holdNode, join(path, "hold_key"), "applies only to a rule with a concurrency limit or a limit with release_after")
 	}
 }
@@ -723,6 +728,7 @@ func (p *parser) limitFields(l *limits.Limit, n *yaml.Node, path string) limitNo
 			ln.lease, l.Lease = v, p.positive(v, fp)
 		case "release_after":
 			ln.release, l.ReleaseAfter = v, p.duration(v, fp)
+			p.releaseAfter = true
 		default:
 			p.unknownField(k, fp, key, limitFieldNames)
 		}
@@ -764,7 +770,7 @@ func reservable(a limits.Algorithm) bool {
 	return a == limits.FixedWindow || a == limits.SlidingWindow || a == limits.TokenBucket || a == limits.LeakyBucket
 }
 
-const reservableNames = "fixed_window, sliding_window, token_bucket and leaky_bucket"
+const reservableNames = "fixed_window, sliding_window, token_bucket or leaky_bucket"
 
 // maxRelease bounds release_after: a reservation is kept, with its hold,
 // until it is settled or released.

@@ -89,6 +89,18 @@ func TestLoadRejects(t *testing.T) {
 			want: "testdata/hold_key_without_concurrency.bad.yaml:4: descriptors[0].hold_key: applies only to a rule with a concurrency limit",
 		},
 		{
+			give: []string{"testdata/release_after_sliding_log.bad.yaml"},
+			want: "testdata/release_after_sliding_log.bad.yaml:9: descriptors[0].rate_limit.release_after: applies only to fixed_window, sliding_window, token_bucket or leaky_bucket, not sliding_log",
+		},
+		{
+			give: []string{"testdata/release_after_no_hold_key.bad.yaml"},
+			want: "testdata/release_after_no_hold_key.bad.yaml:3: descriptors[0].hold_key: required with release_after: the descriptor entry that names the request (Envoy: x-request-id), by which its stream-end call settles its reservation",
+		},
+		{
+			give: []string{"testdata/release_after_not_a_duration.bad.yaml"},
+			want: `testdata/release_after_not_a_duration.bad.yaml:5: descriptors[0].rate_limit.release_after: want a duration such as 90s or 5m, got "5 minutes"`,
+		},
+		{
 			give: []string{"testdata/concurrency_too_many.bad.yaml"},
 			want: "testdata/concurrency_too_many.bad.yaml:3: descriptors[0]: a concurrency limit of 20000 requests in flight; at most 10000",
 		},

@@ -44,7 +44,7 @@ func (c *Check) Reserves() bool { return c.Hold != "" && c.Ledgered() }
 // Due splits ledger at now into the reservations whose release time has
 // come, which the store gives back whole (Limit.Refund), and the ledger
 // of the others.
-func Due(ledger State, now int64) (due []Slot, live State) {
+func (l *Limit) Due(ledger State, now int64) (due []Slot, live State) {
 	keep := ledger.Slots[:0:0]
 	for _, s := range ledger.Slots {
 		if s.Until > now {
@@ -56,17 +56,17 @@ func Due(ledger State, now int64) (due []Slot, live State) {
 	if len(due) == 0 {
 		return nil, ledger
 	}
-	return due, ledgerState(keep)
+	return due, l.ledgerState(keep)
 }
 
 // Unhold ends ledger's live reservation under hold, if there is one, and
 // returns what it held and the ledger without it; ok is false, and the
 // ledger unchanged, if there is none. A refund under hold gives back
 // what it held, at most the refund's hits.
-func Unhold(ledger State, hold string, now int64) (hits uint64, rest State, ok bool) {
+func (l *Limit) Unhold(ledger State, hold string, now int64) (hits uint64, rest State, ok bool) {
 	for i, s := range ledger.Slots {
 		if s.Hold == hold && s.Until > now {
-			return s.Hits, ledgerState(append(ledger.Slots[:i:i], ledger.Slots[i+1:]...)), true
+			return s.Hits, l.ledgerState(append(ledger.Slots[:i:i], ledger.Slots[i+1:]...)), true
 		}
 	}
 	return 0, ledger, false
@@ -86,7 +86,7 @@ func Holds(ledger State, hold string, now int64) bool {
 // ReleaseAfter from now.
 func (l *Limit) Reserve(ledger State, now int64, hold string, hits uint64) State {
 	live := append(ledger.Slots[:len(ledger.Slots):len(ledger.Slots)], Slot{Hold: hold, Until: now + l.ReleaseAfter.Microseconds(), Hits: hits})
-	return ledgerState(live)
+	return l.ledgerState(live)
 }
 
 // SoonestRelease returns when ledger's first reservation is released, 0
@@ -101,9 +101,11 @@ func SoonestRelease(ledger State) int64 {
 	return at
 }
 
-// ledgerState returns the ledger that holds slots, the zero State if none;
-// it expires with its last reservation.
-func ledgerState(slots []Slot) State {
+// ledgerState returns the ledger that holds slots, the zero State if none.
+// It outlives its last reservation's release by two windows, so that
+// the release is given back by whatever check comes next while the
+// limit's state still holds what the reservation took.
+func (l *Limit) ledgerState(slots []Slot) State {
 	if len(slots) == 0 {
 		return State{}
 	}
@@ -111,5 +113,5 @@ func ledgerState(slots []Slot) State {
 	for _, s := range slots {
 		last = max(last, s.Until)
 	}
-	return State{Slots: slots, Expire: last}
+	return State{Slots: slots, Expire: last + 2*l.window.Microseconds()}
 }

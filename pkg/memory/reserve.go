@@ -34,7 +34,7 @@ func (s *Store) reservation(hash uint64, c *limits.Check, now int64) (released u
 		}
 		return 0, false
 	}
-	due, ledger := limits.Due(sh.keys[j].st, now)
+	due, ledger := c.Limit.Due(sh.keys[j].st, now)
 	if len(due) > 0 {
 		released = uint64(len(due))
 		s.giveBack(hash, c, now, func(st limits.State, now int64) limits.State {
@@ -51,7 +51,7 @@ func (s *Store) reservation(hash uint64, c *limits.Check, now int64) (released u
 	case c.Refund:
 		var hits uint64
 		var ok bool
-		if hits, ledger, ok = limits.Unhold(ledger, c.Hold, now); ok {
+		if hits, ledger, ok = c.Limit.Unhold(ledger, c.Hold, now); ok {
 			s.giveBack(hash, c, now, func(st limits.State, now int64) limits.State {
 				return c.Limit.Refund(st, now, min(hits, c.Hits))
 			})

@@ -413,7 +413,8 @@ local logtrim, logtop
 -- before it is read or returned.
 -- Concurrency slots that the call's admitted requests renewed (see pend).
 local renewed, pend
--- rel[i]: when check i's reservation is released, if it reserves.
+-- rel[i]: when check i's reservation is released, and its window µs,
+-- if it reserves.
 local rel
 local per = reserve and 4 or 3
 local XS = 16
@@ -1001,7 +1002,7 @@ for q = qfrom, qto do
             -- Its keys, and what it holds until when.
             X[b + 14], X[b + 15], X[b + 16] = alg + RESERVING, own, hits
             rel = rel or {}
-            rel[i] = now + release
+            rel[i] = {now + release, w}
           end
           reply[r + 1], reply[r + 2], reply[r + 3] = over and 1 or 0, rem, reset
           if reserve then
@@ -1083,13 +1084,15 @@ for i = 1, i0 do
       local ledger = keys[own + 1]
       local hold = sub(keys[own + 2], #ledger + 2)
       if X[b + 10] == 1 and hold ~= '' then
-        local upto = rel[i]
+        local upto, w = rel[i][1], rel[i][2]
         redis.call('HSET', ledger, hold, spack("<dd", X[b + 16], upto))
         local sv = redis.call('HGET', ledger, '')
         if not sv or sunpack("<d", sv) > upto then
           redis.call('HSET', ledger, '', spack("<d", upto))
         end
-        local ms = ceil((upto - now) / 1000)
+        -- Kept two windows past the release (limits.Limit.ledgerState),
+        -- so that whatever check comes next gives it back.
+        local ms = ceil((upto + 2 * w - now) / 1000)
         if redis.call('PTTL', ledger) < ms then
           redis.call('PEXPIRE', ledger, fmt('%d', ms))
         end
