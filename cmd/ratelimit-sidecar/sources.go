@@ -71,6 +71,7 @@ type namedSource struct {
 // status is theirs together, with the domains refused as its error.
 type multiRules struct {
 	parts  []namedSource
+	log    *zap.Logger
 	comb   *sources.Combiner
 	engine *limits.Engine
 	ready  chan struct{}
@@ -84,7 +85,7 @@ type multiRules struct {
 // --xds-source, as one rule source for engine. Every source's reloads
 // and pushes are reported to onApply with the status of them all.
 func combinedRules(c *settings, opts config.Options, engine *limits.Engine, log *zap.Logger, m *metrics.Metrics, onApply func(config.ReloadStatus, error)) (*multiRules, error) {
-	mr := &multiRules{comb: sources.New(engine, log), engine: engine, ready: make(chan struct{}), status: map[string]config.ReloadStatus{}}
+	mr := &multiRules{log: log, comb: sources.New(engine, log), engine: engine, ready: make(chan struct{}), status: map[string]config.ReloadStatus{}}
 	add := func(name string, rs *limits.Ruleset) (*sources.Source, func(config.ReloadStatus, error), error) {
 		src, err := mr.comb.Add(name, rs)
 		return src, mr.reported(name, onApply), err
@@ -175,16 +176,17 @@ func (mr *multiRules) Status() config.ReloadStatus {
 }
 
 // Watch runs every source until ctx ends, and closes Ready once each has
-// its first rules.
+// its first rules. A source whose watch fails is logged at once, as
+// serve logs the watch of a single source, and the others keep theirs;
+// Watch itself then returns nil.
 func (mr *multiRules) Watch(ctx context.Context) error {
 	var wg sync.WaitGroup
-	errs := make([]error, len(mr.parts))
-	for i, p := range mr.parts {
+	for _, p := range mr.parts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			if err := p.Watch(ctx); err != nil {
-				errs[i] = fmt.Errorf("rule source %s: %w", p.name, err)
+				mr.log.Error("rule source watch failed; reload with SIGHUP", zap.String("source", p.name), zap.Error(err))
 			}
 		}()
 	}
@@ -198,7 +200,7 @@ func (mr *multiRules) Watch(ctx context.Context) error {
 		mr.markReady()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return nil
 }
 
 func (mr *multiRules) markReady() { mr.once.Do(func() { close(mr.ready) }) }
