@@ -13,7 +13,7 @@ func TestChartXDSSources(t *testing.T) {
 	ch := loadChart(t)
 	r, err := renderChart(ch, map[string]any{"xds": map[string]any{
 		"sources": []any{
-			map[string]any{"name": "aigw", "server": "ai-gateway-controller.envoy-ai-gateway-system:18002", "nodeId": "envoy-ai-gateway-ratelimit"},
+			map[string]any{"name": "aigw", "server": "ai-gateway-controller.envoy-ai-gateway-system:18002", "nodeId": "envoy-ai-gateway-ratelimit", "forceStart": true},
 			map[string]any{"name": "eg", "server": "envoy-gateway.envoy-gateway-system:18001", "nodeId": "envoy-ratelimit",
 				"tls": map[string]any{"existingSecret": "envoy-rate-limit", "caKey": "ca.crt", "certKey": "tls.crt", "keyKey": "tls.key"}},
 		},
@@ -31,7 +31,7 @@ func TestChartXDSSources(t *testing.T) {
 		}
 	}
 	want := []string{
-		"name=aigw,server=ai-gateway-controller.envoy-ai-gateway-system:18002,node-id=envoy-ai-gateway-ratelimit",
+		"name=aigw,server=ai-gateway-controller.envoy-ai-gateway-system:18002,node-id=envoy-ai-gateway-ratelimit,force-start=true",
 		"name=eg,server=envoy-gateway.envoy-gateway-system:18001,node-id=envoy-ratelimit,tls=true," +
 			"tls-ca=/etc/ratelimit-sidecar-tls/xds-eg/ca.crt,tls-cert=/etc/ratelimit-sidecar-tls/xds-eg/tls.crt,tls-key=/etc/ratelimit-sidecar-tls/xds-eg/tls.key",
 	}

@@ -115,6 +115,11 @@ func combinedRules(c *settings, opts config.Options, engine *limits.Engine, log 
 		o := xdsOptions(c, report)
 		o.Server, o.NodeID, o.TLS = s.Server, s.NodeID, s.TLS
 		o.NodeMetadata, o.Headers, o.OverlayPath = nil, nil, "" // the first server's alone
+		o.StartWithoutRules = o.StartWithoutRules || s.ForceStart
+		// A push of nothing empties this source's domains only, and is
+		// how AI Gateway's controller says its last QuotaPolicy went:
+		// refusing it would keep a deleted quota in force.
+		o.AllowEmpty = true
 		client, err := xds.New(src, log.With(zap.String("source", s.Name)), o)
 		if err != nil {
 			return nil, fmt.Errorf("--xds-source %s: %w", s.Name, err)

@@ -141,6 +141,33 @@ func TestSeveralRuleSources(t *testing.T) {
 	}
 }
 
+// TestXDSSourceForceStartAndEmptyPush: a source with force-start=true
+// does not hold readiness back (AI Gateway's controller pushes nothing
+// until the first QuotaPolicy exists), and its push of no resources,
+// which it sends when the last QuotaPolicy goes, is ACKed and ends that
+// source's domains, while the rule files' stay.
+func TestXDSSourceForceStartAndEmptyPush(t *testing.T) {
+	aigw := xdstest.Start(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(userRules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startSidecarEnv(t, &logtest.Buffer{}, fastXDS, "--config", dir,
+		"--xds-source", "name=aigw,server="+aigw.Addr+",node-id="+aigwNode+",force-start=true")
+	if st := s.healthNow(t); st != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health with force-start=true before aigw's push: %v, want SERVING", st)
+	}
+
+	aigw.Set(t, aigwNode, "1", xdstest.RateLimitConfig(aigwDomain, "backend_name", 1, rlsconf.RateLimitUnit_HOUR))
+	_, n := aigw.Await(t, 0, "ACKing version 1", isACK("1"))
+	s.hits(t, aigwDomain, "backend_name", "openai", rlsOK, rlsOver)
+
+	aigw.Set(t, aigwNode, "2")
+	aigw.Await(t, n, "ACKing version 2, of no resources", isACK("2"))
+	s.hits(t, aigwDomain, "backend_name", "openai", rlsOK, rlsOK)
+	s.hits(t, "edge", "user", "alice", rlsOK, rlsOK, rlsOK, rlsOver)
+}
+
 // TestEnvoyGatewayWithAIGateway: Envoy Gateway's rate-limit deployment,
 // run as /bin/ratelimit on its own environment (mutual TLS to its xDS
 // server, Redis), takes AI Gateway's rate-limit xDS server from

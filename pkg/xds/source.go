@@ -18,15 +18,18 @@ type Source struct {
 	Server, NodeID string
 	// TLS is Options'; nil connects in plaintext.
 	TLS *TLSOptions
+	// ForceStart is Options.StartWithoutRules: the sidecar's readiness
+	// does not wait for this server's first push.
+	ForceStart bool
 }
 
 // sourceKeys are the keys of a source's text, in the order help lists
 // them.
-var sourceKeys = []string{"name", "server", "node-id", "tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name"}
+var sourceKeys = []string{"name", "server", "node-id", "force-start", "tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name"}
 
 // ParseSources parses sources separated by ';', each
 // key=value,key=value with the keys name, server and node-id (required),
-// and tls (true or false), tls-ca, tls-cert, tls-key and tls-server-name,
+// force-start (true or false), and tls (true or false), tls-ca, tls-cert, tls-key and tls-server-name,
 // as the first source's --xds-tls-* flags; any tls-* key implies tls.
 // Blank entries are skipped.
 func ParseSources(s string) ([]Source, error) {
@@ -65,6 +68,12 @@ func parseSource(text string) (Source, error) {
 			src.Server = v
 		case "node-id":
 			src.NodeID = v
+		case "force-start":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return Source{}, fmt.Errorf("force-start: want true or false, got %q", v)
+			}
+			src.ForceStart = b
 		case "tls":
 			b, err := strconv.ParseBool(v)
 			if err != nil {
@@ -109,6 +118,9 @@ func validName(s string) bool {
 // String is the source as ParseSources reads it, paths and all.
 func (s Source) String() string {
 	parts := []string{"name=" + s.Name, "server=" + s.Server, "node-id=" + s.NodeID}
+	if s.ForceStart {
+		parts = append(parts, "force-start=true")
+	}
 	if t := s.TLS; t != nil {
 		parts = append(parts, "tls=true")
 		for _, kv := range [][2]string{{"tls-ca", t.CAFile}, {"tls-cert", t.CertFile}, {"tls-key", t.KeyFile}, {"tls-server-name", t.ServerName}} {

@@ -23,6 +23,7 @@ func TestParseSources(t *testing.T) {
 			[]xds.Source{{Name: "a", Server: "h:1", NodeID: "n", TLS: &xds.TLSOptions{CAFile: "/c/ca.crt", CertFile: "/c/tls.crt", KeyFile: "/c/tls.key", ServerName: "x"}}}},
 		{"tls alone", "name=a,server=h:1,node-id=n,tls=true", []xds.Source{{Name: "a", Server: "h:1", NodeID: "n", TLS: &xds.TLSOptions{}}}},
 		{"tls off", "name=a,server=h:1,node-id=n,tls=false", []xds.Source{{Name: "a", Server: "h:1", NodeID: "n"}}},
+		{"force start", "name=a,server=h:1,node-id=n,force-start=true", []xds.Source{{Name: "a", Server: "h:1", NodeID: "n", ForceStart: true}}},
 		{"two", "name=a,server=h:1,node-id=n;name=b,server=h:2,node-id=m;",
 			[]xds.Source{{Name: "a", Server: "h:1", NodeID: "n"}, {Name: "b", Server: "h:2", NodeID: "m"}}},
 		{"blank", " ; ", nil},
@@ -59,6 +60,7 @@ func TestParseSourcesInvalid(t *testing.T) {
 		{"name=a,server=h:1,node-id=n,port=2", `unknown key "port"`},
 		{"name=a,server=h:1,node-id=n,name=b", "name: set twice"},
 		{"name=a,server=h:1,node-id=n,tls=yes please", "tls: want true or false"},
+		{"name=a,server=h:1,node-id=n,force-start=1x", "force-start: want true or false"},
 		{"name=a,server=h:1,node-id=n,tls-cert=c", "tls-cert and tls-key: both or neither"},
 		{"name=a,server", `want key=value, got "server"`},
 	}
