@@ -168,6 +168,38 @@ func TestXDSSourceForceStartAndEmptyPush(t *testing.T) {
 	s.hits(t, "edge", "user", "alice", rlsOK, rlsOK, rlsOK, rlsOver)
 }
 
+// TestRuleFilesHoldTheirDomain: a domain that a rule file holds stays
+// the file's when a server pushes it too, and the server's other domains
+// apply; once an edit of the files drops it, the server's rules for it
+// take over, without a push.
+func TestRuleFilesHoldTheirDomain(t *testing.T) {
+	eg := xdstest.Start(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "edge.yaml")
+	if err := os.WriteFile(file, []byte(userRules), 0o600); err != nil { // edge: 3 an hour
+		t.Fatal(err)
+	}
+	s := startSidecarEnv(t, &logtest.Buffer{}, fastXDS, "--config", dir, "--reload-debounce", "10ms",
+		"--xds-source", "name=eg,server="+eg.Addr+",node-id=envoy-ratelimit")
+	eg.Set(t, "envoy-ratelimit", "1",
+		xdstest.RateLimitConfig("edge", "user", 1, rlsconf.RateLimitUnit_HOUR),
+		xdstest.RateLimitConfig("other", "user", 1, rlsconf.RateLimitUnit_HOUR))
+	eg.Await(t, 0, "ACKing version 1", isACK("1"))
+	s.awaitHealth(t, healthpb.HealthCheckResponse_SERVING)
+	s.hits(t, "edge", "user", "alice", rlsOK, rlsOK, rlsOK, rlsOver) // the file's 3, not eg's 1
+	s.hits(t, "other", "user", "alice", rlsOK, rlsOver)
+	if got := metricValue(t, s, `ratelimit_sidecar_rule_source_refused_domains{source="eg"}`); got != 1 {
+		t.Errorf("refused_domains of eg: %v, want 1", got)
+	}
+
+	if err := os.WriteFile(file, []byte("domain: local\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return metricValue(t, s, `ratelimit_sidecar_rule_source_refused_domains{source="eg"}`) == 0 })
+	s.hits(t, "edge", "user", "bob", rlsOK, rlsOver) // eg's 1 an hour now
+	s.hits(t, "local", "user", "bob", rlsOK, rlsOver)
+}
+
 // TestEnvoyGatewayWithAIGateway: Envoy Gateway's rate-limit deployment,
 // run as /bin/ratelimit on its own environment (mutual TLS to its xDS
 // server, Redis), takes AI Gateway's rate-limit xDS server from
