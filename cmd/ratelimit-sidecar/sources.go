@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -133,6 +134,9 @@ func combinedRules(c *settings, opts config.Options, engine *limits.Engine, log 
 		mr.markReady()
 	}
 	m.Sources(mr.metricsState)
+	// The engine's rules are now every source's together, whose checksum
+	// is not the rule files' that serve recorded.
+	m.Loaded(engine.Rules().Checksum, time.Now())
 	return mr, nil
 }
 

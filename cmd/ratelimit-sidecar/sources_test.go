@@ -157,6 +157,11 @@ func TestXDSSourceForceStartAndEmptyPush(t *testing.T) {
 	if st := s.healthNow(t); st != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("health with force-start=true before aigw's push: %v, want SERVING", st)
 	}
+	// config_info names the rules in use: the file's and aigw's (none
+	// yet) together, as /debug/config does.
+	if sum := s.debugConfig(t).Checksum; metricValue(t, s, `ratelimit_sidecar_config_info{checksum="`+sum+`"}`) != 1 {
+		t.Errorf("config_info does not name the rules in use, %s", sum)
+	}
 
 	aigw.Set(t, aigwNode, "1", xdstest.RateLimitConfig(aigwDomain, "backend_name", 1, rlsconf.RateLimitUnit_HOUR))
 	_, n := aigw.Await(t, 0, "ACKing version 1", isACK("1"))
@@ -195,7 +200,9 @@ func TestRuleFilesHoldTheirDomain(t *testing.T) {
 	if err := os.WriteFile(file, []byte("domain: local\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return metricValue(t, s, `ratelimit_sidecar_rule_source_refused_domains{source="eg"}`) == 0 })
+	waitFor(t, func() bool {
+		return metricValue(t, s, `ratelimit_sidecar_rule_source_refused_domains{source="eg"}`) == 0
+	})
 	s.hits(t, "edge", "user", "bob", rlsOK, rlsOver) // eg's 1 an hour now
 	s.hits(t, "local", "user", "bob", rlsOK, rlsOver)
 }
