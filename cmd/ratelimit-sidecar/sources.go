@@ -96,7 +96,7 @@ func combinedRules(c *settings, opts config.Options, engine *limits.Engine, log 
 		if err != nil {
 			return nil, err
 		}
-		x, err := newXDSRules(c, src, log, report)
+		x, err := newXDSRules(c, src, log.With(zap.String("source", xdsSource)), report)
 		if err != nil {
 			return nil, err
 		}
@@ -106,7 +106,7 @@ func combinedRules(c *settings, opts config.Options, engine *limits.Engine, log 
 		if err != nil {
 			return nil, err
 		}
-		mr.parts = append(mr.parts, namedSource{filesSource, newReloader(c, opts, src, log, report), nil})
+		mr.parts = append(mr.parts, namedSource{filesSource, newReloader(c, opts, src, log.With(zap.String("source", filesSource)), report), nil})
 	}
 	for _, s := range c.xds.sources {
 		src, report, err := add(s.Name, limits.NewRuleset(nil, nil, config.Checksum(nil)))
