@@ -347,3 +347,19 @@ type Entry struct {
 	Key   string
 	Value string
 }
+
+// Join returns a Ruleset made of domains of others: each domain named in
+// from is taken, as compiled, from the Ruleset it maps to; a domain that
+// Ruleset does not hold is left out. Rules are shared, not copied, so
+// that a domain decides the same in both. files and checksum describe the
+// whole. It lets rules from several sources (rule files, xDS servers)
+// decide in one engine.
+func Join(from map[string]*Ruleset, files []string, checksum string) *Ruleset {
+	rs := &Ruleset{Checksum: checksum, Files: files, domains: make(map[string]*domainRules, len(from))}
+	for d, src := range from {
+		if dr := src.domains[d]; dr != nil {
+			rs.domains[d] = dr
+		}
+	}
+	return rs
+}
