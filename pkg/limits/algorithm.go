@@ -135,6 +135,10 @@ type Limit struct {
 	window time.Duration // Multiplier × Unit
 	tick   int64         // time resolution in µs; see compile
 	id     string        // algorithm and window, part of every store key
+	// tickFor, if above Requests and Burst, is the count the tick is
+	// chosen for: an override's bucket keeps one tick whatever it is sent
+	// (see OverrideSpec).
+	tickFor uint64
 }
 
 // NewLimit returns a compiled limit, or an error if the numbers cannot be
@@ -175,11 +179,11 @@ func (l *Limit) compile() error {
 	// then it grows by powers of ten (still dividing the window) until the
 	// arithmetic is exact again. Only huge limits over long windows pay
 	// with a coarser clock.
-	big := max(l.Requests, l.Burst) + 1
+	big := max(l.Requests, l.Burst, l.tickFor) + 1
 	l.tick = 1
 	for big > maxExact/4/uint64(w/l.tick) {
 		if w%(l.tick*10) != 0 {
-			return fmt.Errorf("%d requests over %s cannot be counted exactly; use a smaller limit or a shorter window", max(l.Requests, l.Burst), l.window)
+			return fmt.Errorf("%d requests over %s cannot be counted exactly; use a smaller limit or a shorter window", max(l.Requests, l.Burst, l.tickFor), l.window)
 		}
 		l.tick *= 10
 	}
