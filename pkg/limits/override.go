@@ -120,8 +120,14 @@ func (s *OverrideSpec) Check() error {
 	case s.Burst > MaxOverrideRequests:
 		return fmt.Errorf("burst %d is more than %d", s.Burst, uint64(MaxOverrideRequests))
 	}
+	// The most requests that can be sent needs the coarsest tick, which
+	// must still divide the window: if it compiles, every count does.
+	most := uint64(MaxOverrideRequests)
+	if s.Algorithm == SlidingLog {
+		most = MaxOverrideLog
+	}
 	for _, u := range Units {
-		if _, err := s.limit(&Override{Requests: MaxOverrideLog, Unit: u}); err != nil {
+		if _, err := s.limit(&Override{Requests: most, Unit: u}); err != nil {
 			return fmt.Errorf("%s: %w", u, err)
 		}
 	}

@@ -158,6 +158,9 @@ func TestOverrideSpecCheck(t *testing.T) {
 		{limits.OverrideSpec{Algorithm: limits.Concurrency}, "does not count a sent limit"},
 		{limits.OverrideSpec{Algorithm: limits.SlidingWindow, Burst: 5}, "burst applies only to token_bucket and leaky_bucket"},
 		{limits.OverrideSpec{Algorithm: limits.TokenBucket, Multiplier: 1 << 40}, "too long"},
+		// 600,001 s cannot be counted in the 10 s ticks that 2^32 − 1
+		// requests need, though 10,000 could be counted.
+		{limits.OverrideSpec{Algorithm: limits.SlidingWindow, Multiplier: 600_001}, "cannot be counted exactly"},
 	}
 	for _, tt := range tests {
 		err := tt.give.Check()
