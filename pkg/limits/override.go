@@ -120,14 +120,10 @@ func (s *OverrideSpec) Check() error {
 	case s.Burst > MaxOverrideRequests:
 		return fmt.Errorf("burst %d is more than %d", s.Burst, uint64(MaxOverrideRequests))
 	}
-	// The most requests that can be sent needs the coarsest tick, which
-	// must still divide the window: if it compiles, every count does.
-	most := uint64(MaxOverrideRequests)
-	if s.Algorithm == SlidingLog {
-		most = MaxOverrideLog
-	}
+	// Every unit may be sent: each must make a window that counts. A
+	// count too large for its window is refused with its request.
 	for _, u := range Units {
-		if _, err := s.limit(&Override{Requests: most, Unit: u}); err != nil {
+		if _, err := s.limit(&Override{Requests: MaxOverrideLog, Unit: u}); err != nil {
 			return fmt.Errorf("%s: %w", u, err)
 		}
 	}
@@ -136,9 +132,10 @@ func (s *OverrideSpec) Check() error {
 
 // limit compiles the limit that s counts o by, with its own identity:
 // override/<algorithm>/<window seconds>. A bucket's tick is the one a
-// limit of MaxOverrideRequests would have, whatever o's requests, so that
-// a bucket's stored level (scaled by the window in ticks) means the same
-// under every limit a tenant is sent.
+// limit of MaxOverrideRequests would have (or, where no power of ten
+// dividing the window is that coarse, the coarsest that is), whatever o's
+// requests, so that a bucket's stored level (scaled by the window in
+// ticks) means the same under every limit a tenant is sent.
 func (s *OverrideSpec) limit(o *Override) (*Limit, error) {
 	if s.Algorithm == SlidingLog && o.Requests > MaxOverrideLog {
 		return nil, fmt.Errorf("%d requests counted by sliding_log; at most %d (it keeps an entry per request)", o.Requests, MaxOverrideLog)

@@ -158,9 +158,10 @@ func TestOverrideSpecCheck(t *testing.T) {
 		{limits.OverrideSpec{Algorithm: limits.Concurrency}, "does not count a sent limit"},
 		{limits.OverrideSpec{Algorithm: limits.SlidingWindow, Burst: 5}, "burst applies only to token_bucket and leaky_bucket"},
 		{limits.OverrideSpec{Algorithm: limits.TokenBucket, Multiplier: 1 << 40}, "too long"},
-		// 600,001 s cannot be counted in the 10 s ticks that 2^32 − 1
-		// requests need, though 10,000 could be counted.
-		{limits.OverrideSpec{Algorithm: limits.SlidingWindow, Multiplier: 600_001}, "cannot be counted exactly"},
+		// 24 years cannot be counted in the 10,000 s ticks 2^32 − 1
+		// requests need (the window is no multiple of them); a bucket
+		// counts in 1,000 s ticks, which fit 2.9 billion.
+		{limits.OverrideSpec{Algorithm: limits.TokenBucket, Multiplier: 24}, ""},
 	}
 	for _, tt := range tests {
 		err := tt.give.Check()
@@ -186,5 +187,27 @@ func TestOverrideSlidingLogBound(t *testing.T) {
 	var re *limits.RequestError
 	if err := e.Decide(context.Background(), req, &d); !errors.As(err, &re) || re.Field != "descriptors[0].limit" {
 		t.Fatalf("Decide: %v, want a RequestError on descriptors[0].limit", err)
+	}
+}
+
+// A bucket of 24 years cannot have the tick 2^32 − 1 requests need; it
+// counts in the coarsest tick that divides its window, for every count
+// that fits it, and refuses the request of a count that does not.
+func TestOverrideBucketCoarsestTick(t *testing.T) {
+	rs := overrideRuleset(&limits.OverrideSpec{Algorithm: limits.TokenBucket, Multiplier: 24}, nil)
+	a := overrideCheck(t, rs, limits.OverrideShared, 5, limits.UnitYear)
+	b := overrideCheck(t, rs, limits.OverrideShared, 2_000_000_000, limits.UnitYear)
+	if a.Limit.Tick() != b.Limit.Tick() || a.Limit.Tick() != 1_000_000_000 {
+		t.Errorf("ticks %d and %d, want 1,000 s for both", a.Limit.Tick(), b.Limit.Tick())
+	}
+	e := limits.NewEngine(rs, admitAll{}, limits.EngineOptions{})
+	var d limits.Decision
+	req := &limits.Request{Domain: "d", Descriptors: []limits.Descriptor{{
+		Entries:  []limits.Entry{{Key: "user", Value: "alice"}},
+		Override: &limits.Override{Requests: 4_000_000_000, Unit: limits.UnitYear},
+	}}}
+	var re *limits.RequestError
+	if err := e.Decide(context.Background(), req, &d); !errors.As(err, &re) || re.Field != "descriptors[0].limit" || !strings.Contains(err.Error(), "cannot be counted exactly") {
+		t.Errorf("4 billion per 24 years: %v, want a RequestError on descriptors[0].limit", err)
 	}
 }
