@@ -3,7 +3,7 @@ package limits
 import (
 	"fmt"
 	"strconv"
-	"time"
+	"strings"
 )
 
 // OverrideKeys says which counter a descriptor's own limit (Envoy's
@@ -153,6 +153,8 @@ func (s *OverrideSpec) limit(o *Override) (*Limit, error) {
 	if err := l.compile(); err != nil {
 		return nil, err
 	}
-	l.id = fmt.Sprintf("override/%s/%d", s.Algorithm, l.window/time.Second)
+	// compile's id is <algorithm>/<window seconds>, the algorithm as
+	// counted; the key names the spec's.
+	l.id = "override/" + s.Algorithm.String() + l.id[strings.IndexByte(l.id, '/'):]
 	return l, nil
 }
