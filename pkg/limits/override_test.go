@@ -117,6 +117,7 @@ func TestRulesetOverrideSpec(t *testing.T) {
 	rs := limits.NewRuleset([]*limits.Domain{
 		{Name: "d", Rules: []*limits.Rule{tenant, other}, Override: dom},
 		{Name: "plain", Rules: []*limits.Rule{{Domain: "plain", Key: "user"}}},
+		{Name: "deep", Rules: []*limits.Rule{{Domain: "deep", Key: "a", Children: []*limits.Rule{{Domain: "deep", Key: "b", Override: leaf}}}}},
 	}, nil, "")
 	e := func(kv ...string) []limits.Entry {
 		var out []limits.Entry
@@ -137,6 +138,8 @@ func TestRulesetOverrideSpec(t *testing.T) {
 		{"no rule says: the domain's", "d", e("route", "r"), dom},
 		{"no rule reached: the domain's", "d", e("tenant", "a", "user", "u", "x", "y"), dom},
 		{"none at all", "plain", e("user", "u"), nil},
+		{"a rule's alone, deep in the tree", "deep", e("a", "1", "b", "2"), leaf},
+		{"not reached in that domain", "deep", e("a", "1"), nil},
 		{"unknown domain", "nope", e("user", "u"), nil},
 	}
 	for _, tt := range tests {

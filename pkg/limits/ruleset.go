@@ -38,6 +38,8 @@ type domainRules struct {
 	root    *Rule       // a synthetic rule whose Children are the top level
 	failure FailureMode // failure_mode; FailDefault if unset
 	holds   bool        // a rule sets HoldKey: see MatchHold
+	// overrides: the domain or a rule sets Override; see OverrideSpec.
+	overrides bool
 }
 
 // NewRuleset compiles domains into a Ruleset: it names every rule and
@@ -51,10 +53,11 @@ func NewRuleset(domains []*Domain, files []string, checksum string) *Ruleset {
 	for _, d := range domains {
 		root := &Rule{Domain: d.Name, Children: d.Rules, Override: d.Override}
 		root.index(0, nil)
-		dr := &domainRules{name: d.Name, root: root, failure: d.FailureMode}
+		dr := &domainRules{name: d.Name, root: root, failure: d.FailureMode, overrides: d.Override != nil}
 		yieldTree(d.Name, root.Children, func(_ string, r *Rule) bool {
 			dr.holds = dr.holds || r.HoldKey != ""
-			return !dr.holds
+			dr.overrides = dr.overrides || r.Override != nil
+			return !dr.holds || !dr.overrides
 		})
 		rs.domains[d.Name] = dr
 	}
@@ -260,7 +263,7 @@ func yieldTree(domain string, rules []*Rule, yield func(string, *Rule) bool) boo
 // window. The rules' own limits do not apply to such a descriptor.
 func (rs *Ruleset) OverrideSpec(domain string, entries []Entry) *OverrideSpec {
 	d := rs.domains[domain]
-	if d == nil {
+	if d == nil || !d.overrides {
 		return nil
 	}
 	if r := rs.Match(domain, entries); r != nil {
