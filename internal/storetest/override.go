@@ -185,6 +185,33 @@ func RunOverrideAlgorithms(t *testing.T, newStore Factory) {
 			})
 		}
 	}
+	t.Run("override/bucket_tick", func(t *testing.T) {
+		// 30,000 a day needs 10 µs ticks and 20,000 would count in 1 µs
+		// ticks: a bucket emptied under the one stays empty under the
+		// other, its stored tick read in the units it was written in.
+		for _, alg := range []limits.Algorithm{limits.TokenBucket, limits.LeakyBucket} {
+			t.Run(alg.String(), func(t *testing.T) {
+				clk := NewClock(Epoch)
+				e := limits.NewEngine(overrideRulesWith(t, &limits.OverrideSpec{Algorithm: alg}, nil), newStore(t, clk), limits.EngineOptions{})
+				var d limits.Decision
+				for i, step := range []struct {
+					requests, hits uint64
+					want           limits.Code
+				}{{30_000, 30_000, limits.OK}, {20_000, 1, limits.OverLimit}, {30_000, 1, limits.OverLimit}} {
+					desc := limits.Descriptor{
+						Entries:  []limits.Entry{{Key: "user", Value: "alice"}},
+						Override: &limits.Override{Requests: step.requests, Unit: limits.UnitDay},
+					}
+					if err := e.Decide(context.Background(), &limits.Request{Domain: "overrides", Descriptors: []limits.Descriptor{desc}, Hits: step.hits}, &d); err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+					if got := d.Statuses[0].Code; got != step.want {
+						t.Errorf("step %d, %d hits under %d a day: %v, want %v", i, step.hits, step.requests, got, step.want)
+					}
+				}
+			})
+		}
+	})
 	t.Run("override/charge", func(t *testing.T) {
 		// hits_addend on the descriptor is a usage charge by default,
 		// counted past the limit; charge admission makes it all or
