@@ -303,9 +303,10 @@ func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 // The fields each mapping of a rule file has, for the nearest-name hint of
 // an unknown one. Each parsing function's switch has a case for each.
 var (
-	fileFields       = []string{"domain", "descriptors", "failure_mode"}
+	fileFields       = []string{"domain", "descriptors", "failure_mode", "override"}
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
-		"detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "charge", "metadata", "hold_key"}
+		"detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "charge", "metadata", "hold_key",
+		"override"}
 	limitFieldNames = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
 		"burst", "unit_multiplier", "lease", "release_after"}
 )
@@ -362,7 +363,8 @@ func (p *parser) parseFile(f File) *limits.Domain {
 		return nil
 	}
 	var domain string
-	var domainNode, descNode, failNode *yaml.Node
+	var domainNode, descNode, failNode, overNode *yaml.Node
+	var over *limits.OverrideSpec
 	failure := limits.FailDefault
 	p.fields(root, "", func(key string, k, v *yaml.Node) {
 		switch key {
@@ -378,6 +380,8 @@ func (p *parser) parseFile(f File) *limits.Domain {
 				p.errorf(v, key, "%v", err)
 			}
 			failure = m
+		case "override":
+			overNode, over = v, p.override(v, key)
 		default:
 			p.unknownField(k, key, key, fileFields)
 		}
@@ -403,6 +407,12 @@ func (p *parser) parseFile(f File) *limits.Domain {
 			p.errorf(failNode, "failure_mode", "%s, but another file of domain %q says %s", failure, domain, d.FailureMode)
 		}
 		d.FailureMode = failure
+	}
+	if over != nil {
+		if d.Override != nil && *d.Override != *over {
+			p.errorf(overNode, "override", "another file of domain %q sets a different override", domain)
+		}
+		d.Override = over
 	}
 	p.descriptors(domain, &d.Rules, descNode, "descriptors")
 	if seen {
@@ -515,6 +525,8 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 			r.Charge = c
 		case "metadata":
 			r.Metadata = p.metadata(v, fp)
+		case "override":
+			r.Override = p.override(v, fp)
 		case "hold_key":
 			holdNode = v
 			r.HoldKey = p.str(v, fp)

@@ -135,6 +135,10 @@ type Limit struct {
 	window time.Duration // Multiplier × Unit
 	tick   int64         // time resolution in µs; see compile
 	id     string        // algorithm and window, part of every store key
+	// tickFor, if above Requests and Burst, is the count the tick is
+	// chosen for: an override's bucket keeps one tick whatever it is sent
+	// (see OverrideSpec).
+	tickFor uint64
 }
 
 // NewLimit returns a compiled limit, or an error if the numbers cannot be
@@ -175,10 +179,18 @@ func (l *Limit) compile() error {
 	// then it grows by powers of ten (still dividing the window) until the
 	// arithmetic is exact again. Only huge limits over long windows pay
 	// with a coarser clock.
+	//
+	// tickFor asks for the tick of a larger count, as far as a power of
+	// ten dividing the window allows: the tick then depends on the window
+	// alone, and the limit's own count must fit it.
 	big := max(l.Requests, l.Burst) + 1
+	want := max(big, l.tickFor+1)
 	l.tick = 1
-	for big > maxExact/4/uint64(w/l.tick) {
+	for want > maxExact/4/uint64(w/l.tick) {
 		if w%(l.tick*10) != 0 {
+			if big <= maxExact/4/uint64(w/l.tick) {
+				break
+			}
 			return fmt.Errorf("%d requests over %s cannot be counted exactly; use a smaller limit or a shorter window", max(l.Requests, l.Burst), l.window)
 		}
 		l.tick *= 10
