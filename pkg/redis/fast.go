@@ -81,7 +81,7 @@ func (g *fastGate) missed() {
 // fast.lua knows no calendar, so a batch with one goes there whole.
 func fastCheck(c *limits.Check) bool {
 	alg := c.Limit.Algorithm
-	return alg != limits.SlidingLog && alg != limits.Concurrency && c.Hits > 0 && c.Extra == 0 && c.Group == 0 && !c.Usage && !c.Refund && !c.Limit.Calendared()
+	return alg != limits.SlidingLog && alg != limits.Concurrency && c.Hold == "" && c.Limit.ReleaseAfter == 0 && c.Hits > 0 && c.Extra == 0 && c.Group == 0 && !c.Usage && !c.Refund && !c.Limit.Calendared()
 }
 
 // fastScratch is what a call that leads a batch in MODE_FAST keeps to
