@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
@@ -109,6 +110,11 @@ func TestCalendarMonthReferenceEnv(t *testing.T) {
 			env["CACHE_KEY_PREFIX"] = tt.name + "_"
 			s := startAs(t, "/bin/ratelimit", env)
 			resetWithin(t, s.rls, userRequest("alice", 1), tt.window)
+			// A limit Envoy sends (descriptor.limit) of a month counts as
+			// the reference counts it: as the rules' months.
+			sent := userRequest("bob", 1)
+			sent.Descriptors[0].Limit = &rlscommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 50, Unit: 5} // MONTH
+			resetWithin(t, s.rls, sent, tt.window)
 		})
 	}
 }

@@ -159,7 +159,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.rejections.values, "log-rejections-values", "hash", "how rejection lines and the counter reset's log line show descriptor values and counter keys, which may be secret: hash (sha256: and 12 hex digits) or plain")
 	fs.BoolVar(&c.counterReset, "admin-counter-reset", false, "allow POST /debug/counters/reset on the admin address, which deletes counters from the store")
 	fs.BoolVar(&c.mergeDomains, "merge-domains", false, "let several rule files add to one domain")
-	fs.BoolVar(&c.calendarMonths, "calendar-months", false, "count every fixed window of one month that sets no calendar of its own as a UTC calendar month, as envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT; without it a month is 30 days from the Unix epoch")
+	fs.BoolVar(&c.calendarMonths, "calendar-months", false, "count every fixed window of one month that sets no calendar of its own, and every month Envoy sends without an override, as a UTC calendar month, as envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT; without it a month is 30 days from the Unix epoch")
 	fs.BoolVar(&c.allowEmptyRules, "allow-empty-rules", false, "start, and accept reloads, with no rule files, answering OK to every request (logged at Warn); without it no rules is a config error")
 	fs.DurationVar(&c.drainDelay, "drain-delay", 0, "on SIGTERM, how long to report NOT_SERVING before stopping, so Envoy and Kubernetes stop sending")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish at shutdown")

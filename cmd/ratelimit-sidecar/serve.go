@@ -247,13 +247,14 @@ func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Met
 	local := memory.New(memory.Options{MaxKeys: c.memoryMaxKeys})
 	m.MemoryStore("local", local)
 	return limits.NewEngine(rs, st, limits.EngineOptions{
-		Limits:       c.request,
-		FailureMode:  c.failureMode,
-		Local:        local,
-		LocalDivisor: c.localDivisor,
-		Observer:     m,
-		OverrideKeys: c.overrideKeys,
-		QuotaMode:    c.ref.quotaMode,
+		Limits:         c.request,
+		FailureMode:    c.failureMode,
+		Local:          local,
+		LocalDivisor:   c.localDivisor,
+		Observer:       m,
+		OverrideKeys:   c.overrideKeys,
+		QuotaMode:      c.ref.quotaMode,
+		CalendarMonths: c.calendarMonths,
 	})
 }
 

@@ -92,6 +92,10 @@ func (p *parser) calendar(l *limits.Limit, ln limitNodes, path string) *limits.L
 		p.errorf(c.week, join(path, "week_start"), "applies only to unit week, not %s", l.Unit)
 		return nil
 	}
+	if c.day != nil && l.Unit != limits.UnitMonth {
+		p.errorf(c.day, join(path, "reset_day"), "applies only to unit month, not %s", l.Unit)
+		return nil
+	}
 	cl, err := l.WithCalendar(cal)
 	if err != nil {
 		p.errorf(c.on, join(path, "calendar"), "%v", err)

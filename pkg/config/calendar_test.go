@@ -66,3 +66,32 @@ func limitOf(t *testing.T, rs *limits.Ruleset, domain, key, value string) *limit
 	t.Fatalf("no rule %s=%s", key, value)
 	return nil
 }
+
+// TestOverrideCalendarFields: a file's override and a rule's put Envoy's
+// sent limits on a calendar; the file's time_zone is the default however
+// late in the file it comes.
+func TestOverrideCalendarFields(t *testing.T) {
+	rs, err := config.Load("testdata/calendar_override.yaml", config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		key       string
+		wantZone  string
+		wantWeek  time.Weekday
+		wantReset int
+	}{
+		{"tenant", "Europe/Berlin", time.Monday, 15},
+		{"team", "Asia/Tokyo", time.Sunday, 0},
+	}
+	for _, tt := range tests {
+		s := rs.OverrideSpec("tenants", []limits.Entry{{Key: tt.key, Value: "x"}})
+		if s == nil || s.Calendar == nil {
+			t.Fatalf("%s: override %+v, want one with a calendar", tt.key, s)
+		}
+		c := s.Calendar
+		if c.Location.String() != tt.wantZone || c.WeekStart != tt.wantWeek || c.ResetDay != tt.wantReset {
+			t.Errorf("%s: calendar %s, %s, %d; want %s, %s, %d", tt.key, c.Location, c.WeekStart, c.ResetDay, tt.wantZone, tt.wantWeek, tt.wantReset)
+		}
+	}
+}

@@ -418,7 +418,10 @@ func (p *parser) parseFile(f File) *limits.Domain {
 		d.FailureMode = failure
 	}
 	if over != nil {
-		if d.Override != nil && *d.Override != *over {
+		if over.Calendar != nil && over.Calendar.Location == nil {
+			over.Calendar.Location = p.zone // the file's, wherever it says it
+		}
+		if d.Override != nil && !sameOverride(d.Override, over) {
 			p.errorf(overNode, "override", "another file of domain %q sets a different override", domain)
 		}
 		d.Override = over

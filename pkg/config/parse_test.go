@@ -57,6 +57,14 @@ func TestLoadRejects(t *testing.T) {
 			want: "testdata/calendar_zone_without.bad.yaml:7: descriptors[0].rate_limit.time_zone: applies only with calendar: true",
 		},
 		{
+			give: []string{"testdata/calendar_reset_day_unit.bad.yaml"},
+			want: "testdata/calendar_reset_day_unit.bad.yaml:8: descriptors[0].rate_limit.reset_day: applies only to unit month, not day",
+		},
+		{
+			give: []string{"testdata/calendar_override_bucket.bad.yaml"},
+			want: "testdata/calendar_override_bucket.bad.yaml:6: descriptors[0].override.calendar: a calendar window is counted as a fixed_window of one unit, not token_bucket over 1",
+		},
+		{
 			give: []string{"testdata/calendar_reset_day.bad.yaml"},
 			want: "testdata/calendar_reset_day.bad.yaml:8: descriptors[0].rate_limit.reset_day:",
 		},
@@ -258,7 +266,7 @@ func TestLoadRejects(t *testing.T) {
 		},
 		{
 			give: []string{"testdata/override_not_mapping.bad.yaml"},
-			want: `testdata/override_not_mapping.bad.yaml:4: descriptors[0].override: want a mapping of how Envoy's descriptor.limit is counted (algorithm, unit_multiplier, burst, charge), got "token_bucket"`,
+			want: `testdata/override_not_mapping.bad.yaml:4: descriptors[0].override: want a mapping of how Envoy's descriptor.limit is counted (algorithm, unit_multiplier, burst, charge, calendar, time_zone, week_start, reset_day), got "token_bucket"`,
 		},
 		{
 			give: []string{"testdata/rate_limits_same_window.bad.yaml"},

@@ -3,6 +3,7 @@ package limits
 import (
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 )
 
@@ -136,10 +137,10 @@ type Limit struct {
 	// Calendar); nil keeps windows aligned to the Unix epoch.
 	Calendar *Calendar
 
-	window time.Duration // Multiplier × Unit
-	spans  *spans        // set for a Calendar: its last window
-	tick   int64         // time resolution in µs; see compile
-	id     string        // algorithm and window, part of every store key
+	window time.Duration         // Multiplier × Unit
+	spans  *atomic.Pointer[span] // a Calendar's last window of Unit
+	tick   int64                 // time resolution in µs; see compile
+	id     string                // algorithm and window, part of every store key
 	// tickFor, if above Requests and Burst, is the count the tick is
 	// chosen for: an override's bucket keeps one tick whatever it is sent
 	// (see OverrideSpec).
@@ -229,12 +230,10 @@ func (l *Limit) compileCalendar() error {
 		return fmt.Errorf("a calendar window is counted as a fixed_window, not %s", l.Algorithm)
 	case c.ResetDay < 0 || c.ResetDay > 31:
 		return fmt.Errorf("reset day %d is not a day of the month (1 to 31)", c.ResetDay)
-	case c.ResetDay > 1 && l.Unit != UnitMonth:
-		return fmt.Errorf("a reset day is for month windows, not %s", l.Unit)
 	case c.WeekStart < time.Sunday || c.WeekStart > time.Saturday:
 		return fmt.Errorf("unknown week start %d", c.WeekStart)
 	}
-	l.spans = &spans{}
+	l.spans = &c.last[l.Unit]
 	return nil
 }
 

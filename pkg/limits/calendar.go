@@ -23,7 +23,14 @@ type Calendar struct {
 	WeekStart time.Weekday
 	// ResetDay is the day of the month on which a month window starts,
 	// 1 to 31 (0 means 1); a month with fewer days starts on its last.
+	// Windows of other units ignore it.
 	ResetDay int
+
+	// last remembers, per unit, the window computed last (see
+	// Limit.Span), so that every limit on the calendar, Envoy's
+	// per-request limits too, computes each window once. A Calendar
+	// must not be copied or changed once a limit uses it.
+	last [UnitWeek + 1]atomic.Pointer[span]
 }
 
 // NewCalendarLimit returns a compiled fixed window limit of requests per
@@ -42,6 +49,15 @@ func (l *Limit) WithCalendar(c *Calendar) (*Limit, error) {
 		return nil, err
 	}
 	return &n, nil
+}
+
+// utcMonths returns the calendar of EngineOptions.CalendarMonths: UTC
+// months from the 1st, or nil if on is false.
+func utcMonths(on bool) *Calendar {
+	if !on {
+		return nil
+	}
+	return &Calendar{}
 }
 
 // calendarUnit reports whether u can be calendar-aligned.
@@ -125,13 +141,6 @@ type span struct {
 	prev, start, end, next int64
 }
 
-// spans remembers a calendar limit's last window, so that the checks
-// within one window compute it once. Safe for concurrent use; copies of
-// a limit (WithBurst) share it.
-type spans struct {
-	last atomic.Pointer[span]
-}
-
 // Span returns the window of a fixed window limit that holds now (µs):
 // [start, end). Calendar-aligned limits (Limit.Calendar) have the
 // calendar's window; the others the multiple of the window since the
@@ -162,7 +171,7 @@ func (l *Limit) Edges(now int64) (prev, start, end, next int64) {
 }
 
 func (l *Limit) calSpan(now int64) *span {
-	if s := l.spans.last.Load(); s != nil && s.start <= now && now < s.end {
+	if s := l.spans.Load(); s != nil && s.start <= now && now < s.end {
 		return s
 	}
 	c := l.Calendar
@@ -170,7 +179,7 @@ func (l *Limit) calSpan(now int64) *span {
 	prev, _ := c.Window(l.Unit, start.Add(-time.Microsecond))
 	_, next := c.Window(l.Unit, end)
 	s := &span{prev: prev.UnixMicro(), start: start.UnixMicro(), end: end.UnixMicro(), next: next.UnixMicro()}
-	l.spans.last.Store(s)
+	l.spans.Store(s)
 	return s
 }
 

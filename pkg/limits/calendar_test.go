@@ -1,6 +1,8 @@
 package limits_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 	_ "time/tzdata" // the tests need zones on machines without /usr/share/zoneinfo
@@ -135,10 +137,6 @@ func TestCalendarRefused(t *testing.T) {
 		give func() error
 	}{
 		{"hour", func() error { _, err := limits.NewCalendarLimit(1, limits.UnitHour, cal); return err }},
-		{"reset day on a day", func() error {
-			_, err := limits.NewCalendarLimit(1, limits.UnitDay, &limits.Calendar{ResetDay: 3})
-			return err
-		}},
 		{"reset day 32", func() error {
 			_, err := limits.NewCalendarLimit(1, limits.UnitMonth, &limits.Calendar{ResetDay: 32})
 			return err
@@ -189,5 +187,82 @@ func TestCalendarText(t *testing.T) {
 	}
 	if got, want := l.ID(), "fixed_window/month@Europe/Berlin/15/1"; got != want {
 		t.Errorf("ID() = %q, want %q", got, want)
+	}
+}
+
+// overrideLimitOf returns the limit the engine counts a sent limit of
+// requests per unit by, on rs's rule user in domain d, with opts.
+func overrideLimitOf(t *testing.T, rs *limits.Ruleset, opts limits.EngineOptions, requests uint64, unit limits.Unit) limits.Check {
+	t.Helper()
+	e := limits.NewEngine(rs, admitAllStore{}, opts)
+	var d limits.Decision
+	req := &limits.Request{Domain: "d", Descriptors: []limits.Descriptor{{
+		Entries:  []limits.Entry{{Key: "user", Value: "alice"}},
+		Override: &limits.Override{Requests: requests, Unit: unit},
+	}}}
+	if err := e.Decide(context.Background(), req, &d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Checks()) != 1 {
+		t.Fatalf("%d checks, want 1", len(d.Checks()))
+	}
+	return d.Checks()[0]
+}
+
+type admitAllStore struct{}
+
+func (admitAllStore) Apply(_ context.Context, b *limits.Batch) error {
+	b.SizeOutcomes()
+	b.Admitted = true
+	return nil
+}
+
+// TestOverrideCalendar: Envoy's per-request limits of a month are UTC
+// calendar months with EngineOptions.CalendarMonths, on the key of the
+// rules' calendar months as the reference shares it (separate keys stay
+// separate); an OverrideSpec's calendar aligns sent days to New York's,
+// and leaves sent hours on the epoch.
+func TestOverrideCalendar(t *testing.T) {
+	plain := limits.NewRuleset([]*limits.Domain{{Name: "d", Rules: []*limits.Rule{{Domain: "d", Key: "user"}}}}, nil, "")
+	utcMonth, err := limits.NewCalendarLimit(5, limits.UnitMonth, &limits.Calendar{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	months := limits.EngineOptions{CalendarMonths: true}
+	c := overrideLimitOf(t, plain, months, 5, limits.UnitMonth)
+	if c.Limit.Calendar == nil || c.Limit.ID() != utcMonth.ID() || !strings.HasSuffix(c.Key, utcMonth.ID()) {
+		t.Errorf("sent month with CalendarMonths: key %q, calendar %v; want a UTC calendar month on %s", c.Key, c.Limit.Calendar, utcMonth.ID())
+	}
+	if c := overrideLimitOf(t, plain, limits.EngineOptions{}, 5, limits.UnitMonth); c.Limit.Calendar != nil {
+		t.Errorf("sent month without CalendarMonths is on a calendar: %q", c.Key)
+	}
+	if c := overrideLimitOf(t, plain, limits.EngineOptions{CalendarMonths: true, OverrideKeys: limits.OverrideSeparate}, 5, limits.UnitMonth); c.Limit.Calendar == nil || !strings.HasSuffix(c.Key, "override/5/month") {
+		t.Errorf("separate sent month with CalendarMonths: key %q calendar %v; want override/5/month on a calendar", c.Key, c.Limit.Calendar)
+	}
+	if c := overrideLimitOf(t, plain, months, 5, limits.UnitDay); c.Limit.Calendar != nil {
+		t.Errorf("sent day with CalendarMonths is on a calendar: %q", c.Key)
+	}
+
+	ny := zone(t, "America/New_York")
+	spec := &limits.OverrideSpec{Calendar: &limits.Calendar{Location: ny}}
+	if err := spec.Check(); err != nil {
+		t.Fatal(err)
+	}
+	rs := limits.NewRuleset([]*limits.Domain{{Name: "d", Rules: []*limits.Rule{{Domain: "d", Key: "user"}}, Override: spec}}, nil, "")
+	day := overrideLimitOf(t, rs, limits.EngineOptions{}, 100, limits.UnitDay)
+	now := time.Date(2024, 11, 3, 12, 0, 0, 0, ny) // a day of 25 hours
+	if _, end := day.Limit.Span(now.UnixMicro()); end != time.Date(2024, 11, 4, 0, 0, 0, 0, ny).UnixMicro() {
+		t.Errorf("sent day under a New York spec ends %s, want New York's midnight", time.UnixMicro(end).In(ny))
+	}
+	if got, want := day.Key[strings.LastIndexByte(day.Key, '}')+1:], "43:override/fixed_window/day@America/New_York/1"; !strings.HasSuffix(got, want[3:]) {
+		t.Errorf("key %q, want one ending %q", day.Key, want[3:])
+	}
+	if hour := overrideLimitOf(t, rs, limits.EngineOptions{}, 100, limits.UnitHour); hour.Limit.Calendar != nil {
+		t.Errorf("sent hour under a calendar spec is on the calendar: %q", hour.Key)
+	}
+	// A calendar spec counts fixed windows only.
+	bad := &limits.OverrideSpec{Algorithm: limits.TokenBucket, Calendar: &limits.Calendar{}}
+	if err := bad.Check(); err == nil {
+		t.Error("a token bucket spec with a calendar passes Check")
 	}
 }
