@@ -67,6 +67,7 @@ type settings struct {
 	env envlog.Report // where the settings came from: environ.go
 
 	tracing tracingSettings // --tracing*: see tracing.go
+	push    pushSettings    // --statsd-*: see push.go
 
 	rlqsBucketTTL  time.Duration // --rlqs-bucket-ttl
 	rlqsIdleAfter  time.Duration // --rlqs-idle-after
@@ -231,6 +232,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.xds.overlay, "xds-overlay", "", "YAML file that gives pushed rules our algorithms, windows, bursts, leases, extra limits and failure modes, matched by domain and descriptor path or limit name; reread when it changes (see docs/xds.md)")
 	fs.BoolVar(&c.xds.forceStart, "force-start-without-rules", false, "with --config-type xds, be ready before the first push, with no rules until it arrives (envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, health and /readyz report not serving until the first good push")
 	c.tracing.define(fs)
+	c.push.define(fs)
 	c.defineRef(fs)
 	return &failure
 }
@@ -245,6 +247,7 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 		c.tls.check,
 		c.xds.finish,
 		func() error { return c.tracing.check(getenv) },
+		c.push.check,
 		c.checkRequestLimits,
 		c.checkRLQS,
 		c.checkRedis,

@@ -86,8 +86,9 @@ type Options struct {
 // Sink sends stats to one receiver. Flush may be called from one
 // goroutine at a time; Run calls it.
 type Sink struct {
-	o    Options
-	tags string // the tags as each line carries them
+	o       Options
+	tags    string // the tags as each line carries them
+	failing bool   // the last flush of Run failed; Run's own
 
 	mu   sync.Mutex // guards the fields below, and serialises Flush
 	conn net.Conn   // nil until dialled, and after a failure
@@ -138,10 +139,18 @@ func (s *Sink) Run(ctx context.Context, interval time.Duration) {
 	}
 }
 
+// flushLogged flushes, and logs when flushes start failing and when
+// they succeed again: a receiver that is down is one line, not one per
+// flush (Errors counts each).
 func (s *Sink) flushLogged() {
-	if err := s.Flush(); err != nil {
-		s.o.Log.Warn("statsd flush failed", zap.String("addr", s.o.Addr), zap.Error(err))
+	err := s.Flush()
+	switch {
+	case err != nil && !s.failing:
+		s.o.Log.Warn("statsd flush failed; the stats not sent are sent by the next flush that succeeds", zap.String("addr", s.o.Addr), zap.Error(err))
+	case err == nil && s.failing:
+		s.o.Log.Info("statsd flushes succeed again", zap.String("addr", s.o.Addr))
 	}
+	s.failing = err != nil
 }
 
 // Close closes the connection, if any.
