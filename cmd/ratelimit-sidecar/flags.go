@@ -67,7 +67,7 @@ type settings struct {
 	env envlog.Report // where the settings came from: environ.go
 
 	tracing tracingSettings // --tracing*: see tracing.go
-	push    pushSettings    // --statsd-*: see push.go
+	push    pushSettings    // --statsd-*, --otlp-metrics*: see push.go
 
 	rlqsBucketTTL  time.Duration // --rlqs-bucket-ttl
 	rlqsIdleAfter  time.Duration // --rlqs-idle-after
@@ -247,7 +247,7 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 		c.tls.check,
 		c.xds.finish,
 		func() error { return c.tracing.check(getenv) },
-		c.push.check,
+		func() error { return c.push.check(getenv) },
 		c.checkRequestLimits,
 		c.checkRLQS,
 		c.checkRedis,

@@ -80,11 +80,11 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	}
 	defer st.closeLogged(log)
 	engine := newEngine(rs, st, c, m)
-	push, err := startPush(c, log, m, engine.Rules)
+	push, err := startPush(ctx, c, log, m, engine.Rules)
 	if err != nil {
 		return err
 	}
-	defer push.stop() // on a startup error; else below
+	defer push.stop(c.shutdownTimeout) // on a startup error; else below
 
 	var srv *servers // set before anything reloads: rules load from run on
 	// onRules follows every reload and xDS push.
@@ -131,7 +131,7 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	// queued before the store closes.
 	tr.shutdown(c.shutdownTimeout)
 	// The last stats, counted until the servers stopped.
-	push.stop()
+	push.stop(c.shutdownTimeout)
 	return err
 }
 
