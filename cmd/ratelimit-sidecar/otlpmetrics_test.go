@@ -59,7 +59,8 @@ func TestOTLPMetricsFlags(t *testing.T) {
 		{nil, []string{"--statsd-addr=statsd:8125", "--statsd-tags=team"}, `--statsd-tags: want key=value entries, got "team"`},
 		{nil, []string{"--statsd-addr=statsd:8125", "--statsd-mogrifiers=[{\"pattern\":\"a\",\"name\":\"b\"}]"}, "--statsd-mogrifiers: needs --statsd-format dogstatsd"},
 		{nil, []string{"--statsd-addr=statsd:8125", "--statsd-format=dogstatsd", "--statsd-mogrifiers=[{\"pattern\":\"(\",\"name\":\"b\"}]"}, "--statsd-mogrifiers[0].pattern: error parsing regexp"},
-		{nil, []string{"--statsd-addr=statsd:8125", "--statsd-protocol=unix"}, `--statsd-protocol: want udp or tcp, got "unix"`},
+		{nil, []string{"--statsd-addr=statsd:8125", "--statsd-protocol=unix"}, `--statsd-protocol: want udp, tcp or unixgram, got "unix"`},
+		{nil, []string{"--statsd-addr=statsd"}, `--statsd-addr: want host:port, got "statsd"`},
 	}
 	for _, tt := range tests {
 		_, err := parseEnv("ratelimit-sidecar", tt.env, tt.args...)

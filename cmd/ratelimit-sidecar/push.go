@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"net/url"
 	"regexp"
 	"strings"
@@ -42,11 +43,12 @@ type pushSettings struct {
 	format     statsd.Format
 	tags       map[string]string
 	mogrifiers []statsd.Mogrifier
+	globalTags []string // DogStatsD's from DD_ENV, DD_SERVICE, ...
 }
 
 func (p *pushSettings) define(fs *flag.FlagSet) {
-	fs.StringVar(&p.statsdAddr, "statsd-addr", "", "`host:port` of a statsd or DogStatsD receiver (statsd_exporter, a Datadog agent) to push envoyproxy/ratelimit's stats to, under its names (docs/metrics.md); empty: none. Prometheus metrics are served either way")
-	fs.StringVar(&p.statsdProtocol, "statsd-protocol", "udp", "udp or tcp (envoyproxy/ratelimit's statsd client's)")
+	fs.StringVar(&p.statsdAddr, "statsd-addr", "", "`host:port` of a statsd or DogStatsD receiver (statsd_exporter, a Datadog agent), or with --statsd-protocol unixgram a socket's path, to push envoyproxy/ratelimit's stats to, under its names (docs/metrics.md); empty: none. Prometheus metrics are served either way")
+	fs.StringVar(&p.statsdProtocol, "statsd-protocol", "udp", "udp, tcp (envoyproxy/ratelimit's statsd client's) or unixgram (a Datadog agent's socket)")
 	fs.StringVar(&p.statsdFormat, "statsd-format", "statsd", "statsd (tags in the name, as .__key=value) or dogstatsd (tags as |#key:value)")
 	fs.StringVar(&p.statsdTags, "statsd-tags", "", "tags of every stat pushed: key=value,key=value (envoyproxy/ratelimit's EXTRA_TAGS)")
 	fs.StringVar(&p.statsdMogrifiers, "statsd-mogrifiers", "", `with --statsd-format dogstatsd, a JSON list of renamings, the first that matches a stat's name applying: [{"pattern":"^ratelimit\\.service\\.rate_limit\\.([^.]+)\\.(.*)\\.([^.]+)$","name":"ratelimit.service.rate_limit.$3","tags":{"domain":"$1","descriptor":"$2"}}] (envoyproxy/ratelimit's DOG_STATSD_MOGRIFIER_*)`)
@@ -81,14 +83,21 @@ func (p *pushSettings) check(getenv func(string) (string, bool)) error {
 	}
 	switch p.statsdProtocol {
 	case "udp", "tcp":
+		if _, _, err := net.SplitHostPort(p.statsdAddr); err != nil {
+			return fmt.Errorf("--statsd-addr: want host:port, got %q", p.statsdAddr)
+		}
+	case "unixgram":
 	default:
-		return fmt.Errorf("--statsd-protocol: want udp or tcp, got %q", p.statsdProtocol)
+		return fmt.Errorf("--statsd-protocol: want udp, tcp or unixgram, got %q", p.statsdProtocol)
 	}
 	if p.statsdInterval <= 0 {
 		return fmt.Errorf("--statsd-flush-interval: want more than 0, got %s", p.statsdInterval)
 	}
 	if p.tags, err = parseTags(p.statsdTags); err != nil {
 		return fmt.Errorf("--statsd-tags: %w", err)
+	}
+	if p.format == statsd.DogStatsD {
+		p.globalTags = statsd.DatadogEnvTags(getenv)
 	}
 	if p.statsdMogrifiers == "" {
 		return nil
@@ -210,6 +219,7 @@ func startPush(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 		Network:    c.push.statsdProtocol,
 		Format:     c.push.format,
 		Tags:       c.push.tags,
+		GlobalTags: c.push.globalTags,
 		Mogrifiers: c.push.mogrifiers,
 		Timeout:    min(c.push.statsdInterval, 2*time.Second),
 		Source:     metrics.NewReference(m.Registry, rules),

@@ -56,6 +56,10 @@ func ParseFormat(s string) (Format, error) {
 // UDP payload, which fits an Ethernet MTU with room for headers.
 const MaxDatagram = 1432
 
+// MaxUnixDatagram is the most bytes of one datagram on a Unix socket: the
+// Datadog agent's default dogstatsd_buffer_size.
+const MaxUnixDatagram = 8192
+
 // Source gives the stats to send: metrics.Reference.
 type Source interface {
 	Stats() []metrics.RefStat
@@ -63,11 +67,15 @@ type Source interface {
 
 // Options configure a Sink.
 type Options struct {
-	// Addr is the receiver's host:port.
+	// Addr is the receiver's host:port, or with unixgram a socket's path.
 	Addr string
-	// Network is udp or tcp.
+	// Network is udp, tcp or unixgram (a Datadog agent's socket).
 	Network string
 	Format  Format
+	// GlobalTags, key:value, come first on every DogStatsD line, as a
+	// Datadog client adds DD_ENV, DD_SERVICE, DD_VERSION and
+	// DD_ENTITY_ID (see DatadogEnvTags).
+	GlobalTags []string
 	// Tags are added to every stat (the reference's EXTRA_TAGS); their
 	// values' '.', ':' and '|' become '_', as the reference's client
 	// does. Entries with an empty key or value are dropped.
@@ -107,11 +115,15 @@ type timerState struct {
 func New(o Options) (*Sink, error) {
 	switch o.Network {
 	case "udp", "tcp":
+		if _, _, err := net.SplitHostPort(o.Addr); err != nil {
+			return nil, fmt.Errorf("statsd address: want host:port, got %q", o.Addr)
+		}
+	case "unixgram":
+		if o.Addr == "" {
+			return nil, errors.New("statsd address: want a socket's path")
+		}
 	default:
-		return nil, fmt.Errorf("statsd network: want udp or tcp, got %q", o.Network)
-	}
-	if _, _, err := net.SplitHostPort(o.Addr); err != nil {
-		return nil, fmt.Errorf("statsd address: want host:port, got %q", o.Addr)
+		return nil, fmt.Errorf("statsd network: want udp, tcp or unixgram, got %q", o.Network)
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 2 * time.Second
@@ -119,7 +131,11 @@ func New(o Options) (*Sink, error) {
 	if o.Log == nil {
 		o.Log = zap.NewNop()
 	}
-	return &Sink{o: o, tags: formatTags(o.Format, o.Tags), sent: map[string]float64{}, timers: map[string]timerState{}}, nil
+	tags := formatTags(o.Format, o.Tags)
+	if o.Format == DogStatsD && len(o.GlobalTags) > 0 {
+		tags = "|#" + strings.Join(o.GlobalTags, ",") + strings.Replace(tags, "|#", ",", 1)
+	}
+	return &Sink{o: o, tags: tags, sent: map[string]float64{}, timers: map[string]timerState{}}, nil
 }
 
 // Run flushes every interval until ctx ends, then flushes once more
@@ -363,7 +379,11 @@ func (s *Sink) sendStream(lines []line) error {
 
 func (s *Sink) sendDatagrams(lines []line) error {
 	var errs []error
-	buf := make([]byte, 0, MaxDatagram)
+	size := MaxDatagram
+	if s.o.Network == "unixgram" {
+		size = MaxUnixDatagram
+	}
+	buf := make([]byte, 0, size)
 	var pending []line
 	flush := func() {
 		if len(pending) == 0 {
@@ -379,7 +399,7 @@ func (s *Sink) sendDatagrams(lines []line) error {
 		buf, pending = buf[:0], pending[:0]
 	}
 	for _, l := range lines {
-		if len(buf) > 0 && len(buf)+1+len(l.text) > MaxDatagram {
+		if len(buf) > 0 && len(buf)+1+len(l.text) > size {
 			flush()
 		}
 		if len(buf) > 0 {
@@ -391,9 +411,28 @@ func (s *Sink) sendDatagrams(lines []line) error {
 	flush()
 	if len(errs) > 0 {
 		// One error a flush: a receiver that is down refuses them all.
-		return fmt.Errorf("write udp %s: %w (%d of the datagrams)", s.o.Addr, errs[0], len(errs))
+		return fmt.Errorf("write %s %s: %w (%d of the datagrams)", s.o.Network, s.o.Addr, errs[0], len(errs))
 	}
 	return nil
+}
+
+// ddEnvTags are the variables a Datadog client turns into tags of every
+// stat, in its order.
+var ddEnvTags = []struct{ env, tag string }{
+	{"DD_ENTITY_ID", "dd.internal.entity_id"}, {"DD_ENV", "env"}, {"DD_SERVICE", "service"}, {"DD_VERSION", "version"},
+}
+
+// DatadogEnvTags returns the global tags a Datadog client adds from the
+// environment (Datadog's unified service tagging, and the pod's entity
+// ID for origin detection), for Options.GlobalTags.
+func DatadogEnvTags(getenv func(string) (string, bool)) []string {
+	var out []string
+	for _, e := range ddEnvTags {
+		if v, ok := getenv(e.env); ok && v != "" {
+			out = append(out, e.tag+":"+v)
+		}
+	}
+	return out
 }
 
 // replaceChars replaces the characters that the reference's client

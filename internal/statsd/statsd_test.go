@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -451,5 +452,42 @@ func TestRun(t *testing.T) {
 		return slicesContains(rcv.Lines(), "ratelimit.service.rate_limit.edge.user.total_hits:1|c")
 	}) {
 		t.Fatalf("no final flush: %q", rcv.Lines())
+	}
+}
+
+// TestDogStatsDUnixSocket: DogStatsD goes to a Datadog agent's Unix
+// socket too, and carries the tags a Datadog client adds from DD_ENV,
+// DD_SERVICE, DD_VERSION and DD_ENTITY_ID first.
+func TestDogStatsDUnixSocket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dsd.socket")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	env := map[string]string{"DD_ENV": "prod", "DD_SERVICE": "ratelimit", "DD_VERSION": "1.2.3", "DD_AGENT_HOST": "ignored"}
+	s := newSidecar(t)
+	sk := s.sink(t, statsd.Options{Addr: path, Network: "unixgram", Format: statsd.DogStatsD, Tags: map[string]string{"team": "edge"},
+		GlobalTags: statsd.DatadogEnvTags(func(k string) (string, bool) { v, ok := env[k]; return v, ok })})
+	s.decide(t, "user", "alice")
+	if err := sk.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, statsd.MaxUnixDatagram)
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	n, err := conn.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, l := range strings.Split(string(buf[:n]), "\n") {
+		st := parseDog(t, l)
+		if got, want := strings.Join(st.tags, ","), "env:prod,service:ratelimit,version:1.2.3,team:edge"; got != want {
+			t.Errorf("%q: tags %s, want %s", l, got, want)
+		}
+		found = found || st.name == "ratelimit.service.rate_limit.edge.user.total_hits" && st.value == 1
+	}
+	if !found {
+		t.Errorf("no total_hits of 1 in %q", buf[:n])
 	}
 }
