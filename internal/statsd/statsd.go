@@ -307,7 +307,8 @@ func (s *Sink) timerLines(st metrics.RefStat, name, tags string) []line {
 // timerText is a timer line of n observations of seconds: in
 // milliseconds, with a sample rate of 1/n when n > 1.
 func timerText(name string, seconds float64, n uint64, tags string) string {
-	text := name + ":" + number(seconds*1000) + "|ms"
+	// In milliseconds to the microsecond: finer is noise.
+	text := name + ":" + number(math.Round(seconds*1e6)/1000) + "|ms"
 	if n > 1 {
 		text += "|@" + strconv.FormatFloat(sampleRate(n), 'g', -1, 64)
 	}
