@@ -2,6 +2,7 @@ package otlpmetrics_test
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/otlpmetrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/otlptest"
@@ -164,5 +166,55 @@ func TestOptionsInvalid(t *testing.T) {
 	}
 	if err := otlpmetrics.CheckEndpoint("collector:4317"); err == nil {
 		t.Error("CheckEndpoint(collector:4317) passed; want an http:// or https:// URL")
+	}
+}
+
+// TestPushTLS: to an https:// endpoint the exporter checks the receiver's
+// certificate against the CA file and presents the client certificate
+// (gRPC, whose receiver requires one; HTTP, whose receiver does not); a
+// receiver whose certificate another CA signed gets nothing, counted.
+func TestPushTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, dir, "ca")
+	server, client := ca.Issue(t, "server"), ca.Issue(t, "client")
+	other := certtest.NewCA(t, dir, "other")
+	for _, tt := range []struct {
+		protocol string
+		start    func(testing.TB, *tls.Config) *otlptest.Receiver
+		mutual   bool
+	}{
+		{otlpmetrics.ProtocolGRPC, otlptest.StartGRPCTLS, true},
+		{otlpmetrics.ProtocolHTTP, otlptest.StartHTTPTLS, false},
+	} {
+		t.Run(tt.protocol, func(t *testing.T) {
+			rcv := tt.start(t, ca.ServerConfig(t, server, tt.mutual))
+			m := metrics.New(metrics.Build{Version: "test"}, 0.8, metrics.DefaultMaxValues)
+			push := func(caFile string) error {
+				p, err := otlpmetrics.New(context.Background(), otlpmetrics.Options{Protocol: tt.protocol, Endpoint: rcv.BaseURL, Interval: time.Hour,
+					TLSCA: caFile, TLSCert: client.CertFile, TLSKey: client.KeyFile, Gatherer: m.Registry, Errors: m.PushErrors("otlp")})
+				if err != nil {
+					return err
+				}
+				defer p.Shutdown(context.Background()) //nolint:errcheck // flushed below
+				return p.ForceFlush(context.Background())
+			}
+			if err := push(other.File); err != nil {
+				t.Fatal(err)
+			}
+			// Its flush and its shutdown's last export both fail.
+			failed := testutil.ToFloat64(m.PushErrors("otlp"))
+			if failed < 1 || rcv.Exports() != 0 {
+				t.Errorf("with another CA: push errors %v, exports %d; want some and 0", failed, rcv.Exports())
+			}
+			if err := push(ca.File); err != nil {
+				t.Fatal(err)
+			}
+			if !rcv.WaitMetrics(30*time.Second, func(ms []otlptest.Metric) bool { return len(ms) > 0 }) {
+				t.Fatal("nothing received over TLS")
+			}
+			if n := testutil.ToFloat64(m.PushErrors("otlp")); n != failed {
+				t.Errorf("push errors %v, want still %v", n, failed)
+			}
+		})
 	}
 }

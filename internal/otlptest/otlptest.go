@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -23,6 +24,7 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -155,11 +157,22 @@ func listen(t testing.TB, r *Receiver) net.Listener {
 // StartGRPC starts a receiver of OTLP over gRPC, stopped at cleanup.
 func StartGRPC(t testing.TB) *Receiver {
 	t.Helper()
+	return StartGRPCTLS(t, nil)
+}
+
+// StartGRPCTLS is StartGRPC over TLS with cfg; its URLs are https://.
+// A nil cfg is plaintext.
+func StartGRPCTLS(t testing.TB, cfg *tls.Config) *Receiver {
+	t.Helper()
 	r := &Receiver{added: make(chan struct{}, 1)}
 	lis := listen(t, r)
-	r.URL = "http://" + lis.Addr().String()
+	r.URL = scheme(cfg) + lis.Addr().String()
 	r.BaseURL = r.URL
-	gs := grpc.NewServer()
+	var opts []grpc.ServerOption
+	if cfg != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg)))
+	}
+	gs := grpc.NewServer(opts...)
 	coltracepb.RegisterTraceServiceServer(gs, &traceService{r: r})
 	colmetricspb.RegisterMetricsServiceServer(gs, &metricsService{r: r})
 	done := make(chan struct{})
@@ -188,10 +201,20 @@ func (s *traceService) Export(_ context.Context, req *coltracepb.ExportTraceServ
 // (gzipped or not), stopped at cleanup.
 func StartHTTP(t testing.TB) *Receiver {
 	t.Helper()
+	return StartHTTPTLS(t, nil)
+}
+
+// StartHTTPTLS is StartHTTP over TLS with cfg; its URLs are https://. A
+// nil cfg is plaintext.
+func StartHTTPTLS(t testing.TB, cfg *tls.Config) *Receiver {
+	t.Helper()
 	r := &Receiver{added: make(chan struct{}, 1)}
 	lis := listen(t, r)
-	r.BaseURL = "http://" + lis.Addr().String()
+	r.BaseURL = scheme(cfg) + lis.Addr().String()
 	r.URL = r.BaseURL + "/v1/traces"
+	if cfg != nil {
+		lis = tls.NewListener(lis, cfg)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/traces", func(w http.ResponseWriter, req *http.Request) {
 		var msg coltracepb.ExportTraceServiceRequest
@@ -218,6 +241,13 @@ func StartHTTP(t testing.TB) *Receiver {
 		<-done
 	})
 	return r
+}
+
+func scheme(cfg *tls.Config) string {
+	if cfg != nil {
+		return "https://"
+	}
+	return "http://"
 }
 
 // readProto reads an OTLP/HTTP request's protobuf body into msg, or
