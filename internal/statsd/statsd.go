@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -238,6 +239,7 @@ func (s *Sink) lines(stats []metrics.RefStat) []line {
 // nameTags is the name a stat is sent under and the tags it carries,
 // as its line's suffix.
 func (s *Sink) nameTags(name string) (string, string) {
+	name = nameChars.Replace(lineSafe(name))
 	if s.o.Format == Statsd {
 		return name + s.tags, ""
 	}
@@ -436,6 +438,24 @@ func DatadogEnvTags(getenv func(string) (string, bool)) []string {
 	return out
 }
 
+// lineSafe replaces the control characters of a name, which a request's
+// values (in a detailed_metric rule's names) may hold, with '_': a
+// newline would end the line and start one of the client's making.
+func lineSafe(name string) string {
+	if !strings.ContainsFunc(name, unicode.IsControl) {
+		return name
+	}
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '_'
+		}
+		return r
+	}, name)
+}
+
+// nameChars replaces the characters that end a stat's name.
+var nameChars = strings.NewReplacer(":", "_", "|", "_")
+
 // replaceChars replaces the characters that the reference's client
 // replaces in tag values.
 var replaceChars = strings.NewReplacer(".", "_", ":", "_", "|", "_")
@@ -452,7 +472,7 @@ func formatTags(f Format, tags map[string]string) string {
 	slices.Sort(keys)
 	var b strings.Builder
 	for i, k := range keys {
-		v := replaceChars.Replace(tags[k])
+		v := lineSafe(replaceChars.Replace(tags[k]))
 		switch {
 		case f == Statsd:
 			b.WriteString(".__" + k + "=" + v)

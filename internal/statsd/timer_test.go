@@ -3,6 +3,7 @@ package statsd
 import (
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -109,3 +110,30 @@ func parseTimer(line string, v *float64, rest *string) bool {
 }
 
 func parseFloat(s string) (float64, error) { return strconv.ParseFloat(s, 64) }
+
+type namesSource []string
+
+func (n namesSource) Stats() []metrics.RefStat {
+	var out []metrics.RefStat
+	for _, name := range n {
+		out = append(out, metrics.RefStat{Name: name, Value: 1})
+	}
+	return out
+}
+
+// TestLineSafe: a name with a request's newline in it (a detailed_metric
+// rule's value) stays one line: the client cannot add stats of its own.
+func TestLineSafe(t *testing.T) {
+	for _, f := range []Format{Statsd, DogStatsD} {
+		s, err := New(Options{Addr: "127.0.0.1:1", Network: "udp", Format: f, Tags: map[string]string{"k": "a\nb"},
+			Source: namesSource{"ratelimit.service.rate_limit.edge.user_x\nevil:1|c\r.total_hits"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range texts(s) {
+			if strings.ContainsAny(l, "\n\r") || strings.Count(l, ":") != 1+strings.Count(l, "|#") || strings.Count(l, "|") != 1+strings.Count(l, "|#") {
+				t.Errorf("format %d: line %q is not one stat", f, l)
+			}
+		}
+	}
+}
