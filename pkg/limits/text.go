@@ -126,3 +126,21 @@ func ParseEntries(s string) ([]Entry, error) {
 	}
 	return ents, nil
 }
+
+// String describes s in one line as a rule file's override says it, e.g.
+// `token_bucket, unit_multiplier 2, burst 50, charge admission`: the
+// fields set, the algorithm always.
+func (s *OverrideSpec) String() string {
+	var b strings.Builder
+	b.WriteString(s.Algorithm.String())
+	if s.Multiplier > 1 {
+		fmt.Fprintf(&b, ", unit_multiplier %d", s.Multiplier)
+	}
+	if s.Burst > 0 {
+		fmt.Fprintf(&b, ", burst %d", s.Burst)
+	}
+	if s.Charge != ChargeAuto {
+		fmt.Fprintf(&b, ", charge %s", s.Charge)
+	}
+	return b.String()
+}
