@@ -68,6 +68,7 @@ type settings struct {
 	env envlog.Report // where the settings came from: environ.go
 
 	tracing tracingSettings // --tracing*: see tracing.go
+	push    pushSettings    // --statsd-*, --otlp-metrics*: see push.go
 
 	rlqsBucketTTL  time.Duration // --rlqs-bucket-ttl
 	rlqsIdleAfter  time.Duration // --rlqs-idle-after
@@ -234,6 +235,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.Var(&c.xds.sources, "xds-source", "one more xDS server to take rules from, beside --xds-server or the rule files: name=NAME,server=HOST:PORT,node-id=ID[,force-start=true,tls-ca=FILE,tls-cert=FILE,tls-key=FILE,tls-server-name=NAME]; repeat it, or separate several with ';'. A domain belongs to the first source that holds it; another's rules for it are refused (see docs/xds.md#several-rule-sources)")
 	fs.BoolVar(&c.xds.forceStart, "force-start-without-rules", false, "with --config-type xds or --xds-source, be ready before the first push, with no rules until it arrives (envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, health and /readyz report not serving until the first good push")
 	c.tracing.define(fs)
+	c.push.define(fs)
 	c.defineRef(fs)
 	return &failure
 }
@@ -248,6 +250,7 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 		c.tls.check,
 		c.xds.finish,
 		func() error { return c.tracing.check(getenv) },
+		func() error { return c.push.check(getenv) },
 		c.checkRequestLimits,
 		c.checkRLQS,
 		c.checkRedis,

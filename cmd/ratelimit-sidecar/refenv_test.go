@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/statsd"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
 )
@@ -345,9 +346,6 @@ func TestRefEnvRefused(t *testing.T) {
 	}
 	c := mustParseEnv(t, "ratelimit-sidecar", env)
 	want := []string{
-		"USE_STATSD: no statsd: metrics are served in Prometheus format (see docs/migration.md for the names)",
-		"STATSD_HOST: no statsd: metrics are served in Prometheus format (see docs/migration.md for the names)",
-		"DISABLE_STATS: metrics are always served; nothing is pushed anywhere",
 		"PROMETHEUS_MAPPER_YAML: metric names are fixed (docs/migration.md maps the reference's names to ours); durations are in seconds",
 		"RUNTIME_IGNOREDOTFILES: dot files and dot directories are never read as rules (a ConfigMap's ..data would be read twice)",
 		"EXPIRATION_JITTER_MAX_SECONDS: keys expire exactly when their state is fresh again; no jitter is needed",
@@ -389,11 +387,15 @@ func TestRefEnvRefused(t *testing.T) {
 			t.Errorf("run as %s, refused %q", argv0, c.env.Refused)
 		}
 	}
-	// The reference sends statsd by default: run as it, that is refused
-	// unless USE_STATSD=false.
+	// The reference sends statsd by default, over TCP to localhost:8125:
+	// run as it, so do we; nothing is refused.
 	c = mustParseEnv(t, "ratelimit", nil)
-	if want := []string{"USE_STATSD (its default, run as ratelimit): no statsd: metrics are served in Prometheus format (see docs/migration.md for the names)"}; !cmp.Equal(c.env.Refused, want) {
-		t.Errorf("run as ratelimit with nothing set, refused %q, want %q", c.env.Refused, want)
+	if len(c.env.Refused) != 0 {
+		t.Errorf("run as ratelimit with nothing set, refused %q", c.env.Refused)
+	}
+	if c.push.statsdAddr != "localhost:8125" || c.push.statsdProtocol != "tcp" || c.push.format != statsd.Statsd {
+		t.Errorf("run as ratelimit with nothing set: --statsd-addr=%q --statsd-protocol=%s --statsd-format=%s, want localhost:8125, tcp, statsd",
+			c.push.statsdAddr, c.push.statsdProtocol, c.push.statsdFormat)
 	}
 }
 

@@ -80,6 +80,12 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	}
 	defer st.closeLogged(log)
 	engine := newEngine(rs, st, c, m)
+	push, err := startPush(ctx, c, log, m, engine.Rules)
+	if err != nil {
+		return err
+	}
+	defer push.stop(c.shutdownTimeout) // on a startup error; else below
+
 	var srv *servers // set before anything reloads: rules load from run on
 	// onRules follows every reload and xDS push.
 	onRules := func(rs config.ReloadStatus, err error) {
@@ -119,6 +125,8 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	// The calls have ended, and their spans with them: send what is
 	// queued before the store closes.
 	tr.shutdown(c.shutdownTimeout)
+	// The last stats, counted until the servers stopped.
+	push.stop(c.shutdownTimeout)
 	return err
 }
 

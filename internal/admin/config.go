@@ -90,6 +90,7 @@ type LimitView struct {
 	Window          string   `json:"window,omitempty"`
 	Burst           uint64   `json:"burst,omitempty"`
 	Lease           uint64   `json:"lease,omitempty"`
+	ReleaseAfter    string   `json:"release_after,omitempty"`
 	Name            string   `json:"name,omitempty"`
 	Replaces        []string `json:"replaces,omitempty"`
 }
@@ -354,10 +355,14 @@ func fields(r *limits.Rule) RuleView {
 			v.Limits = append(v.Limits, LimitView{Unlimited: true, Name: l.Name, Replaces: l.Replaces})
 			continue
 		}
-		v.Limits = append(v.Limits, LimitView{
+		lv := LimitView{
 			Algorithm: l.Algorithm.String(), RequestsPerUnit: l.Requests, Unit: l.Unit.String(),
 			UnitMultiplier: l.Multiplier, Window: l.Window().String(), Burst: l.Burst, Lease: l.Lease, Name: l.Name, Replaces: l.Replaces,
-		})
+		}
+		if l.ReleaseAfter > 0 {
+			lv.ReleaseAfter = l.ReleaseAfter.String()
+		}
+		v.Limits = append(v.Limits, lv)
 	}
 	return v
 }

@@ -33,6 +33,9 @@ func (l *Limit) String() string {
 		if l.Lease > 0 {
 			fmt.Fprintf(&b, ", lease %d", l.Lease)
 		}
+		if l.ReleaseAfter > 0 {
+			fmt.Fprintf(&b, ", reservations released after %s", l.ReleaseAfter)
+		}
 	}
 	if l.Name != "" {
 		fmt.Fprintf(&b, ", name %q", l.Name)
