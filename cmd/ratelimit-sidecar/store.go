@@ -86,7 +86,13 @@ func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error
 	// Size 1: a change not yet seen needs no second signal, since its
 	// reader reads the refusals as they are then.
 	changed := make(chan struct{}, 1)
-	lazy, err := redis.Connect(ctx, c.redis, redis.LazyOptions{
+	ro := c.redis
+	keep, err := redisCredentials(ctx, c, &ro, log)
+	if err != nil {
+		return opened{}, err
+	}
+	stopKeeping := runAll(ctx, keep)
+	lazy, err := redis.Connect(ctx, ro, redis.LazyOptions{
 		OnConnect: func() { log.Info("redis connected") },
 		OnConfigError: func(e *redis.ConfigError, cleared bool) {
 			redislog.ConfigError(log, e, cleared)
@@ -97,12 +103,18 @@ func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error
 		},
 	})
 	if err != nil {
+		stopKeeping()
 		return opened{}, err
 	}
 	if !lazy.Connected() {
 		log.Error("redis not connected at startup; serving by the failure mode while retrying", zap.Error(lazy.LastError()))
 	}
-	return opened{Store: lazy, ping: lazy.Probe, probe: lazy.ProbeAny, close: lazy.Close, refusals: lazy, refusalChanged: changed,
+	closeAll := func() error {
+		err := lazy.Close()
+		stopKeeping()
+		return err
+	}
+	return opened{Store: lazy, ping: lazy.Probe, probe: lazy.ProbeAny, close: closeAll, refusals: lazy, refusalChanged: changed,
 		clientLog: clientLog}, nil
 }
 
