@@ -65,16 +65,49 @@ func (c *settings) checkRedisAuth() error {
 	return nil
 }
 
+// credentialKeeper is what keeps the Redis credentials current: funcs
+// to run until the store closes, and the sources, for their metrics.
+type credentialKeeper struct {
+	run     []func(context.Context)
+	sources []credentialSource
+}
+
+// credentialSource is a source of credentials that counts its changes
+// and failures: redisauth.Secret and redisauth.AWSToken.
+type credentialSource interface {
+	Changes() uint64
+	Failures() uint64
+}
+
+// changes returns the changes of every source.
+func (k *credentialKeeper) changes() uint64 {
+	var n uint64
+	for _, s := range k.sources {
+		n += s.Changes()
+	}
+	return n
+}
+
+// failures returns the failures of every source.
+func (k *credentialKeeper) failures() uint64 {
+	var n uint64
+	for _, s := range k.sources {
+		n += s.Failures()
+	}
+	return n
+}
+
 // redisCredentials sets on o the credentials that change while the
 // sidecar runs, as the flags ask: files re-read as they change, or AWS
-// IAM tokens. It returns what keeps them current, to run until the store
-// closes; nil if nothing needs to.
-func redisCredentials(ctx context.Context, c *settings, o *redis.Options, log *zap.Logger) (run []func(context.Context), err error) {
+// IAM tokens. It returns what keeps them current; its run is nil if
+// nothing needs to.
+func redisCredentials(ctx context.Context, c *settings, o *redis.Options, log *zap.Logger) (k *credentialKeeper, err error) {
 	a := c.redisAuth
+	k = &credentialKeeper{}
 	if a.aws != "" {
-		k := redisAWSKinds[a.aws]
+		kind := redisAWSKinds[a.aws]
 		tok, err := redisauth.NewAWSToken(ctx, redisauth.AWSOptions{
-			Service: k.service, Serverless: k.serverless, Name: a.awsName, User: c.redis.Username,
+			Service: kind.service, Serverless: kind.serverless, Name: a.awsName, User: c.redis.Username,
 			Region: a.awsRegion, Log: log,
 		})
 		if err != nil {
@@ -84,7 +117,8 @@ func redisCredentials(ctx context.Context, c *settings, o *redis.Options, log *z
 		if o.ConnMaxLifetime == 0 {
 			o.ConnMaxLifetime = redisauth.AWSConnMaxLifetime
 		}
-		run = append(run, tok.Run)
+		k.run = append(k.run, tok.Run)
+		k.sources = append(k.sources, tok)
 	}
 	node, err := fileCredentials(log, c.redis.Username, a.userFile, "--redis-username-file", c.redis.Password, c.redisPasswordFile, "--redis-password-file")
 	if err != nil {
@@ -92,7 +126,7 @@ func redisCredentials(ctx context.Context, c *settings, o *redis.Options, log *z
 	}
 	if node != nil {
 		o.Credentials = node
-		run = append(run, watchLogged(node, log))
+		k.watch(node, log)
 	}
 	sentinel, err := fileCredentials(log, c.redis.SentinelUsername, a.sentinelUserFile, "--redis-sentinel-username-file",
 		c.redis.SentinelPassword, c.sentinelPassFile, "--redis-sentinel-password-file")
@@ -101,9 +135,9 @@ func redisCredentials(ctx context.Context, c *settings, o *redis.Options, log *z
 	}
 	if sentinel != nil {
 		o.SentinelCredentials = sentinel
-		run = append(run, watchLogged(sentinel, log))
+		k.watch(sentinel, log)
 	}
-	return run, nil
+	return k, nil
 }
 
 // fileCredentials returns the credentials of a user name and password
@@ -127,13 +161,17 @@ func fileCredentials(log *zap.Logger, user, userFile, userFlag, pass, passFile, 
 	return redisauth.NewFile(user, us, pass, ps), nil
 }
 
-// watchLogged is f.Watch, its error logged: credentials that are no
-// longer watched are still checked on every new connection.
-func watchLogged(f *redisauth.File, log *zap.Logger) func(context.Context) {
-	return func(ctx context.Context) {
+// watch runs f.Watch, its error logged (credentials that are not
+// watched are still checked on every new connection), and counts f's
+// files.
+func (k *credentialKeeper) watch(f *redisauth.File, log *zap.Logger) {
+	k.run = append(k.run, func(ctx context.Context) {
 		if err := f.Watch(ctx); err != nil {
 			log.Warn("redis credential files not watched; still read at each new connection", zap.Error(err))
 		}
+	})
+	for _, s := range f.Secrets() {
+		k.sources = append(k.sources, s)
 	}
 }
 

@@ -112,6 +112,15 @@ func testPasswordFileRotates(t *testing.T, userArgs func(userFile string) []stri
 	if resp, err := s.rls.ShouldRateLimit(ctx, userRequest("alice", 1)); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Errorf("request %d of a limit of %d: %v, %v; want OVER_LIMIT", requests+1, requests, resp.GetOverallCode(), err)
 	}
+	_, metrics := s.get(t, "/metrics")
+	for _, want := range []string{
+		fmt.Sprintf("ratelimit_sidecar_redis_credential_changes_total %d", rotations),
+		"ratelimit_sidecar_redis_credential_failures_total 0",
+	} {
+		if !strings.Contains(metrics, want+"\n") {
+			t.Errorf("/metrics has no %q", want)
+		}
+	}
 	for _, pw := range []string{"pw0", "pw1", "pw2", "pw3"} {
 		if strings.Contains(log.String(), pw) {
 			t.Errorf("the log shows password %q", pw)

@@ -50,6 +50,9 @@ type opened struct {
 	// clientLog takes the client library's own messages; nil if it
 	// writes none.
 	clientLog *redislog.Logger
+	// credentials keeps Redis credentials that change current; nil if
+	// they do not change.
+	credentials *credentialKeeper
 }
 
 // refusals is what a store reports of refusals for its configuration:
@@ -91,7 +94,7 @@ func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error
 	if err != nil {
 		return opened{}, err
 	}
-	stopKeeping := runAll(ctx, keep)
+	stopKeeping := runAll(ctx, keep.run)
 	lazy, err := redis.Connect(ctx, ro, redis.LazyOptions{
 		OnConnect: func() { log.Info("redis connected") },
 		OnConfigError: func(e *redis.ConfigError, cleared bool) {
@@ -114,8 +117,12 @@ func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error
 		stopKeeping()
 		return err
 	}
-	return opened{Store: lazy, ping: lazy.Probe, probe: lazy.ProbeAny, close: closeAll, refusals: lazy, refusalChanged: changed,
-		clientLog: clientLog}, nil
+	o := opened{Store: lazy, ping: lazy.Probe, probe: lazy.ProbeAny, close: closeAll, refusals: lazy, refusalChanged: changed,
+		clientLog: clientLog}
+	if len(keep.sources) > 0 {
+		o.credentials = keep
+	}
+	return o, nil
 }
 
 // misconfigured returns the readiness error for refusals es, nil if
@@ -221,6 +228,9 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 	}
 	if o.clientLog != nil {
 		m.RedisClientMessages(o.clientLog.Messages)
+	}
+	if o.credentials != nil {
+		m.RedisCredentials(o.credentials.changes, o.credentials.failures)
 	}
 	s := &sidecarStore{
 		Store: store.Timed(o.Store, m.StoreCalls(b.name)),

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -94,6 +95,8 @@ type AWSToken struct {
 	mu    sync.Mutex
 	token string
 	at    time.Time // when token was signed
+
+	signed, failures atomic.Uint64
 }
 
 // NewAWSToken returns the credentials o describes. It loads the SDK's
@@ -168,8 +171,10 @@ func (t *AWSToken) refresh(ctx context.Context) (string, error) {
 	now := t.now()
 	tok, err := t.sign(ctx, now)
 	if err != nil {
+		t.failures.Add(1)
 		return "", fmt.Errorf("sign AWS IAM auth token for %s %s: %w", t.service, t.name, err)
 	}
+	t.signed.Add(1)
 	t.mu.Lock()
 	if now.After(t.at) {
 		t.token, t.at = tok, now
@@ -177,6 +182,12 @@ func (t *AWSToken) refresh(ctx context.Context) (string, error) {
 	t.mu.Unlock()
 	return tok, nil
 }
+
+// Changes returns how many tokens t has signed.
+func (t *AWSToken) Changes() uint64 { return t.signed.Load() }
+
+// Failures returns how often t could not sign a token.
+func (t *AWSToken) Failures() uint64 { return t.failures.Load() }
 
 // sign returns a token signed at now: the URL of a GET of
 // http://<name>/?Action=connect&User=<user>, presigned for the service
