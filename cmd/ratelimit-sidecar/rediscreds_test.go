@@ -9,9 +9,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
@@ -154,5 +156,82 @@ func TestRedisAuthFlagsRefused(t *testing.T) {
 				t.Errorf("error %v, want one containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestRedisAWSIAM runs the sidecar with --redis-aws-iam, its AWS
+// credentials from the environment (the SDK's default chain; instance
+// metadata and config files off, so nothing leaves the machine). Redis
+// checks no SigV4, so the ACL user takes any password (nopass): what is
+// checked is that the sidecar's connections authenticate as the IAM
+// user, that tokens are signed and counted, and that no token shows in
+// the log.
+func TestRedisAWSIAM(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	admin := srv.Client(t)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "iam-user", "on", "nopass", "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	env := t.TempDir()
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDTEST")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	t.Setenv("AWS_REGION", "eu-central-1")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(env, "config"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(env, "credentials"))
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "rules.yaml"), userRules)
+	var log logtest.Buffer
+	s := startSidecarLog(t, &log, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--failure-mode", "error", "--redis-timeout", "5s",
+		"--redis-username", "iam-user", "--redis-aws-iam", "elasticache", "--redis-aws-cache-name", "my-cache")
+	if resp, err := s.rls.ShouldRateLimit(ctx, userRequest("alice", 1)); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("request: %v, %v\nlog:\n%s", resp.GetOverallCode(), err, log.String())
+	}
+	clients, err := admin.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(clients, "user=iam-user"); n == 0 {
+		t.Errorf("no connection authenticated as iam-user:\n%s", clients)
+	}
+	_, metrics := s.get(t, "/metrics")
+	if strings.Contains(metrics, "ratelimit_sidecar_redis_credential_changes_total 0\n") || !strings.Contains(metrics, "ratelimit_sidecar_redis_credential_changes_total ") {
+		t.Errorf("/metrics counts no signed token")
+	}
+	for _, secret := range []string{"X-Amz-Signature", "Action=connect"} {
+		if strings.Contains(log.String(), secret) {
+			t.Errorf("the log shows the token (%s)", secret)
+		}
+	}
+}
+
+// TestRedisAWSIAMLifetime: with --redis-aws-iam connections are recycled
+// after 11h unless --redis-conn-max-lifetime asks for less.
+func TestRedisAWSIAMLifetime(t *testing.T) {
+	t.Setenv("AWS_REGION", "eu-central-1")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "config"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "credentials"))
+	tests := []struct {
+		give []string
+		want time.Duration
+	}{
+		{nil, 11 * time.Hour},
+		{[]string{"--redis-conn-max-lifetime", "1h"}, time.Hour},
+	}
+	for _, tt := range tests {
+		args := append([]string{"--redis-url", "redis://127.0.0.1:1", "--redis-username", "u", "--redis-aws-iam", "memorydb", "--redis-aws-cache-name", "c"}, tt.give...)
+		c, err := parseFlags(args, noEnv, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := c.redis
+		if _, err := redisCredentials(context.Background(), c, &o, zap.NewNop()); err != nil {
+			t.Fatal(err)
+		}
+		if o.ConnMaxLifetime != tt.want {
+			t.Errorf("%v: ConnMaxLifetime %v, want %v", tt.give, o.ConnMaxLifetime, tt.want)
+		}
 	}
 }
