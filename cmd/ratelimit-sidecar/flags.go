@@ -215,6 +215,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.redisAuth.aws, "redis-aws-iam", "", "authenticate with AWS IAM auth tokens from the AWS SDK's default credential chain: elasticache, elasticache-serverless or memorydb (needs --redis-username and --redis-aws-cache-name)")
 	fs.StringVar(&c.redisAuth.awsName, "redis-aws-cache-name", "", "with --redis-aws-iam: the ElastiCache replication group ID or serverless cache name, or the MemoryDB cluster name")
 	fs.StringVar(&c.redisAuth.awsRegion, "redis-aws-region", "", "with --redis-aws-iam: the cache's AWS region (default: the SDK's, from AWS_REGION or the profile)")
+	fs.BoolVar(&c.redisAuth.gcp, "redis-gcp-iam", false, "authenticate to Memorystore with IAM access tokens of Google's Application Default Credentials (GKE Workload Identity, GOOGLE_APPLICATION_CREDENTIALS, the metadata server)")
 	fs.BoolVar(&c.redis.TLS.Enabled, "redis-tls", false, "use TLS to Redis (implied by rediss://)")
 	fs.StringVar(&c.redis.TLS.CAFile, "redis-tls-ca", "", "PEM file of CAs for Redis's certificate (default: system roots)")
 	fs.StringVar(&c.redis.TLS.CertFile, "redis-tls-cert", "", "PEM client certificate for Redis")

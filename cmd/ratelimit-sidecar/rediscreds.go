@@ -20,6 +20,7 @@ type redisAuthSettings struct {
 	aws              string // --redis-aws-iam
 	awsName          string // --redis-aws-cache-name
 	awsRegion        string // --redis-aws-region
+	gcp              bool   // --redis-gcp-iam
 }
 
 // The values of --redis-aws-iam.
@@ -42,6 +43,10 @@ func (c *settings) checkRedisAuth() error {
 		return errors.New("--redis-sentinel-username and --redis-sentinel-username-file: set one")
 	case c.redis.ConnMaxLifetime < 0:
 		return fmt.Errorf("--redis-conn-max-lifetime: want 0 (none) or more, got %v", c.redis.ConnMaxLifetime)
+	case a.gcp && a.aws != "":
+		return errors.New("--redis-gcp-iam and --redis-aws-iam: set one")
+	case a.gcp && (c.redis.Password != "" || c.redisPasswordFile != ""):
+		return errors.New("--redis-gcp-iam takes the access token as the password: drop --redis-password-file, RLS_REDIS_PASSWORD and REDIS_AUTH's password")
 	}
 	if a.aws == "" {
 		if a.awsName != "" || a.awsRegion != "" {
@@ -117,6 +122,15 @@ func redisCredentials(ctx context.Context, c *settings, o *redis.Options, log *z
 		if o.ConnMaxLifetime == 0 {
 			o.ConnMaxLifetime = redisauth.AWSConnMaxLifetime
 		}
+		k.run = append(k.run, tok.Run)
+		k.sources = append(k.sources, tok)
+	}
+	if a.gcp {
+		tok, err := redisauth.NewGCPToken(c.redis.Username, nil, log)
+		if err != nil {
+			return nil, fmt.Errorf("--redis-gcp-iam: %w", err)
+		}
+		o.Credentials = tok
 		k.run = append(k.run, tok.Run)
 		k.sources = append(k.sources, tok)
 	}

@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gcptest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 )
@@ -147,6 +148,8 @@ func TestRedisAuthFlagsRefused(t *testing.T) {
 		{"aws and password", []string{"--redis-aws-iam", "memorydb", "--redis-aws-cache-name", "c", "--redis-username", "u", "--redis-password-file", pw}, "--redis-aws-iam signs the password itself"},
 		{"aws lifetime", []string{"--redis-aws-iam", "memorydb", "--redis-aws-cache-name", "c", "--redis-username", "u", "--redis-conn-max-lifetime", "12h"}, "with --redis-aws-iam want 11h0m0s or less"},
 		{"aws name alone", []string{"--redis-aws-cache-name", "c"}, "need --redis-aws-iam"},
+		{"gcp and aws", []string{"--redis-gcp-iam", "--redis-aws-iam", "memorydb", "--redis-aws-cache-name", "c", "--redis-username", "u"}, "--redis-gcp-iam and --redis-aws-iam: set one"},
+		{"gcp and password", []string{"--redis-gcp-iam", "--redis-password-file", pw}, "--redis-gcp-iam takes the access token as the password"},
 		{"negative lifetime", []string{"--redis-conn-max-lifetime", "-1s"}, "--redis-conn-max-lifetime: want 0 (none) or more"},
 	}
 	for _, tt := range tests {
@@ -233,5 +236,29 @@ func TestRedisAWSIAMLifetime(t *testing.T) {
 		if o.ConnMaxLifetime != tt.want {
 			t.Errorf("%v: ConnMaxLifetime %v, want %v", tt.give, o.ConnMaxLifetime, tt.want)
 		}
+	}
+}
+
+// TestRedisGCPIAM runs the sidecar with --redis-gcp-iam against a Redis
+// whose default user's password is the access token that Google's
+// credential chain gets (from a service account whose token endpoint is
+// on loopback).
+func TestRedisGCPIAM(t *testing.T) {
+	ts := gcptest.NewTokenServer(t)
+	ts.Setenv(t)
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	if err := srv.Client(t).ConfigSet(ctx, "requirepass", "tok-1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "rules.yaml"), userRules)
+	var log logtest.Buffer
+	s := startSidecarLog(t, &log, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--failure-mode", "error", "--redis-timeout", "5s", "--redis-gcp-iam")
+	if resp, err := s.rls.ShouldRateLimit(ctx, userRequest("alice", 1)); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("request: %v, %v\nlog:\n%s", resp.GetOverallCode(), err, log.String())
+	}
+	if strings.Contains(log.String(), "tok-1") {
+		t.Error("the log shows the token")
 	}
 }
