@@ -64,10 +64,12 @@ func TestSecretFollowsFile(t *testing.T) {
 
 func write(t *testing.T, path, data string) {
 	t.Helper()
-	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+	if err := writeFile(path, data); err != nil {
 		t.Fatal(err)
 	}
 }
+
+func writeFile(path, data string) error { return os.WriteFile(path, []byte(data), 0o600) }
 
 // TestSecretKeepsLastValue: an empty file (a writer that truncates before
 // it writes) or a missing one keeps the last value, and counts one
