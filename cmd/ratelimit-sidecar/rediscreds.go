@@ -45,6 +45,8 @@ func (c *settings) checkRedisAuth() error {
 		return fmt.Errorf("--redis-conn-max-lifetime: want 0 (none) or more, got %v", c.redis.ConnMaxLifetime)
 	case a.gcp && a.aws != "":
 		return errors.New("--redis-gcp-iam and --redis-aws-iam: set one")
+	case a.gcp && a.userFile != "":
+		return errors.New("--redis-gcp-iam and --redis-username-file: set the user, if any, with --redis-username")
 	case a.gcp && (c.redis.Password != "" || c.redisPasswordFile != ""):
 		return errors.New("--redis-gcp-iam takes the access token as the password: drop --redis-password-file, RLS_REDIS_PASSWORD and REDIS_AUTH's password")
 	}

@@ -149,6 +149,7 @@ func TestRedisAuthFlagsRefused(t *testing.T) {
 		{"aws lifetime", []string{"--redis-aws-iam", "memorydb", "--redis-aws-cache-name", "c", "--redis-username", "u", "--redis-conn-max-lifetime", "12h"}, "with --redis-aws-iam want 11h0m0s or less"},
 		{"aws name alone", []string{"--redis-aws-cache-name", "c"}, "need --redis-aws-iam"},
 		{"gcp and aws", []string{"--redis-gcp-iam", "--redis-aws-iam", "memorydb", "--redis-aws-cache-name", "c", "--redis-username", "u"}, "--redis-gcp-iam and --redis-aws-iam: set one"},
+		{"gcp and user file", []string{"--redis-gcp-iam", "--redis-username-file", pw}, "--redis-gcp-iam and --redis-username-file"},
 		{"gcp and password", []string{"--redis-gcp-iam", "--redis-password-file", pw}, "--redis-gcp-iam takes the access token as the password"},
 		{"negative lifetime", []string{"--redis-conn-max-lifetime", "-1s"}, "--redis-conn-max-lifetime: want 0 (none) or more"},
 	}

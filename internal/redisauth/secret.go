@@ -35,9 +35,10 @@ type Secret struct {
 	path string
 	log  *zap.Logger
 
-	mu   sync.Mutex
-	val  string
-	seen os.FileInfo // the file last read, or last failed; nil before
+	mu      sync.Mutex
+	val     string
+	seen    os.FileInfo // the file last read, or last failed; nil before
+	missing bool        // the file was last found missing
 
 	changes  atomic.Uint64
 	failures atomic.Uint64
@@ -105,17 +106,21 @@ func (s *Secret) loadLocked(fi os.FileInfo, statErr error) {
 		v, err = read(s.path)
 	}
 	if err != nil {
-		// Warn once per version of the file, not on every connection.
-		if s.seen == nil || fi == nil || !sameVersion(fi, s.seen) {
+		// Warn once per version of the file, or once while it is
+		// missing, not on every connection.
+		again := s.missing
+		if fi != nil {
+			again = s.seen != nil && sameVersion(fi, s.seen)
+			s.seen = fi
+		}
+		s.missing = fi == nil
+		if !again {
 			s.failures.Add(1)
 			s.log.Warn("redis credential file unreadable; keeping its last value", zap.String("path", s.path), zap.Error(err))
 		}
-		if fi != nil {
-			s.seen = fi
-		}
 		return
 	}
-	s.seen = fi
+	s.seen, s.missing = fi, false
 	if v != s.val {
 		s.val = v
 		s.changes.Add(1)
