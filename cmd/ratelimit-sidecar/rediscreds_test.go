@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -261,5 +262,38 @@ func TestRedisGCPIAM(t *testing.T) {
 	}
 	if strings.Contains(log.String(), "tok-1") {
 		t.Error("the log shows the token")
+	}
+}
+
+// TestRedisPasswordFileFixed: a sidecar started with a wrong password in
+// its file is not ready; once the file holds the right one, the sidecar
+// connects, with no restart.
+func TestRedisPasswordFileFixed(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	if err := srv.Client(t).ConfigSet(ctx, "requirepass", "right-pass").Err(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "rules.yaml"), userRules)
+	pwFile := filepath.Join(t.TempDir(), "password")
+	write(t, pwFile, "wrong-pass\n")
+	s := startSidecar(t, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--redis-password-file", pwFile)
+	waitFor(t, func() bool {
+		code, body := s.get(t, "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "WRONGPASS")
+	})
+	tmp := pwFile + ".tmp"
+	write(t, tmp, "right-pass\n")
+	if err := os.Rename(tmp, pwFile); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		code, _ := s.get(t, "/readyz")
+		return code == http.StatusOK
+	})
+	resp, err := s.rls.ShouldRateLimit(ctx, userRequest("alice", 1))
+	if err != nil || resp.Statuses[0].LimitRemaining != 2 {
+		t.Errorf("request once the file is right: %v, %v; want 2 remaining, from Redis", resp, err)
 	}
 }
