@@ -106,7 +106,7 @@ func (k *credentialKeeper) failures() uint64 {
 
 // redisCredentials sets on o the credentials that change while the
 // sidecar runs, as the flags ask: files re-read as they change, or AWS
-// IAM tokens. It returns what keeps them current; its run is nil if
+// or Google Cloud IAM tokens. It returns what keeps them current; its run is nil if
 // nothing needs to.
 func redisCredentials(ctx context.Context, c *settings, o *redis.Options, log *zap.Logger) (k *credentialKeeper, err error) {
 	a := c.redisAuth
