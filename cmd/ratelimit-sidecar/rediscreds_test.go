@@ -107,6 +107,7 @@ func testPasswordFileRotates(t *testing.T, userArgs func(userFile string) []stri
 		if err := os.Rename(tmp, pwFile); err != nil {
 			t.Fatal(err)
 		}
+		redistest.AwaitAuthenticated(t, admin)
 		acl("<" + old)
 	}
 	wg.Wait()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -62,58 +61,6 @@ func (tp topology) acl(t *testing.T, rules ...string) {
 			t.Fatalf("ACL SETUSER app %v on %s: %v", rules, c.Options().Addr, err)
 		}
 	}
-}
-
-// settle waits until every connection that was opened but had not yet
-// authenticated when it was called has authenticated or closed. Such a
-// connection may have read the password file before it changed, and
-// must be done with the old password before the test removes it (as an
-// operator waits for the pods to take the new file): a dial that reads
-// the file after it changed takes the new one. Bounded: 10 s a node.
-func (tp topology) settle(t *testing.T) {
-	t.Helper()
-	ctx := context.Background()
-	for _, c := range tp.nodes {
-		list, err := c.ClientList(ctx).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		waiting := unauthenticated(list)
-		deadline := time.Now().Add(10 * time.Second)
-		for len(waiting) > 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: connections %v not authenticated in 10s", c.Options().Addr, waiting)
-			}
-			if list, err = c.ClientList(ctx).Result(); err != nil {
-				t.Fatal(err)
-			}
-			still := unauthenticated(list)
-			for id := range waiting {
-				if !still[id] {
-					delete(waiting, id)
-				}
-			}
-		}
-	}
-}
-
-// unauthenticated returns the ids of the connections in CLIENT LIST's
-// reply list that have sent no command yet, as the default user: those
-// between their connect and their HELLO.
-func unauthenticated(list string) map[string]bool {
-	ids := map[string]bool{}
-	for _, line := range strings.Split(list, "\n") {
-		f := map[string]string{}
-		for _, kv := range strings.Fields(line) {
-			if k, v, ok := strings.Cut(kv, "="); ok {
-				f[k] = v
-			}
-		}
-		if f["user"] == "default" && f["cmd"] == "NULL" {
-			ids[f["id"]] = true
-		}
-	}
-	return ids
 }
 
 func anys(ss []string) []any {
@@ -224,7 +171,7 @@ func TestRotatedPasswordUnderLoad(t *testing.T) {
 				old, next := fmt.Sprintf("pw%d", i), fmt.Sprintf("pw%d", i+1)
 				tp.acl(t, ">"+next)
 				vol.update(t, map[string]string{"username": "app", "password": next})
-				tp.settle(t)
+				redistest.AwaitAuthenticated(t, tp.nodes...)
 				tp.acl(t, "<"+old)
 			}
 			wg.Wait()
