@@ -142,6 +142,9 @@ func checkPrint(w io.Writer, rs *limits.Ruleset, root string) {
 		if m := rs.FailureMode(domain, limits.FailDefault); m != limits.FailDefault {
 			fmt.Fprintf(w, " (failure_mode: %s)", m)
 		}
+		if o := rs.OverrideSpec(domain, nil); o != nil {
+			fmt.Fprintf(w, " (override: %s)", o)
+		}
 		fmt.Fprintln(w)
 		var walk func(rules []*limits.Rule, indent string)
 		walk = func(rules []*limits.Rule, indent string) {
@@ -173,6 +176,9 @@ func formatRule(r *limits.Rule) string {
 		if o.set {
 			b.WriteString(" [" + o.name + "]")
 		}
+	}
+	if r.Override != nil {
+		b.WriteString(" [override: " + r.Override.String() + "]")
 	}
 	b.WriteString(": ")
 	switch {

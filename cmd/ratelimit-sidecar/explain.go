@@ -161,6 +161,9 @@ func explainPrint(w io.Writer, i int, text string, x limits.Explanation, prefix 
 			}
 		}
 	}
+	if o := x.Override; o != nil {
+		fmt.Fprintf(w, "  a limit Envoy sends with it (descriptor.limit) counts by override: %s, on a key ending override/%s/<window seconds>\n", o, o.Algorithm)
+	}
 	for _, d := range x.Detours {
 		if d.Reaches == d.Rule {
 			fmt.Fprintf(w, "  note: entries[%d] also matches %s, whose limits would apply: %s.\n", d.Step, ruleRef(d.Rule), limitList(d.Reaches.Limits))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -235,5 +236,24 @@ func TestExplainErrors(t *testing.T) {
 				t.Errorf("stderr is %q, want %q", stderr.String(), tt.wantStderr)
 			}
 		})
+	}
+}
+
+// TestExplainOverride: explain says how a limit Envoy sends with the
+// descriptor would be counted, when a rule or the domain says.
+func TestExplainOverride(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "rules.yaml"), "domain: ai\noverride: {algorithm: sliding_window}\ndescriptors:\n  - key: tenant\n    override: {algorithm: token_bucket, burst: 50}\n  - key: route\n")
+	for _, tt := range []struct{ give, want string }{
+		{"tenant=acme", "  a limit Envoy sends with it (descriptor.limit) counts by override: token_bucket, burst 50, on a key ending override/token_bucket/<window seconds>\n"},
+		{"route=r", "  a limit Envoy sends with it (descriptor.limit) counts by override: sliding_window, on a key ending override/sliding_window/<window seconds>\n"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if err := runExplain([]string{"--config", dir, "--domain", "ai", "--descriptor", tt.give}, &stdout, &stderr); err != nil {
+			t.Fatalf("explain: %v\n%s", err, stderr.String())
+		}
+		if !strings.HasSuffix(stdout.String(), tt.want) {
+			t.Errorf("explain %s:\n%s\nwant it to end:\n%s", tt.give, stdout.String(), tt.want)
+		}
 	}
 }

@@ -20,7 +20,7 @@ func (s *servers) notServing() string {
 	select {
 	case <-ready:
 	default:
-		return waiting
+		return waiting()
 	}
 	if !servingRules(s.c, s.engine.Rules()) {
 		return "no rules loaded"

@@ -89,12 +89,7 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 		}
 		m.Reloaded(rs, err)
 	}
-	reloader := config.NewReloader(c.configPath, engine, log, config.ReloaderOptions{
-		Options:  opts,
-		Debounce: c.reloadDebounce,
-		OnReload: onRules,
-	})
-	rules, err := rulesFrom(c, reloader, engine, log, m, onRules)
+	rules, err := rulesFrom(c, opts, engine, log, m, onRules)
 	if err != nil {
 		return err
 	}
@@ -298,6 +293,9 @@ func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, 
 		zap.Int64("gc_percent", gcPercent),
 		zap.Int64("memory_limit_bytes", memLimit),
 	)
+	if len(c.xds.sources) > 0 {
+		log.Info("rule sources", zap.Stringer("xds_sources", &c.xds.sources))
+	}
 	if !c.xds.enabled {
 		return
 	}

@@ -50,6 +50,7 @@ type xdsSettings struct {
 	maxMessageBytes int
 	forceStart      bool
 	overlay         string
+	sources         sourceList // --xds-source: more servers, beside the first or the rule files
 
 	// What finish derives.
 	enabled  bool // --config-type xds
@@ -69,8 +70,11 @@ func (x *xdsSettings) finish() error {
 	default:
 		return fmt.Errorf("--config-type: want file or xds, got %q", x.configType)
 	}
-	if x.forceStart && !x.enabled {
-		return fmt.Errorf("--force-start-without-rules: only with --config-type xds")
+	if x.forceStart && !x.enabled && len(x.sources) == 0 {
+		return fmt.Errorf("--force-start-without-rules: only with --config-type xds or --xds-source")
+	}
+	if err := x.sources.check(); err != nil {
+		return err
 	}
 	if x.overlay != "" && !x.enabled {
 		return fmt.Errorf("--xds-overlay: only with --config-type xds (rule files say it all themselves)")
@@ -103,12 +107,37 @@ func startRules(c *settings, opts config.Options) (*limits.Ruleset, error) {
 	return config.Load(c.configPath, opts)
 }
 
-// rulesFrom returns the rule source of c: files' reloader as it is, or
-// an xDS client applying pushes to engine, reported as reloads are.
-func rulesFrom(c *settings, files *config.Reloader, engine *limits.Engine, log *zap.Logger, m *metrics.Metrics, onApply func(config.ReloadStatus, error)) (ruleSource, error) {
-	if !c.xds.enabled {
-		return files, nil
+// rulesFrom returns the rule source of c: its rule files' reloader or
+// an xDS client applying pushes to engine, reported to onApply as reloads
+// are; with --xds-source, those and every more xDS server, combined
+// (sources.go).
+func rulesFrom(c *settings, opts config.Options, engine *limits.Engine, log *zap.Logger, m *metrics.Metrics, onApply func(config.ReloadStatus, error)) (ruleSource, error) {
+	if len(c.xds.sources) > 0 {
+		return combinedRules(c, opts, engine, log, m, onApply)
 	}
+	if !c.xds.enabled {
+		return newReloader(c, opts, engine, log, onApply), nil
+	}
+	x, err := newXDSRules(c, engine, log, onApply)
+	if err != nil {
+		return nil, err
+	}
+	m.XDS(x.metricsState)
+	return x, nil
+}
+
+// newReloader returns the reloader of c's rule files, keeping target's
+// rules theirs.
+func newReloader(c *settings, opts config.Options, target config.Target, log *zap.Logger, onApply func(config.ReloadStatus, error)) *config.Reloader {
+	return config.NewReloader(c.configPath, target, log, config.ReloaderOptions{
+		Options:  opts,
+		Debounce: c.reloadDebounce,
+		OnReload: onApply,
+	})
+}
+
+// xdsOptions are the options of c's first xDS server (--xds-server).
+func xdsOptions(c *settings, onApply func(config.ReloadStatus, error)) xds.Options {
 	o := xds.Options{
 		Server:            c.xds.server,
 		NodeID:            c.xds.nodeID,
@@ -128,13 +157,17 @@ func rulesFrom(c *settings, files *config.Reloader, engine *limits.Engine, log *
 	if c.xds.tls {
 		o.TLS = &xds.TLSOptions{CAFile: c.xds.tlsCA, CertFile: c.xds.tlsCert, KeyFile: c.xds.tlsKey, ServerName: c.xds.tlsServerName}
 	}
-	client, err := xds.New(engine, log, o)
+	return o
+}
+
+// newXDSRules returns the client of c's first xDS server, keeping
+// target's rules its pushes'.
+func newXDSRules(c *settings, target xds.Target, log *zap.Logger, onApply func(config.ReloadStatus, error)) (*xdsRules, error) {
+	client, err := xds.New(target, log, xdsOptions(c, onApply))
 	if err != nil {
 		return nil, fmt.Errorf("--config-type xds: %w", err)
 	}
-	x := &xdsRules{Client: client, log: log, server: c.xds.server, overlay: c.xds.overlay != ""}
-	m.XDS(x.metricsState)
-	return x, nil
+	return &xdsRules{Client: client, log: log, server: c.xds.server, overlay: c.xds.overlay != ""}, nil
 }
 
 // xdsRules is an xDS client as a rule source.
@@ -162,9 +195,10 @@ func (x *xdsRules) Reload() (bool, error) {
 }
 
 // pending returns a channel closed once src has rules, and the health
-// answer until then.
-func pending(src ruleSource) (<-chan struct{}, string) {
-	return src.Ready(), "waiting for " + src.Awaiting()
+// answer until then: what it waits for now, since several sources get
+// their rules one by one.
+func pending(src ruleSource) (<-chan struct{}, func() string) {
+	return src.Ready(), func() string { return "waiting for " + src.Awaiting() }
 }
 
 // serveWhenReady refreshes health once src has its first rules, unless

@@ -30,7 +30,7 @@ func llmRequest(id string, maxTokens, used int) sample {
 // in flight per tenant, exactly paired even for a refused request's
 // stream-end call and a second one, a lost stream-end call whose slot
 // is freed after the route's 5 minutes, and a token budget that reserves
-// x-max-tokens and settles at stream end.
+// x-max-tokens under the request's id and settles at stream end.
 func TestInFlightRoutesReplay(t *testing.T) {
 	rc := &routev3.RouteConfiguration{}
 	if err := decodeProto("inflight-routes.yaml", rc); err != nil {
@@ -82,13 +82,13 @@ func TestInFlightRoutesReplay(t *testing.T) {
 		// a and b start: a slot each, and 4000 tokens each reserved.
 		{0, a, false, "OK OK/1 OK/6000"},
 		{0, b, false, "OK OK/0 OK/2000"},
-		// c is refused: no slot is free. Its estimate, a descriptor's own
-		// hits_addend, counts all the same (a usage charge, into debt),
-		// so that its stream-end call gives back only what it took.
+		// c is refused: no slot is free, and its estimate does not fit.
+		// It reserves nothing.
 		{0, c, false, "OVER_LIMIT OVER_LIMIT/0 OVER_LIMIT/0"},
 		// c's stream-end call (Envoy sends it for refused requests):
-		// frees no slot, and gives its estimate back; its answer's count
-		// is unset, so Envoy leaves that descriptor out.
+		// frees no slot, and gives nothing back, since c holds nothing;
+		// its answer's count is unset, so Envoy leaves that descriptor
+		// out.
 		{0, c, true, "OK OK/0 OK/2000"},
 		// a ends, having used 1500 tokens: its slot is free, its
 		// estimate given back, its use charged: 2000 + 4000 − 1500.
@@ -98,11 +98,16 @@ func TestInFlightRoutesReplay(t *testing.T) {
 		// b's stream-end call never comes. e takes the last slot; the
 		// bucket refills 10,000 tokens a minute (166.7 a second).
 		{time.Second, e, false, "OK OK/0 OK/3566"},
-		{2 * time.Second, f, false, "OVER_LIMIT OVER_LIMIT/0 OK/2733"},
+		// f is refused for want of a slot: its estimate would fit, but a
+		// reservation is all-or-nothing with its request, so f takes
+		// nothing, and its stream-end call gives nothing back.
+		{2 * time.Second, f, false, "OVER_LIMIT OVER_LIMIT/0 OK/3733"},
 		{2 * time.Second, f, true, "OK OK/0 OK/3733"},
 		// b's slot is held until 5 minutes after it was taken (the
-		// rule's time, the route's timeout), not to the end of an hour.
-		{5*time.Minute - time.Millisecond, f, false, "OVER_LIMIT OVER_LIMIT/0 OK/9000"},
+		// rule's time, the route's timeout), not to the end of an hour;
+		// b's estimate is released then too (the bucket has long refilled
+		// it, and never holds more than full).
+		{5*time.Minute - time.Millisecond, f, false, "OVER_LIMIT OVER_LIMIT/0 OK/10000"},
 		{5*time.Minute - time.Millisecond, f, true, "OK OK/0 OK/10000"},
 		{5 * time.Minute, f, false, "OK OK/0 OK/9000"},
 	} {

@@ -37,9 +37,9 @@ type Options struct {
 	Status func() config.ReloadStatus
 	// RulesReady, unless nil, is closed once the rule source has its
 	// first rules (xDS); until then /readyz and /healthcheck answer 503
-	// with RulesWaiting.
+	// with what RulesWaiting says then (nil: "waiting for rules").
 	RulesReady   <-chan struct{}
-	RulesWaiting string
+	RulesWaiting func() string
 	// StoreReady reports whether the store can decide now; an error
 	// wrapping ErrMisconfigured is one waiting does not end. Required.
 	StoreReady func(context.Context) error
@@ -141,7 +141,11 @@ func (a *Admin) withRules(next http.Handler) http.Handler {
 		case <-a.o.RulesReady:
 			next.ServeHTTP(w, r)
 		default:
-			http.Error(w, a.o.RulesWaiting, http.StatusServiceUnavailable)
+			msg := "waiting for rules"
+			if a.o.RulesWaiting != nil {
+				msg = a.o.RulesWaiting()
+			}
+			http.Error(w, msg, http.StatusServiceUnavailable)
 		}
 	})
 }

@@ -37,8 +37,30 @@ type ConfigView struct {
 
 // DomainView is one domain of a ConfigView.
 type DomainView struct {
-	FailureMode string     `json:"failure_mode,omitempty"`
-	Descriptors []RuleView `json:"descriptors"`
+	FailureMode string        `json:"failure_mode,omitempty"`
+	Override    *OverrideView `json:"override,omitempty"`
+	Descriptors []RuleView    `json:"descriptors"`
+}
+
+// OverrideView is how a domain or rule counts the limits Envoy sends
+// (limits.OverrideSpec).
+type OverrideView struct {
+	Algorithm      string `json:"algorithm"`
+	UnitMultiplier uint64 `json:"unit_multiplier,omitempty"`
+	Burst          uint64 `json:"burst,omitempty"`
+	Charge         string `json:"charge,omitempty"`
+}
+
+// overrideView is s's view, nil for nil.
+func overrideView(s *limits.OverrideSpec) *OverrideView {
+	if s == nil {
+		return nil
+	}
+	v := &OverrideView{Algorithm: s.Algorithm.String(), UnitMultiplier: s.Multiplier, Burst: s.Burst}
+	if s.Charge != limits.ChargeAuto {
+		v.Charge = s.Charge.String()
+	}
+	return v
 }
 
 // RuleView is one rule of a ConfigView, with its children.
@@ -54,6 +76,7 @@ type RuleView struct {
 	ValueToMetric  bool           `json:"value_to_metric,omitempty"`
 	Limits         []LimitView    `json:"limits,omitempty"`
 	Metadata       map[string]any `json:"metadata,omitempty"`
+	Override       *OverrideView  `json:"override,omitempty"`
 	Descriptors    []RuleView     `json:"descriptors,omitempty"`
 }
 
@@ -67,6 +90,7 @@ type LimitView struct {
 	Window          string   `json:"window,omitempty"`
 	Burst           uint64   `json:"burst,omitempty"`
 	Lease           uint64   `json:"lease,omitempty"`
+	ReleaseAfter    string   `json:"release_after,omitempty"`
 	Name            string   `json:"name,omitempty"`
 	Replaces        []string `json:"replaces,omitempty"`
 }
@@ -262,6 +286,11 @@ func writeDomains(w *pageWriter, rs *limits.Ruleset) {
 			w.writeJSON(m.String(), "")
 			w.writeString(",")
 		}
+		if o := overrideView(rs.OverrideSpec(d, nil)); o != nil {
+			w.writeString("\n      \"override\": ")
+			w.writeJSON(o, "      ")
+			w.writeString(",")
+		}
 		w.writeString("\n      \"descriptors\": ")
 		writeRules(w, rs.Rules(d), "      ")
 		w.writeString("\n    }")
@@ -319,17 +348,21 @@ func fields(r *limits.Rule) RuleView {
 	v := RuleView{
 		Key: r.Key, Value: r.Value, Name: r.Name, Source: source(r),
 		ShadowMode: r.ShadowMode, ShareThreshold: r.ShareThreshold, DetailedMetric: r.DetailedMetric, ValueToMetric: r.ValueToMetric,
-		QuotaMode: r.QuotaMode, Metadata: r.Metadata,
+		QuotaMode: r.QuotaMode, Metadata: r.Metadata, Override: overrideView(r.Override),
 	}
 	for _, l := range r.Limits {
 		if l.Unlimited {
 			v.Limits = append(v.Limits, LimitView{Unlimited: true, Name: l.Name, Replaces: l.Replaces})
 			continue
 		}
-		v.Limits = append(v.Limits, LimitView{
+		lv := LimitView{
 			Algorithm: l.Algorithm.String(), RequestsPerUnit: l.Requests, Unit: l.Unit.String(),
 			UnitMultiplier: l.Multiplier, Window: l.Window().String(), Burst: l.Burst, Lease: l.Lease, Name: l.Name, Replaces: l.Replaces,
-		})
+		}
+		if l.ReleaseAfter > 0 {
+			lv.ReleaseAfter = l.ReleaseAfter.String()
+		}
+		v.Limits = append(v.Limits, lv)
 	}
 	return v
 }

@@ -21,10 +21,12 @@ import (
 
 const rulesDoc = `domain: edge
 failure_mode: closed
+override: {algorithm: sliding_window}
 descriptors:
   - key: tenant
     value: acme
     shadow_mode: true
+    override: {algorithm: token_bucket, burst: 9, charge: usage}
     metadata: {team: payments, "<tag>": [1, true, null]}
     descriptors:
       - key: user
@@ -113,7 +115,11 @@ func TestConfigPageFormat(t *testing.T) {
 	switch {
 	case edge.FailureMode != "closed" || len(edge.Descriptors) != 2:
 		t.Errorf("edge: %+v", edge)
-	case edge.Descriptors[0].Descriptors[0].Descriptors[0].Source != "rules0.yaml:15: descriptors[0].descriptors[0].descriptors[0]":
+	case edge.Override == nil || *edge.Override != admin.OverrideView{Algorithm: "sliding_window"}:
+		t.Errorf("edge's override: %+v", edge.Override)
+	case edge.Descriptors[0].Override == nil || *edge.Descriptors[0].Override != admin.OverrideView{Algorithm: "token_bucket", Burst: 9, Charge: "usage"}:
+		t.Errorf("tenant's override: %+v", edge.Descriptors[0].Override)
+	case edge.Descriptors[0].Descriptors[0].Descriptors[0].Source != "rules0.yaml:17: descriptors[0].descriptors[0].descriptors[0]":
 		t.Errorf("tenant.user.path from %q", edge.Descriptors[0].Descriptors[0].Descriptors[0].Source)
 	case len(edge.Descriptors[0].Descriptors[0].Limits) != 2 || edge.Descriptors[0].Metadata["team"] != "payments":
 		t.Errorf("tenant: %+v", edge.Descriptors[0])

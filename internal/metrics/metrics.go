@@ -61,6 +61,7 @@ type Metrics struct {
 	ruleHits, ruleOver, ruleNear, ruleWithin, ruleShadow *prometheus.CounterVec
 	ruleUsage, ruleUsageOver, ruleUsageLost              *prometheus.CounterVec
 	ruleRefund, ruleRefundLost                           *prometheus.CounterVec
+	ruleReleased                                         *prometheus.CounterVec
 
 	decisions *prometheus.CounterVec
 	// decided holds decisions' children for each result, looked up once
@@ -113,6 +114,9 @@ type ruleCounters struct {
 	// refunds (limits.Check.Refund): hits given back, and those that no
 	// store gave back.
 	refund, refundLost prometheus.Counter
+	// released counts reservations given back unsettled
+	// (limits.Outcome.Released).
+	released prometheus.Counter
 }
 
 // valueCounters are the counters of one limit of a rule whose metric name
@@ -183,6 +187,7 @@ func New(b Build, nearRatio float64, maxValues int) *Metrics {
 		ruleUsageLost:  counter("rule_usage_lost_total", "Hits of usage charges that no store counted: the store could not decide and the failure mode was not local.", ruleLabels...),
 		ruleRefund:     counter("rule_refund_total", "Hits given back to a rule's limit (Envoy's is_negative_hits): never rejected, and not in hits, within_limit or over_limit.", ruleLabels...),
 		ruleRefundLost: counter("rule_refund_lost_total", "Hits of refunds that no store gave back: the store could not decide and the failure mode was not local.", ruleLabels...),
+		ruleReleased:   counter("rule_reservations_released_total", "Reservations (release_after) that reached their time unsettled and were given back: stream-end calls that never came.", ruleLabels...),
 		ruleShadow:     counter("rule_shadow_mode_total", "Hits over a shadow-mode limit (admitted anyway).", ruleLabels...),
 		decisions:      counter("decisions_total", "Decisions by result: ok, over_limit, invalid (bad request) or error (no decision).", "result"),
 		decisionSeconds: func() prometheus.Histogram {
@@ -272,6 +277,9 @@ func (m *Metrics) Observe(req *limits.Request, d *limits.Decision, took time.Dur
 			counted = owner
 		}
 		hits := float64(c.Hits)
+		if decided && j < len(outs) && outs[j].Released > 0 {
+			rc.released.Add(float64(outs[j].Released))
+		}
 		if c.Refund {
 			if decided {
 				rc.refund.Add(hits)
@@ -420,6 +428,7 @@ func (m *Metrics) ruleCounters(domain, name, alg, window string) *ruleCounters {
 		usageLost:  m.ruleUsageLost.WithLabelValues(labels...),
 		refund:     m.ruleRefund.WithLabelValues(labels...),
 		refundLost: m.ruleRefundLost.WithLabelValues(labels...),
+		released:   m.ruleReleased.WithLabelValues(labels...),
 		shadow:     m.ruleShadow.WithLabelValues(labels...),
 	}
 }

@@ -31,6 +31,7 @@ import (
 //	      - {unit: day, requests_per_unit: 10000}
 //	  - domain: default/eg/http
 //	    failure_mode: closed
+//	    override: {algorithm: token_bucket}       # how descriptor.limit counts
 //
 // The overlay is applied to the rendered YAML nodes, so the result goes
 // through the very checks a rule file does.
@@ -39,7 +40,7 @@ import (
 // overlay may set on a pushed limit or give an added one.
 var overlayLimitFields = map[string]bool{
 	"unit": true, "requests_per_unit": true, "unlimited": true, "name": true, "replaces": true,
-	"algorithm": true, "burst": true, "unit_multiplier": true, "lease": true,
+	"algorithm": true, "burst": true, "unit_multiplier": true, "lease": true, "release_after": true,
 }
 
 // overlayDescriptorFields are the fields of a descriptor an overlay may
@@ -47,7 +48,7 @@ var overlayLimitFields = map[string]bool{
 // descriptors are the pushed rules' own.
 var overlayDescriptorFields = map[string]bool{
 	"shadow_mode": true, "detailed_metric": true, "value_to_metric": true, "share_threshold": true,
-	"quota_mode": true, "charge": true, "metadata": true,
+	"quota_mode": true, "charge": true, "metadata": true, "hold_key": true,
 }
 
 // Overlay is a parsed overlay file. It is immutable and safe for
@@ -69,6 +70,10 @@ type overlayEntry struct {
 	name   string        // the rate_limit.name it matches; "" if by path
 	// failure is the domain's failure_mode node; nil if not set.
 	failure *yaml.Node
+	// override is how Envoy's descriptor.limit is counted: the
+	// descriptor's, or without path and name the domain's; nil if not
+	// set.
+	override *yaml.Node
 	// limit holds the rate_limit fields to set; add the limits to add.
 	limit, add *yaml.Node
 	// fields are the other descriptor fields to set, key and value.
@@ -191,6 +196,9 @@ func (p *parser) overlayEntry(n *yaml.Node, i int) *overlayEntry {
 				p.errorf(v, fp, "%v", err)
 			}
 			e.failure = v
+		case "override":
+			e.override = v
+			p.override(v, fp)
 		case "rate_limit":
 			e.limit = v
 			p.overlayLimit(v, fp)
@@ -199,8 +207,8 @@ func (p *parser) overlayEntry(n *yaml.Node, i int) *overlayEntry {
 			p.overlayLimits(v, fp)
 		default:
 			if !overlayDescriptorFields[key] {
-				known := append([]string{"domain", "path", "name", "failure_mode", "rate_limit", "add_rate_limits"}, sortedKeys(overlayDescriptorFields)...)
-				p.unknownFieldNote(k, fp, key, known, fmt.Sprintf(" (an overlay sets rate_limit, add_rate_limits, failure_mode and %s)", strings.Join(sortedKeys(overlayDescriptorFields), ", ")))
+				known := append([]string{"domain", "path", "name", "failure_mode", "override", "rate_limit", "add_rate_limits"}, sortedKeys(overlayDescriptorFields)...)
+				p.unknownFieldNote(k, fp, key, known, fmt.Sprintf(" (an overlay sets rate_limit, add_rate_limits, failure_mode, override and %s)", strings.Join(sortedKeys(overlayDescriptorFields), ", ")))
 				return
 			}
 			e.fields = append(e.fields, k, v)
@@ -217,8 +225,8 @@ func (p *parser) overlayEntry(n *yaml.Node, i int) *overlayEntry {
 		p.errorf(pathNode, join(at, "path"), "must not be empty: list the descriptor's key (and value) at each level, top first")
 	case pathNode == nil && nameNode == nil && (e.limit != nil || e.add != nil || len(e.fields) > 0):
 		p.errorf(n, at, "sets descriptor fields but says not which descriptor: give path or name")
-	case e.failure == nil && e.limit == nil && e.add == nil && len(e.fields) == 0:
-		p.errorf(n, at, "sets nothing: give rate_limit, add_rate_limits, failure_mode or a descriptor field")
+	case e.failure == nil && e.override == nil && e.limit == nil && e.add == nil && len(e.fields) == 0:
+		p.errorf(n, at, "sets nothing: give rate_limit, add_rate_limits, failure_mode, override or a descriptor field")
 	}
 	if len(p.errs) > nerr {
 		return nil

@@ -224,3 +224,55 @@ func TestOverlayBlame(t *testing.T) {
 		t.Errorf("error %v, want %q", err, want)
 	}
 }
+
+// TestOverlayOverride: an entry sets how Envoy's descriptor.limit is
+// counted (Envoy Gateway's limit.fromMetadata) on a pushed descriptor,
+// and, without path or name, for the domain.
+func TestOverlayOverride(t *testing.T) {
+	rs, a := applyOverlay(t, `
+overlays:
+  - domain: default/eg/http
+    path:
+      - {key: httproute/default/api/rule/0/match/0/*, value: httproute/default/api/rule/0/match/0/*}
+      - {key: rule-0-match-0}
+    override: {algorithm: token_bucket, burst: 20}
+  - domain: default/eg/http
+    override: {algorithm: sliding_window, charge: usage}
+`)
+	if len(a.Unmatched) != 0 {
+		t.Errorf("unmatched: %v", a.Unmatched)
+	}
+	k0 := "httproute/default/api/rule/0/match/0/*"
+	entries := []limits.Entry{{Key: k0, Value: k0}, {Key: "rule-0-match-0", Value: "tenant-a"}}
+	if got, want := rs.OverrideSpec("default/eg/http", entries), (limits.OverrideSpec{Algorithm: limits.TokenBucket, Burst: 20}); got == nil || *got != want {
+		t.Errorf("the descriptor's override %+v, want %+v", got, want)
+	}
+	route := []limits.Entry{{Key: "httproute/default/api/rule/1/match/-1/*", Value: "httproute/default/api/rule/1/match/-1/*"}}
+	if got, want := rs.OverrideSpec("default/eg/http", route), (limits.OverrideSpec{Algorithm: limits.SlidingWindow, Charge: limits.ChargeUsage}); got == nil || *got != want {
+		t.Errorf("the domain's override %+v, want %+v", got, want)
+	}
+	// The pushed limits stay as they were.
+	if got := limitsOf(t, rs, route0, "rule-0-match-0"); len(got) != 1 || !strings.HasPrefix(got[0], "fixed_window 100 per 1m0s") {
+		t.Errorf("limits %q, want the pushed fixed window", got)
+	}
+}
+
+// TestOverlayBadOverride: an override the overlay cannot give anywhere is
+// refused with the overlay, naming file, line and path.
+func TestOverlayBadOverride(t *testing.T) {
+	tests := []struct {
+		name, give, want string
+	}{
+		{"unit", "overlays:\n  - domain: d\n    override: {algorithm: sliding_window, unit: hour}\n", "overlay.yaml:3: overlays[0].override.unit: comes with each request"},
+		{"algorithm", "overlays:\n  - domain: d\n    override: {algorithm: concurrency}\n", "overlay.yaml:3: overlays[0].override.algorithm: concurrency counts requests in flight"},
+		{"burst", "overlays:\n  - domain: d\n    name: n\n    override: {burst: 5}\n", "overlay.yaml:4: overlays[0].override.burst: applies only to token_bucket and leaky_bucket, not fixed_window"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := config.ParseOverlay("overlay.yaml", []byte(tt.give))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want one saying %q", err, tt.want)
+			}
+		})
+	}
+}

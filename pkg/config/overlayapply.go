@@ -152,10 +152,15 @@ func valueText(v string) string {
 }
 
 // apply sets e's fields on d, a descriptor mapping, and its domain's
-// failure_mode on root.
+// failure_mode on root; its override on d, which is root for an entry
+// without path or name.
 func (e *overlayEntry) apply(root, d *yaml.Node) {
 	if e.failure != nil {
 		set(root, "failure_mode", e.failure)
+	}
+	if e.override != nil {
+		// Without path or name, d is root: the domain's.
+		set(d, "override", e.override)
 	}
 	if d == root {
 		return
@@ -218,7 +223,7 @@ func (a *Applied) Blame(err error) error {
 // is in, or nil.
 func (a *Applied) setter(ce *Error) *overlayEntry {
 	byPath := a.touched[ce.File]
-	if e, ok := byPath[""]; ok && strings.HasPrefix(ce.Path, "failure_mode") {
+	if e, ok := byPath[""]; ok && (strings.HasPrefix(ce.Path, "failure_mode") || strings.HasPrefix(ce.Path, "override")) {
 		return e
 	}
 	for path, e := range byPath {

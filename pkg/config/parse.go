@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
@@ -279,6 +280,10 @@ type parser struct {
 	// once. Set only for a document without aliases, whose nodes are
 	// each read once.
 	release bool
+	// releaseAfter is set once the descriptor being read has a limit
+	// with release_after, compiled or not: its hold_key is then no
+	// mistake of its own.
+	releaseAfter bool
 	// levels indexes each level's rules by key and value, so a duplicate
 	// check costs O(1) rather than a scan of the level (which made one
 	// level of N descriptors cost O(N^2)). Every file's parser shares it:
@@ -298,11 +303,12 @@ func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 // The fields each mapping of a rule file has, for the nearest-name hint of
 // an unknown one. Each parsing function's switch has a case for each.
 var (
-	fileFields       = []string{"domain", "descriptors", "failure_mode"}
+	fileFields       = []string{"domain", "descriptors", "failure_mode", "override"}
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
-		"detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "charge", "metadata"}
+		"detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "charge", "metadata", "hold_key",
+		"override"}
 	limitFieldNames = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
-		"burst", "unit_multiplier", "lease"}
+		"burst", "unit_multiplier", "lease", "release_after"}
 )
 
 // unknownField records the field key (its key node k, at path) that is
@@ -357,7 +363,8 @@ func (p *parser) parseFile(f File) *limits.Domain {
 		return nil
 	}
 	var domain string
-	var domainNode, descNode, failNode *yaml.Node
+	var domainNode, descNode, failNode, overNode *yaml.Node
+	var over *limits.OverrideSpec
 	failure := limits.FailDefault
 	p.fields(root, "", func(key string, k, v *yaml.Node) {
 		switch key {
@@ -373,6 +380,8 @@ func (p *parser) parseFile(f File) *limits.Domain {
 				p.errorf(v, key, "%v", err)
 			}
 			failure = m
+		case "override":
+			overNode, over = v, p.override(v, key)
 		default:
 			p.unknownField(k, key, key, fileFields)
 		}
@@ -398,6 +407,12 @@ func (p *parser) parseFile(f File) *limits.Domain {
 			p.errorf(failNode, "failure_mode", "%s, but another file of domain %q says %s", failure, domain, d.FailureMode)
 		}
 		d.FailureMode = failure
+	}
+	if over != nil {
+		if d.Override != nil && *d.Override != *over {
+			p.errorf(overNode, "override", "another file of domain %q sets a different override", domain)
+		}
+		d.Override = over
 	}
 	p.descriptors(domain, &d.Rules, descNode, "descriptors")
 	if seen {
@@ -510,6 +525,8 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 			r.Charge = c
 		case "metadata":
 			r.Metadata = p.metadata(v, fp)
+		case "override":
+			r.Override = p.override(v, fp)
 		case "hold_key":
 			holdNode = v
 			r.HoldKey = p.str(v, fp)
@@ -529,6 +546,7 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 	if limitNode != nil && limitsNode != nil {
 		p.errorf(limitsNode, join(path, "rate_limits"), "use rate_limit or rate_limits, not both")
 	}
+	p.releaseAfter = false
 	if limitNode != nil && !isNull(limitNode) {
 		if l := p.limit(r, limitNode, join(path, "rate_limit"), true); l != nil {
 			r.Limits = append(r.Limits, l)
@@ -555,10 +573,20 @@ const maxInFlight = 10000
 
 // checkHold checks a rule's hold_key (holdNode, nil if absent) against
 // its limits: a concurrency limit takes its slots by the request's hold,
-// so it needs one, and nothing else uses it yet. n is the rule's node.
+// and a limit with release_after holds reservations by it, so each needs
+// one, and nothing else uses it. n is the rule's node.
 func (p *parser) checkHold(r *limits.Rule, n, holdNode *yaml.Node, path string) {
-	concurrent := false
+	concurrent, reserves := false, false
 	for _, l := range r.Limits {
+		if l.ReleaseAfter > 0 {
+			reserves = true
+			if l.Quota {
+				p.errorf(n, join(path, "quota_mode"), "does not apply to a limit with release_after")
+			}
+			if l.Charge == limits.ChargeUsage {
+				p.errorf(n, join(path, "charge"), "usage does not apply to a limit with release_after: a reservation fits or is refused")
+			}
+		}
 		if l.Algorithm != limits.Concurrency {
 			continue
 		}
@@ -575,8 +603,10 @@ func (p *parser) checkHold(r *limits.Rule, n, holdNode *yaml.Node, path string) 
 	switch {
 	case concurrent && r.HoldKey == "":
 		p.errorf(n, join(path, "hold_key"), "required with algorithm concurrency: the descriptor entry that names the request (Envoy: x-request-id), by which its stream-end call frees its slot")
-	case !concurrent && holdNode != nil:
-		p.errorf(holdNode, join(path, "hold_key"), "applies only to a rule with a concurrency limit")
+	case reserves && r.HoldKey == "":
+		p.errorf(n, join(path, "hold_key"), "required with release_after: the descriptor entry that names the request (Envoy: x-request-id), by which its stream-end call settles its reservation")
+	case !concurrent && !reserves && !p.releaseAfter && holdNode != nil:
+		p.errorf(holdNode, join(path, "hold_key"), "applies only to a rule with a concurrency limit or a limit with release_after")
 	}
 }
 
@@ -652,7 +682,7 @@ func (p *parser) limit(r *limits.Rule, n *yaml.Node, path string, single bool) *
 		}
 	}
 	if l.Unlimited {
-		p.onlyCounted(n, path, single, map[string]*yaml.Node{"unit": ln.unit, "algorithm": ln.alg, "burst": ln.burst, "unit_multiplier": ln.mult, "lease": ln.lease})
+		p.onlyCounted(n, path, single, map[string]*yaml.Node{"unit": ln.unit, "algorithm": ln.alg, "burst": ln.burst, "unit_multiplier": ln.mult, "lease": ln.lease, "release_after": ln.release})
 		if len(p.errs) > nerr {
 			return nil
 		}
@@ -668,14 +698,15 @@ func (p *parser) limit(r *limits.Rule, n *yaml.Node, path string, single bool) *
 		return nil
 	}
 	c.Name, c.Replaces, c.Shadow, c.Quota, c.Lease, c.Charge = l.Name, l.Replaces, l.Shadow, l.Quota, l.Lease, l.Charge
+	c.ReleaseAfter = l.ReleaseAfter
 	return c
 }
 
 // limitNodes are the fields of a rate_limit mapping that later checks
 // name in their errors; unit is read as text first.
 type limitNodes struct {
-	unit, alg, burst, mult, repl, lease *yaml.Node
-	unitText                            string
+	unit, alg, burst, mult, repl, lease, release *yaml.Node
+	unitText                                     string
 }
 
 // limitFields reads the fields of rate_limit mapping n into l.
@@ -707,6 +738,9 @@ func (p *parser) limitFields(l *limits.Limit, n *yaml.Node, path string) limitNo
 			ln.mult, l.Multiplier = v, p.positive(v, fp)
 		case "lease":
 			ln.lease, l.Lease = v, p.positive(v, fp)
+		case "release_after":
+			ln.release, l.ReleaseAfter = v, p.duration(v, fp)
+			p.releaseAfter = true
 		default:
 			p.unknownField(k, fp, key, limitFieldNames)
 		}
@@ -733,6 +767,42 @@ func (p *parser) checkCounted(l *limits.Limit, ln limitNodes, n *yaml.Node, path
 	if ln.lease != nil && !l.Algorithm.Leasable() {
 		p.errorf(ln.lease, join(path, "lease"), "applies only to %s, not %s", limits.LeasableNames(), l.Algorithm)
 	}
+	if ln.release != nil && !reservable(l.Algorithm) {
+		p.errorf(ln.release, join(path, "release_after"), "applies only to %s, not %s", reservableNames, l.Algorithm)
+	}
+	if ln.release != nil && ln.lease != nil {
+		p.errorf(ln.release, join(path, "release_after"), "a limit that reserves is never leased: drop lease or release_after")
+	}
+}
+
+// reservable reports whether a limit of algorithm a can hold
+// reservations (release_after): the counting algorithms whose refund
+// gives back hits wherever they were counted.
+func reservable(a limits.Algorithm) bool {
+	return a == limits.FixedWindow || a == limits.SlidingWindow || a == limits.TokenBucket || a == limits.LeakyBucket
+}
+
+const reservableNames = "fixed_window, sliding_window, token_bucket or leaky_bucket"
+
+// maxRelease bounds release_after: a reservation is kept, with its hold,
+// until it is settled or released.
+const maxRelease = 24 * time.Hour
+
+// duration parses a duration such as "90s" or "5m", above 0 and at most
+// maxRelease.
+func (p *parser) duration(n *yaml.Node, path string) time.Duration {
+	text := p.str(n, path)
+	d, err := time.ParseDuration(text)
+	switch {
+	case text == "":
+	case err != nil:
+		p.errorf(n, path, "want a duration such as 90s or 5m, got %q", text)
+	case d < time.Millisecond:
+		p.errorf(n, path, "must be at least 1ms, got %s", text)
+	case d > maxRelease:
+		p.errorf(n, path, "at most %s, got %s", maxRelease, text)
+	}
+	return d
 }
 
 // metadata parses a rule's metadata mapping into the values a
@@ -799,7 +869,7 @@ func (p *parser) onlyCounted(n *yaml.Node, path string, single bool, set map[str
 	if !single {
 		p.errorf(n, join(path, "unlimited"), "unlimited goes in rate_limit, not in a rate_limits list")
 	}
-	for _, name := range []string{"unit", "algorithm", "burst", "unit_multiplier", "lease"} {
+	for _, name := range []string{"unit", "algorithm", "burst", "unit_multiplier", "lease", "release_after"} {
 		if v := set[name]; v != nil {
 			p.errorf(v, join(path, name), "must not be set when unlimited is true")
 		}

@@ -89,6 +89,18 @@ func TestLoadRejects(t *testing.T) {
 			want: "testdata/hold_key_without_concurrency.bad.yaml:4: descriptors[0].hold_key: applies only to a rule with a concurrency limit",
 		},
 		{
+			give: []string{"testdata/release_after_sliding_log.bad.yaml"},
+			want: "testdata/release_after_sliding_log.bad.yaml:9: descriptors[0].rate_limit.release_after: applies only to fixed_window, sliding_window, token_bucket or leaky_bucket, not sliding_log",
+		},
+		{
+			give: []string{"testdata/release_after_no_hold_key.bad.yaml"},
+			want: "testdata/release_after_no_hold_key.bad.yaml:3: descriptors[0].hold_key: required with release_after: the descriptor entry that names the request (Envoy: x-request-id), by which its stream-end call settles its reservation",
+		},
+		{
+			give: []string{"testdata/release_after_not_a_duration.bad.yaml"},
+			want: `testdata/release_after_not_a_duration.bad.yaml:5: descriptors[0].rate_limit.release_after: want a duration such as 90s or 5m, got "5 minutes"`,
+		},
+		{
 			give: []string{"testdata/concurrency_too_many.bad.yaml"},
 			want: "testdata/concurrency_too_many.bad.yaml:3: descriptors[0]: a concurrency limit of 20000 requests in flight; at most 10000",
 		},
@@ -203,6 +215,26 @@ func TestLoadRejects(t *testing.T) {
 		{
 			give: []string{"testdata/rate_limit_and_rate_limits.bad.yaml"},
 			want: "testdata/rate_limit_and_rate_limits.bad.yaml:6: descriptors[0].rate_limits: use rate_limit or rate_limits, not both",
+		},
+		{
+			give: []string{"testdata/override_unit.bad.yaml"},
+			want: "testdata/override_unit.bad.yaml:6: descriptors[0].override.unit: comes with each request, in Envoy's descriptor.limit",
+		},
+		{
+			give: []string{"testdata/override_concurrency.bad.yaml"},
+			want: "testdata/override_concurrency.bad.yaml:3: override.algorithm: concurrency counts requests in flight, not a sent limit",
+		},
+		{
+			give: []string{"testdata/override_burst_not_bucket.bad.yaml"},
+			want: "testdata/override_burst_not_bucket.bad.yaml:6: descriptors[0].override.burst: applies only to token_bucket and leaky_bucket, not sliding_log",
+		},
+		{
+			give: []string{"testdata/override_misspelt.bad.yaml"},
+			want: "testdata/override_misspelt.bad.yaml:3: override.algoritm: unknown field; did you mean algorithm?",
+		},
+		{
+			give: []string{"testdata/override_not_mapping.bad.yaml"},
+			want: `testdata/override_not_mapping.bad.yaml:4: descriptors[0].override: want a mapping of how Envoy's descriptor.limit is counted (algorithm, unit_multiplier, burst, charge), got "token_bucket"`,
 		},
 		{
 			give: []string{"testdata/rate_limits_same_window.bad.yaml"},
@@ -601,5 +633,38 @@ func TestLoadDomainWithoutDescriptors(t *testing.T) {
 func TestLoadNoRulesIsErrNoRules(t *testing.T) {
 	if _, err := config.Load(t.TempDir(), config.Options{}); !errors.Is(err, config.ErrNoRules) {
 		t.Errorf("err = %v, want ErrNoRules", err)
+	}
+}
+
+// TestLoadOverride reads how Envoy's descriptor.limit is counted: the
+// domain's override, and a rule's, which holds below it too.
+func TestLoadOverride(t *testing.T) {
+	rs, err := config.Load("testdata/override.yaml", config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := &limits.OverrideSpec{Algorithm: limits.TokenBucket, Burst: 50, Multiplier: 2, Charge: limits.ChargeAdmission}
+	tests := []struct {
+		give []limits.Entry
+		want *limits.OverrideSpec
+	}{
+		{[]limits.Entry{{Key: "tenant", Value: "a"}}, tenant},
+		{[]limits.Entry{{Key: "tenant", Value: "a"}, {Key: "user", Value: "u"}}, tenant},
+		{[]limits.Entry{{Key: "route", Value: "r"}}, &limits.OverrideSpec{Algorithm: limits.SlidingWindow}},
+		{[]limits.Entry{{Key: "other", Value: "o"}}, &limits.OverrideSpec{Algorithm: limits.SlidingWindow}},
+	}
+	for _, tt := range tests {
+		if diff := cmp.Diff(tt.want, rs.OverrideSpec("tenants", tt.give)); diff != "" {
+			t.Errorf("OverrideSpec(%v) (-want +got):\n%s", tt.give, diff)
+		}
+	}
+}
+
+// Files merged into one domain must not say two overrides for it.
+func TestMergeDomainsOverride(t *testing.T) {
+	_, err := parsePaths(t, []string{"testdata/override_merge_a.yaml", "testdata/override_merge.bad.yaml"}, config.Options{MergeDomains: true})
+	want := `testdata/override_merge.bad.yaml:4: override: another file of domain "tenants" sets a different override`
+	if err == nil || err.Error() != want {
+		t.Errorf("error %v, want %s", err, want)
 	}
 }

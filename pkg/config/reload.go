@@ -42,7 +42,7 @@ type ReloadStatus struct {
 type Reloader struct {
 	path     string
 	opts     Options
-	engine   *limits.Engine
+	engine   Target
 	log      *zap.Logger
 	debounce time.Duration
 	notify   func(ReloadStatus, error)
@@ -81,9 +81,16 @@ type ReloaderOptions struct {
 	OnReload func(ReloadStatus, error)
 }
 
+// Target holds the rules a Reloader keeps: a *limits.Engine, or one
+// source's share of an engine's rules (pkg/sources).
+type Target interface {
+	Rules() *limits.Ruleset
+	SetRules(*limits.Ruleset)
+}
+
 // NewReloader returns a reloader for engine, whose rules in use were just
 // loaded from path.
-func NewReloader(path string, engine *limits.Engine, log *zap.Logger, ro ReloaderOptions) *Reloader {
+func NewReloader(path string, engine Target, log *zap.Logger, ro ReloaderOptions) *Reloader {
 	if ro.Debounce <= 0 {
 		ro.Debounce = 200 * time.Millisecond
 	}

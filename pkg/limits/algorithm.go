@@ -126,10 +126,19 @@ type Limit struct {
 	// Charge says which hits on the limit are usage charges (see
 	// Charge); the engine marks its checks by it (Check.Usage).
 	Charge Charge
+	// ReleaseAfter, when above 0 on a counting limit of a rule with a
+	// HoldKey, makes the hits of a request that names its hold a
+	// reservation: held under the hold until its stream-end refund
+	// settles it, or for ReleaseAfter at most (see Check.Reserves).
+	ReleaseAfter time.Duration
 
 	window time.Duration // Multiplier × Unit
 	tick   int64         // time resolution in µs; see compile
 	id     string        // algorithm and window, part of every store key
+	// tickFor, if above Requests and Burst, is the count the tick is
+	// chosen for: an override's bucket keeps one tick whatever it is sent
+	// (see OverrideSpec).
+	tickFor uint64
 }
 
 // NewLimit returns a compiled limit, or an error if the numbers cannot be
@@ -170,10 +179,18 @@ func (l *Limit) compile() error {
 	// then it grows by powers of ten (still dividing the window) until the
 	// arithmetic is exact again. Only huge limits over long windows pay
 	// with a coarser clock.
+	//
+	// tickFor asks for the tick of a larger count, as far as a power of
+	// ten dividing the window allows: the tick then depends on the window
+	// alone, and the limit's own count must fit it.
 	big := max(l.Requests, l.Burst) + 1
+	want := max(big, l.tickFor+1)
 	l.tick = 1
-	for big > maxExact/4/uint64(w/l.tick) {
+	for want > maxExact/4/uint64(w/l.tick) {
 		if w%(l.tick*10) != 0 {
+			if big <= maxExact/4/uint64(w/l.tick) {
+				break
+			}
 			return fmt.Errorf("%d requests over %s cannot be counted exactly; use a smaller limit or a shorter window", max(l.Requests, l.Burst), l.window)
 		}
 		l.tick *= 10
@@ -254,6 +271,9 @@ type State struct {
 type Slot struct {
 	Hold  string
 	Until int64
+	// Hits is what a reservation holds (see Check.Reserves); 0 on a
+	// concurrency limit, whose slots each hold one request.
+	Hits uint64
 }
 
 // LogEntry is a sliding-log record: Hits admitted at At (µs).
@@ -290,6 +310,10 @@ type Outcome struct {
 	// tick). A store that takes unused granted hits back (Returner)
 	// finds them by it, and a lease knows a grant of a new window by it.
 	GrantReceipt int64
+	// Released is how many reservations on the check's key (see
+	// Check.Reserves) reached their Limit.ReleaseAfter unsettled and were
+	// given back before the check was decided.
+	Released uint64
 }
 
 // Evaluate applies the limit's algorithm to st at time now (µs since the

@@ -19,8 +19,9 @@ type Request struct {
 // Descriptor is one request descriptor.
 type Descriptor struct {
 	Entries []Entry
-	// Override, when set, replaces the rule tree with a fixed-window limit
-	// of its own (Envoy's descriptor.limit).
+	// Override, when set, replaces the rule tree's limits with one of its
+	// own (Envoy's descriptor.limit), counted as the rules say (see
+	// Ruleset.OverrideSpec), by default as a fixed window.
 	Override *Override
 	// Hits, when HasHits is set, is the descriptor's own hits_addend. It
 	// wins over Request.Hits and may be 0, which checks without consuming.
@@ -32,9 +33,9 @@ type Descriptor struct {
 	Negative bool
 }
 
-// Override is a per-request limit sent by Envoy. It counts as a fixed
-// window on the descriptor's entries, on the counter EngineOptions.
-// OverrideKeys chooses.
+// Override is a per-request limit sent by Envoy. It counts on the
+// descriptor's entries as the rules' OverrideSpec says; without one, as a
+// fixed window on the counter EngineOptions.OverrideKeys chooses.
 type Override struct {
 	Requests uint64
 	Unit     Unit
@@ -373,7 +374,8 @@ func (d *Decision) match(rs *Ruleset, req *Request, keys OverrideKeys) error {
 	for i := range req.Descriptors {
 		desc := &req.Descriptors[i]
 		if o := desc.Override; o != nil {
-			l, err := overrideLimit(o, keys)
+			spec := rs.OverrideSpec(req.Domain, desc.Entries)
+			l, err := overrideLimit(o, keys, spec)
 			if err != nil {
 				return &RequestError{fmt.Sprintf("descriptors[%d].limit", i), err.Error()}
 			}
@@ -485,8 +487,9 @@ func (d *Decision) buildBatch(req *Request, quotaAll bool) {
 		}
 		d.key, _ = AppendKey(d.key[:0], req.Domain, counterEntries(d.Statuses[owner].Rule, entries, &d.ents), l)
 		c := Check{Key: string(d.key), Limit: l, Hits: hits, Refund: desc.Negative, Hold: hold}
-		if !c.Refund && l.Algorithm != Concurrency {
-			// A slot is taken or not: never counted past the limit.
+		if !c.Refund && l.Algorithm != Concurrency && !c.Reserves() {
+			// A slot or a reservation is taken or not: never counted
+			// past the limit.
 			c.Usage = l.Charge.Usage(hits, desc.HasHits)
 		}
 		if quota {

@@ -103,6 +103,10 @@ type Explanation struct {
 	// that matching took, and whose branch would have led this descriptor
 	// to limits other than Rule's. Matching never backtracks to them.
 	Detours []Detour
+	// Override is how a limit Envoy sent with the descriptor would be
+	// counted (Ruleset.OverrideSpec); nil: as the reference, a fixed
+	// window.
+	Override *OverrideSpec
 }
 
 // ExplainStep is the lookup of one entry among the rules of one level.
@@ -198,6 +202,7 @@ func (rs *Ruleset) Explain(domain string, entries []Entry) Explanation {
 			}
 		}
 	}
+	x.Override = rs.OverrideSpec(domain, entries)
 	return x
 }
 

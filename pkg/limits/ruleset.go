@@ -27,6 +27,10 @@ type Domain struct {
 	FailureMode FailureMode
 	// Rules are the domain's top-level rules.
 	Rules []*Rule
+	// Override says how the domain's descriptors that carry Envoy's own
+	// limit count it, where no rule says (Rule.Override); nil if its
+	// rule files do not say.
+	Override *OverrideSpec
 }
 
 type domainRules struct {
@@ -34,6 +38,8 @@ type domainRules struct {
 	root    *Rule       // a synthetic rule whose Children are the top level
 	failure FailureMode // failure_mode; FailDefault if unset
 	holds   bool        // a rule sets HoldKey: see MatchHold
+	// overrides: the domain or a rule sets Override; see OverrideSpec.
+	overrides bool
 }
 
 // NewRuleset compiles domains into a Ruleset: it names every rule and
@@ -45,12 +51,13 @@ type domainRules struct {
 func NewRuleset(domains []*Domain, files []string, checksum string) *Ruleset {
 	rs := &Ruleset{Checksum: checksum, Files: files, domains: make(map[string]*domainRules, len(domains))}
 	for _, d := range domains {
-		root := &Rule{Domain: d.Name, Children: d.Rules}
+		root := &Rule{Domain: d.Name, Children: d.Rules, Override: d.Override}
 		root.index(0, nil)
-		dr := &domainRules{name: d.Name, root: root, failure: d.FailureMode}
+		dr := &domainRules{name: d.Name, root: root, failure: d.FailureMode, overrides: d.Override != nil}
 		yieldTree(d.Name, root.Children, func(_ string, r *Rule) bool {
 			dr.holds = dr.holds || r.HoldKey != ""
-			return !dr.holds
+			dr.overrides = dr.overrides || r.Override != nil
+			return !dr.holds || !dr.overrides
 		})
 		rs.domains[d.Name] = dr
 	}
@@ -89,6 +96,10 @@ type Rule struct {
 	// ShareThreshold makes every value matching the wildcard Value share
 	// one counter.
 	ShareThreshold bool
+	// Override, when set, says how a descriptor that reaches the rule, or
+	// a rule below it that sets none, counts a limit Envoy sends with it
+	// (see OverrideSpec and Ruleset.OverrideSpec).
+	Override *OverrideSpec
 	// HoldKey, when set, names the descriptor entry that names a request
 	// (Envoy fills it from x-request-id): a descriptor that reaches the
 	// rule and has one entry more, with this key, matches the rule, and
@@ -245,6 +256,26 @@ func yieldTree(domain string, rules []*Rule, yield func(string, *Rule) bool) boo
 	return true
 }
 
+// OverrideSpec returns how a descriptor of domain with entries counts a
+// limit Envoy sends with it: the Override of the rule the entries reach
+// (as Match finds it), else of the nearest rule above that one that sets
+// it, else the domain's. Nil means none says: the reference's fixed
+// window. The rules' own limits do not apply to such a descriptor.
+func (rs *Ruleset) OverrideSpec(domain string, entries []Entry) *OverrideSpec {
+	d := rs.domains[domain]
+	if d == nil || !d.overrides {
+		return nil
+	}
+	if r := rs.Match(domain, entries); r != nil {
+		for i := len(r.chain) - 1; i >= 0; i-- {
+			if s := r.chain[i].Override; s != nil {
+				return s
+			}
+		}
+	}
+	return d.root.Override
+}
+
 // HasDomain reports whether any rule file defines domain.
 func (rs *Ruleset) HasDomain(domain string) bool { return rs.domains[domain] != nil }
 
@@ -346,4 +377,20 @@ func Glob(pattern, s string) bool {
 type Entry struct {
 	Key   string
 	Value string
+}
+
+// Join returns a Ruleset made of domains of others: each domain named in
+// from is taken, as compiled, from the Ruleset it maps to; a domain that
+// Ruleset does not hold is left out. Rules are shared, not copied, so
+// that a domain decides the same in both. files and checksum describe the
+// whole. It lets rules from several sources (rule files, xDS servers)
+// decide in one engine.
+func Join(from map[string]*Ruleset, files []string, checksum string) *Ruleset {
+	rs := &Ruleset{Checksum: checksum, Files: files, domains: make(map[string]*domainRules, len(from))}
+	for d, src := range from {
+		if dr := src.domains[d]; dr != nil {
+			rs.domains[d] = dr
+		}
+	}
+	return rs
 }

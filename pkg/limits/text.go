@@ -31,6 +31,9 @@ func (l *Limit) String() string {
 		if l.Lease > 0 {
 			fmt.Fprintf(&b, ", lease %d", l.Lease)
 		}
+		if l.ReleaseAfter > 0 {
+			fmt.Fprintf(&b, ", reservations released after %s", l.ReleaseAfter)
+		}
 	}
 	if l.Name != "" {
 		fmt.Fprintf(&b, ", name %q", l.Name)
@@ -125,4 +128,22 @@ func ParseEntries(s string) ([]Entry, error) {
 		return nil, err
 	}
 	return ents, nil
+}
+
+// String describes s in one line as a rule file's override says it, e.g.
+// `token_bucket, unit_multiplier 2, burst 50, charge admission`: the
+// fields set, the algorithm always.
+func (s *OverrideSpec) String() string {
+	var b strings.Builder
+	b.WriteString(s.Algorithm.String())
+	if s.Multiplier > 1 {
+		fmt.Fprintf(&b, ", unit_multiplier %d", s.Multiplier)
+	}
+	if s.Burst > 0 {
+		fmt.Fprintf(&b, ", burst %d", s.Burst)
+	}
+	if s.Charge != ChargeAuto {
+		fmt.Fprintf(&b, ", charge %s", s.Charge)
+	}
+	return b.String()
 }

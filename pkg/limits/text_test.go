@@ -2,6 +2,7 @@ package limits_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -11,6 +12,8 @@ import (
 func TestLimitString(t *testing.T) {
 	named := newLimit(t, limits.TokenBucket, 5, limits.UnitSecond, 1, 10)
 	named.Name, named.Lease = "api", 2
+	reserving := newLimit(t, limits.FixedWindow, 10000, limits.UnitHour, 1, 0)
+	reserving.ReleaseAfter = 5 * time.Minute
 	shadow := newLimit(t, limits.FixedWindow, 100, limits.UnitMinute, 1, 0)
 	shadow.Shadow, shadow.Replaces = true, []string{"a", "b"}
 	tests := []struct {
@@ -20,6 +23,7 @@ func TestLimitString(t *testing.T) {
 		{newLimit(t, limits.SlidingWindow, 3, limits.UnitSecond, 10, 0), "sliding_window 3 per 10s"},
 		{named, `token_bucket 5 per 1s, burst 10, lease 2, name "api"`},
 		{shadow, `fixed_window 100 per 1m0s, replaces "a" and "b", shadow`},
+		{reserving, "fixed_window 10000 per 1h0m0s, reservations released after 5m0s"},
 		{newLimit(t, limits.FixedWindow, 0, limits.UnitHour, 1, 0), "fixed_window 0 per 1h0m0s (bans every request)"},
 		{&limits.Limit{Unlimited: true, Name: "open"}, `unlimited, name "open"`},
 	}

@@ -83,6 +83,11 @@ type entry struct {
 	st   limits.State
 	lim  *limits.Limit // the last limit that wrote st, to fold it into the ghost; nil: a free slot
 	used int64         // µs of the last check
+	// ledger marks the reservations of a limit's key (see reserve.go),
+	// kept under the key's hash, in its shard, and never ghosted: an
+	// evicted reservation is never released, which errs on the strict
+	// side.
+	ledger bool
 }
 
 // Options tunes a Store. The zero value is ready to use.
@@ -137,9 +142,24 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 		}
 	}()
 
-	// Refunds first, whatever the verdict (limits.Store).
+	// Refunds first, whatever the verdict (limits.Store), and with them
+	// what reservations owe: those due are released, a refund under a
+	// hold settles its reservation, and a reservation under a hold that
+	// holds one already takes nothing (held).
+	var held []bool
 	for i := range b.Checks {
-		if c := &b.Checks[i]; c.Refunds() {
+		c := &b.Checks[i]
+		switch {
+		case c.Ledgered():
+			released, again := s.reservation(hashes[i], c, now)
+			if released > 0 || again {
+				if held == nil {
+					held = make([]bool, n)
+				}
+				held[i] = again
+				b.Outcomes[i].Released = released
+			}
+		case c.Refunds():
 			s.refund(hashes[i], c, now)
 		}
 	}
@@ -160,14 +180,23 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 			out = refunded(c, st, now)
 		case c.Usage:
 			out, nst = c.Limit.EvaluateUsage(st, now, c.Hits)
+		case held != nil && held[i]:
+			// A retried reservation holds what it took: never over.
+			if out = probe(c, st, now); out.Over {
+				out.Over, out.Reset = false, s.soonerRelease(hashes[i], c, now, out.Reset)
+			}
 		default:
 			if out, nst = c.Take(st, now); out.Over {
 				nst = st
+				if c.Ledgered() {
+					out.Reset = s.soonerRelease(hashes[i], c, now, out.Reset)
+				}
 			}
 		}
 		if out.Over && c.Enforced() {
 			b.Admitted = false
 		}
+		out.Released = b.Outcomes[i].Released
 		b.Outcomes[i] = out
 		start = append(start, st)
 		next = append(next, nst)
@@ -179,6 +208,13 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 		return nil
 	}
 	s.commit(b, hashes, slots, next, now)
+	if b.Admitted {
+		for i := range b.Checks {
+			if c := &b.Checks[i]; c.Reserves() && !c.Refund && !c.Usage && c.Hits > 0 && (held == nil || !held[i]) {
+				s.reserve(hashes[i], c, now)
+			}
+		}
+	}
 	for _, i := range order {
 		s.shards[i].sweep(now)
 	}
@@ -248,10 +284,16 @@ func probe(c *limits.Check, st limits.State, now int64) limits.Outcome {
 // strict side, and a refund keeps it so.
 // requires the key's shard locked
 func (s *Store) refund(hash uint64, c *limits.Check, now int64) {
+	s.giveBack(hash, c, now, c.GiveBack)
+}
+
+// giveBack is refund, with back to give the hits back.
+// requires the key's shard locked
+func (s *Store) giveBack(hash uint64, c *limits.Check, now int64, back func(limits.State, int64) limits.State) {
 	sh := &s.shards[s.shardOf(hash)]
 	if j, ok := sh.m[c.Key]; ok {
 		e := &sh.keys[j]
-		if e.st = c.GiveBack(e.st, now); e.st.Expire <= now {
+		if e.st = back(e.st, now); e.st.Expire <= now {
 			sh.remove(j)
 		}
 		return
@@ -264,7 +306,7 @@ func (s *Store) refund(hash uint64, c *limits.Check, now int64) {
 		return
 	}
 	sh.ghostStarts++
-	if st = c.GiveBack(st, now); st.Expire > now {
+	if st = back(st, now); st.Expire > now {
 		sh.makeRoom(weight(c.Key), now)
 		sh.insert(entry{key: c.Key, hash: hash, st: st, lim: c.Limit, used: now})
 	}
@@ -418,7 +460,7 @@ func (sh *shard) makeRoom(w int, now int64) {
 			}
 		}
 		e := &sh.keys[victim]
-		if e.st.Expire > now {
+		if e.st.Expire > now && !e.ledger {
 			if sh.ghost == nil {
 				sh.ghost = newGhost(sh.ghostSets)
 			}

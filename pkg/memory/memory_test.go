@@ -264,3 +264,7 @@ func TestStoreCasesOneKey(t *testing.T) {
 		return []limits.Store{newTiny(t, clk)}
 	}, 16, 10)
 }
+
+func TestOverrideAlgorithms(t *testing.T) {
+	storetest.RunOverrideAlgorithms(t, newMemory)
+}

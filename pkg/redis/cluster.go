@@ -256,7 +256,7 @@ func (s *Store) reportRejected(ctx context.Context, b *limits.Batch, now string,
 				return err
 			}
 			outs := make([]limits.Outcome, len(checks))
-			if _, err := readApply(reply, outs, anyExtra(checks, nil)); err != nil {
+			if _, err := readApply(reply, outs, anyExtra(checks, nil), false); err != nil {
 				return err
 			}
 			for j, i := range g.idx {
@@ -279,5 +279,5 @@ func (s *Store) reserve(ctx context.Context, checks []limits.Check, now string, 
 		g.err = wrap(ctx, "apply", err)
 		return
 	}
-	g.err = g.read(reply, anyExtra(checks, g.idx))
+	g.err = g.read(reply, anyExtra(checks, g.idx), anyRefund(checks, g.idx))
 }

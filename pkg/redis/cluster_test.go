@@ -36,6 +36,11 @@ func TestCluster(t *testing.T) {
 			return newStore(t, clocked(opts, clk.Now))
 		})
 	})
+	t.Run("overrides", func(t *testing.T) {
+		storetest.RunOverrideAlgorithms(t, func(t *testing.T, clk *storetest.Clock) limits.Store {
+			return newStore(t, clocked(opts, clk.Now))
+		})
+	})
 	t.Run("exact", func(t *testing.T) {
 		storetest.RunExact(t, func(t *testing.T, clk *storetest.Clock) []limits.Store {
 			return sharedStores(t, opts, 3, clk)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -62,7 +63,7 @@ func ApplyVia(ctx context.Context, s *Store, p *pipe, b *limits.Batch) error {
 	if err != nil {
 		return wrap(ctx, "apply", err)
 	}
-	b.Admitted, err = readApply(reply, b.Outcomes, anyExtra(b.Checks, nil))
+	b.Admitted, err = readApply(reply, b.Outcomes, anyExtra(b.Checks, nil), anyRefund(b.Checks, nil))
 	return err
 }
 
@@ -106,6 +107,12 @@ func ApplyTogether(ctx context.Context, s *Store, bs []*limits.Batch) error {
 				break
 			}
 		}
+	}
+	released := make([]bool, len(q))
+	for i, c := range q {
+		released[i] = strings.HasSuffix(c.mode, refundsMark)
+	}
+	for _, p := range pipes {
 		p.send(byPipe[p][0], byPipe[p])
 	}
 	var errs []error
@@ -115,7 +122,7 @@ func ApplyTogether(ctx context.Context, s *Store, bs []*limits.Batch) error {
 		b.Outcomes = make([]limits.Outcome, len(b.Checks))
 		err := c.err
 		if err == nil {
-			b.Admitted, err = readApply(c.reply, b.Outcomes, anyExtra(b.Checks, nil))
+			b.Admitted, err = readApply(c.reply, b.Outcomes, anyExtra(b.Checks, nil), released[i])
 			refundsNotOver(b)
 		}
 		errs = append(errs, err)

@@ -79,7 +79,7 @@ func (g *fastGate) missed() {
 // does; one that does not fit sends the batch to apply.lua's checks.
 func fastCheck(c *limits.Check) bool {
 	alg := c.Limit.Algorithm
-	return alg != limits.SlidingLog && alg != limits.Concurrency && c.Hits > 0 && c.Extra == 0 && c.Group == 0 && !c.Usage && !c.Refund
+	return alg != limits.SlidingLog && alg != limits.Concurrency && c.Hold == "" && c.Limit.ReleaseAfter == 0 && c.Hits > 0 && c.Extra == 0 && c.Group == 0 && !c.Usage && !c.Refund
 }
 
 // fastScratch is what a call that leads a batch in MODE_FAST keeps to

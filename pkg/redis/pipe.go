@@ -262,7 +262,7 @@ func (c *call) replyLen() int {
 	if baseMode(c.mode) == modeReserve {
 		per = 4
 	}
-	return replyLen(c.checks, per, c.grants)
+	return replyLen(c.checks, per, c.grants, strings.HasSuffix(c.mode, refundsMark))
 }
 
 // joins reports whether c can be decided in one apply.lua call with o,

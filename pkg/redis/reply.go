@@ -11,10 +11,11 @@ import (
 // readApply reads apply.lua's reply to a call without reserve into outs,
 // one per check, and returns whether the request was admitted. grants
 // says whether a check asked for a lease, so that the reply ends with
-// the grants.
-func readApply(vals []int64, outs []limits.Outcome, grants bool) (bool, error) {
+// the grants, and released whether the call had refunds or reservations
+// (anyRefund), so that it ends with the reservations released.
+func readApply(vals []int64, outs []limits.Outcome, grants, released bool) (bool, error) {
 	n := len(outs)
-	if err := checkLen(vals, replyLen(n, 3, grants)); err != nil {
+	if err := checkLen(vals, replyLen(n, 3, grants, released)); err != nil {
 		return false, err
 	}
 	admitted, err := flag(vals[0])
@@ -32,13 +33,13 @@ func readApply(vals []int64, outs []limits.Outcome, grants bool) (bool, error) {
 			}
 		}
 	}
-	return admitted, nil
+	return admitted, readReleased(vals, outs, released)
 }
 
 // read reads apply.lua's reply to a reserving call into g.
-func (g *group) read(vals []int64, grants bool) error {
+func (g *group) read(vals []int64, grants, released bool) error {
 	n := len(g.idx)
-	if err := checkLen(vals, replyLen(n, 4, grants)); err != nil {
+	if err := checkLen(vals, replyLen(n, 4, grants, released)); err != nil {
 		return err
 	}
 	var err error
@@ -62,6 +63,22 @@ func (g *group) read(vals []int64, grants bool) error {
 			}
 		}
 	}
+	return readReleased(vals, g.out, released)
+}
+
+// readReleased reads, if released, the reservations each check released,
+// the last len(outs) values of vals, into outs.
+func readReleased(vals []int64, outs []limits.Outcome, released bool) error {
+	if !released {
+		return nil
+	}
+	v := vals[len(vals)-len(outs):]
+	for i := range outs {
+		if v[i] < 0 {
+			return &ReplyError{Script: "apply", Msg: fmt.Sprintf("%d reservations released", v[i])}
+		}
+		outs[i].Released = uint64(v[i])
+	}
 	return nil
 }
 
@@ -70,12 +87,17 @@ func (g *group) read(vals []int64, grants bool) error {
 const grantLen = 3
 
 // replyLen is the length of apply.lua's reply for n checks of per values
-// each, with or without the grants that follow them.
-func replyLen(n, per int, grants bool) int {
+// each, with or without the grants that follow them and the reservations
+// released that end it.
+func replyLen(n, per int, grants, released bool) int {
+	l := 1 + per*n
 	if grants {
-		return 1 + (per+grantLen)*n
+		l += grantLen * n
 	}
-	return 1 + per*n
+	if released {
+		l += n
+	}
+	return l
 }
 
 // readGrant reads a check's grant, hits, µs and receipt, into out.

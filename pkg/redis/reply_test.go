@@ -43,9 +43,9 @@ func TestReplyMalformed(t *testing.T) {
 			switch {
 			case err != nil:
 			case tt.reserve:
-				err = (&group{idx: []int{0}}).read(vals, tt.grants)
+				err = (&group{idx: []int{0}}).read(vals, tt.grants, false)
 			default:
-				_, err = readApply(vals, make([]limits.Outcome, 1), tt.grants)
+				_, err = readApply(vals, make([]limits.Outcome, 1), tt.grants, false)
 			}
 			var re *ReplyError
 			if !errors.As(err, &re) {
@@ -60,12 +60,16 @@ func TestReplyMalformed(t *testing.T) {
 
 func TestReplyWellFormed(t *testing.T) {
 	outs := make([]limits.Outcome, 1)
-	admitted, err := readApply([]int64{0, 1, 3, 1500}, outs, false)
+	admitted, err := readApply([]int64{0, 1, 3, 1500}, outs, false, false)
 	if err != nil || admitted || outs[0] != (limits.Outcome{Over: true, Remaining: 3, Reset: 1500 * 1000}) {
 		t.Errorf("readApply = %v, %+v, %v", admitted, outs[0], err)
 	}
-	admitted, err = readApply([]int64{1, 0, 3, 1500, 4, 2000, 7}, outs, true)
+	admitted, err = readApply([]int64{1, 0, 3, 1500, 4, 2000, 7}, outs, true, false)
 	if err != nil || !admitted || outs[0] != (limits.Outcome{Remaining: 3, Reset: 1500 * 1000, Granted: 4, GrantFor: 2 * time.Millisecond, GrantReceipt: 7}) {
 		t.Errorf("readApply with grants = %v, %+v, %v", admitted, outs[0], err)
+	}
+	admitted, err = readApply([]int64{1, 0, 3, 1500, 2}, outs, false, true)
+	if err != nil || !admitted || outs[0] != (limits.Outcome{Remaining: 3, Reset: 1500 * 1000, Released: 2}) {
+		t.Errorf("readApply with reservations released = %v, %+v, %v", admitted, outs[0], err)
 	}
 }

@@ -50,6 +50,7 @@ func prelude() string {
 	fmt.Fprintf(&b, "local REFUNDS, REFUNDS_CHANNEL = '%s', '%s'\n", refundsMark, RefundsChannel)
 	fmt.Fprintf(&b, "local MAXCOUNT = %d\n", limits.MaxCount)
 	fmt.Fprintf(&b, "local SLOT_INFIX = '%s'\n", slotInfix)
+	fmt.Fprintf(&b, "local RESERVING = %d\n", reserving)
 	return b.String()
 }
 
@@ -86,6 +87,11 @@ const (
 // in a limit ID, which ends in a digit, so no key ends in it.
 const logSuffix = ":h"
 
+// reserving is added to the algorithm of a reservation's record
+// (limits.Check.Reserves); the prelude gives it to the scripts as
+// RESERVING. Above every algorithm.
+const reserving = 16
+
 // slotInfix comes between a concurrency limit's key and a request's hold
 // in the key that names the request's slot (see appendKeys); the prelude
 // gives it to the scripts as SLOT_INFIX.
@@ -111,18 +117,19 @@ func anyExtra(checks []limits.Check, idx []int) bool {
 }
 
 // anyRefund reports whether a check of checks idx (nil: all) is a refund
-// of some hits.
+// of some hits, or a reservation: apply.lua then runs its refund phase
+// first, and ends each request's reply with its reservations released.
 func anyRefund(checks []limits.Check, idx []int) bool {
 	if idx == nil {
 		for i := range checks {
-			if checks[i].Refunds() {
+			if checks[i].Refunds() || checks[i].Ledgered() {
 				return true
 			}
 		}
 		return false
 	}
 	for _, i := range idx {
-		if checks[i].Refunds() {
+		if checks[i].Refunds() || checks[i].Ledgered() {
 			return true
 		}
 	}
@@ -212,6 +219,18 @@ func (s *Store) appendKeys(b []byte, c *limits.Check) []byte {
 		b = append(b, c.Key...)
 		b = append(b, slotInfix...)
 		b = append(b, c.Hold...)
+	default:
+		if c.Ledgered() {
+			// The ledger, then the ledger, ':' and the hold (which may
+			// be empty).
+			for range 2 {
+				b = append(b, s.prefix...)
+				b = append(b, c.Key...)
+				b = append(b, limits.LedgerSuffix...)
+			}
+			b = append(b, ':')
+			b = append(b, c.Hold...)
+		}
 	}
 	return b
 }
@@ -231,6 +250,15 @@ func (s *Store) cutKeys(keys []string, all string, c *limits.Check) ([]string, s
 		n += len(slotInfix) + len(c.Hold)
 		keys = append(keys, all[:n])
 		all = all[n:]
+	default:
+		if c.Ledgered() {
+			n += len(limits.LedgerSuffix)
+			keys = append(keys, all[:n])
+			all = all[n:]
+			n += 1 + len(c.Hold)
+			keys = append(keys, all[:n])
+			all = all[n:]
+		}
 	}
 	return keys, all
 }
@@ -266,13 +294,18 @@ func appendCheck(spec []byte, c *limits.Check, quotaGroups int) []byte {
 	if c.Refund {
 		mode, quotaGroups, group = checkRefund, 0, 0
 	}
-	spec = append(spec, byte(l.Algorithm), mode)
+	alg, extra := byte(l.Algorithm), float64(c.Extra)
+	if c.Ledgered() {
+		// Never leased: extra carries the release time instead.
+		alg, extra = alg+reserving, float64(l.ReleaseAfter.Microseconds())
+	}
+	spec = append(spec, alg, mode)
 	spec = appendFloat(spec, float64(l.Requests))
 	spec = appendFloat(spec, float64(l.Window().Microseconds()))
 	spec = appendFloat(spec, float64(l.Tick()))
 	spec = appendFloat(spec, float64(l.Burst))
 	spec = appendFloat(spec, float64(c.Hits))
-	spec = appendFloat(spec, float64(c.Extra))
+	spec = appendFloat(spec, extra)
 	spec = binary.LittleEndian.AppendUint32(spec, uint32(min(group, math.MaxUint32)))
 	return binary.LittleEndian.AppendUint32(spec, uint32(min(quotaGroups, math.MaxUint32)))
 }

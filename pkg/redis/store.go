@@ -186,7 +186,7 @@ func (s *Store) applyAll(ctx context.Context, b *limits.Batch, now string, slot 
 	if err != nil {
 		return wrap(ctx, "apply", err)
 	}
-	b.Admitted, err = readApply(reply, b.Outcomes, anyExtra(b.Checks, nil))
+	b.Admitted, err = readApply(reply, b.Outcomes, anyExtra(b.Checks, nil), anyRefund(b.Checks, nil))
 	return err
 }
 

@@ -17,6 +17,7 @@ func TestStandaloneCases(t *testing.T) {
 	storetest.Run(t, newClocked)
 	storetest.RunGrants(t, newClocked)
 	storetest.RunOverrideKeys(t, newClocked)
+	storetest.RunOverrideAlgorithms(t, newClocked)
 }
 
 // sharedStores returns n stores, like n sidecars, on one Redis and one

@@ -123,7 +123,7 @@ type Options struct {
 // pushes. Watch runs it; Status and Ready are safe for concurrent use.
 type Client struct {
 	o         Options
-	engine    *limits.Engine
+	engine    Target
 	log       *zap.Logger
 	node      *core.Node
 	dial      []grpc.DialOption
@@ -185,10 +185,17 @@ func (c *Client) State() State {
 	return st
 }
 
+// Target holds the rules a Client keeps: a *limits.Engine, or one
+// source's share of an engine's rules (pkg/sources).
+type Target interface {
+	Rules() *limits.Ruleset
+	SetRules(*limits.Ruleset)
+}
+
 // New returns a client that will apply pushes to engine, whose rules in
 // use are its rules until the first good push. It reads the TLS files
 // and checks the options, but connects only in Watch.
-func New(engine *limits.Engine, log *zap.Logger, o Options) (*Client, error) {
+func New(engine Target, log *zap.Logger, o Options) (*Client, error) {
 	if o.Server == "" {
 		return nil, errors.New("xds server: required")
 	}

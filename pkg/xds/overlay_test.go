@@ -245,3 +245,68 @@ func TestOverlayRereadKeepsPushRejection(t *testing.T) {
 		t.Errorf("status error after rereading the overlay: %v, want the push's rejection", err)
 	}
 }
+
+// sentAdmitted sends n hits of user on route, each with Envoy's own limit
+// of requests a minute (descriptor.limit, as Envoy Gateway's
+// limit.fromMetadata sends it), and counts those admitted.
+func (c *client) sentAdmitted(t *testing.T, route, user string, requests uint64, n int) int {
+	t.Helper()
+	admitted := 0
+	for range n {
+		var d limits.Decision
+		req := &limits.Request{Domain: egDomain, Descriptors: []limits.Descriptor{{
+			Entries:  []limits.Entry{{Key: egRoute(route), Value: egRoute(route)}, {Key: egHeader, Value: user}},
+			Override: &limits.Override{Requests: requests, Unit: limits.UnitMinute},
+		}}}
+		if err := c.engine.Decide(context.Background(), req, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Code == limits.OK {
+			admitted++
+		}
+	}
+	return admitted
+}
+
+// TestOverlayOverride: Envoy Gateway pushes its rules for two routes
+// (100 an hour per user: limit.fromMetadata's default) and Envoy sends
+// each tenant's own limit of 4 a minute with the descriptor; an overlay
+// says route api's is counted by a token bucket. Across a minute's
+// boundary route web's, a fixed window as the reference counts it, admits
+// 8 hits in 2 seconds; route api's bucket admits none past the 4 it took,
+// also when the tenant's sent limit is raised to 8: the counter stays.
+func TestOverlayOverride(t *testing.T) {
+	ovPath := filepath.Join(t.TempDir(), "overlay.yaml")
+	writeFile(t, ovPath, "overlays:\n  - domain: "+egDomain+"\n    path:\n      - {key: "+egRoute("api")+", value: "+egRoute("api")+"}\n      - {key: "+egHeader+"}\n    override: {algorithm: token_bucket}\n")
+	srv := xdstest.Start(t)
+	cfg := egConfig(100, "api", "web")
+	for _, d := range cfg.Descriptors {
+		d.Descriptors[0].RateLimit.Unit = rlsconf.RateLimitUnit_HOUR
+	}
+	srv.Set(t, node, "1", cfg)
+	clk := storetest.NewClock(time.Unix(1_700_000_040-1, 0))
+	c := startClientOn(t, memory.New(memory.Options{Now: clk.Now}), fast(xds.Options{Server: srv.Addr, OverlayPath: ovPath}))
+	if a := c.awaitApplied(t); a.err != nil {
+		t.Fatalf("push: %v", a.err)
+	}
+	srv.Await(t, 0, "ACKing version 1", isACK("1"))
+	for _, route := range []string{"web", "api"} {
+		if got := c.sentAdmitted(t, route, "alice", 4, 6); got != 4 {
+			t.Fatalf("route %s before the boundary: %d of 6 hits admitted under a sent 4 a minute, want 4", route, got)
+		}
+	}
+	clk.Advance(2 * time.Second)
+	if got := c.sentAdmitted(t, "web", "alice", 4, 8); got != 4 {
+		t.Errorf("route web (fixed window) after the boundary: %d of 8 hits admitted, want 4", got)
+	}
+	if got := c.sentAdmitted(t, "api", "alice", 4, 8); got != 0 {
+		t.Errorf("route api (token bucket) after the boundary: %d of 8 hits admitted, want 0 (one token refills in 15 s)", got)
+	}
+	if got := c.sentAdmitted(t, "api", "alice", 8, 8); got != 0 {
+		t.Errorf("route api with the sent limit raised to 8: %d of 8 hits admitted, want 0 (the bucket keeps its level)", got)
+	}
+	clk.Advance(15 * time.Second)
+	if got := c.sentAdmitted(t, "api", "alice", 8, 8); got != 2 {
+		t.Errorf("route api 17 s after the boundary at 8 a minute: %d of 8 hits admitted, want 2", got)
+	}
+}

@@ -119,6 +119,10 @@ if split and not vals then
   keys = {unpack(ARGV, qto + 1)}
 end
 
+-- released[i], dup[i] and soon[i]: see reservations below; nil
+-- without any.
+local released, dup, soon
+
 -- Refunds (CHECK_REFUND records: Envoy's is_negative_hits) are given
 -- back first, to the stored state, in order, whatever any request's
 -- verdict (limits.Store): the requests of a call were in flight
@@ -134,14 +138,182 @@ if refunds then
   local function wipe(key)
     redis.call('DEL', key)
   end
-  local k = 1
+  -- giveBack gives hits back to a window's or a bucket's key
+  -- (limits.Limit.Refund).
+  local function giveBack(alg, key, req, w, tick, burst, hits)
+    local start = now - now % w
+    local v = redis.call('MGET', key)[1]
+    if not v then
+      -- Nothing counted: nothing to give back.
+    elseif alg == FIXED_WINDOW then
+      if #v == 16 then
+        local s, c = sunpack('<dd', v)
+        if s == start and c > hits then
+          redis.call('SETRANGE', key, '0', spack('<dd', s, c - hits))
+        elseif s == start then
+          wipe(key)
+        end
+      end
+    elseif alg == SLIDING_WINDOW then
+      if #v == 24 then
+        local s, c, p = sunpack('<ddd', v)
+        local cur, prev = c, p
+        if s == start - w then
+          cur, prev = 0, c
+        elseif s ~= start then
+          cur, prev = 0, 0
+        end
+        local back = min(cur, hits)
+        cur = cur - back
+        prev = max(0, prev - (hits - back))
+        if cur == 0 and prev == 0 then
+          wipe(key)
+        elseif s == start then
+          redis.call('SETRANGE', key, '0', spack('<ddd', start, cur, prev))
+        else
+          redis.call('SET', key, spack('<ddd', start, cur, prev), 'PX', string.format('%d', ceil((start + 2 * w - now) / 1000)))
+        end
+      end
+    elseif #v == 24 then
+      -- A bucket: its backlog drained to now, less hits, down to
+      -- none (full again).
+      local wt = w / tick
+      local t = (now - now % tick) / tick
+      local cap = burst * wt
+      local s, c, x = sunpack('<ddd', v)
+      local backlog = backlogOf(alg, c, cap)
+      if t > s then
+        local elapsed = t - s
+        if elapsed >= ceil(backlog / req) then
+          backlog = 0
+        else
+          backlog = backlog - elapsed * req
+        end
+      end
+      if x <= now or hits >= ceil(backlog / wt) then
+        wipe(key)
+      else
+        backlog = backlog - hits * wt
+        local level = backlog
+        if alg == TOKEN_BUCKET or backlog > cap then
+          level = cap - backlog
+        end
+        writeState(key, alg, t, level, 0, t * tick + ceil(backlog / req) * tick, x, now)
+      end
+    end
+  end
+  -- Reservations (limits.Check.Ledgered): a check marked RESERVING has
+  -- three keys, its limit's, the ledger (its key and LEDGER_SUFFIX: a
+  -- hash of the holds, each '<dd': hits held and µs it is released at,
+  -- and at '' '<d': the soonest release, or earlier), and the ledger's
+  -- key, ':' and the request's hold, empty if it names none, which is
+  -- never read nor written. Reservations due are given back before
+  -- anything else on the key (released[i] counts them for check i), a
+  -- refund settles its hold's, and a reservation under a hold that
+  -- holds one already takes nothing (dup[i]). soon[i] is the soonest
+  -- release left.
+  local swept = {}
+  local function sweep(alg, key, ledger, req, w, tick, burst)
+    local sv = redis.call('HGET', ledger, '')
+    if not sv then
+      return 0, nil
+    end
+    local soonest = sunpack('<d', sv)
+    if soonest > now then
+      return 0, soonest
+    end
+    local all, n, left = redis.call('HGETALL', ledger), 0, nil
+    for x = 1, #all, 2 do
+      local f = all[x]
+      if f ~= '' then
+        local held, at = sunpack('<dd', all[x + 1])
+        if at <= now then
+          giveBack(alg, key, req, w, tick, burst, held)
+          redis.call('HDEL', ledger, f)
+          n = n + 1
+        elseif not left or at < left then
+          left = at
+        end
+      end
+    end
+    if left then
+      redis.call('HSET', ledger, '', spack('<d', left))
+    else
+      redis.call('DEL', ledger)
+    end
+    if n > 0 then
+      redis.pcall('PUBLISH', REFUNDS_CHANNEL, key)
+    end
+    return n, left
+  end
+  local k, ci = 1, 0
   for q = qfrom, qto do
     local spec = ARGV[q]
     for i = 1, #spec / CHECK do
       local alg, mode, req, w, tick, burst, hits = sunpack(SPEC, spec, (i - 1) * CHECK + 1)
       local key = keys[k]
+      ci = ci + 1
+      if alg >= RESERVING then
+        alg = alg - RESERVING
+        local ledger = keys[k + 1]
+        local hold = sub(keys[k + 2], #ledger + 2)
+        local n, left = 0, nil
+        if swept[ledger] ~= nil then
+          left = swept[ledger] or nil
+        else
+          n, left = sweep(alg, key, ledger, req, w, tick, burst)
+          swept[ledger] = left or false
+          if n > 0 then
+            released = released or {}
+            released[ci] = n
+          end
+        end
+        if mode == CHECK_REFUND and hold == '' then
+          -- It names no reservation: given back as any refund.
+          if hits > 0 and req > 0 then
+            giveBack(alg, key, req, w, tick, burst, hits)
+            redis.pcall('PUBLISH', REFUNDS_CHANNEL, key)
+          end
+        elseif mode == CHECK_REFUND then
+          local v = redis.call('HGET', ledger, hold)
+          if v then
+            local held, at = sunpack('<dd', v)
+            if hits > 0 and held > 0 then
+              giveBack(alg, key, req, w, tick, burst, min(hits, held))
+              redis.pcall('PUBLISH', REFUNDS_CHANNEL, key)
+            end
+            redis.call('HDEL', ledger, hold)
+            if left and at <= left then
+              -- It was the soonest: find the next.
+              left = nil
+              local all = redis.call('HGETALL', ledger)
+              for x = 1, #all, 2 do
+                if all[x] ~= '' then
+                  local _, a = sunpack('<dd', all[x + 1])
+                  if not left or a < left then
+                    left = a
+                  end
+                end
+              end
+              if left then
+                redis.call('HSET', ledger, '', spack('<d', left))
+              else
+                redis.call('DEL', ledger)
+              end
+            end
+            swept[ledger] = left or false
+          end
+        elseif hold ~= '' and hits > 0 and redis.call('HEXISTS', ledger, hold) == 1 then
+          dup = dup or {}
+          dup[ci] = true
+        end
+        if left then
+          soon = soon or {}
+          soon[ci] = left
+        end
+        k = k + 3
+      else
       if mode == CHECK_REFUND and (hits > 0 or alg == CONCURRENCY) and req > 0 then
-        local start = now - now % w
         if alg == CONCURRENCY then
           -- The request's slot (limits.Limit.Vacate): its hold is the
           -- end of the second key. None, none freed.
@@ -182,65 +354,7 @@ if refunds then
             redis.call('SET', key2, spack('<ddd', max(0, c - gone), seq, top), 'PX', str(max(1, ceil((top + w - now) / 1000))))
           end
         else
-          local v = redis.call('MGET', key)[1]
-          if not v then
-            -- Nothing counted: nothing to give back.
-          elseif alg == FIXED_WINDOW then
-            if #v == 16 then
-              local s, c = sunpack('<dd', v)
-              if s == start and c > hits then
-                redis.call('SETRANGE', key, '0', spack('<dd', s, c - hits))
-              elseif s == start then
-                wipe(key)
-              end
-            end
-          elseif alg == SLIDING_WINDOW then
-            if #v == 24 then
-              local s, c, p = sunpack('<ddd', v)
-              local cur, prev = c, p
-              if s == start - w then
-                cur, prev = 0, c
-              elseif s ~= start then
-                cur, prev = 0, 0
-              end
-              local back = min(cur, hits)
-              cur = cur - back
-              prev = max(0, prev - (hits - back))
-              if cur == 0 and prev == 0 then
-                wipe(key)
-              elseif s == start then
-                redis.call('SETRANGE', key, '0', spack('<ddd', start, cur, prev))
-              else
-                redis.call('SET', key, spack('<ddd', start, cur, prev), 'PX', string.format('%d', ceil((start + 2 * w - now) / 1000)))
-              end
-            end
-          elseif #v == 24 then
-            -- A bucket: its backlog drained to now, less hits, down to
-            -- none (full again).
-            local wt = w / tick
-            local t = (now - now % tick) / tick
-            local cap = burst * wt
-            local s, c, x = sunpack('<ddd', v)
-            local backlog = backlogOf(alg, c, cap)
-            if t > s then
-              local elapsed = t - s
-              if elapsed >= ceil(backlog / req) then
-                backlog = 0
-              else
-                backlog = backlog - elapsed * req
-              end
-            end
-            if x <= now or hits >= ceil(backlog / wt) then
-              wipe(key)
-            else
-              backlog = backlog - hits * wt
-              local level = backlog
-              if alg == TOKEN_BUCKET or backlog > cap then
-                level = cap - backlog
-              end
-              writeState(key, alg, t, level, 0, t * tick + ceil(backlog / req) * tick, x, now)
-            end
-          end
+          giveBack(alg, key, req, w, tick, burst, hits)
         end
         -- pcall: a user that may not publish (ACL channels) still
         -- decides; other sidecars' deny caches then learn of the refund
@@ -251,6 +365,7 @@ if refunds then
         k = k + 2
       else
         k = k + 1
+      end
       end
     end
   end
@@ -298,6 +413,9 @@ local logtrim, logtop
 -- before it is read or returned.
 -- Concurrency slots that the call's admitted requests renewed (see pend).
 local renewed, pend
+-- rel[i]: when check i's reservation is released, and its window µs,
+-- if it reserves.
+local rel
 local per = reserve and 4 or 3
 local XS = 16
 local n1 = #ARGV[qfrom] / CHECK
@@ -334,6 +452,8 @@ for q = qfrom, qto do
       local alg = sbyte(spec, (i - 1) * CHECK + 1)
       if alg == SLIDING_LOG or alg == CONCURRENCY then
         nk = nk + 1
+      elseif alg >= RESERVING then
+        nk = nk + 2
       end
     end
     local got = redis.call('MGET', unpack(keys, kk, kk + nk - 1))
@@ -368,6 +488,16 @@ for q = qfrom, qto do
       -- request has a usage charge.
       if pass == 1 or uses or reply[r + 1] == 0 then
         local alg, mode, req, w, tick, burst, hits, extra, group, groups = sunpack(SPEC, spec, (ii - 1) * CHECK + 1)
+        -- A reservation's record carries RESERVING in its algorithm, and
+        -- its release time in place of a lease's extra.
+        local resv = alg >= RESERVING
+        local release = 0
+        if resv then
+          alg, release, extra = alg - RESERVING, extra, 0
+          if dup and dup[i] then
+            hits = 0
+          end
+        end
         if mode == CHECK_REFUND then
           -- Given back above: checked now for zero hits.
           hits = 0
@@ -409,6 +539,8 @@ for q = qfrom, qto do
         else
           if alg == SLIDING_LOG or alg == CONCURRENCY then
             kk = kk + 2
+          elseif resv then
+            kk = kk + 3
           else
             kk = kk + 1
           end
@@ -790,6 +922,14 @@ for q = qfrom, qto do
           over, hits = true, hits0
           s, c, p, e = s0, c0, p0, e0
         end
+        if over and resv and soon and soon[i] and soon[i] - now < reset then
+          -- A reservation released then may make room.
+          reset = soon[i] - now
+        end
+        if over and resv and dup and dup[i] then
+          -- A retried reservation holds what it took: never over.
+          over = false
+        end
         if pass == 1 and extra > 0 then
           -- How long the granted hits may be spent: to the window's end, or
           -- for a bucket the time it takes to refill them.
@@ -858,6 +998,11 @@ for q = qfrom, qto do
             X[b + 13], X[b + 15], X[b + 16] = merged or 0, s2, w
           elseif alg == CONCURRENCY then
             X[b + 15], X[b + 16] = own, w
+          elseif resv then
+            -- Its keys, and what it holds until when.
+            X[b + 14], X[b + 15], X[b + 16] = alg + RESERVING, own, hits
+            rel = rel or {}
+            rel[i] = {now + release, w}
           end
           reply[r + 1], reply[r + 2], reply[r + 3] = over and 1 or 0, rem, reset
           if reserve then
@@ -910,6 +1055,14 @@ for q = qfrom, qto do
     end
     rb = rb + 3 * n
   end
+  -- A call with refunds or reservations ends each request with how many
+  -- reservations each check released.
+  if refunds then
+    for x = 1, n do
+      reply[rb + x] = released and released[i0 + x] or 0
+    end
+    rb = rb + n
+  end
   i0 = i0 + n
 end
 
@@ -923,6 +1076,28 @@ for i = 1, i0 do
   local b = (i - 1) * XS
   if X[b + 11] == 1 then
     local alg = X[b + 14]
+    if alg >= RESERVING then
+      -- An admitted reservation: its hold holds its hits until its
+      -- release. The ledger lives as long as its last reservation.
+      alg = alg - RESERVING
+      local own = X[b + 15]
+      local ledger = keys[own + 1]
+      local hold = sub(keys[own + 2], #ledger + 2)
+      if X[b + 10] == 1 and hold ~= '' then
+        local upto, w = rel[i][1], rel[i][2]
+        redis.call('HSET', ledger, hold, spack("<dd", X[b + 16], upto))
+        local sv = redis.call('HGET', ledger, '')
+        if not sv or sunpack("<d", sv) > upto then
+          redis.call('HSET', ledger, '', spack("<d", upto))
+        end
+        -- Kept two windows past the release (limits.Limit.ledgerState),
+        -- so that whatever check comes next gives it back.
+        local ms = ceil((upto + 2 * w - now) / 1000)
+        if redis.call('PTTL', ledger) < ms then
+          redis.call('PEXPIRE', ledger, fmt('%d', ms))
+        end
+      end
+    end
     local k = X[b + 1]
     local key = keys[k]
     local s, c, p, e = X[b + 6], X[b + 7], X[b + 8], X[b + 9]

@@ -35,4 +35,12 @@ redis.call('ZRANGEBYSCORE', k, '-inf', '+inf')
 redis.call('ZCOUNT', k, '-inf', '+inf')
 redis.call('ZREMRANGEBYSCORE', k, '-inf', '-1')
 redis.call('ZREM', k, 'p')
+-- A ledger of reservations's, on the key as a hash, which they leave
+-- empty, so deleted.
+redis.call('HSET', k, 'p', '1')
+redis.call('HGET', k, 'p')
+redis.call('HEXISTS', k, 'p')
+redis.call('HGETALL', k)
+redis.call('PTTL', k)
+redis.call('HDEL', k, 'p')
 return 1

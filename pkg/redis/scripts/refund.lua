@@ -2,7 +2,8 @@
 -- slot group rejected, using the receipts apply.lua returned.
 --
 -- KEYS: the state keys of the refunded checks, as apply.lua took them: one
---   per check, two for sliding_log. All in one hash slot.
+--   per check, two for sliding_log, three for a reservation (its
+--   ledger and hold: apply.lua's). All in one hash slot.
 -- ARGV[1]: now in µs, or "" to read redis.call('TIME'). Only tests set it.
 -- ARGV[2]: the refunded checks, one binary record each: apply.lua's
 --   (the prelude's SPEC; mode, extra and groups are not read: hits is what the
@@ -49,6 +50,14 @@ for i = 1, #spec / size do
   local alg, _, req, w, tick, burst, hits, _, _, _, receipt = sunpack(RECORD, spec, (i - 1) * size + 1)
   local key = KEYS[k]
   k = k + 1
+  if alg >= RESERVING then
+    -- A reservation: its hold no longer holds it, and its hits go back
+    -- as any check's.
+    alg = alg - RESERVING
+    local ledger = KEYS[k]
+    redis.call('HDEL', ledger, string.sub(KEYS[k + 1], #ledger + 2))
+    k = k + 2
+  end
   if alg == CONCURRENCY then
     -- The slot the request took (its hold ends the second key) goes, or,
     -- if the request held it already, gets its expiry back (the receipt).

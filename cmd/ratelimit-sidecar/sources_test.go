@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certtest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xdstest"
+)
+
+// AI Gateway's rate-limit xDS server: its node ID and domain
+// (envoyproxy/ai-gateway internal/ratelimit/runner and translator).
+const (
+	aigwNode   = "envoy-ai-gateway-ratelimit"
+	aigwDomain = "ai-gateway-quota"
+)
+
+// fastXDS is the reference's environment for quick xDS reconnects.
+var fastXDS = map[string]string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "20ms", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "100ms",
+	"XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "2"}
+
+// hit sends one request of one descriptor, key=value in domain.
+func (s *sidecar) hit(t *testing.T, domain, key, value string) rlsv3.RateLimitResponse_Code {
+	t.Helper()
+	resp, err := s.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: 1,
+		Descriptors: []*rlscommon.RateLimitDescriptor{{Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: key, Value: value}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.OverallCode
+}
+
+// hits sends len(want) requests of key=value in domain and checks each
+// answer.
+func (s *sidecar) hits(t *testing.T, domain, key, value string, want ...rlsv3.RateLimitResponse_Code) {
+	t.Helper()
+	for i, w := range want {
+		if got := s.hit(t, domain, key, value); got != w {
+			t.Fatalf("%s %s=%s hit %d: %v, want %v", domain, key, value, i+1, got, w)
+		}
+	}
+}
+
+// TestSeveralRuleSources: rule files and two xDS servers (Envoy
+// Gateway's and AI Gateway's, each go-control-plane's own server and
+// snapshot cache) feed one sidecar. It is ready only once both servers
+// have pushed; each source's domains decide; a domain the second server
+// claims too stays the first's, and the refusal is logged, counted per
+// source and shown in /debug/config; each server has its own metrics;
+// and with one server gone, the other's updates still apply while the
+// gone one's rules keep deciding.
+func TestSeveralRuleSources(t *testing.T) {
+	eg, aigw := xdstest.Start(t), xdstest.Start(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "local.yaml"), []byte("domain: local\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var log logtest.Buffer
+	s := startSidecarEnv(t, &log, fastXDS, "--config", dir,
+		"--xds-source", "name=eg,server="+eg.Addr+",node-id=envoy-ratelimit",
+		"--xds-source", "name=aigw,server="+aigw.Addr+",node-id="+aigwNode)
+
+	// Neither server has pushed: not ready, waiting for both.
+	if st := s.healthNow(t); st != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("health before any push: %v, want NOT_SERVING", st)
+	}
+	code, body := s.get(t, "/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "rule source eg") || !strings.Contains(body, "rule source aigw") {
+		t.Errorf("/readyz before any push: %d %s", code, body)
+	}
+
+	// Envoy Gateway's pushes: still waiting for AI Gateway's.
+	eg.Set(t, "envoy-ratelimit", "1", xdstest.RateLimitConfig("edge", "user", 2, rlsconf.RateLimitUnit_HOUR))
+	eg.Await(t, 0, "ACKing version 1", isACK("1"))
+	if st := s.healthNow(t); st != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("health with only eg's rules: %v, want NOT_SERVING", st)
+	}
+	if code, body := s.get(t, "/readyz"); code != http.StatusServiceUnavailable || strings.Contains(body, "rule source eg") || !strings.Contains(body, "rule source aigw") {
+		t.Errorf("/readyz with only eg's rules: %d %s", code, body)
+	}
+
+	// AI Gateway's pushes its domain, and edge too, which eg holds.
+	aigw.Set(t, aigwNode, "1",
+		xdstest.RateLimitConfig(aigwDomain, "backend_name", 1, rlsconf.RateLimitUnit_HOUR),
+		xdstest.RateLimitConfig("edge", "user", 100, rlsconf.RateLimitUnit_HOUR))
+	aigw.Await(t, 0, "ACKing version 1", isACK("1"))
+	s.awaitHealth(t, healthpb.HealthCheckResponse_SERVING)
+
+	s.hits(t, "local", "user", "alice", rlsOK, rlsOver)
+	s.hits(t, aigwDomain, "backend_name", "openai", rlsOK, rlsOver)
+	s.hits(t, "edge", "user", "alice", rlsOK, rlsOK, rlsOver) // eg's 2 an hour, not aigw's 100
+
+	if !strings.Contains(log.String(), "rule source refused for a domain another rule source holds") {
+		t.Errorf("the refused domain is not logged:\n%s", log.String())
+	}
+	if got := metricValue(t, s, `ratelimit_sidecar_rule_source_refused_domains{source="aigw"}`); got != 1 {
+		t.Errorf("refused_domains of aigw: %v, want 1", got)
+	}
+	if got := metricValue(t, s, `ratelimit_sidecar_rule_source_refused_domains{source="eg"}`); got != 0 {
+		t.Errorf("refused_domains of eg: %v, want 0", got)
+	}
+	if v := s.debugConfig(t); !strings.Contains(v.LastError, `rule source aigw: domain "edge" refused: rule source eg holds it`) {
+		t.Errorf("/debug/config last_error: %q", v.LastError)
+	}
+	for _, src := range []string{"eg", "aigw"} {
+		for _, m := range []string{"xds_connected", "xds_rules_received"} {
+			if got := metricValue(t, s, `ratelimit_sidecar_`+m+`{source="`+src+`"}`); got != 1 {
+				t.Errorf("%s of %s: %v, want 1", m, src, got)
+			}
+		}
+	}
+
+	// Envoy Gateway's server goes away: its rules, and their counters,
+	// keep deciding, and AI Gateway's next push applies.
+	eg.Stop()
+	waitFor(t, func() bool { return metricValue(t, s, `ratelimit_sidecar_xds_connected{source="eg"}`) == 0 })
+	aigw.Set(t, aigwNode, "2",
+		xdstest.RateLimitConfig(aigwDomain, "backend_name", 1, rlsconf.RateLimitUnit_HOUR),
+		xdstest.RateLimitConfig(aigwDomain+"-2", "backend_name", 1, rlsconf.RateLimitUnit_HOUR))
+	aigw.Await(t, 0, "ACKing version 2", isACK("2"))
+	s.hits(t, aigwDomain+"-2", "backend_name", "openai", rlsOK, rlsOver)
+	s.hits(t, "edge", "user", "alice", rlsOver)
+	s.hits(t, "edge", "user", "bob", rlsOK, rlsOK, rlsOver)
+	if got := metricValue(t, s, `ratelimit_sidecar_rule_source_refused_domains{source="aigw"}`); got != 0 {
+		t.Errorf("refused_domains of aigw once it dropped edge: %v, want 0", got)
+	}
+	if st := s.healthNow(t); st != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health with eg's server gone: %v, want SERVING on the rules it pushed", st)
+	}
+}
+
+// TestXDSSourceForceStartAndEmptyPush: a source with force-start=true
+// does not hold readiness back (AI Gateway's controller pushes nothing
+// until the first QuotaPolicy exists), and its push of no resources,
+// which it sends when the last QuotaPolicy goes, is ACKed and ends that
+// source's domains, while the rule files' stay.
+func TestXDSSourceForceStartAndEmptyPush(t *testing.T) {
+	aigw := xdstest.Start(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(userRules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startSidecarEnv(t, &logtest.Buffer{}, fastXDS, "--config", dir,
+		"--xds-source", "name=aigw,server="+aigw.Addr+",node-id="+aigwNode+",force-start=true")
+	if st := s.healthNow(t); st != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health with force-start=true before aigw's push: %v, want SERVING", st)
+	}
+	// config_info names the rules in use: the file's and aigw's (none
+	// yet) together, as /debug/config does.
+	if sum := s.debugConfig(t).Checksum; metricValue(t, s, `ratelimit_sidecar_config_info{checksum="`+sum+`"}`) != 1 {
+		t.Errorf("config_info does not name the rules in use, %s", sum)
+	}
+
+	aigw.Set(t, aigwNode, "1", xdstest.RateLimitConfig(aigwDomain, "backend_name", 1, rlsconf.RateLimitUnit_HOUR))
+	_, n := aigw.Await(t, 0, "ACKing version 1", isACK("1"))
+	s.hits(t, aigwDomain, "backend_name", "openai", rlsOK, rlsOver)
+
+	aigw.Set(t, aigwNode, "2")
+	aigw.Await(t, n, "ACKing version 2, of no resources", isACK("2"))
+	s.hits(t, aigwDomain, "backend_name", "openai", rlsOK, rlsOK)
+	s.hits(t, "edge", "user", "alice", rlsOK, rlsOK, rlsOK, rlsOver)
+}
+
+// TestRuleFilesHoldTheirDomain: a domain that a rule file holds stays
+// the file's when a server pushes it too, and the server's other domains
+// apply; once an edit of the files drops it, the server's rules for it
+// take over, without a push.
+func TestRuleFilesHoldTheirDomain(t *testing.T) {
+	eg := xdstest.Start(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "edge.yaml")
+	if err := os.WriteFile(file, []byte(userRules), 0o600); err != nil { // edge: 3 an hour
+		t.Fatal(err)
+	}
+	s := startSidecarEnv(t, &logtest.Buffer{}, fastXDS, "--config", dir, "--reload-debounce", "10ms",
+		"--xds-source", "name=eg,server="+eg.Addr+",node-id=envoy-ratelimit")
+	eg.Set(t, "envoy-ratelimit", "1",
+		xdstest.RateLimitConfig("edge", "user", 1, rlsconf.RateLimitUnit_HOUR),
+		xdstest.RateLimitConfig("other", "user", 1, rlsconf.RateLimitUnit_HOUR))
+	eg.Await(t, 0, "ACKing version 1", isACK("1"))
+	s.awaitHealth(t, healthpb.HealthCheckResponse_SERVING)
+	s.hits(t, "edge", "user", "alice", rlsOK, rlsOK, rlsOK, rlsOver) // the file's 3, not eg's 1
+	s.hits(t, "other", "user", "alice", rlsOK, rlsOver)
+	if got := metricValue(t, s, `ratelimit_sidecar_rule_source_refused_domains{source="eg"}`); got != 1 {
+		t.Errorf("refused_domains of eg: %v, want 1", got)
+	}
+
+	if err := os.WriteFile(file, []byte("domain: local\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		return metricValue(t, s, `ratelimit_sidecar_rule_source_refused_domains{source="eg"}`) == 0
+	})
+	s.hits(t, "edge", "user", "bob", rlsOK, rlsOver) // eg's 1 an hour now
+	s.hits(t, "local", "user", "bob", rlsOK, rlsOver)
+}
+
+// TestEnvoyGatewayWithAIGateway: Envoy Gateway's rate-limit deployment,
+// run as /bin/ratelimit on its own environment (mutual TLS to its xDS
+// server, Redis), takes AI Gateway's rate-limit xDS server from
+// RLS_XDS_SOURCE, the one variable a user adds to it, and serves both
+// gateways' domains on Redis, with the metrics of each server.
+func TestEnvoyGatewayWithAIGateway(t *testing.T) {
+	ca := certtest.NewCA(t, t.TempDir(), "ca")
+	eg := xdstest.Start(t, xdstest.WithTLS(ca.ServerConfig(t, ca.Issue(t, "envoy-gateway"), true)))
+	aigw := xdstest.Start(t) // plaintext, as AI Gateway's controller serves it
+	pod := newEGPod(t, ca, eg.Addr, redistest.StartServer(t).Addr)
+	env := pod.envFor(t)
+	env["RLS_XDS_SOURCE"] = "name=aigw,server=" + aigw.Addr + ",node-id=" + aigwNode
+	maps.Copy(env, fastXDS)
+	s := startAs(t, "/bin/ratelimit", env)
+	s.rls, s.health = dialRLS(t, s.grpcAddr, ca.ClientConfig(t, nil))
+
+	eg.Set(t, "envoy-ratelimit", "1", xdstest.RateLimitConfig("edge", "user", 1, rlsconf.RateLimitUnit_HOUR))
+	aigw.Set(t, aigwNode, "1", xdstest.RateLimitConfig(aigwDomain, "backend_name", 1, rlsconf.RateLimitUnit_HOUR))
+	eg.Await(t, 0, "ACKing version 1", isACK("1"))
+	aigw.Await(t, 0, "ACKing version 1", isACK("1"))
+	for _, tt := range []struct{ domain, key string }{{"edge", "user"}, {aigwDomain, "backend_name"}} {
+		req := &rlsv3.RateLimitRequest{Domain: tt.domain, HitsAddend: 1, Descriptors: []*rlscommon.RateLimitDescriptor{
+			{Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: tt.key, Value: "x"}}}}}
+		for i, want := range []rlsv3.RateLimitResponse_Code{rlsOK, rlsOver} {
+			if got := code(t, s.rls, req); got != want {
+				t.Errorf("%s hit %d: %v, want %v", tt.domain, i+1, got, want)
+			}
+		}
+	}
+	_, body := httpDo(t, "GET", s.metricsAddr, "/metrics", "")
+	for _, want := range []string{`ratelimit_sidecar_xds_rules_received{source="xds"} 1`, `ratelimit_sidecar_xds_rules_received{source="aigw"} 1`} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// TestXDSSourceFlagsInvalid: a bad --xds-source stops the start with a
+// message naming the flag and what is wrong.
+func TestXDSSourceFlagsInvalid(t *testing.T) {
+	tests := []struct {
+		name string
+		give []string
+		want string
+	}{
+		{"no node id", []string{"--xds-source", "name=aigw,server=h:18002"}, "node-id: required"},
+		{"name of the first", []string{"--xds-source", "name=files,server=h:1,node-id=n"}, `--xds-source: name "files": taken`},
+		{"twice", []string{"--xds-source", "name=a,server=h:1,node-id=n;name=a,server=h:2,node-id=m"}, `name "a": taken`},
+		{"force start", []string{"--force-start-without-rules"}, "only with --config-type xds or --xds-source"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseFlags(tt.give, func(string) (string, bool) { return "", false }, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want one saying %q", err, tt.want)
+			}
+		})
+	}
+}
