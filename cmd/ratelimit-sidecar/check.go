@@ -28,13 +28,14 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ratelimit-sidecar check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: ratelimit-sidecar check [--config PATH] [--merge-domains] [--allow-empty-rules] [--rlqs] [--xds-overlay FILE]")
+		fmt.Fprintln(fs.Output(), "Usage: ratelimit-sidecar check [--config PATH] [--merge-domains] [--calendar-months] [--allow-empty-rules] [--rlqs] [--xds-overlay FILE]")
 		fmt.Fprintln(fs.Output(), "Validates the rule files and prints their rules, or every problem found.")
 		fmt.Fprintln(fs.Output(), "With --xds-overlay, PATH holds RateLimitConfigs as an xDS server pushes them, and check prints the rules with the overlay applied.")
 		fs.PrintDefaults()
 	}
 	path := fs.String("config", "config/", "rule file or directory of *.yaml/*.yml rule files")
 	merge := fs.Bool("merge-domains", false, "let several rule files add to one domain")
+	calMonths := fs.Bool("calendar-months", false, "count plain month limits as UTC calendar months, as the server does with this flag")
 	allowEmpty := fs.Bool("allow-empty-rules", false, "accept a path with no rule files, as the server does with this flag")
 	withRLQS := fs.Bool("rlqs", false, "also list the rules Envoy's rate_limit_quota filter (RLQS) cannot be served from: their buckets get the domain's failure mode")
 	bucketTTL := fs.Duration("rlqs-bucket-ttl", 6*time.Second, "with --rlqs: the sidecar's --rlqs-bucket-ttl")
@@ -51,7 +52,7 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 			return checkOverlay(path, *overlay, opts, stderr)
 		}
 	}
-	rs, err := load(*path, config.Options{MergeDomains: *merge, AllowEmpty: *allowEmpty}, stderr)
+	rs, err := load(*path, config.Options{MergeDomains: *merge, AllowEmpty: *allowEmpty, CalendarMonths: *calMonths}, stderr)
 	if errors.Is(err, config.ErrNoRules) {
 		return fmt.Errorf("%w; pass --allow-empty-rules if the server is meant to run without rules", err)
 	}
@@ -73,8 +74,8 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 // checkLoad loads the rules at path. If they are invalid it prints every
 // problem to stderr, one a line (file:line: path: reason), and returns an
 // error that counts them.
-func checkLoad(path string, merge bool, stderr io.Writer) (*limits.Ruleset, error) {
-	return loadRules(path, config.Options{MergeDomains: merge}, stderr)
+func checkLoad(path string, merge, calendarMonths bool, stderr io.Writer) (*limits.Ruleset, error) {
+	return loadRules(path, config.Options{MergeDomains: merge, CalendarMonths: calendarMonths}, stderr)
 }
 
 // loadRules is checkLoad with every option.

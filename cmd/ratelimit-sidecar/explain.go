@@ -27,6 +27,7 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	}
 	path := fs.String("config", "config/", "rule file or directory of *.yaml/*.yml rule files")
 	merge := fs.Bool("merge-domains", false, "let several rule files add to one domain")
+	calMonths := fs.Bool("calendar-months", false, "count plain month limits as UTC calendar months (their keys differ), as the server does with this flag")
 	domain := fs.String("domain", "", "the request's domain (required)")
 	prefix := fs.String("key-prefix", redis.DefaultKeyPrefix, "the Redis store's key prefix, shown before each key")
 	var descs descriptorFlag
@@ -42,7 +43,7 @@ func runExplain(args []string, stdout, stderr io.Writer) error {
 	case len(descs) == 0:
 		return errors.New("explain: at least one --descriptor is required")
 	}
-	rs, err := checkLoad(*path, *merge, stderr)
+	rs, err := checkLoad(*path, *merge, *calMonths, stderr)
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,7 @@ type settings struct {
 	logLevel        string
 	logFormat       string
 	mergeDomains    bool
+	calendarMonths  bool
 	allowEmptyRules bool
 	drainDelay      time.Duration
 	shutdownTimeout time.Duration
@@ -68,6 +69,7 @@ type settings struct {
 	env envlog.Report // where the settings came from: environ.go
 
 	tracing tracingSettings // --tracing*: see tracing.go
+	push    pushSettings    // --statsd-*, --otlp-metrics*: see push.go
 
 	rlqsBucketTTL  time.Duration // --rlqs-bucket-ttl
 	rlqsIdleAfter  time.Duration // --rlqs-idle-after
@@ -159,6 +161,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.rejections.values, "log-rejections-values", "hash", "how rejection lines and the counter reset's log line show descriptor values and counter keys, which may be secret: hash (sha256: and 12 hex digits) or plain")
 	fs.BoolVar(&c.counterReset, "admin-counter-reset", false, "allow POST /debug/counters/reset on the admin address, which deletes counters from the store")
 	fs.BoolVar(&c.mergeDomains, "merge-domains", false, "let several rule files add to one domain")
+	fs.BoolVar(&c.calendarMonths, "calendar-months", false, "count every fixed window of one month that sets no calendar of its own, and every month Envoy sends without an override, as a UTC calendar month, as envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT; without it a month is 30 days from the Unix epoch")
 	fs.BoolVar(&c.allowEmptyRules, "allow-empty-rules", false, "start, and accept reloads, with no rule files, answering OK to every request (logged at Warn); without it no rules is a config error")
 	fs.DurationVar(&c.drainDelay, "drain-delay", 0, "on SIGTERM, how long to report NOT_SERVING before stopping, so Envoy and Kubernetes stop sending")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish at shutdown")
@@ -240,6 +243,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.Var(&c.xds.sources, "xds-source", "one more xDS server to take rules from, beside --xds-server or the rule files: name=NAME,server=HOST:PORT,node-id=ID[,force-start=true,tls-ca=FILE,tls-cert=FILE,tls-key=FILE,tls-server-name=NAME]; repeat it, or separate several with ';'. A domain belongs to the first source that holds it; another's rules for it are refused (see docs/xds.md#several-rule-sources)")
 	fs.BoolVar(&c.xds.forceStart, "force-start-without-rules", false, "with --config-type xds or --xds-source, be ready before the first push, with no rules until it arrives (envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, health and /readyz report not serving until the first good push")
 	c.tracing.define(fs)
+	c.push.define(fs)
 	c.defineRef(fs)
 	return &failure
 }
@@ -254,6 +258,7 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 		c.tls.check,
 		c.xds.finish,
 		func() error { return c.tracing.check(getenv) },
+		func() error { return c.push.check(getenv) },
 		c.checkRequestLimits,
 		c.checkRLQS,
 		c.checkRedis,

@@ -24,14 +24,14 @@ type command struct {
 
 // ruleFlags are the server's flags that say where the rules are and how
 // they load.
-var ruleFlags = []string{"config", "merge-domains", "allow-empty-rules"}
+var ruleFlags = []string{"config", "merge-domains", "calendar-months", "allow-empty-rules"}
 
 // commands returns the subcommands, in the order help lists them. It is a
 // function, not a variable, because help is one of them.
 func commands() []command {
 	return []command{
 		{"check", "validate rule files and print their rules as a tree, or every problem", runCheck, ruleFlags},
-		{"explain", "show how descriptors match the rules, the limits that apply and their keys", runExplain, ruleFlags[:2]},
+		{"explain", "show how descriptors match the rules, the limits that apply and their keys", runExplain, ruleFlags[:3]},
 		{"version", "print the version, commit (when the build recorded one), Go version and platform", runVersion, nil},
 		{"help", "print this help, or a command's flags: help <command>", runHelp, nil},
 	}

@@ -21,6 +21,9 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	// The time zones of calendar windows (time_zone in rule files), built
+	// in: the distroless image has no /usr/share/zoneinfo.
+	_ "time/tzdata"
 )
 
 func main() {

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/statsd"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
 )
@@ -67,6 +68,7 @@ func TestRefEnvMapping(t *testing.T) {
 		{"RUNTIME_* watching the root", map[string]string{"RUNTIME_ROOT": "/srv/current/", "RUNTIME_SUBDIRECTORY": "rl", "RUNTIME_APPDIRECTORY": "rules"},
 			func(c *settings) any { return []string{c.configPath, c.ref.watchLink} }, []string{"/srv/current/rl/rules", "/srv/current"}},
 		{"MERGE_DOMAIN_CONFIG", map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, func(c *settings) any { return c.mergeDomains }, true},
+		{"USE_CALENDAR_MONTH_RATE_LIMIT", map[string]string{"USE_CALENDAR_MONTH_RATE_LIMIT": "true"}, func(c *settings) any { return c.calendarMonths }, true},
 		{"REDIS_URL over TCP", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379"}, func(c *settings) any { return c.redis.URL }, "redis://redis:6379"},
 		{"REDIS_URL host:port, no socket type", map[string]string{"REDIS_URL": "redis:6379"}, func(c *settings) any { return c.redis.URL }, "redis://redis:6379"},
 		{"REDIS_URL a socket", map[string]string{"REDIS_URL": "/var/run/redis.sock"}, func(c *settings) any { return c.redis.URL }, "unix:///var/run/redis.sock"},
@@ -344,9 +346,6 @@ func TestRefEnvRefused(t *testing.T) {
 	}
 	c := mustParseEnv(t, "ratelimit-sidecar", env)
 	want := []string{
-		"USE_STATSD: no statsd: metrics are served in Prometheus format (see docs/migration.md for the names)",
-		"STATSD_HOST: no statsd: metrics are served in Prometheus format (see docs/migration.md for the names)",
-		"DISABLE_STATS: metrics are always served; nothing is pushed anywhere",
 		"PROMETHEUS_MAPPER_YAML: metric names are fixed (docs/migration.md maps the reference's names to ours); durations are in seconds",
 		"RUNTIME_IGNOREDOTFILES: dot files and dot directories are never read as rules (a ConfigMap's ..data would be read twice)",
 		"EXPIRATION_JITTER_MAX_SECONDS: keys expire exactly when their state is fresh again; no jitter is needed",
@@ -388,11 +387,15 @@ func TestRefEnvRefused(t *testing.T) {
 			t.Errorf("run as %s, refused %q", argv0, c.env.Refused)
 		}
 	}
-	// The reference sends statsd by default: run as it, that is refused
-	// unless USE_STATSD=false.
+	// The reference sends statsd by default, over TCP to localhost:8125:
+	// run as it, so do we; nothing is refused.
 	c = mustParseEnv(t, "ratelimit", nil)
-	if want := []string{"USE_STATSD (its default, run as ratelimit): no statsd: metrics are served in Prometheus format (see docs/migration.md for the names)"}; !cmp.Equal(c.env.Refused, want) {
-		t.Errorf("run as ratelimit with nothing set, refused %q, want %q", c.env.Refused, want)
+	if len(c.env.Refused) != 0 {
+		t.Errorf("run as ratelimit with nothing set, refused %q", c.env.Refused)
+	}
+	if c.push.statsdAddr != "localhost:8125" || c.push.statsdProtocol != "tcp" || c.push.format != statsd.Statsd {
+		t.Errorf("run as ratelimit with nothing set: --statsd-addr=%q --statsd-protocol=%s --statsd-format=%s, want localhost:8125, tcp, statsd",
+			c.push.statsdAddr, c.push.statsdProtocol, c.push.statsdFormat)
 	}
 }
 

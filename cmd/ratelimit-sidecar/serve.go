@@ -60,7 +60,7 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	logEnv(log, c)
 	c.gc.Apply()
 
-	opts := config.Options{MergeDomains: c.mergeDomains, AllowEmpty: c.allowEmptyRules}
+	opts := config.Options{MergeDomains: c.mergeDomains, AllowEmpty: c.allowEmptyRules, CalendarMonths: c.calendarMonths}
 	rs, err := loadFirstRules(c, opts, log)
 	if err != nil {
 		return err
@@ -80,6 +80,12 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	}
 	defer st.closeLogged(log)
 	engine := newEngine(rs, st, c, m)
+	push, err := startPush(ctx, c, log, m, engine.Rules)
+	if err != nil {
+		return err
+	}
+	defer push.stop(c.shutdownTimeout) // on a startup error; else below
+
 	var srv *servers // set before anything reloads: rules load from run on
 	// onRules follows every reload and xDS push.
 	onRules := func(rs config.ReloadStatus, err error) {
@@ -119,6 +125,8 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	// The calls have ended, and their spans with them: send what is
 	// queued before the store closes.
 	tr.shutdown(c.shutdownTimeout)
+	// The last stats, counted until the servers stopped.
+	push.stop(c.shutdownTimeout)
 	return err
 }
 
@@ -247,13 +255,14 @@ func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Met
 	local := memory.New(memory.Options{MaxKeys: c.memoryMaxKeys})
 	m.MemoryStore("local", local)
 	return limits.NewEngine(rs, st, limits.EngineOptions{
-		Limits:       c.request,
-		FailureMode:  c.failureMode,
-		Local:        local,
-		LocalDivisor: c.localDivisor,
-		Observer:     m,
-		OverrideKeys: c.overrideKeys,
-		QuotaMode:    c.ref.quotaMode,
+		Limits:         c.request,
+		FailureMode:    c.failureMode,
+		Local:          local,
+		LocalDivisor:   c.localDivisor,
+		Observer:       m,
+		OverrideKeys:   c.overrideKeys,
+		QuotaMode:      c.ref.quotaMode,
+		CalendarMonths: c.calendarMonths,
 	})
 }
 

@@ -147,7 +147,7 @@ func xdsOptions(c *settings, onApply func(config.ReloadStatus, error)) xds.Optio
 		BackoffMax:        c.xds.backoff.max,
 		BackoffJitter:     c.xds.backoff.jitter,
 		MaxMessageBytes:   c.xds.maxMessageBytes,
-		Rules:             config.Options{MergeDomains: c.mergeDomains},
+		Rules:             config.Options{MergeDomains: c.mergeDomains, CalendarMonths: c.calendarMonths},
 		AllowEmpty:        c.allowEmptyRules,
 		StartWithoutRules: c.xds.forceStart,
 		OnApply:           onApply,

@@ -77,6 +77,7 @@ type Metrics struct {
 	reloads          *prometheus.CounterVec
 	configInfo       *prometheus.GaugeVec
 	overflowed       *prometheus.CounterVec
+	pushErrors       *prometheus.CounterVec
 
 	cache atomic.Pointer[ruleCache]
 
@@ -212,6 +213,7 @@ func New(b Build, nearRatio float64, maxValues int) *Metrics {
 			return g
 		}(),
 		overflowed: counter("metric_values_overflowed_total", "Descriptors that a detailed_metric or value_to_metric rule counted under its rule=\"_other.<rule>\" series, because its other values already had --metric-max-values series.", "domain", "rule"),
+		pushErrors: counter("metrics_push_errors_total", "Pushes of metrics that failed, by sink: statsd (the dial or the writes of one flush; what it did not send, the next flush does) or otlp (one export).", "sink"),
 		maxValues:  max(maxValues, 0),
 		values:     map[valuesKey]*valueSet{},
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
@@ -76,11 +77,57 @@ func (r *refMetrics) Describe(chan<- *prometheus.Desc) {}
 
 // Collect derives the reference's series from ours.
 func (r *refMetrics) Collect(ch chan<- prometheus.Metric) {
-	fams, _ := r.ours.Gather() // what gathered still counts
-	paths := r.pathsFor(r.rules())
-	var requests, redisErrors, invalid, reloadOK, reloadFailed float64
+	d := r.derive()
 	sums := map[refRuleKey]float64{}
 	var order []refRuleKey
+	for _, s := range d.rules {
+		// Summed by the reference's labels: the domain, and the first
+		// two parts of the rule's stat path.
+		k1, k2 := refKeys(s.path)
+		k := refRuleKey{refRuleStats[s.ours], s.domain, k1, k2}
+		if _, seen := sums[k]; !seen {
+			order = append(order, k)
+		}
+		sums[k] += s.value
+	}
+	for _, k := range order {
+		ch <- prometheus.MustNewConstMetric(k.desc, prometheus.CounterValue, sums[k], k.domain, k.key1, k.key2)
+	}
+	if h := d.responseTime; h != nil {
+		buckets := make(map[float64]uint64, len(h.GetBucket()))
+		for _, b := range h.GetBucket() {
+			buckets[b.GetUpperBound()] = b.GetCumulativeCount()
+		}
+		ch <- prometheus.MustNewConstHistogram(refResponseTime, h.GetSampleCount(), h.GetSampleSum(), buckets, "ShouldRateLimit")
+	}
+	ch <- prometheus.MustNewConstMetric(refTotalRequests, prometheus.CounterValue, d.requests, "ShouldRateLimit")
+	ch <- prometheus.MustNewConstMetric(refCallErrors, prometheus.CounterValue, d.redisErrors, "redis_error")
+	ch <- prometheus.MustNewConstMetric(refCallErrors, prometheus.CounterValue, d.invalid, "service_error")
+	ch <- prometheus.MustNewConstMetric(refLoadSuccess, prometheus.CounterValue, d.loadOK)
+	ch <- prometheus.MustNewConstMetric(refLoadError, prometheus.CounterValue, d.loadFailed)
+}
+
+// refRuleSeries is one of our per-rule series, under the reference's
+// names: the rule's stat path instead of our rule label.
+type refRuleSeries struct {
+	ours         string // our metric's name, a key of refRuleStats
+	domain, path string
+	value        float64
+}
+
+// refDerived is what the reference's stats are made of, read from ours.
+type refDerived struct {
+	rules                          []refRuleSeries
+	requests, redisErrors, invalid float64
+	loadOK, loadFailed             float64
+	responseTime                   *dto.Histogram // nil before the registry has it
+}
+
+// derive reads our registry once and derives the reference's values.
+func (r *refMetrics) derive() refDerived {
+	fams, _ := r.ours.Gather() // what gathered still counts
+	paths := r.pathsFor(r.rules())
+	var d refDerived
 	for _, f := range fams {
 		name := f.GetName()
 		for _, m := range f.GetMetric() {
@@ -88,59 +135,40 @@ func (r *refMetrics) Collect(ch chan<- prometheus.Metric) {
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if desc, ok := refRuleStats[name]; ok {
-				// Our series of a rule, summed by the reference's
-				// labels: the domain, and the first two parts of the
-				// rule's stat path.
+			if _, ok := refRuleStats[name]; ok {
 				rule := labels["rule"]
 				if p, ok := paths[[2]string{labels["domain"], rule}]; ok {
 					rule = p
 				}
-				k1, k2 := refKeys(rule)
-				k := refRuleKey{desc, labels["domain"], k1, k2}
-				if _, seen := sums[k]; !seen {
-					order = append(order, k)
-				}
-				sums[k] += m.GetCounter().GetValue()
+				d.rules = append(d.rules, refRuleSeries{ours: name, domain: labels["domain"], path: rule, value: m.GetCounter().GetValue()})
 				continue
 			}
 			switch name {
 			case "ratelimit_sidecar_decisions_total":
-				requests += m.GetCounter().GetValue()
+				d.requests += m.GetCounter().GetValue()
 				switch labels["result"] {
 				case "invalid":
-					invalid += m.GetCounter().GetValue()
+					d.invalid += m.GetCounter().GetValue()
 				case "error":
-					redisErrors += m.GetCounter().GetValue()
+					d.redisErrors += m.GetCounter().GetValue()
 				}
 			case "ratelimit_sidecar_failure_mode_decisions_total":
-				redisErrors += m.GetCounter().GetValue()
+				d.redisErrors += m.GetCounter().GetValue()
 			case "ratelimit_sidecar_config_reloads_total":
 				if labels["result"] == "success" {
-					reloadOK += m.GetCounter().GetValue()
+					d.loadOK += m.GetCounter().GetValue()
 				} else {
-					reloadFailed += m.GetCounter().GetValue()
+					d.loadFailed += m.GetCounter().GetValue()
 				}
 			case "ratelimit_sidecar_decision_duration_seconds":
-				h := m.GetHistogram()
-				buckets := make(map[float64]uint64, len(h.GetBucket()))
-				for _, b := range h.GetBucket() {
-					buckets[b.GetUpperBound()] = b.GetCumulativeCount()
-				}
-				ch <- prometheus.MustNewConstHistogram(refResponseTime, h.GetSampleCount(), h.GetSampleSum(), buckets, "ShouldRateLimit")
+				d.responseTime = m.GetHistogram()
 			}
 		}
 	}
-	for _, k := range order {
-		ch <- prometheus.MustNewConstMetric(k.desc, prometheus.CounterValue, sums[k], k.domain, k.key1, k.key2)
-	}
-	ch <- prometheus.MustNewConstMetric(refTotalRequests, prometheus.CounterValue, requests, "ShouldRateLimit")
-	ch <- prometheus.MustNewConstMetric(refCallErrors, prometheus.CounterValue, redisErrors, "redis_error")
-	ch <- prometheus.MustNewConstMetric(refCallErrors, prometheus.CounterValue, invalid, "service_error")
 	// The reference counts its first load too; we run only if ours
 	// succeeded.
-	ch <- prometheus.MustNewConstMetric(refLoadSuccess, prometheus.CounterValue, 1+reloadOK)
-	ch <- prometheus.MustNewConstMetric(refLoadError, prometheus.CounterValue, reloadFailed)
+	d.loadOK++
+	return d
 }
 
 // refPaths maps each (domain, rule label) of our per-rule series whose
@@ -168,8 +196,7 @@ var refIPv4 = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
 // sanitizing of stat names (':' and '|' become '_', and so do the dots of
 // IPv4 addresses).
 func refKeys(path string) (key1, key2 string) {
-	path = strings.NewReplacer(":", "_", "|", "_").Replace(path)
-	path = refIPv4.ReplaceAllStringFunc(path, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
+	path = refSanitize(path)
 	key1, rest, _ := strings.Cut(path, ".")
 	key2, _, _ = strings.Cut(rest, ".")
 	return key1, key2

@@ -22,3 +22,16 @@ func TestRefStatPath(t *testing.T) {
 		}
 	}
 }
+
+// TestRefStatSuffixes: each of our per-rule counters that has a
+// reference Prometheus name has its statsd name too.
+func TestRefStatSuffixes(t *testing.T) {
+	for name := range refRuleStats {
+		if refStatSuffix[name] == "" {
+			t.Errorf("%s has no statsd suffix", name)
+		}
+	}
+	if len(refStatSuffix) != len(refRuleStats) {
+		t.Errorf("%d statsd suffixes for %d per-rule counters", len(refStatSuffix), len(refRuleStats))
+	}
+}

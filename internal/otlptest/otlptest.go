@@ -1,13 +1,15 @@
-// Package otlptest runs a real OTLP trace receiver on a loopback port, over
-// gRPC (the collector's TraceService) or over HTTP (POST /v1/traces with a
+// Package otlptest runs a real OTLP trace and metrics receiver on a
+// loopback port, over gRPC (the collector's TraceService and
+// MetricsService) or over HTTP (POST /v1/traces and /v1/metrics with a
 // protobuf body, as the collector's otlphttp receiver takes it), and keeps
-// the spans it is sent, for tests of what an exporter sends.
+// the spans and metrics it is sent, for tests of what an exporter sends.
 package otlptest
 
 import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -17,10 +19,12 @@ import (
 	"testing"
 	"time"
 
+	colmetricspb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -63,11 +67,16 @@ func attrs(kvs []*commonpb.KeyValue) map[string]any {
 	return out
 }
 
-// Receiver is an OTLP trace receiver. It is safe for concurrent use.
+// Receiver is an OTLP trace and metrics receiver. It is safe for
+// concurrent use.
 type Receiver struct {
 	// URL is where an exporter sends: http://127.0.0.1:port (gRPC) or
-	// http://127.0.0.1:port/v1/traces (HTTP).
+	// http://127.0.0.1:port/v1/traces (HTTP; metrics go to /v1/metrics
+	// beside it, or to BaseURL, which takes either).
 	URL string
+	// BaseURL is http://127.0.0.1:port.
+	BaseURL string
+	ms      metricStore
 
 	conns atomic.Int64
 	mu    sync.Mutex
@@ -148,11 +157,24 @@ func listen(t testing.TB, r *Receiver) net.Listener {
 // StartGRPC starts a receiver of OTLP over gRPC, stopped at cleanup.
 func StartGRPC(t testing.TB) *Receiver {
 	t.Helper()
+	return StartGRPCTLS(t, nil)
+}
+
+// StartGRPCTLS is StartGRPC over TLS with cfg; its URLs are https://.
+// A nil cfg is plaintext.
+func StartGRPCTLS(t testing.TB, cfg *tls.Config) *Receiver {
+	t.Helper()
 	r := &Receiver{added: make(chan struct{}, 1)}
 	lis := listen(t, r)
-	r.URL = "http://" + lis.Addr().String()
-	gs := grpc.NewServer()
+	r.URL = scheme(cfg) + lis.Addr().String()
+	r.BaseURL = r.URL
+	var opts []grpc.ServerOption
+	if cfg != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg)))
+	}
+	gs := grpc.NewServer(opts...)
 	coltracepb.RegisterTraceServiceServer(gs, &traceService{r: r})
+	colmetricspb.RegisterMetricsServiceServer(gs, &metricsService{r: r})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -179,38 +201,34 @@ func (s *traceService) Export(_ context.Context, req *coltracepb.ExportTraceServ
 // (gzipped or not), stopped at cleanup.
 func StartHTTP(t testing.TB) *Receiver {
 	t.Helper()
+	return StartHTTPTLS(t, nil)
+}
+
+// StartHTTPTLS is StartHTTP over TLS with cfg; its URLs are https://. A
+// nil cfg is plaintext.
+func StartHTTPTLS(t testing.TB, cfg *tls.Config) *Receiver {
+	t.Helper()
 	r := &Receiver{added: make(chan struct{}, 1)}
 	lis := listen(t, r)
-	r.URL = "http://" + lis.Addr().String() + "/v1/traces"
+	r.BaseURL = scheme(cfg) + lis.Addr().String()
+	r.URL = r.BaseURL + "/v1/traces"
+	if cfg != nil {
+		lis = tls.NewListener(lis, cfg)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/traces", func(w http.ResponseWriter, req *http.Request) {
-		if ct := req.Header.Get("Content-Type"); ct != "application/x-protobuf" {
-			http.Error(w, "want application/x-protobuf, got "+ct, http.StatusUnsupportedMediaType)
-			return
-		}
-		var body io.Reader = req.Body
-		if req.Header.Get("Content-Encoding") == "gzip" {
-			zr, err := gzip.NewReader(req.Body)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			body = zr
-		}
-		data, err := io.ReadAll(io.LimitReader(body, 16<<20))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
 		var msg coltracepb.ExportTraceServiceRequest
-		if err := proto.Unmarshal(data, &msg); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
+		if readProto(w, req, &msg) {
+			r.add(&msg)
+			writeProto(w, &coltracepb.ExportTraceServiceResponse{})
 		}
-		r.add(&msg)
-		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		io.Copy(w, bytes.NewReader(out)) //nolint:errcheck // the exporter has gone
+	})
+	mux.HandleFunc("POST /v1/metrics", func(w http.ResponseWriter, req *http.Request) {
+		var msg colmetricspb.ExportMetricsServiceRequest
+		if readProto(w, req, &msg) {
+			r.addMetrics(&msg)
+			writeProto(w, &colmetricspb.ExportMetricsServiceResponse{})
+		}
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
@@ -223,4 +241,45 @@ func StartHTTP(t testing.TB) *Receiver {
 		<-done
 	})
 	return r
+}
+
+func scheme(cfg *tls.Config) string {
+	if cfg != nil {
+		return "https://"
+	}
+	return "http://"
+}
+
+// readProto reads an OTLP/HTTP request's protobuf body into msg, or
+// answers with an error and reports false.
+func readProto(w http.ResponseWriter, req *http.Request, msg proto.Message) bool {
+	if ct := req.Header.Get("Content-Type"); ct != "application/x-protobuf" {
+		http.Error(w, "want application/x-protobuf, got "+ct, http.StatusUnsupportedMediaType)
+		return false
+	}
+	var body io.Reader = req.Body
+	if req.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(req.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return false
+		}
+		body = zr
+	}
+	data, err := io.ReadAll(io.LimitReader(body, 16<<20))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return false
+	}
+	if err := proto.Unmarshal(data, msg); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
+func writeProto(w http.ResponseWriter, msg proto.Message) {
+	out, _ := proto.Marshal(msg)
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	io.Copy(w, bytes.NewReader(out)) //nolint:errcheck // the exporter has gone
 }

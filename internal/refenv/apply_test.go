@@ -21,7 +21,7 @@ func TestApply(t *testing.T) {
 	logLevel := fs.String("log-level", "info", "")
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:8081", "")
 	env := map[string]string{
-		"PORT": "9090", "LOG_LEVEL": "Warning", "GRPC_PORT": "7000", "USE_STATSD": "true",
+		"PORT": "9090", "LOG_LEVEL": "Warning", "GRPC_PORT": "7000", "EXPIRATION_JITTER_MAX_SECONDS": "60",
 	}
 	a, err := refenv.Apply(fs, false, lookup(env), map[string]bool{"grpc-addr": true})
 	if err != nil {
@@ -36,8 +36,8 @@ func TestApply(t *testing.T) {
 	if a.ByFlag["http-addr"] != "PORT" || a.ByDefault["http-addr"] {
 		t.Errorf("http-addr from %q (by default %v), want PORT", a.ByFlag["http-addr"], a.ByDefault["http-addr"])
 	}
-	if len(a.Refused) != 1 || !strings.HasPrefix(a.Refused[0], "USE_STATSD: ") {
-		t.Errorf("refused %q, want USE_STATSD alone", a.Refused)
+	if len(a.Refused) != 1 || !strings.HasPrefix(a.Refused[0], "EXPIRATION_JITTER_MAX_SECONDS: ") {
+		t.Errorf("refused %q, want EXPIRATION_JITTER_MAX_SECONDS alone", a.Refused)
 	}
 
 	// Each bad value is named by its variable, all at once.
@@ -81,5 +81,87 @@ func TestApplyFlagless(t *testing.T) {
 	}
 	if from := a.ByFlag[refenv.XDSMaxMessageBytes]; from != "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES" {
 		t.Errorf("%s from %q, want XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", refenv.XDSMaxMessageBytes, from)
+	}
+}
+
+// statsdFlags defines the --statsd-* flags on a flag set of its own.
+func statsdFlags() (*flag.FlagSet, map[string]*string) {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	vals := map[string]*string{}
+	for _, name := range []string{"statsd-addr", "statsd-protocol", "statsd-format", "statsd-tags", "statsd-mogrifiers", "statsd-flush-interval"} {
+		vals[name] = fs.String(name, "", "")
+	}
+	return fs, vals
+}
+
+// TestApplyStatsd: the reference's stats sinks map onto --statsd-*, as
+// its runner chooses among them: nothing with DISABLE_STATS or
+// USE_STATSD=false, DogStatsD over UDP, else statsd over TCP, which run
+// as the reference is its default (run as ratelimit: cmd's tests).
+func TestApplyStatsd(t *testing.T) {
+	tests := []struct {
+		name string
+		give map[string]string
+		want map[string]string
+	}{
+		{name: "USE_STATSD true by default", give: map[string]string{"STATSD_HOST": "statsd"}, want: map[string]string{
+			"statsd-addr": "statsd:8125", "statsd-protocol": "tcp", "statsd-format": "statsd", "statsd-flush-interval": "10s"}},
+		{name: "statsd_exporter beside it", give: map[string]string{"USE_STATSD": "true", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": "9125",
+			"STATS_FLUSH_INTERVAL": "1s", "EXTRA_TAGS": "cluster:eu,team:edge"}, want: map[string]string{
+			"statsd-addr": "127.0.0.1:9125", "statsd-protocol": "tcp", "statsd-format": "statsd", "statsd-flush-interval": "1s",
+			"statsd-tags": "cluster=eu,team=edge"}},
+		{name: "off", give: map[string]string{"USE_STATSD": "false"}, want: map[string]string{"statsd-addr": ""}},
+		{name: "disabled", give: map[string]string{"DISABLE_STATS": "true", "USE_DOG_STATSD": "true"}, want: map[string]string{"statsd-addr": ""}},
+		{name: "dogstatsd", give: map[string]string{"USE_STATSD": "false", "USE_DOG_STATSD": "true", "STATSD_HOST": "dd-agent",
+			"USE_DOG_STATSD_MOGRIFIERS":         "hits,domain",
+			"DOG_STATSD_MOGRIFIER_HITS_PATTERN": `^ratelimit\.service\.rate_limit\.([^.]+)\.(.*)\.([^.]+)$`,
+			"DOG_STATSD_MOGRIFIER_HITS_NAME":    "ratelimit.service.rate_limit.$3", "DOG_STATSD_MOGRIFIER_HITS_TAGS": "domain:$1,descriptor:$2",
+			"DOG_STATSD_MOGRIFIER_DOMAIN_PATTERN": `^some\.metric\.(.*)$`, "DOG_STATSD_MOGRIFIER_DOMAIN_NAME": "some.metric"},
+			want: map[string]string{"statsd-addr": "dd-agent:8125", "statsd-protocol": "udp", "statsd-format": "dogstatsd",
+				"statsd-mogrifiers": `[{"pattern":"^ratelimit\\.service\\.rate_limit\\.([^.]+)\\.(.*)\\.([^.]+)$","name":"ratelimit.service.rate_limit.$3","tags":{"descriptor":"$2","domain":"$1"}},` +
+					`{"pattern":"^some\\.metric\\.(.*)$","name":"some.metric"}]`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs, vals := statsdFlags()
+			a, err := refenv.Apply(fs, false, lookup(tt.give), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, want := range tt.want {
+				if got := *vals[name]; got != want {
+					t.Errorf("--%s = %q, want %q", name, got, want)
+				}
+			}
+			if len(a.Refused) != 0 {
+				t.Errorf("refused %q", a.Refused)
+			}
+		})
+	}
+}
+
+// TestApplyStatsdErrors: the reference's stats variables that it would
+// refuse at start are errors naming the variable.
+func TestApplyStatsdErrors(t *testing.T) {
+	tests := []struct {
+		give map[string]string
+		want string
+	}{
+		{map[string]string{"USE_STATSD": "true", "EXTRA_TAGS": "cluster"}, `EXTRA_TAGS: want key:value entries, got "cluster"`},
+		{map[string]string{"USE_STATSD": "true", "STATSD_PORT": "0"}, "STATSD_PORT: want a port from 1 to 65535, got 0"},
+		{map[string]string{"USE_STATSD": "yes"}, `USE_STATSD: want true or false, got "yes"`},
+		{map[string]string{"USE_DOG_STATSD": "true", "USE_DOG_STATSD_MOGRIFIERS": "x", "DOG_STATSD_MOGRIFIER_X_PATTERN": "a"},
+			"mogrifier x: needs DOG_STATSD_MOGRIFIER_X_PATTERN and DOG_STATSD_MOGRIFIER_X_NAME"},
+		{map[string]string{"USE_DOG_STATSD": "true", "USE_DOG_STATSD_MOGRIFIERS": "x", "DOG_STATSD_MOGRIFIER_X_PATTERN": "(", "DOG_STATSD_MOGRIFIER_X_NAME": "n"},
+			"DOG_STATSD_MOGRIFIER_X_PATTERN: error parsing regexp"},
+		{map[string]string{"USE_DOG_STATSD": "true", "USE_DOG_STATSD_MOGRIFIERS": "x", "DOG_STATSD_MOGRIFIER_X_PATTERN": "a", "DOG_STATSD_MOGRIFIER_X_NAME": "n",
+			"DOG_STATSD_MOGRIFIER_X_TAGS": "k:"}, `DOG_STATSD_MOGRIFIER_X_TAGS: want key:value entries, got "k:"`},
+	}
+	for _, tt := range tests {
+		fs, _ := statsdFlags()
+		_, err := refenv.Apply(fs, false, lookup(tt.give), nil)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: error %v, want it to say %s", tt.give, err, tt.want)
+		}
 	}
 }

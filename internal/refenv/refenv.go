@@ -13,6 +13,7 @@ import (
 	"math"
 	"net"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -177,6 +178,8 @@ var refVars = map[string]refVar{
 	"RESPONSE_DYNAMIC_METADATA": {"false", refBool},
 	"MERGE_DOMAIN_CONFIG":       {"false", refBool},
 
+	"USE_CALENDAR_MONTH_RATE_LIMIT": {"false", refBool},
+
 	"TRACING_ENABLED":             {"false", refBool},
 	"TRACING_SERVICE_NAME":        {"RateLimit", refString},
 	"TRACING_SERVICE_NAMESPACE":   {"", refString},
@@ -209,8 +212,8 @@ const refGRPCMaxConns = 256
 
 // refMappings are the variables that map onto our flags. The variables of
 // refRefusals that no mapping reads are honoured for their values that do
-// not make the refusal active (RUNTIME_IGNOREDOTFILES=true, USE_STATSD=false,
-// ...), since those ask for what the sidecar does.
+// not make the refusal active (RUNTIME_IGNOREDOTFILES=true, ...), since
+// those ask for what the sidecar does.
 var refMappings = []refMapping{
 	{vars: []string{"HOST", "PORT"}, flags: []string{"http-addr"}, defaults: true,
 		apply: func(v *refValues, out *refOut) { out.set("http-addr", v.hostPort("HOST", "PORT")) }},
@@ -245,6 +248,11 @@ var refMappings = []refMapping{
 		flags: []string{"config", "watch-link"}, whole: true, defaults: true, apply: mapRuntime},
 	{vars: []string{"MERGE_DOMAIN_CONFIG"}, flags: []string{"merge-domains"}, defaults: true,
 		apply: func(v *refValues, out *refOut) { out.set("merge-domains", v.boolText("MERGE_DOMAIN_CONFIG")) }},
+	// The reference's PR #1206: month limits in UTC calendar months.
+	{vars: []string{"USE_CALENDAR_MONTH_RATE_LIMIT"}, flags: []string{"calendar-months"},
+		apply: func(v *refValues, out *refOut) {
+			out.set("calendar-months", v.boolText("USE_CALENDAR_MONTH_RATE_LIMIT"))
+		}},
 	{vars: []string{"BACKEND_TYPE", "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL"},
 		flags: []string{"redis-url", "redis-sentinel-master", "redis-sentinel-addrs", "redis-cluster-addrs"},
 		whole: true, defaults: true, apply: mapRedis},
@@ -319,6 +327,12 @@ var refMappings = []refMapping{
 				out.set("reference-metrics", "true")
 			}
 		}},
+	// Stats pushed to statsd or DogStatsD (push.go, internal/statsd);
+	// Prometheus metrics are served either way.
+	{vars: []string{"USE_STATSD", "USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS",
+		"STATS_FLUSH_INTERVAL", "DISABLE_STATS"},
+		flags:    []string{"statsd-addr", "statsd-protocol", "statsd-format", "statsd-tags", "statsd-mogrifiers", "statsd-flush-interval"},
+		defaults: true, apply: mapStatsd},
 	{vars: []string{"TRACING_ENABLED", "TRACING_EXPORTER_PROTOCOL", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE",
 		"TRACING_SERVICE_INSTANCE_ID", "TRACING_SAMPLING_RATE"},
 		flags: []string{"tracing", "tracing-protocol", "tracing-service-name", "tracing-service-namespace",
@@ -419,17 +433,6 @@ var refRefusals = []refRefusal{
 			f, err := strconv.ParseFloat(s, 64)
 			return ok && err == nil && f > 1 && f != 2
 		}},
-	{vars: []string{"USE_STATSD"}, reason: "no statsd: metrics are served in Prometheus format (see docs/migration.md for the names)",
-		active: func(v *refValues) bool {
-			// The reference sends statsd unless told not to.
-			if !v.isSet("USE_STATSD") {
-				return v.refMode
-			}
-			return v.boolean("USE_STATSD")
-		}},
-	{vars: []string{"USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL"},
-		reason: "no statsd: metrics are served in Prometheus format (see docs/migration.md for the names)"},
-	{vars: []string{"DISABLE_STATS"}, reason: "metrics are always served; nothing is pushed anywhere"},
 	{vars: []string{"PROMETHEUS_MAPPER_YAML", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"},
 		reason: "metric names are fixed (docs/migration.md maps the reference's names to ours); durations are in seconds"},
 	{vars: []string{"RUNTIME_IGNOREDOTFILES"}, reason: "dot files and dot directories are never read as rules (a ConfigMap's ..data would be read twice)",
@@ -840,6 +843,119 @@ func mapGRPCTLS(v *refValues, out *refOut) {
 		out.set("grpc-tls-client-ca", ca)
 		out.set("grpc-tls-client-san", v.str("GRPC_CLIENT_TLS_SAN"))
 	}
+}
+
+// mapStatsd maps the reference's stats sinks. As its runner chooses:
+// nothing with DISABLE_STATS, else DogStatsD over UDP with
+// USE_DOG_STATSD, else statsd over TCP (its statsd client's) with
+// USE_STATSD, true by default. The reference refuses to start with both,
+// or either beside USE_PROMETHEUS; here Prometheus is served anyway, and
+// DogStatsD wins over statsd as in its runner's order.
+func mapStatsd(v *refValues, out *refOut) {
+	dog := v.boolean("USE_DOG_STATSD")
+	if v.boolean("DISABLE_STATS") || !(dog || v.boolean("USE_STATSD")) {
+		// Only with a variable set: run as Name with nothing set, the
+		// default is USE_STATSD's.
+		out.set("statsd-addr", "")
+		return
+	}
+	port := v.integer("STATSD_PORT")
+	if port < 1 || port > 65535 {
+		v.fail("STATSD_PORT", "want a port from 1 to 65535, got %d", port)
+		return
+	}
+	out.set("statsd-addr", net.JoinHostPort(v.str("STATSD_HOST"), strconv.FormatInt(port, 10)))
+	interval := v.duration("STATS_FLUSH_INTERVAL")
+	if interval <= 0 {
+		v.fail("STATS_FLUSH_INTERVAL", "want more than 0, got %s", interval)
+		return
+	}
+	out.set("statsd-flush-interval", interval.String())
+	tags, ok := extraTags(v)
+	if !ok {
+		return
+	}
+	out.set("statsd-tags", tags)
+	if !dog {
+		out.set("statsd-protocol", "tcp")
+		out.set("statsd-format", "statsd")
+		return
+	}
+	out.set("statsd-protocol", "udp")
+	out.set("statsd-format", "dogstatsd")
+	if m, ok := mogrifiers(v); ok {
+		out.set("statsd-mogrifiers", m)
+	}
+}
+
+// extraTags turns EXTRA_TAGS, key:value,key:value as the reference's
+// settings parse a map, into --statsd-tags.
+func extraTags(v *refValues) (string, bool) {
+	var tags []string
+	for _, kv := range strings.Split(v.str("EXTRA_TAGS"), ",") {
+		if kv == "" {
+			continue
+		}
+		k, val, ok := strings.Cut(kv, ":")
+		if !ok {
+			v.fail("EXTRA_TAGS", "want key:value entries, got %q", kv)
+			return "", false
+		}
+		tags = append(tags, k+"="+val)
+	}
+	return strings.Join(tags, ","), true
+}
+
+// mogrifierPrefix starts the variables of each of the reference's
+// DogStatsD mogrifiers named in USE_DOG_STATSD_MOGRIFIERS:
+// DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS.
+const mogrifierPrefix = "DOG_STATSD_MOGRIFIER_"
+
+// mogrifiers turns the reference's mogrifiers into --statsd-mogrifiers,
+// in the order USE_DOG_STATSD_MOGRIFIERS names them, with the checks the
+// reference makes at start.
+func mogrifiers(v *refValues) (string, bool) {
+	type mogrifier struct {
+		Pattern string            `json:"pattern"`
+		Name    string            `json:"name"`
+		Tags    map[string]string `json:"tags,omitempty"`
+	}
+	var list []mogrifier
+	for _, name := range strings.Split(v.str("USE_DOG_STATSD_MOGRIFIERS"), ",") {
+		if name == "" {
+			continue
+		}
+		prefix := mogrifierPrefix + strings.ToUpper(name) + "_"
+		m := mogrifier{Tags: map[string]string{}}
+		m.Pattern, _ = v.getenv(prefix + "PATTERN")
+		m.Name, _ = v.getenv(prefix + "NAME")
+		if m.Pattern == "" || m.Name == "" {
+			v.fail("USE_DOG_STATSD_MOGRIFIERS", "mogrifier %s: needs %sPATTERN and %sNAME", name, prefix, prefix)
+			return "", false
+		}
+		if _, err := regexp.Compile(m.Pattern); err != nil {
+			v.fail(prefix+"PATTERN", "%v", err)
+			return "", false
+		}
+		tags, _ := v.getenv(prefix + "TAGS")
+		for _, kv := range strings.Split(tags, ",") {
+			if kv == "" {
+				continue
+			}
+			k, val, ok := strings.Cut(kv, ":")
+			if !ok || k == "" || val == "" {
+				v.fail(prefix+"TAGS", "want key:value entries, got %q", kv)
+				return "", false
+			}
+			m.Tags[k] = val
+		}
+		list = append(list, m)
+	}
+	if len(list) == 0 {
+		return "", false
+	}
+	b, _ := json.Marshal(list) // strings always marshal
+	return string(b), true
 }
 
 // DenyEntryBytes is what one deny-cache entry is taken to cost, to turn

@@ -64,8 +64,12 @@ func refusalReason(name string) string {
 }
 
 // refSettingsNames are the envconfig names of the reference's
-// src/settings/settings.go.
+// src/settings/settings.go, as of envoyproxy/ratelimit commit
+// f2fb15770f7fd1c88ca6c3a1b58ee513917ace96 (2026-07-05, every name
+// checked against it on 2 December 2026), and USE_CALENDAR_MONTH_RATE_LIMIT,
+// which its PR #1206 (merged after that commit) adds.
 var refSettingsNames = []string{
+	"USE_CALENDAR_MONTH_RATE_LIMIT",
 	"HOST", "PORT", "DEBUG_HOST", "DEBUG_PORT", "GRPC_UDS", "GRPC_HOST", "GRPC_PORT", "GRPC_MAX_CONNECTION_AGE",
 	"GRPC_MAX_CONNECTION_AGE_GRACE", "GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT",
 	"GRPC_CLIENT_TLS_SAN", "LOG_LEVEL", "LOG_FORMAT", "CONFIG_TYPE", "FORCE_START_WITHOUT_INITIAL_CONFIG", "CONFIG_GRPC_XDS_NODE_ID",

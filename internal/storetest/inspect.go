@@ -44,7 +44,17 @@ type TimedHits struct {
 func InspectCases() []InspectCase {
 	e := Epoch.UnixMicro()
 	s := int64(time.Second / time.Microsecond)
+	febStart := local("Europe/Berlin", 2024, 2, 1, 0, 0, 0, 0)
+	marStart := local("Europe/Berlin", 2024, 3, 1, 0, 0, 0, 0)
 	return []InspectCase{
+		{
+			// A calendar month: its state ends with February (29 days).
+			Name:  "fixed_window_calendar_month",
+			Limit: calendarLimit(10, limits.UnitMonth, "Europe/Berlin", 0),
+			Hits:  []TimedHits{{febStart + sec, 3}, {febStart + day, 2}},
+			At:    febStart + 2*day,
+			Want:  limits.State{Start: e + febStart.Microseconds(), Count: 5, Expire: e + marStart.Microseconds()},
+		},
 		{
 			Name:  "fixed_window",
 			Limit: mustLimit(limits.FixedWindow, 10, limits.UnitMinute, 1, 0),

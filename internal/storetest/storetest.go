@@ -147,9 +147,10 @@ type Case struct {
 }
 
 // Run runs every case of Cases, QuotaCases, UsageCases, RefundCases,
-// ConcurrencyCases and ReservationCases against stores from newStore.
+// ConcurrencyCases, ReservationCases and CalendarCases against stores
+// from newStore.
 func Run(t *testing.T, newStore Factory) {
-	run(t, slices.Concat(Cases(), QuotaCases(), UsageCases(), RefundCases(), ConcurrencyCases(), ReservationCases()), newStore)
+	run(t, slices.Concat(Cases(), QuotaCases(), UsageCases(), RefundCases(), ConcurrencyCases(), ReservationCases(), CalendarCases()), newStore)
 }
 
 // RunHoldingOneKey runs the cases of Run that hold as well in a store
@@ -158,7 +159,7 @@ func Run(t *testing.T, newStore Factory) {
 // key evicted, which a store may lose to its eviction (see
 // docs/memory-store.md).
 func RunHoldingOneKey(t *testing.T, newStore Factory) {
-	cases := slices.Concat(Cases(), QuotaCases(), UsageCases(), RefundCases(), ConcurrencyCases(), ReservationCases())
+	cases := slices.Concat(Cases(), QuotaCases(), UsageCases(), RefundCases(), ConcurrencyCases(), ReservationCases(), CalendarCases())
 	cases = slices.DeleteFunc(cases, func(c Case) bool {
 		// A ledger of reservations is a key of its own, which the
 		// counter's eviction may lose (docs/memory-store.md).
@@ -168,7 +169,9 @@ func RunHoldingOneKey(t *testing.T, newStore Factory) {
 }
 
 // RunGrants runs every case of GrantCases, for stores that lease.
-func RunGrants(t *testing.T, newStore Factory) { run(t, GrantCases(), newStore) }
+func RunGrants(t *testing.T, newStore Factory) {
+	run(t, slices.Concat(GrantCases(), CalendarGrantCases()), newStore)
+}
 
 func run(t *testing.T, cases []Case, newStore Factory) {
 	for _, tt := range cases {

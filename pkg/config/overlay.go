@@ -17,8 +17,9 @@ import (
 
 // An overlay file gives rules that another program renders, such as the
 // RateLimitConfigs an xDS server pushes, the fields their form cannot
-// carry (an algorithm, a window of several units, a burst, a lease,
-// several limits, a domain's failure mode), without changing what that
+// carry (an algorithm, a window of several units, a burst, a lease, a
+// calendar window, several limits, a domain's failure mode), without
+// changing what that
 // program sends:
 //
 //	overlays:
@@ -41,6 +42,7 @@ import (
 var overlayLimitFields = map[string]bool{
 	"unit": true, "requests_per_unit": true, "unlimited": true, "name": true, "replaces": true,
 	"algorithm": true, "burst": true, "unit_multiplier": true, "lease": true, "release_after": true,
+	"calendar": true, "time_zone": true, "week_start": true, "reset_day": true,
 }
 
 // overlayDescriptorFields are the fields of a descriptor an overlay may

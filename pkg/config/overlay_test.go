@@ -138,6 +138,28 @@ overlays:
 	}
 }
 
+// TestOverlayCalendar: an overlay puts a pushed limit on the calendar,
+// as Envoy Gateway cannot say, and adds a calendar month beside it.
+func TestOverlayCalendar(t *testing.T) {
+	rs, a := applyOverlay(t, `
+overlays:
+  - domain: default/eg/http
+    name: api-total
+    rate_limit: {unit: day, calendar: true, time_zone: America/New_York}
+    add_rate_limits:
+      - {unit: month, requests_per_unit: 1000, calendar: true, time_zone: Europe/Berlin, reset_day: 15}
+`)
+	if len(a.Unmatched) != 0 {
+		t.Errorf("unmatched: %v", a.Unmatched)
+	}
+	got := strings.Join(limitsOf(t, rs, route1), "; ")
+	for _, want := range []string{"fixed_window 100 per calendar day in America/New_York", "fixed_window 1000 per calendar month in Europe/Berlin/15"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("overlaid limits %q, want one starting %q", got, want)
+		}
+	}
+}
+
 // TestOverlayChecksum: the rules' checksum changes with the overlay, so
 // an overlay edit is a change of rules.
 func TestOverlayChecksum(t *testing.T) {

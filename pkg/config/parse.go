@@ -86,6 +86,10 @@ type Options struct {
 	// ErrNoRules: a deleted ConfigMap key or a wrong mount must not switch
 	// every limit off.
 	AllowEmpty bool
+	// CalendarMonths makes every fixed window limit of one month that
+	// sets no calendar of its own a UTC calendar month, as
+	// envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT does.
+	CalendarMonths bool
 }
 
 // ErrNoRules is the error of Load, and of a Reloader's reload, when the
@@ -290,6 +294,9 @@ type parser struct {
 	// a domain merged from N files would otherwise be indexed again for
 	// each file, O(N^2) too.
 	levels map[*[]*limits.Rule]map[[2]string]*limits.Rule
+	// zone is the file's time_zone: the default of its calendar limits
+	// (nil: UTC).
+	zone *time.Location
 }
 
 func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
@@ -303,12 +310,12 @@ func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 // The fields each mapping of a rule file has, for the nearest-name hint of
 // an unknown one. Each parsing function's switch has a case for each.
 var (
-	fileFields       = []string{"domain", "descriptors", "failure_mode", "override"}
+	fileFields       = []string{"domain", "descriptors", "failure_mode", "override", "time_zone"}
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
 		"detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "charge", "metadata", "hold_key",
 		"override"}
 	limitFieldNames = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
-		"burst", "unit_multiplier", "lease", "release_after"}
+		"burst", "unit_multiplier", "lease", "release_after", "calendar", "time_zone", "week_start", "reset_day"}
 )
 
 // unknownField records the field key (its key node k, at path) that is
@@ -382,6 +389,8 @@ func (p *parser) parseFile(f File) *limits.Domain {
 			failure = m
 		case "override":
 			overNode, over = v, p.override(v, key)
+		case "time_zone":
+			p.zone = p.timeZone(v, key)
 		default:
 			p.unknownField(k, key, key, fileFields)
 		}
@@ -409,7 +418,10 @@ func (p *parser) parseFile(f File) *limits.Domain {
 		d.FailureMode = failure
 	}
 	if over != nil {
-		if d.Override != nil && *d.Override != *over {
+		if over.Calendar != nil && over.Calendar.Location == nil {
+			over.Calendar.Location = p.zone // the file's, wherever it says it
+		}
+		if d.Override != nil && !sameOverride(d.Override, over) {
 			p.errorf(overNode, "override", "another file of domain %q sets a different override", domain)
 		}
 		d.Override = over
@@ -699,7 +711,7 @@ func (p *parser) limit(r *limits.Rule, n *yaml.Node, path string, single bool) *
 	}
 	c.Name, c.Replaces, c.Shadow, c.Quota, c.Lease, c.Charge = l.Name, l.Replaces, l.Shadow, l.Quota, l.Lease, l.Charge
 	c.ReleaseAfter = l.ReleaseAfter
-	return c
+	return p.calendar(c, ln, path)
 }
 
 // limitNodes are the fields of a rate_limit mapping that later checks
@@ -707,6 +719,7 @@ func (p *parser) limit(r *limits.Rule, n *yaml.Node, path string, single bool) *
 type limitNodes struct {
 	unit, alg, burst, mult, repl, lease, release *yaml.Node
 	unitText                                     string
+	cal                                          calendarNodes
 }
 
 // limitFields reads the fields of rate_limit mapping n into l.
@@ -741,6 +754,8 @@ func (p *parser) limitFields(l *limits.Limit, n *yaml.Node, path string) limitNo
 		case "release_after":
 			ln.release, l.ReleaseAfter = v, p.duration(v, fp)
 			p.releaseAfter = true
+		case "calendar", "time_zone", "week_start", "reset_day":
+			p.calendarField(&ln.cal, key, v, fp)
 		default:
 			p.unknownField(k, fp, key, limitFieldNames)
 		}

@@ -37,6 +37,38 @@ func TestLoadRejects(t *testing.T) {
 		want string   // substring of the one problem
 	}{
 		{
+			give: []string{"testdata/calendar_unknown_zone.bad.yaml"},
+			want: `testdata/calendar_unknown_zone.bad.yaml:8: descriptors[0].rate_limit.time_zone: unknown time zone "Europe/Berln"`,
+		},
+		{
+			give: []string{"testdata/calendar_domain_zone.bad.yaml"},
+			want: `testdata/calendar_domain_zone.bad.yaml:2: time_zone: unknown time zone "Mars/Olympus_Mons"`,
+		},
+		{
+			give: []string{"testdata/calendar_hour.bad.yaml"},
+			want: "testdata/calendar_hour.bad.yaml:7: descriptors[0].rate_limit.calendar: a calendar window needs a unit of day, week, month or year, not hour",
+		},
+		{
+			give: []string{"testdata/calendar_bucket.bad.yaml"},
+			want: "testdata/calendar_bucket.bad.yaml:8: descriptors[0].rate_limit.calendar: a calendar window is counted as a fixed_window, not token_bucket",
+		},
+		{
+			give: []string{"testdata/calendar_zone_without.bad.yaml"},
+			want: "testdata/calendar_zone_without.bad.yaml:7: descriptors[0].rate_limit.time_zone: applies only with calendar: true",
+		},
+		{
+			give: []string{"testdata/calendar_reset_day_unit.bad.yaml"},
+			want: "testdata/calendar_reset_day_unit.bad.yaml:8: descriptors[0].rate_limit.reset_day: applies only to unit month, not day",
+		},
+		{
+			give: []string{"testdata/calendar_override_bucket.bad.yaml"},
+			want: "testdata/calendar_override_bucket.bad.yaml:6: descriptors[0].override.calendar: a calendar window is counted as a fixed_window of one unit, not token_bucket over 1",
+		},
+		{
+			give: []string{"testdata/calendar_reset_day.bad.yaml"},
+			want: "testdata/calendar_reset_day.bad.yaml:8: descriptors[0].rate_limit.reset_day:",
+		},
+		{
 			give: []string{"testdata/unknown_top_field.bad.yaml"},
 			want: "testdata/unknown_top_field.bad.yaml:2: descriptor: unknown field",
 		},
@@ -234,7 +266,7 @@ func TestLoadRejects(t *testing.T) {
 		},
 		{
 			give: []string{"testdata/override_not_mapping.bad.yaml"},
-			want: `testdata/override_not_mapping.bad.yaml:4: descriptors[0].override: want a mapping of how Envoy's descriptor.limit is counted (algorithm, unit_multiplier, burst, charge), got "token_bucket"`,
+			want: `testdata/override_not_mapping.bad.yaml:4: descriptors[0].override: want a mapping of how Envoy's descriptor.limit is counted (algorithm, unit_multiplier, burst, charge, calendar, time_zone, week_start, reset_day), got "token_bucket"`,
 		},
 		{
 			give: []string{"testdata/rate_limits_same_window.bad.yaml"},

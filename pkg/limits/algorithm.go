@@ -3,6 +3,7 @@ package limits
 import (
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 )
 
@@ -131,10 +132,15 @@ type Limit struct {
 	// reservation: held under the hold until its stream-end refund
 	// settles it, or for ReleaseAfter at most (see Check.Reserves).
 	ReleaseAfter time.Duration
+	// Calendar, when set, aligns the windows of a fixed window limit of
+	// one day, week, month or year to the calendar of a time zone (see
+	// Calendar); nil keeps windows aligned to the Unix epoch.
+	Calendar *Calendar
 
-	window time.Duration // Multiplier × Unit
-	tick   int64         // time resolution in µs; see compile
-	id     string        // algorithm and window, part of every store key
+	window time.Duration         // Multiplier × Unit
+	spans  *atomic.Pointer[span] // a Calendar's last window of Unit
+	tick   int64                 // time resolution in µs; see compile
+	id     string                // algorithm and window, part of every store key
 	// tickFor, if above Requests and Burst, is the count the tick is
 	// chosen for: an override's bucket keeps one tick whatever it is sent
 	// (see OverrideSpec).
@@ -173,6 +179,9 @@ func (l *Limit) compile() error {
 		return fmt.Errorf("window of %d %ss is too long", l.Multiplier, l.Unit)
 	}
 	l.window = time.Duration(l.Multiplier) * l.Unit.Duration()
+	if err := l.compileCalendar(); err != nil {
+		return err
+	}
 	w := l.window.Microseconds()
 	// The sliding window and the buckets multiply counts by the window
 	// length in ticks. A tick is 1 µs unless that product could pass 2^53;
@@ -196,6 +205,35 @@ func (l *Limit) compile() error {
 		l.tick *= 10
 	}
 	l.id = fmt.Sprintf("%s/%d", l.Algorithm, l.window/time.Second)
+	if l.Calendar != nil {
+		// A calendar window is counted apart from an epoch-aligned one,
+		// and from one of another zone or anchor. The ID still ends in a
+		// digit (see pkg/redis's logSuffix).
+		l.id = fmt.Sprintf("%s/%s@%s/1", l.Algorithm, l.Unit, l.Calendar.describe(l.Unit))
+	}
+	return nil
+}
+
+// compileCalendar checks that a Calendar fits the limit.
+func (l *Limit) compileCalendar() error {
+	c := l.Calendar
+	if c == nil {
+		l.spans = nil
+		return nil
+	}
+	switch {
+	case !calendarUnit(l.Unit):
+		return fmt.Errorf("a calendar window needs a unit of day, week, month or year, not %s", l.Unit)
+	case l.Multiplier != 1:
+		return fmt.Errorf("a calendar window is one %s: unit_multiplier must be 1, not %d", l.Unit, l.Multiplier)
+	case l.Algorithm != FixedWindow:
+		return fmt.Errorf("a calendar window is counted as a fixed_window, not %s", l.Algorithm)
+	case c.ResetDay < 0 || c.ResetDay > 31:
+		return fmt.Errorf("reset day %d is not a day of the month (1 to 31)", c.ResetDay)
+	case c.WeekStart < time.Sunday || c.WeekStart > time.Saturday:
+		return fmt.Errorf("unknown week start %d", c.WeekStart)
+	}
+	l.spans = &c.last[l.Unit]
 	return nil
 }
 
@@ -215,7 +253,8 @@ func (l *Limit) WithBurst(burst uint64) *Limit {
 // than by pointer, since Envoy's per-request limits are new each time and
 // a reload builds new limits with the same numbers.
 func (l *Limit) CountsLike(o *Limit) bool {
-	return l.Algorithm == o.Algorithm && l.window == o.window && l.Requests == o.Requests && l.Burst == o.Burst
+	return l.Algorithm == o.Algorithm && l.window == o.window && l.Requests == o.Requests && l.Burst == o.Burst &&
+		(l.spans == nil) == (o.spans == nil) && (l.spans == nil || l.id == o.id)
 }
 
 // GrantsLike reports whether hits granted ahead under l (a lease, an
@@ -324,10 +363,9 @@ type Outcome struct {
 func (l *Limit) Evaluate(st State, now int64, hits uint64) (Outcome, State) {
 	// Zero hits asks "is the limit exhausted?": would one more hit pass?
 	probe := max(hits, 1)
-	w := l.window.Microseconds()
 	if l.Requests == 0 {
-		start := now - now%w
-		return Outcome{Over: true, Reset: micros(start + w - now)}, st
+		_, end := l.Span(now)
+		return Outcome{Over: true, Reset: micros(end - now)}, st
 	}
 	switch l.Algorithm {
 	case SlidingWindow:
@@ -343,17 +381,16 @@ func (l *Limit) Evaluate(st State, now int64, hits uint64) (Outcome, State) {
 }
 
 func (l *Limit) fixedWindow(st State, now int64, hits, probe uint64) (Outcome, State) {
-	w := l.window.Microseconds()
-	start := now - now%w
+	start, end := l.Span(now)
 	if st.Start != start {
 		st = State{Start: start}
 	}
-	reset := micros(start + w - now)
+	reset := micros(end - now)
 	if st.Count+probe > l.Requests {
 		return Outcome{Over: true, Remaining: l.Requests - min(st.Count, l.Requests), Reset: reset}, st
 	}
 	st.Count += hits
-	st.Expire = start + w
+	st.Expire = end
 	return Outcome{Remaining: l.Requests - st.Count, Reset: reset}, st
 }
 
@@ -579,7 +616,8 @@ func (l *Limit) Grant(st State, now int64, hits, extra uint64) (Outcome, State) 
 	w := l.window.Microseconds()
 	switch l.Algorithm {
 	case FixedWindow, SlidingWindow:
-		out.GrantFor = micros(now - now%w + w - now)
+		_, end := l.Span(now)
+		out.GrantFor = micros(end - now)
 	default:
 		wt := uint64(w / l.tick)
 		out.GrantFor = micros(int64(ceilDiv(g*wt, l.Requests)) * l.tick)

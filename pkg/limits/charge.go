@@ -133,12 +133,12 @@ func (l *Limit) owe(st State, now int64, hits uint64) State {
 		backlog := addScaled(l.backlog(st, t, now), hits, wt)
 		return l.BucketState(t, backlog)
 	}
-	start := now - now%w
+	start, end := l.Span(now)
 	if st.Start != start {
 		st = State{Start: start}
 	}
 	st.Count = addCount(st.Count, hits)
-	st.Expire = start + w
+	st.Expire = end
 	return st
 }
 

@@ -191,6 +191,11 @@ type EngineOptions struct {
 	// ones aside, those that match no limit too, which are never over,
 	// so that a request with one is never rejected by its quota.
 	QuotaMode bool
+	// CalendarMonths counts Envoy's per-request limits of a month that
+	// no OverrideSpec counts in UTC calendar months, as
+	// envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT does (rule
+	// files get theirs from config.Options.CalendarMonths).
+	CalendarMonths bool
 }
 
 // Engine decides requests against the current Ruleset through a Store. It
@@ -204,7 +209,8 @@ type Engine struct {
 	divisor  uint64
 	observer Observer
 	override OverrideKeys
-	quota    bool // EngineOptions.QuotaMode
+	quota    bool      // EngineOptions.QuotaMode
+	months   *Calendar // UTC, with EngineOptions.CalendarMonths; else nil
 	now      func() time.Time
 }
 
@@ -225,6 +231,7 @@ func NewEngine(rs *Ruleset, store Store, o EngineOptions) *Engine {
 		observer: o.Observer,
 		override: o.OverrideKeys,
 		quota:    o.QuotaMode,
+		months:   utcMonths(o.CalendarMonths),
 		now:      time.Now,
 	}
 	if e.failure == FailDefault {
@@ -341,7 +348,7 @@ func (e *Engine) decide(ctx context.Context, req *Request, d *Decision) error {
 	if !rs.HasDomain(req.Domain) {
 		return nil // unknown domain: OK, no limits (as the reference)
 	}
-	if err := d.match(rs, req, e.override); err != nil {
+	if err := d.match(rs, req, e.override, e.months); err != nil {
 		return err
 	}
 	d.dropped = Dropped(d.candidates, d.dropped[:0])
@@ -370,12 +377,12 @@ func (e *Engine) decide(ctx context.Context, req *Request, d *Decision) error {
 // match lists, in d.candidates, the limits every descriptor of req
 // reaches: a descriptor's override limit, keyed as keys says, else the
 // limits of the rule it matches.
-func (d *Decision) match(rs *Ruleset, req *Request, keys OverrideKeys) error {
+func (d *Decision) match(rs *Ruleset, req *Request, keys OverrideKeys, months *Calendar) error {
 	for i := range req.Descriptors {
 		desc := &req.Descriptors[i]
 		if o := desc.Override; o != nil {
 			spec := rs.OverrideSpec(req.Domain, desc.Entries)
-			l, err := overrideLimit(o, keys, spec)
+			l, err := overrideLimit(o, keys, spec, months)
 			if err != nil {
 				return &RequestError{fmt.Sprintf("descriptors[%d].limit", i), err.Error()}
 			}

@@ -62,13 +62,23 @@ func (m *OverrideKeys) Set(s string) error {
 // <algorithm>/<window seconds> can equal.
 //
 // With a spec (see OverrideSpec), s decides instead, whatever keys says.
-func overrideLimit(o *Override, keys OverrideKeys, s *OverrideSpec) (*Limit, error) {
+// Without one, months is the calendar of a sent month (nil: 30 days from
+// the epoch), as envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT
+// makes it (see EngineOptions.CalendarMonths).
+func overrideLimit(o *Override, keys OverrideKeys, s *OverrideSpec, months *Calendar) (*Limit, error) {
 	if s != nil {
 		return s.limit(o)
 	}
 	l, err := NewLimit(FixedWindow, o.Requests, o.Unit, 1, 0)
 	if err != nil {
 		return nil, err
+	}
+	if months != nil && o.Unit == UnitMonth {
+		// On the key of the rules' calendar months, as the reference
+		// shares it.
+		if l, err = l.WithCalendar(months); err != nil {
+			return nil, err
+		}
 	}
 	if keys == OverrideSeparate {
 		l.id = "override/" + strconv.FormatUint(o.Requests, 10) + "/" + o.Unit.String()
@@ -99,6 +109,10 @@ type OverrideSpec struct {
 	Burst uint64
 	// Charge says which hits are usage charges (see Charge).
 	Charge Charge
+	// Calendar, if set, puts the sent limits of a day, week, month or
+	// year on it (a fixed window of one unit only: see Limit.Calendar);
+	// shorter units count on the Unix epoch as ever.
+	Calendar *Calendar
 }
 
 // MaxOverrideRequests is the most requests an override can carry: Envoy's
@@ -141,6 +155,11 @@ func (s *OverrideSpec) limit(o *Override) (*Limit, error) {
 		return nil, fmt.Errorf("%d requests counted by sliding_log; at most %d (it keeps an entry per request)", o.Requests, MaxOverrideLog)
 	}
 	l := &Limit{Algorithm: s.Algorithm, Requests: o.Requests, Unit: o.Unit, Multiplier: s.Multiplier, Burst: s.Burst, Charge: s.Charge}
+	if s.Calendar != nil && calendarUnit(o.Unit) {
+		// Its id is then <algorithm>/<unit>@<calendar>/1, named below
+		// as the others are.
+		l.Calendar = s.Calendar
+	}
 	if s.Algorithm.Bucketed() {
 		// A leaky bucket decides as the token bucket of its rate and
 		// burst, and is counted as one: a token bucket stores its free

@@ -50,7 +50,7 @@ func (l *Limit) Refund(st State, now int64, hits uint64) State {
 		}
 		return l.BucketState(t, backlog-hits*wt)
 	}
-	if st.Start != start || st.Count <= hits {
+	if start, _ = l.Span(now); st.Start != start || st.Count <= hits {
 		return State{}
 	}
 	st.Count -= hits

@@ -19,6 +19,8 @@ func (l *Limit) String() string {
 	} else {
 		if l.Algorithm == Concurrency {
 			fmt.Fprintf(&b, "concurrency %d in flight, a slot freed after %s", l.Requests, l.Window())
+		} else if l.Calendar != nil {
+			fmt.Fprintf(&b, "%s %d per calendar %s in %s", l.Algorithm, l.Requests, l.Unit, l.Calendar.describe(l.Unit))
 		} else {
 			fmt.Fprintf(&b, "%s %d per %s", l.Algorithm, l.Requests, l.Window())
 		}

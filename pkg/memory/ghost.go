@@ -96,9 +96,9 @@ func (g *ghost) start(hash uint64, l *limits.Limit, now int64) (limits.State, bo
 		case w.lim == nil || w.m.expire <= now:
 		case w.lim.CountsLike(l):
 			m = union(l, m, w.m, now)
-		case w.lim.Algorithm == l.Algorithm && w.lim.Window() == l.Window():
+		case w.lim.ID() == l.ID():
 			// The key's limit may have had these numbers before a reload;
-			// a key's algorithm and window are part of it, so no other
+			// a key's algorithm and window (its limit ID) are part of it, so no other
 			// way can hold its state.
 			m = union(l, m, bound(l, w.m.hits(w.lim), w.m.expire, now), now)
 		}

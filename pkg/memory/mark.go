@@ -184,10 +184,11 @@ func bound(l *limits.Limit, h uint64, until, now int64) mark {
 	cur := now - now%w
 	switch l.Algorithm {
 	case limits.FixedWindow:
-		if until <= cur {
+		start, end := l.Span(now)
+		if until <= start {
 			return mark{}
 		}
-		return mark{start: cur, count: h, expire: cur + w}
+		return mark{start: start, count: h, expire: end}
 	case limits.SlidingWindow:
 		// Fresh by until = its window's start + 2W: its hits are in this
 		// window only if until is past the next window's start.

@@ -38,6 +38,13 @@ func BenchmarkClusterApply(b *testing.B) {
 func benchmarkApply(b *testing.B, opts redis.Options, rc goredis.UniversalClient) {
 	s := newStore(b, opts)
 	g, tn, users := benchTiers(b)
+	gu := g
+	gu.Usage = true
+	cal, err := limits.NewCalendarLimit(1<<30, limits.UnitMonth, &limits.Calendar{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	gc := check("global_month", cal, 1)
 	tests := []struct {
 		name   string
 		checks func(i int) []limits.Check
@@ -47,6 +54,16 @@ func benchmarkApply(b *testing.B, opts redis.Options, rc goredis.UniversalClient
 		}},
 		{name: "three_tiers", checks: func(i int) []limits.Check {
 			return []limits.Check{g, tn, users[i%len(users)]}
+		}},
+		// The same through apply.lua's checks rather than fast.lua's (a
+		// usage charge is never decided per key): what every check pays
+		// there.
+		{name: "three_tiers_full_script", checks: func(i int) []limits.Check {
+			return []limits.Check{gu, tn, users[i%len(users)]}
+		}},
+		// A calendar month as the global tier: decided by apply.lua.
+		{name: "three_tiers_calendar", checks: func(i int) []limits.Check {
+			return []limits.Check{gc, tn, users[i%len(users)]}
 		}},
 	}
 	for _, tt := range tests {

@@ -3,6 +3,8 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -114,12 +116,23 @@ func testCrossSlotRefund(t *testing.T, opts redis.Options) {
 	s := newStore(t, clocked(opts, clk.Now))
 	mem := memory.New(memory.Options{Now: clk.Now})
 	ban := mustLimit(t, limits.FixedWindow, 0, limits.UnitMinute, 1, 0)
+	others := map[string]*limits.Limit{}
 	for _, alg := range limits.Algorithms {
-		t.Run(alg.String(), func(t *testing.T) {
-			other := mustLimit(t, alg, 10, limits.UnitMinute, 1, 0)
-			user := check(alg.String()+"/user", ban, 1)
-			tenant := check(alg.String()+"/tenant", other, 2)
-			global := check(alg.String()+"/global", other, 1)
+		others[alg.String()] = mustLimit(t, alg, 10, limits.UnitMinute, 1, 0)
+	}
+	// A calendar month: refund.lua finds its window from the record's
+	// edges (calendar.go).
+	cal, err := limits.NewCalendarLimit(10, limits.UnitMonth, &limits.Calendar{Location: time.UTC})
+	if err != nil {
+		t.Fatal(err)
+	}
+	others["calendar_month"] = cal
+	for _, name := range slices.Sorted(maps.Keys(others)) {
+		other := others[name]
+		t.Run(name, func(t *testing.T) {
+			user := check(name+"/user", ban, 1)
+			tenant := check(name+"/tenant", other, 2)
+			global := check(name+"/global", other, 1)
 			for _, c := range []limits.Check{tenant, global} {
 				if redis.Slot(c.Key) == redis.Slot(user.Key) {
 					t.Fatalf("keys %q and %q share a slot: the test needs two", c.Key, user.Key)

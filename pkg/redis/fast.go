@@ -77,9 +77,11 @@ func (g *fastGate) missed() {
 // entry per request), with hits, and no lease, quota group or usage
 // charge. A shadow check that fits consumes its hits as an enforced one
 // does; one that does not fit sends the batch to apply.lua's checks.
+// Calendar windows (limits.Calendar) are decided by apply.lua only:
+// fast.lua knows no calendar, so a batch with one goes there whole.
 func fastCheck(c *limits.Check) bool {
 	alg := c.Limit.Algorithm
-	return alg != limits.SlidingLog && alg != limits.Concurrency && c.Hold == "" && c.Limit.ReleaseAfter == 0 && c.Hits > 0 && c.Extra == 0 && c.Group == 0 && !c.Usage && !c.Refund
+	return alg != limits.SlidingLog && alg != limits.Concurrency && c.Hold == "" && c.Limit.ReleaseAfter == 0 && c.Hits > 0 && c.Extra == 0 && c.Group == 0 && !c.Usage && !c.Refund && !c.Limit.Calendared()
 }
 
 // fastScratch is what a call that leads a batch in MODE_FAST keeps to

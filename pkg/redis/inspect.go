@@ -185,7 +185,10 @@ func decodeRecord(b string, l *limits.Limit) (limits.State, error) {
 		if len(b) != 16 {
 			return limits.State{}, nil
 		}
-		return limits.State{Start: int64(f[0]), Count: f[1], Expire: int64(f[0]) + w}, nil
+		// The window's end: its length is the calendar's for a
+		// calendar limit.
+		_, end := l.Span(int64(f[0]))
+		return limits.State{Start: int64(f[0]), Count: f[1], Expire: end}, nil
 	case limits.SlidingWindow:
 		if len(b) != 24 {
 			return limits.State{}, nil

@@ -33,6 +33,7 @@ func (s *Store) refundWithin(ctx context.Context, checks []limits.Check, now str
 		}
 		var keys []string
 		var spec []byte
+		at := s.goMicros(now)
 		for j, i := range g.idx {
 			if g.receipts[j] < 0 {
 				continue
@@ -42,7 +43,7 @@ func (s *Store) refundWithin(ctx context.Context, checks []limits.Check, now str
 			c := checks[i]
 			c.Hits += g.out[j].Granted
 			keys, _ = s.cutKeys(keys, string(s.appendKeys(nil, &c)), &c)
-			spec = appendCheck(spec, &c, 0)
+			spec = appendCheck(spec, &c, 0, at)
 			spec = appendFloat(spec, float64(g.receipts[j]))
 		}
 		if len(keys) == 0 {

@@ -37,7 +37,8 @@ var (
 // FASTREC, and FAST_FITS, which opens its reply; a check's record, its struct format SPEC and its size
 // CHECK in bytes; a check's modes in its record, CHECK_ENFORCED,
 // CHECK_SHADOW and CHECK_QUOTA, and CHECK_USAGE, added to a usage
-// charge's; and MAXCOUNT, where counts in debt stop (limits.MaxCount).
+// charge's; MAXCOUNT, where counts in debt stop (limits.MaxCount); and
+// CAL_SPAN, 2^calShift, which packs a calendar check's edges (calendar.go).
 func prelude() string {
 	var b strings.Builder
 	for _, a := range limits.AllAlgorithms {
@@ -51,6 +52,7 @@ func prelude() string {
 	fmt.Fprintf(&b, "local MAXCOUNT = %d\n", limits.MaxCount)
 	fmt.Fprintf(&b, "local SLOT_INFIX = '%s'\n", slotInfix)
 	fmt.Fprintf(&b, "local RESERVING = %d\n", reserving)
+	fmt.Fprintf(&b, "local CAL_SPAN = %d\n", 1<<calShift)
 	return b.String()
 }
 
@@ -181,8 +183,12 @@ func (s *Store) setArgs(c *call, checks []limits.Check, idx []int, quotaGroups i
 	for j := range n {
 		b = s.appendKeys(b, check(j))
 	}
+	var at int64 // the sidecar's clock, for calendar checks only
 	for j := range n {
-		b = appendCheck(b, check(j), quotaGroups)
+		if at == 0 && check(j).Limit.Calendared() {
+			at = s.goMicros(now)
+		}
+		b = appendCheck(b, check(j), quotaGroups, at)
 	}
 	all := string(b)
 	c.buf = b
@@ -276,7 +282,10 @@ func (s *Store) cutKeys(keys []string, all string, c *limits.Check) ([]string, s
 // rejects nothing and, when over, consumes nothing, as a quota check
 // does: the caller decides the quota groups' verdict from the outcomes,
 // as a Cluster does for a request across slots.
-func appendCheck(spec []byte, c *limits.Check, quotaGroups int) []byte {
+//
+// A calendar check's window, tick and burst carry its window's edges
+// around at, the sidecar's clock in µs (see calendarFields).
+func appendCheck(spec []byte, c *limits.Check, quotaGroups int, at int64) []byte {
 	l := c.Limit
 	mode, group := byte(checkEnforced), 0
 	switch {
@@ -301,9 +310,16 @@ func appendCheck(spec []byte, c *limits.Check, quotaGroups int) []byte {
 	}
 	spec = append(spec, alg, mode)
 	spec = appendFloat(spec, float64(l.Requests))
-	spec = appendFloat(spec, float64(l.Window().Microseconds()))
-	spec = appendFloat(spec, float64(l.Tick()))
-	spec = appendFloat(spec, float64(l.Burst))
+	if l.Calendared() {
+		w, tick, burst := calendarFields(l, at)
+		spec = appendFloat(spec, w)
+		spec = appendFloat(spec, tick)
+		spec = appendFloat(spec, burst)
+	} else {
+		spec = appendFloat(spec, float64(l.Window().Microseconds()))
+		spec = appendFloat(spec, float64(l.Tick()))
+		spec = appendFloat(spec, float64(l.Burst))
+	}
 	spec = appendFloat(spec, float64(c.Hits))
 	spec = appendFloat(spec, extra)
 	spec = binary.LittleEndian.AppendUint32(spec, uint32(min(group, math.MaxUint32)))

@@ -160,7 +160,7 @@ func TestScriptCheckRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := appendCheck(nil, &limits.Check{Limit: l, Hits: 3, Extra: 5, Group: 3}, 70_000)
+	rec := appendCheck(nil, &limits.Check{Limit: l, Hits: 3, Extra: 5, Group: 3}, 70_000, 0)
 	if len(rec) != checkSize {
 		t.Fatalf("record of %d bytes, want checkSize %d", len(rec), checkSize)
 	}

@@ -729,6 +729,9 @@ func (s *Server) planLimit(l *limits.Limit) (plan, error) {
 		return plan{kind: planAllow, why: "the rule is unlimited", reason: "no_rule"}, nil
 	case l.Requests == 0:
 		return plan{kind: planDeny, why: "the rule bans every request", reason: "dry"}, nil
+	case l.Calendared():
+		// Grants and pushes here follow epoch-aligned windows.
+		return plan{}, fmt.Errorf("a calendar window cannot be served over RLQS yet")
 	case l.Algorithm == limits.FixedWindow || l.Algorithm == limits.SlidingWindow:
 		if l.Window() < 3*time.Second {
 			return plan{}, fmt.Errorf("window %s is too short for Envoy's whole-second assignments", l.Window())

@@ -473,6 +473,8 @@ descriptors:
         rate_limit: {algorithm: leaky_bucket, unit: minute, requests_per_unit: 60, burst: 30}
       - key: path
         rate_limit: {unit: second, requests_per_unit: 5}
+  - key: month
+    rate_limit: {unit: month, requests_per_unit: 1000, calendar: true}
 `)}}, config.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -483,6 +485,7 @@ descriptors:
 		"rules.yaml:4 descriptors[0]: algorithm sliding_log cannot be served exactly over RLQS",
 		"rules.yaml:6 descriptors[1]: burst 20 is too small to serve over RLQS",
 		"rules.yaml:13 descriptors[2].descriptors[1]: window 1s is too short for Envoy's whole-second assignments",
+		"rules.yaml:15 descriptors[3]: a calendar window cannot be served over RLQS yet",
 	}
 	if len(got) != len(want) {
 		t.Fatalf("Unserved = %q; want %d entries like %q", got, len(want), want)

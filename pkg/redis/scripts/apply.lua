@@ -24,6 +24,11 @@
 --   each (the prelude's SPEC). A record's extra, when above 0, asks for
 --   up to that many hits more for a lease, if the request is admitted
 --   (limits.Limit.Grant).
+--   A calendar check (limits.Calendar, a fixed window) carries in its
+--   window, tick and burst the edges of the windows around the
+--   sidecar's clock (scripts.go's calendarFields); lib.lua's calwin
+--   picks the one that holds now, so that the clock that decides also
+--   names the window.
 -- Or, for requests of several slots of one Cluster master, no KEYS, and
 --   ARGV[3] the number of requests, then their records, then their keys
 --   (see below).
@@ -141,7 +146,13 @@ if refunds then
   -- giveBack gives hits back to a window's or a bucket's key
   -- (limits.Limit.Refund).
   local function giveBack(alg, key, req, w, tick, burst, hits)
-    local start = now - now % w
+    local start
+    if w < 0 then
+      -- A calendar window (lib.lua's calwin), always a fixed window.
+      start, w = calwin(now, w, tick, burst)
+    else
+      start = now - now % w
+    end
     local v = redis.call('MGET', key)[1]
     if not v then
       -- Nothing counted: nothing to give back.
@@ -488,6 +499,14 @@ for q = qfrom, qto do
       -- request has a usage charge.
       if pass == 1 or uses or reply[r + 1] == 0 then
         local alg, mode, req, w, tick, burst, hits, extra, group, groups = sunpack(SPEC, spec, (ii - 1) * CHECK + 1)
+        -- cs: a calendar window's start (lib.lua's calwin), w its
+        -- length; nil for every other check, whose window starts at
+        -- now - now % w. Only fixed windows have a calendar.
+        local cs
+        if w < 0 then
+          cs, w = calwin(now, w, tick, burst)
+          tick, burst = 1, 0
+        end
         -- A reservation's record carries RESERVING in its algorithm, and
         -- its release time in place of a lease's extra.
         local resv = alg >= RESERVING
@@ -657,6 +676,9 @@ for q = qfrom, qto do
         end
         if req == 0 then
           over, reset = true, w - now % w
+          if cs then
+            reset = cs + w - now
+          end
         elseif alg == SLIDING_WINDOW then
           -- In ticks, with the estimate scaled by the window length W,
           -- E = prev * (W - elapsed) + cur * W, never formed: a usage
@@ -837,7 +859,7 @@ for q = qfrom, qto do
             end
           end
         else -- FIXED_WINDOW
-          local start = now - now % w
+          local start = cs or now - now % w
           local cur = c
           if s ~= start then
             cur = 0
@@ -867,6 +889,7 @@ for q = qfrom, qto do
               end
               e = start + 2 * w
             else
+              start = cs or start
               if s ~= start then
                 cur = 0
               end
@@ -936,7 +959,9 @@ for q = qfrom, qto do
           local gfor, receipt = 0, 0
           if granted > 0 then
             receipt = s2
-            if alg == FIXED_WINDOW or alg == SLIDING_WINDOW then
+            if cs then
+              gfor = cs + w - now
+            elseif alg == FIXED_WINDOW or alg == SLIDING_WINDOW then
               gfor = w - now % w
             else
               gfor = ceil(granted * (w / tick) / req) * tick

@@ -100,3 +100,27 @@ local function writeState(key, alg, s, c, p, e, stored, now)
     redis.call('SET', key, spack('<ddd', s, c, x), 'PX', string.format('%d', ceil((x - now) / 1000)))
   end
 end
+
+-- calwin returns the start and length (µs) of the calendar window that
+-- holds t, from a calendar check's record (scripts.go's calendarFields):
+-- w is minus the start of the window that holds the sidecar's clock,
+-- tick its end, and burst packs the previous window's length and the
+-- next one's, in seconds (CAL_SHIFT bits apart). Redis's clock may be a
+-- window behind the sidecar's or ahead of it, no more: past that, which
+-- only a clock off by about a day or more can cause, the call fails
+-- rather than count in a window it cannot name.
+local function calwin(t, w, tick, burst)
+  local b1, b2 = -w, tick
+  local pl = floor(burst / CAL_SPAN) * 1000000
+  local nl = (burst % CAL_SPAN) * 1000000
+  if t >= b2 then
+    if t < b2 + nl then
+      return b2, nl
+    end
+  elseif t >= b1 then
+    return b1, b2 - b1
+  elseif t >= b1 - pl then
+    return b1 - pl, pl
+  end
+  return error('ratelimit-sidecar: calendar window: Redis TIME ' .. str(t) .. ' µs is more than a window from the sidecar clock')
+end

@@ -96,6 +96,11 @@ for i = 1, #spec / size do
       if #v == 16 then
         local s, c = sunpack('<dd', v)
         if s == receipt then
+          if w < 0 then
+            -- A calendar window (calwin): the one the hits went to.
+            local _, len = calwin(s, w, tick, burst)
+            w = len
+          end
           redis.call('SET', key, spack('<dd', s, max(0, c - hits)), 'PX', ttl(s + w - now))
           refunded = refunded + 1
         end
