@@ -259,7 +259,9 @@ func TestRejectionLogInSidecar(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), counterRules)
 	logs := &logtest.Buffer{}
-	s := startSidecarLog(t, logs, "--config", dir, "--redis-url", "redis://"+srv.Addr,
+	// A Redis call past the default 15 ms on a busy machine would be
+	// admitted by the failure mode, and not counted as a rejection.
+	s := startSidecarLog(t, logs, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--redis-timeout", "5s", "--failure-mode", "error",
 		"--log-rejections", "info", "--log-rejections-rate", "2", "--log-rejections-values", "plain")
 	for range 3 {
 		s.send(t, 1, "user", "alice")
