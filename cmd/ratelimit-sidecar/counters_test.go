@@ -22,25 +22,16 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
 )
 
-// counterRules has a limit of each algorithm, and a leased one. The
-// windows are hours, so that a test hardly ever straddles two.
-const counterRules = `
-domain: edge
-descriptors:
-  - key: user
-    rate_limit: {unit: hour, requests_per_unit: 3}
-  - key: tenant
-    rate_limits:
-      - {algorithm: sliding_window, unit: hour, requests_per_unit: 10}
-      - {algorithm: token_bucket, unit: second, requests_per_unit: 5, burst: 10}
-      - {algorithm: leaky_bucket, unit: second, requests_per_unit: 5, burst: 10}
-  - key: path
-    rate_limit: {algorithm: sliding_log, unit: hour, requests_per_unit: 5}
-  - key: global
-    rate_limit: {unit: hour, requests_per_unit: 1000, lease: 10}
-  - key: free
-    rate_limit: {unlimited: true}
-`
+// counterRules returns the rules internal/admin's counter tests use: a
+// limit of each algorithm, and a leased one.
+func counterRules(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../internal/admin/testdata/counters.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
 
 // send sends one request of one descriptor of entries k=v.
 func (s *sidecar) send(t *testing.T, hits uint32, kv ...string) rlsv3.RateLimitResponse_Code {
@@ -97,7 +88,7 @@ func (s *sidecar) admin(t *testing.T, method, path string, descs ...string) (int
 func TestCounterReset(t *testing.T) {
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()
-	write(t, filepath.Join(dir, "rules.yaml"), counterRules)
+	write(t, filepath.Join(dir, "rules.yaml"), counterRules(t))
 	logs := &logtest.Buffer{}
 	s := startSidecarLog(t, logs, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--redis-key-prefix", "reset:",
 		"--admin-addr", "127.0.0.1:0", "--admin-counter-reset")
@@ -168,7 +159,7 @@ func TestCounterReset(t *testing.T) {
 func TestRejectionLogInSidecar(t *testing.T) {
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()
-	write(t, filepath.Join(dir, "rules.yaml"), counterRules)
+	write(t, filepath.Join(dir, "rules.yaml"), counterRules(t))
 	logs := &logtest.Buffer{}
 	s := startSidecarLog(t, logs, "--config", dir, "--redis-url", "redis://"+srv.Addr,
 		"--log-rejections", "info", "--log-rejections-rate", "2", "--log-rejections-values", "plain")
@@ -203,7 +194,7 @@ func TestRejectionLogInSidecar(t *testing.T) {
 func TestCountersCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	dir := t.TempDir()
-	write(t, filepath.Join(dir, "rules.yaml"), counterRules)
+	write(t, filepath.Join(dir, "rules.yaml"), counterRules(t))
 	// Failure mode error and a long timeout: on a busy machine a slow
 	// Cluster must fail the test's requests loudly, not send them to the
 	// local fallback, whose counts /debug/counters does not read.
@@ -354,7 +345,7 @@ func curlRequest(cmd, addr string) (*http.Request, error) {
 func TestCountersStoreDown(t *testing.T) {
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()
-	write(t, filepath.Join(dir, "rules.yaml"), counterRules)
+	write(t, filepath.Join(dir, "rules.yaml"), counterRules(t))
 	s := startSidecar(t, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--admin-counter-reset")
 	for range 5 {
 		s.send(t, 1, "user", "alice")

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -20,23 +21,16 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 )
 
-// counterRules has a limit of each algorithm and an unlimited one. The
-// windows are hours, and the store's clock stands still.
-const counterRules = `
-domain: edge
-descriptors:
-  - key: user
-    rate_limit: {unit: hour, requests_per_unit: 3}
-  - key: tenant
-    rate_limits:
-      - {algorithm: sliding_window, unit: hour, requests_per_unit: 10}
-      - {algorithm: token_bucket, unit: second, requests_per_unit: 5, burst: 10}
-      - {algorithm: leaky_bucket, unit: second, requests_per_unit: 5, burst: 10}
-  - key: path
-    rate_limit: {algorithm: sliding_log, unit: hour, requests_per_unit: 5}
-  - key: free
-    rate_limit: {unlimited: true}
-`
+// counterRules has a limit of each algorithm, a leased one and an
+// unlimited one; the store's clock stands still in these tests.
+func counterRules(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile("testdata/counters.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
 
 // counterSite is /debug/counters over a real engine on the memory store,
 // served by httptest.
@@ -53,7 +47,7 @@ func newCounterSite(t *testing.T, o admin.CountersOptions) *counterSite {
 	t.Helper()
 	now := time.Date(2026, 12, 2, 10, 30, 0, 0, time.UTC)
 	st := memory.New(memory.Options{Now: func() time.Time { return now }})
-	s := &counterSite{engine: limits.NewEngine(parse(t, counterRules), st, limits.EngineOptions{})}
+	s := &counterSite{engine: limits.NewEngine(parse(t, counterRules(t)), st, limits.EngineOptions{})}
 	core, logs := observer.New(zap.InfoLevel)
 	s.logs = logs
 	o.Rules, o.Validate = s.engine.Rules, s.engine.Validate
@@ -92,13 +86,10 @@ func (s *counterSite) hit(t *testing.T, hits uint64, kv ...string) limits.Code {
 func (s *counterSite) call(t *testing.T, method, path string, descs ...string) (int, string) {
 	t.Helper()
 	q := url.Values{"domain": {"edge"}, "descriptor": descs}
-	var r *http.Response
-	var err error
 	if method == http.MethodGet {
-		r, err = s.srv.Client().Get(s.srv.URL + path + "?" + q.Encode())
-	} else {
-		r, err = s.srv.Client().PostForm(s.srv.URL+path, q)
+		return getPath(t, s.srv, path+"?"+q.Encode())
 	}
+	r, err := s.srv.Client().PostForm(s.srv.URL+path, q)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,14 +183,8 @@ func TestCountersBadRequest(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.give, func(t *testing.T) {
-			r, err := s.srv.Client().Get(s.srv.URL + tt.give)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Body.Close()
-			b, _ := io.ReadAll(r.Body)
-			if r.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), tt.want) {
-				t.Errorf("GET %s = %d %q, want 400 saying %q", tt.give, r.StatusCode, b, tt.want)
+			if code, body := getPath(t, s.srv, tt.give); code != http.StatusBadRequest || !strings.Contains(body, tt.want) {
+				t.Errorf("GET %s = %d %q, want 400 saying %q", tt.give, code, body, tt.want)
 			}
 		})
 	}
@@ -284,18 +269,13 @@ func TestCounterReset(t *testing.T) {
 // TestCountersNotOnRequest: without CountersOptions.Rules, Debug serves
 // no /debug/counters.
 func TestCountersNotOnRequest(t *testing.T) {
-	a := admin.New(admin.Options{Rules: func() *limits.Ruleset { return parse(t, counterRules) }})
+	a := admin.New(admin.Options{Rules: func() *limits.Ruleset { return parse(t, counterRules(t)) }})
 	mux := http.NewServeMux()
 	a.Debug(mux)
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	r, err := srv.Client().Get(srv.URL + "/debug/counters?domain=edge&descriptor=user=a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Body.Close()
-	if r.StatusCode != http.StatusNotFound {
-		t.Errorf("GET /debug/counters without counters = %d, want 404", r.StatusCode)
+	if code, _ := getPath(t, srv, "/debug/counters?domain=edge&descriptor=user=a"); code != http.StatusNotFound {
+		t.Errorf("GET /debug/counters without counters = %d, want 404", code)
 	}
 }
 
@@ -316,7 +296,7 @@ func anyStrings(v any) []string {
 // TestCountersStoreCannotShow: a backend that cannot show its counters
 // (CountersOptions.Store nil) makes both endpoints answer 501 naming it.
 func TestCountersStoreCannotShow(t *testing.T) {
-	e := limits.NewEngine(parse(t, counterRules), memory.New(memory.Options{}), limits.EngineOptions{})
+	e := limits.NewEngine(parse(t, counterRules(t)), memory.New(memory.Options{}), limits.EngineOptions{})
 	a := admin.New(admin.Options{Rules: e.Rules, Counters: admin.CountersOptions{
 		Rules: e.Rules, Validate: e.Validate, StoreName: "remote", AllowReset: true, Log: zap.NewNop(),
 	}})

@@ -221,7 +221,13 @@ func serve(t *testing.T, h *admin.Health, rules func() *limits.Ruleset) *surface
 
 func (s *surfaces) get(t *testing.T, path string) (int, string) {
 	t.Helper()
-	resp, err := s.http.Client().Get(s.http.URL + path)
+	return getPath(t, s.http, path)
+}
+
+// getPath GETs path of srv and returns the status and body.
+func getPath(t *testing.T, srv *httptest.Server, path string) (int, string) {
+	t.Helper()
+	resp, err := srv.Client().Get(srv.URL + path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,35 +415,23 @@ func TestRunFollowsConditions(t *testing.T) {
 	if st := next(t, w); st != notServing {
 		t.Fatalf("Watch before the first rules: %v", st)
 	}
-	changed := h.Changed()
-	close(ready)
-	await(t, changed)
-	if st := next(t, w); st != serving {
-		t.Fatalf("Watch once rules arrived: %v", st)
+	// step makes a change, waits for the verdict to follow and checks
+	// that Watch sends want next.
+	step := func(what string, change func(), want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		changed := h.Changed()
+		change()
+		await(t, changed)
+		if st := next(t, w); st != want {
+			t.Fatalf("Watch once %s: %v, want %v", what, st, want)
+		}
 	}
+	step("rules arrived", func() { close(ready) }, serving)
 	s.agree(t, serving, "")
-
-	changed = h.Changed()
-	c.setRefused(errRefused)
-	await(t, changed)
-	if st := next(t, w); st != notServing {
-		t.Fatalf("Watch once Redis refuses: %v", st)
-	}
+	step("Redis refuses", func() { c.setRefused(errRefused) }, notServing)
 	s.agree(t, notServing, "WRONGPASS")
-
-	changed = h.Changed()
-	c.setRefused(nil)
-	await(t, changed)
-	if st := next(t, w); st != serving {
-		t.Fatalf("Watch once the refusal ends: %v", st)
-	}
-
-	changed = h.Changed()
-	close(stop)
-	await(t, changed)
-	if st := next(t, w); st != notServing {
-		t.Fatalf("Watch once shutdown began: %v", st)
-	}
+	step("the refusal ends", func() { c.setRefused(nil) }, serving)
+	step("shutdown began", func() { close(stop) }, notServing)
 	if v := h.Verdict(); v.Cause != admin.CauseStopping {
 		t.Errorf("verdict after Stopping = %+v", v)
 	}
