@@ -16,47 +16,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/suggest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
-
-// Error is one problem in a rule file.
-type Error struct {
-	File string
-	Line int    // 1-based; 0 if unknown
-	Path string // YAML path, e.g. descriptors[2].rate_limit.unit
-	Msg  string
-}
-
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		b.WriteByte(':')
-		b.WriteString(strconv.Itoa(e.Line))
-	}
-	b.WriteString(": ")
-	if e.Path != "" {
-		b.WriteString(e.Path)
-		b.WriteString(": ")
-	}
-	b.WriteString(e.Msg)
-	return b.String()
-}
-
-// MaxProblems is how many problems a refused file set's error lists;
-// the rest are counted in one more. The error goes to a log line and to
-// /debug/config: a generated push with a mistake in every descriptor
-// would otherwise make both as long as the push.
-const MaxProblems = 100
-
-// maxMessageBytes bounds one problem's message: a value quoted in it may
-// be as long as a YAML scalar.
-const maxMessageBytes = 1 << 10
 
 // File is one rule file's name and contents.
 type File struct {
@@ -212,36 +176,6 @@ func parse(files []File, opts Options, generated bool) (*limits.Ruleset, error) 
 	return limits.NewRuleset(domains, names, checksum(files)), nil
 }
 
-// listed returns the first MaxProblems of errs, and one more that counts
-// the rest in the file of the last one listed.
-func listed(errs []error) []error {
-	if len(errs) <= MaxProblems {
-		return errs
-	}
-	file := ""
-	if e, ok := errs[MaxProblems-1].(*Error); ok {
-		file = e.File
-	}
-	return append(errs[:MaxProblems:MaxProblems], &Error{File: file, Msg: fmt.Sprintf("%d more problems not listed", len(errs)-MaxProblems)})
-}
-
-// Problems lists the problems in an error of Load or Parse: the parts of
-// every errors.Join in it, in order. It returns nil for nil.
-func Problems(err error) []error {
-	if err == nil {
-		return nil
-	}
-	j, ok := err.(interface{ Unwrap() []error })
-	if !ok {
-		return []error{err}
-	}
-	var out []error
-	for _, e := range j.Unwrap() {
-		out = append(out, Problems(e)...)
-	}
-	return out
-}
-
 // walkConfig walks the config directory path, following path itself when
 // it is a link to a directory (as a mounted volume often is), and calls fn
 // for every file and directory except path and those whose names start
@@ -299,14 +233,6 @@ type parser struct {
 	zone *time.Location
 }
 
-func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
-	e := &Error{File: p.file, Path: path, Msg: cut(fmt.Sprintf(format, args...))}
-	if n != nil && !p.generated {
-		e.Line = n.Line
-	}
-	p.errs = append(p.errs, e)
-}
-
 // The fields each mapping of a rule file has, for the nearest-name hint of
 // an unknown one. Each parsing function's switch has a case for each.
 var (
@@ -317,35 +243,6 @@ var (
 	limitFieldNames = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
 		"burst", "unit_multiplier", "lease", "release_after", "calendar", "time_zone", "week_start", "reset_day"}
 )
-
-// unknownField records the field key (its key node k, at path) that is
-// none of known, with the nearest of them when one is near: a misspelt
-// field is a slip more often than a feature.
-func (p *parser) unknownField(k *yaml.Node, path, key string, known []string) {
-	p.unknownFieldNote(k, path, key, known, "")
-}
-
-// unknownFieldNote is unknownField with a note after "unknown field".
-func (p *parser) unknownFieldNote(k *yaml.Node, path, key string, known []string, note string) {
-	if near, ok := suggest.Nearest(key, known); ok {
-		p.errorf(k, path, "unknown field%s; did you mean %s?", note, near)
-		return
-	}
-	p.errorf(k, path, "unknown field%s", note)
-}
-
-// cut shortens a message past maxMessageBytes, saying how much it left
-// out.
-func cut(msg string) string {
-	if len(msg) <= maxMessageBytes {
-		return msg
-	}
-	keep := maxMessageBytes
-	for keep > 0 && !utf8.RuneStart(msg[keep]) {
-		keep--
-	}
-	return fmt.Sprintf("%s... (%d more bytes)", msg[:keep], len(msg)-keep)
-}
 
 // parseFile parses one file into p.domains. It returns the file's domain
 // if the file defines a new one, nil if it adds to one already seen (or
