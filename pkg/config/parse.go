@@ -515,23 +515,6 @@ const reservableNames = "fixed_window, sliding_window, token_bucket or leaky_buc
 // until it is settled or released.
 const maxRelease = 24 * time.Hour
 
-// duration parses a duration such as "90s" or "5m", above 0 and at most
-// maxRelease.
-func (p *parser) duration(n *yaml.Node, path string) time.Duration {
-	text := p.str(n, path)
-	d, err := time.ParseDuration(text)
-	switch {
-	case text == "":
-	case err != nil:
-		p.errorf(n, path, "want a duration such as 90s or 5m, got %q", text)
-	case d < time.Millisecond:
-		p.errorf(n, path, "must be at least 1ms, got %s", text)
-	case d > maxRelease:
-		p.errorf(n, path, "at most %s, got %s", maxRelease, text)
-	}
-	return d
-}
-
 // metadata parses a rule's metadata mapping into the values a
 // google.protobuf.Struct holds, as envoyproxy/ratelimit does: numbers
 // become float64s, keys and the scalars that are neither numbers, bools
@@ -636,75 +619,19 @@ func (p *parser) replaces(n *yaml.Node, path string) []string {
 	return names
 }
 
-func (p *parser) str(n *yaml.Node, path string) string {
-	if isNull(n) {
-		return ""
+// duration parses a duration such as "90s" or "5m", above 0 and at most
+// maxRelease.
+func (p *parser) duration(n *yaml.Node, path string) time.Duration {
+	text := p.str(n, path)
+	d, err := time.ParseDuration(text)
+	switch {
+	case text == "":
+	case err != nil:
+		p.errorf(n, path, "want a duration such as 90s or 5m, got %q", text)
+	case d < time.Millisecond:
+		p.errorf(n, path, "must be at least 1ms, got %s", text)
+	case d > maxRelease:
+		p.errorf(n, path, "at most %s, got %s", maxRelease, text)
 	}
-	if n.Kind != yaml.ScalarNode {
-		p.errorf(n, path, "want a string, got %s", kindName(n))
-		return ""
-	}
-	return n.Value
-}
-
-func (p *parser) bool(n *yaml.Node, path string) bool {
-	var b bool
-	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
-		p.errorf(n, path, "want true or false, got %q", n.Value)
-	}
-	return b
-}
-
-func (p *parser) uint(n *yaml.Node, path string, maxv uint64) uint64 {
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
-		p.errorf(n, path, "want a whole number, got %q", n.Value)
-		return 0
-	}
-	v, err := strconv.ParseUint(n.Value, 0, 64)
-	if err != nil || v > maxv {
-		p.errorf(n, path, "want a whole number from 0 to %d, got %s", maxv, n.Value)
-		return 0
-	}
-	return v
-}
-
-// deref resolves YAML aliases (*anchor) to the node they name.
-func deref(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	return n
-}
-
-// positive parses a whole number of at least 1.
-func (p *parser) positive(n *yaml.Node, path string) uint64 {
-	nerr := len(p.errs)
-	v := p.uint(n, path, 1<<32-1)
-	if v < 1 && len(p.errs) == nerr {
-		p.errorf(n, path, "must be at least 1")
-	}
-	return v
-}
-
-func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
-
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		return fmt.Sprintf("%q", n.Value)
-	case yaml.AliasNode:
-		return kindName(n.Alias)
-	}
-	return "nothing"
-}
-
-func join(path, field string) string {
-	if path == "" {
-		return field
-	}
-	return path + "." + field
+	return d
 }
