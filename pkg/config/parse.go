@@ -60,6 +60,38 @@ var (
 // if the file defines a new one, nil if it adds to one already seen (or
 // is broken).
 func (p *parser) parseFile(f File) *limits.Domain {
+	root := p.root(f)
+	if root == nil {
+		return nil
+	}
+	h := p.head(root)
+	if h.domain == "" {
+		if h.domainNode == nil {
+			h.domainNode = root
+		}
+		p.errorf(h.domainNode, "domain", "required and must not be empty")
+		return nil
+	}
+	d, seen := p.domains[h.domain]
+	switch {
+	case !seen:
+		d = &limits.Domain{Name: h.domain, File: p.file}
+		p.domains[h.domain] = d
+	case !p.opts.MergeDomains:
+		p.errorf(h.domainNode, "domain", "domain %q is already defined in %s (set --merge-domains to combine files)", h.domain, d.File)
+		return nil
+	}
+	p.merge(d, h)
+	p.descriptors(h.domain, &d.Rules, h.descNode, "descriptors")
+	if seen {
+		return nil
+	}
+	return d
+}
+
+// root returns f's document as a mapping within the size bounds, or nil
+// after recording why it is not one.
+func (p *parser) root(f File) *yaml.Node {
 	root := f.Root
 	if root == nil {
 		if root = p.decode(f.Data); root == nil {
@@ -78,68 +110,65 @@ func (p *parser) parseFile(f File) *limits.Domain {
 		p.errorf(root, "", "want a mapping with domain and descriptors, got %s", kindName(root))
 		return nil
 	}
-	var domain string
-	var domainNode, descNode, failNode, overNode *yaml.Node
-	var over *limits.OverrideSpec
-	failure := limits.FailDefault
+	return root
+}
+
+// fileHead is what a rule file says at its top level, with the nodes
+// that later checks name in their errors.
+type fileHead struct {
+	domain                                   string
+	failure                                  limits.FailureMode
+	over                                     *limits.OverrideSpec
+	domainNode, descNode, failNode, overNode *yaml.Node
+}
+
+// head reads the top-level fields of a rule file's root mapping; its
+// time_zone goes to p.zone.
+func (p *parser) head(root *yaml.Node) fileHead {
+	h := fileHead{failure: limits.FailDefault}
 	p.fields(root, "", func(key string, k, v *yaml.Node) {
 		switch key {
 		case "domain":
-			domain = p.str(v, "domain")
-			domainNode = v
+			h.domain = p.str(v, "domain")
+			h.domainNode = v
 		case "descriptors":
-			descNode = v
+			h.descNode = v
 		case "failure_mode":
-			failNode = v
+			h.failNode = v
 			m, err := limits.ParseFailureMode(p.str(v, key))
 			if err != nil {
 				p.errorf(v, key, "%v", err)
 			}
-			failure = m
+			h.failure = m
 		case "override":
-			overNode, over = v, p.override(v, key)
+			h.overNode, h.over = v, p.override(v, key)
 		case "time_zone":
 			p.zone = p.timeZone(v, key)
 		default:
 			p.unknownField(k, key, key, fileFields)
 		}
 	})
-	if domain == "" {
-		if domainNode == nil {
-			domainNode = root
+	return h
+}
+
+// merge sets the failure mode and override of file head h on its domain
+// d, which other files of the domain may have set: they must agree.
+func (p *parser) merge(d *limits.Domain, h fileHead) {
+	if h.failure != limits.FailDefault {
+		if d.FailureMode != limits.FailDefault && d.FailureMode != h.failure {
+			p.errorf(h.failNode, "failure_mode", "%s, but another file of domain %q says %s", h.failure, h.domain, d.FailureMode)
 		}
-		p.errorf(domainNode, "domain", "required and must not be empty")
-		return nil
+		d.FailureMode = h.failure
 	}
-	d, seen := p.domains[domain]
-	switch {
-	case !seen:
-		d = &limits.Domain{Name: domain, File: p.file}
-		p.domains[domain] = d
-	case !p.opts.MergeDomains:
-		p.errorf(domainNode, "domain", "domain %q is already defined in %s (set --merge-domains to combine files)", domain, d.File)
-		return nil
-	}
-	if failure != limits.FailDefault {
-		if d.FailureMode != limits.FailDefault && d.FailureMode != failure {
-			p.errorf(failNode, "failure_mode", "%s, but another file of domain %q says %s", failure, domain, d.FailureMode)
-		}
-		d.FailureMode = failure
-	}
-	if over != nil {
+	if over := h.over; over != nil {
 		if over.Calendar != nil && over.Calendar.Location == nil {
 			over.Calendar.Location = p.zone // the file's, wherever it says it
 		}
 		if d.Override != nil && !sameOverride(d.Override, over) {
-			p.errorf(overNode, "override", "another file of domain %q sets a different override", domain)
+			p.errorf(h.overNode, "override", "another file of domain %q sets a different override", h.domain)
 		}
 		d.Override = over
 	}
-	p.descriptors(domain, &d.Rules, descNode, "descriptors")
-	if seen {
-		return nil
-	}
-	return d
 }
 
 // decode reads the one YAML document of data and returns its root node,
