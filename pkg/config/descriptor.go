@@ -28,6 +28,8 @@ func (p *parser) descriptors(domain string, level *[]*limits.Rule, n *yaml.Node,
 	}
 }
 
+// descriptor parses one descriptor of domain, at path, into a rule of
+// level, and its children below it.
 func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, path string) {
 	if n.Kind != yaml.MappingNode {
 		p.errorf(n, path, "want a descriptor mapping, got %s", kindName(n))
@@ -37,21 +39,63 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 	if !p.generated {
 		r.Line = n.Line
 	}
-	var keyNode, limitNode, limitsNode, childNode, shareNode, holdNode *yaml.Node
+	dn := p.descriptorFields(r, n, path)
+	if r.Key == "" {
+		if dn.key == nil {
+			dn.key = n
+		}
+		p.errorf(dn.key, join(path, "key"), "required and must not be empty")
+	}
+	if r.ShareThreshold && !strings.Contains(r.Value, "*") {
+		p.errorf(dn.share, join(path, "share_threshold"), "needs a wildcard value (one with '*'), got %q", r.Value)
+	}
+	if dn.limit != nil && dn.limits != nil {
+		p.errorf(dn.limits, join(path, "rate_limits"), "use rate_limit or rate_limits, not both")
+	}
+	p.releaseAfter = false
+	if dn.limit != nil && !isNull(dn.limit) {
+		if l := p.limit(r, dn.limit, join(path, "rate_limit"), true); l != nil {
+			r.Limits = append(r.Limits, l)
+		}
+	}
+	if dn.limits != nil && !isNull(dn.limits) {
+		p.limitList(r, dn.limits, join(path, "rate_limits"))
+	}
+	p.checkHold(r, n, dn.hold, path)
+	if r.Key != "" {
+		if other := p.sibling(level, r.Key, r.Value); other != nil {
+			p.errorf(n, path, "duplicate descriptor key %q value %q at this level (first at %s)", r.Key, r.Value, where(other))
+		} else {
+			*level = append(*level, r)
+			p.levels[level][[2]string{r.Key, r.Value}] = r
+		}
+	}
+	p.descriptors(domain, &r.Children, dn.children, join(path, "descriptors"))
+}
+
+// descriptorNodes are the fields of a descriptor mapping that are read
+// after the others (its limits and children) or named in later errors.
+type descriptorNodes struct {
+	key, limit, limits, children, share, hold *yaml.Node
+}
+
+// descriptorFields reads the fields of descriptor mapping n into r.
+func (p *parser) descriptorFields(r *limits.Rule, n *yaml.Node, path string) descriptorNodes {
+	var dn descriptorNodes
 	p.fields(n, path, func(key string, k, v *yaml.Node) {
 		fp := join(path, key)
 		switch key {
 		case "key":
 			r.Key = p.str(v, fp)
-			keyNode = v
+			dn.key = v
 		case "value":
 			r.Value = p.str(v, fp)
 		case "rate_limit":
-			limitNode = v
+			dn.limit = v
 		case "rate_limits":
-			limitsNode = v
+			dn.limits = v
 		case "descriptors":
-			childNode = v
+			dn.children = v
 		case "shadow_mode":
 			r.ShadowMode = p.bool(v, fp)
 		case "detailed_metric":
@@ -59,7 +103,7 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 		case "value_to_metric":
 			r.ValueToMetric = p.bool(v, fp)
 		case "share_threshold":
-			shareNode = v
+			dn.share = v
 			r.ShareThreshold = p.bool(v, fp)
 		case "quota_mode":
 			r.QuotaMode = p.bool(v, fp)
@@ -74,43 +118,13 @@ func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, 
 		case "override":
 			r.Override = p.override(v, fp)
 		case "hold_key":
-			holdNode = v
+			dn.hold = v
 			r.HoldKey = p.str(v, fp)
 		default:
 			p.unknownField(k, fp, key, descriptorFields)
 		}
 	})
-	if r.Key == "" {
-		if keyNode == nil {
-			keyNode = n
-		}
-		p.errorf(keyNode, join(path, "key"), "required and must not be empty")
-	}
-	if r.ShareThreshold && !strings.Contains(r.Value, "*") {
-		p.errorf(shareNode, join(path, "share_threshold"), "needs a wildcard value (one with '*'), got %q", r.Value)
-	}
-	if limitNode != nil && limitsNode != nil {
-		p.errorf(limitsNode, join(path, "rate_limits"), "use rate_limit or rate_limits, not both")
-	}
-	p.releaseAfter = false
-	if limitNode != nil && !isNull(limitNode) {
-		if l := p.limit(r, limitNode, join(path, "rate_limit"), true); l != nil {
-			r.Limits = append(r.Limits, l)
-		}
-	}
-	if limitsNode != nil && !isNull(limitsNode) {
-		p.limitList(r, limitsNode, join(path, "rate_limits"))
-	}
-	p.checkHold(r, n, holdNode, path)
-	if r.Key != "" {
-		if other := p.sibling(level, r.Key, r.Value); other != nil {
-			p.errorf(n, path, "duplicate descriptor key %q value %q at this level (first at %s)", r.Key, r.Value, where(other))
-		} else {
-			*level = append(*level, r)
-			p.levels[level][[2]string{r.Key, r.Value}] = r
-		}
-	}
-	p.descriptors(domain, &r.Children, childNode, join(path, "descriptors"))
+	return dn
 }
 
 // maxInFlight bounds a concurrency limit's requests_per_unit: every
