@@ -121,7 +121,7 @@ func (p *parser) descriptorFields(r *limits.Rule, n *yaml.Node, path string) des
 			dn.hold = v
 			r.HoldKey = p.str(v, fp)
 		default:
-			p.unknownField(k, fp, key, descriptorFields)
+			p.unknownField(k, fp, key, descriptorFieldNames)
 		}
 	})
 	return dn

@@ -48,8 +48,8 @@ type parser struct {
 // The fields each mapping of a rule file has, for the nearest-name hint of
 // an unknown one. Each parsing function's switch has a case for each.
 var (
-	fileFields       = []string{"domain", "descriptors", "failure_mode", "override", "time_zone"}
-	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
+	fileFieldNames       = []string{"domain", "descriptors", "failure_mode", "override", "time_zone"}
+	descriptorFieldNames = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
 		"detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "charge", "metadata", "hold_key",
 		"override"}
 	limitFieldNames = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
@@ -145,7 +145,7 @@ func (p *parser) head(root *yaml.Node) fileHead {
 		case "time_zone":
 			p.zone = p.timeZone(v, key)
 		default:
-			p.unknownField(k, key, key, fileFields)
+			p.unknownField(k, key, key, fileFieldNames)
 		}
 	})
 	return h
