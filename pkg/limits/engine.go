@@ -8,39 +8,6 @@ import (
 	"time"
 )
 
-// Request is one rate-limit request, as Envoy sends it.
-type Request struct {
-	Domain      string
-	Descriptors []Descriptor
-	// Hits is the request's hits_addend; 0 means 1.
-	Hits uint64
-}
-
-// Descriptor is one request descriptor.
-type Descriptor struct {
-	Entries []Entry
-	// Override, when set, replaces the rule tree's limits with one of its
-	// own (Envoy's descriptor.limit), counted as the rules say (see
-	// Ruleset.OverrideSpec), by default as a fixed window.
-	Override *Override
-	// Hits, when HasHits is set, is the descriptor's own hits_addend. It
-	// wins over Request.Hits and may be 0, which checks without consuming.
-	Hits    uint64
-	HasHits bool
-	// Negative, Envoy's is_negative_hits, makes the descriptor's hits a
-	// refund: they are given back to its limits (Check.Refund), never
-	// consumed.
-	Negative bool
-}
-
-// Override is a per-request limit sent by Envoy. It counts on the
-// descriptor's entries as the rules' OverrideSpec says; without one, as a
-// fixed window on the counter EngineOptions.OverrideKeys chooses.
-type Override struct {
-	Requests uint64
-	Unit     Unit
-}
-
 // Code is a decision's verdict.
 type Code uint8
 
@@ -117,52 +84,6 @@ type Decision struct {
 	held       []bool   // held[i]: descriptor i's last entry is its hold, not part of its counters
 	key        []byte   // scratch for building keys
 	ents       []Entry  // scratch for share_threshold entries
-}
-
-// RequestError is a malformed request. Field names the offending field in
-// Envoy's proto terms, e.g. descriptors[1].entries[0].key.
-type RequestError struct {
-	Field string
-	Msg   string
-}
-
-func (e *RequestError) Error() string { return e.Field + ": " + e.Msg }
-
-// RequestLimits bounds what a request may carry. The defaults are far
-// above anything Envoy sends and only stop abuse. A zero field means its
-// default.
-type RequestLimits struct {
-	MaxDescriptors int    // per request
-	MaxEntries     int    // per descriptor
-	MaxValueBytes  int    // per key or value
-	MaxHits        uint64 // per hits_addend; at most MaxHitsAddend
-}
-
-// DefaultRequestLimits are the limits an Engine applies where
-// EngineOptions.Limits leaves a field zero.
-var DefaultRequestLimits = RequestLimits{
-	MaxDescriptors: 64,
-	MaxEntries:     32,
-	MaxValueBytes:  4096,
-	MaxHits:        1_000_000_000,
-}
-
-// withDefaults returns l with its zero fields set to the defaults.
-func (l RequestLimits) withDefaults() RequestLimits {
-	d := DefaultRequestLimits
-	if l.MaxDescriptors > 0 {
-		d.MaxDescriptors = l.MaxDescriptors
-	}
-	if l.MaxEntries > 0 {
-		d.MaxEntries = l.MaxEntries
-	}
-	if l.MaxValueBytes > 0 {
-		d.MaxValueBytes = l.MaxValueBytes
-	}
-	if l.MaxHits > 0 {
-		d.MaxHits = min(l.MaxHits, MaxHitsAddend)
-	}
-	return d
 }
 
 // EngineOptions tunes an Engine. The zero value is ready to use.
@@ -268,49 +189,6 @@ func (e *Engine) Rules() *Ruleset { return e.rules.Load() }
 // SetRules swaps in a new ruleset for the requests that start after it.
 func (e *Engine) SetRules(rs *Ruleset) { e.rules.Store(rs) }
 
-// Validate checks req against the engine's request limits.
-func (e *Engine) Validate(req *Request) error {
-	lim := &e.limits
-	switch {
-	case req.Domain == "":
-		return &RequestError{"domain", "must not be empty"}
-	case len(req.Domain) > lim.MaxValueBytes:
-		return &RequestError{"domain", fmt.Sprintf("longer than %d bytes", lim.MaxValueBytes)}
-	case len(req.Descriptors) == 0:
-		return &RequestError{"descriptors", "must not be empty"}
-	case len(req.Descriptors) > lim.MaxDescriptors:
-		return &RequestError{"descriptors", fmt.Sprintf("%d descriptors, more than the maximum %d", len(req.Descriptors), lim.MaxDescriptors)}
-	case req.Hits > lim.MaxHits:
-		return &RequestError{"hits_addend", fmt.Sprintf("%d is more than the maximum %d", req.Hits, lim.MaxHits)}
-	}
-	for i := range req.Descriptors {
-		d := &req.Descriptors[i]
-		if len(d.Entries) == 0 {
-			return &RequestError{fmt.Sprintf("descriptors[%d].entries", i), "must not be empty"}
-		}
-		if len(d.Entries) > lim.MaxEntries {
-			return &RequestError{fmt.Sprintf("descriptors[%d].entries", i), fmt.Sprintf("%d entries, more than the maximum %d", len(d.Entries), lim.MaxEntries)}
-		}
-		for j, en := range d.Entries {
-			switch {
-			case en.Key == "":
-				return &RequestError{fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "must not be empty"}
-			case len(en.Key) > lim.MaxValueBytes:
-				return &RequestError{fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), fmt.Sprintf("longer than %d bytes", lim.MaxValueBytes)}
-			case len(en.Value) > lim.MaxValueBytes:
-				return &RequestError{fmt.Sprintf("descriptors[%d].entries[%d].value", i, j), fmt.Sprintf("longer than %d bytes", lim.MaxValueBytes)}
-			}
-		}
-		if d.HasHits && d.Hits > lim.MaxHits {
-			return &RequestError{fmt.Sprintf("descriptors[%d].hits_addend", i), fmt.Sprintf("%d is more than the maximum %d", d.Hits, lim.MaxHits)}
-		}
-		if o := d.Override; o != nil && o.Unit.Duration() == 0 {
-			return &RequestError{fmt.Sprintf("descriptors[%d].limit.unit", i), fmt.Sprintf("unknown unit %d", o.Unit)}
-		}
-	}
-	return nil
-}
-
 // Decide decides req into d. It returns a *RequestError for a malformed
 // request, or the store's error if the store could not decide; over limit
 // is a verdict in d, not an error.
@@ -409,21 +287,6 @@ func (d *Decision) match(rs *Ruleset, req *Request, keys OverrideKeys, months *C
 			d.candidates = append(d.candidates, l)
 			d.candOwner = append(d.candOwner, i)
 		}
-	}
-	return nil
-}
-
-// MaxHoldBytes bounds a hold (Check.Hold): a concurrency limit keeps one
-// per request in flight. Envoy's x-request-id is a UUID of 36 bytes.
-const MaxHoldBytes = 256
-
-// checkHold checks a hold a request names.
-func checkHold(hold string) error {
-	switch {
-	case hold == "":
-		return fmt.Errorf("a hold (the request's id) must not be empty")
-	case len(hold) > MaxHoldBytes:
-		return fmt.Errorf("a hold (the request's id) of %d bytes; at most %d", len(hold), MaxHoldBytes)
 	}
 	return nil
 }
