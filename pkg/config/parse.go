@@ -8,11 +8,13 @@ package config
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/suggest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
@@ -212,4 +214,29 @@ func (p *parser) fields(n *yaml.Node, path string, fn func(key string, k, v *yam
 		seen[k.Value] = true
 		fn(k.Value, k, v)
 	}
+}
+
+// errorf records a problem at node n (nil: no line) and YAML path.
+func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
+	e := &Error{File: p.file, Path: path, Msg: cut(fmt.Sprintf(format, args...))}
+	if n != nil && !p.generated {
+		e.Line = n.Line
+	}
+	p.errs = append(p.errs, e)
+}
+
+// unknownField records the field key (its key node k, at path) that is
+// none of known, with the nearest of them when one is near: a misspelt
+// field is a slip more often than a feature.
+func (p *parser) unknownField(k *yaml.Node, path, key string, known []string) {
+	p.unknownFieldNote(k, path, key, known, "")
+}
+
+// unknownFieldNote is unknownField with a note after "unknown field".
+func (p *parser) unknownFieldNote(k *yaml.Node, path, key string, known []string, note string) {
+	if near, ok := suggest.Nearest(key, known); ok {
+		p.errorf(k, path, "unknown field%s; did you mean %s?", note, near)
+		return
+	}
+	p.errorf(k, path, "unknown field%s", note)
 }

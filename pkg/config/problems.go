@@ -5,10 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
-
-	"gopkg.in/yaml.v3"
-
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/suggest"
 )
 
 // Error is one problem in a rule file.
@@ -73,31 +69,6 @@ func Problems(err error) []error {
 		out = append(out, Problems(e)...)
 	}
 	return out
-}
-
-// errorf records a problem at node n (nil: no line) and YAML path.
-func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
-	e := &Error{File: p.file, Path: path, Msg: cut(fmt.Sprintf(format, args...))}
-	if n != nil && !p.generated {
-		e.Line = n.Line
-	}
-	p.errs = append(p.errs, e)
-}
-
-// unknownField records the field key (its key node k, at path) that is
-// none of known, with the nearest of them when one is near: a misspelt
-// field is a slip more often than a feature.
-func (p *parser) unknownField(k *yaml.Node, path, key string, known []string) {
-	p.unknownFieldNote(k, path, key, known, "")
-}
-
-// unknownFieldNote is unknownField with a note after "unknown field".
-func (p *parser) unknownFieldNote(k *yaml.Node, path, key string, known []string, note string) {
-	if near, ok := suggest.Nearest(key, known); ok {
-		p.errorf(k, path, "unknown field%s; did you mean %s?", note, near)
-		return
-	}
-	p.errorf(k, path, "unknown field%s", note)
 }
 
 // cut shortens a message past maxMessageBytes, saying how much it left
