@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"strconv"
 
 	"gopkg.in/yaml.v3"
@@ -42,14 +41,6 @@ func (p *parser) uint(n *yaml.Node, path string, maxv uint64) uint64 {
 	return v
 }
 
-// deref resolves YAML aliases (*anchor) to the node they name.
-func deref(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	return n
-}
-
 // positive parses a whole number of at least 1.
 func (p *parser) positive(n *yaml.Node, path string) uint64 {
 	nerr := len(p.errs)
@@ -58,30 +49,4 @@ func (p *parser) positive(n *yaml.Node, path string) uint64 {
 		p.errorf(n, path, "must be at least 1")
 	}
 	return v
-}
-
-// isNull reports whether n is YAML null (~, null or nothing).
-func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
-
-// kindName names what n is, for messages that say what was wanted.
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		return fmt.Sprintf("%q", n.Value)
-	case yaml.AliasNode:
-		return kindName(n.Alias)
-	}
-	return "nothing"
-}
-
-// join appends field to a YAML path.
-func join(path, field string) string {
-	if path == "" {
-		return field
-	}
-	return path + "." + field
 }
