@@ -111,6 +111,9 @@ func (e *Engine) Rules() *Ruleset { return e.rules.Load() }
 // SetRules swaps in a new ruleset for the requests that start after it.
 func (e *Engine) SetRules(rs *Ruleset) { e.rules.Store(rs) }
 
+// Validate checks req against the engine's request limits.
+func (e *Engine) Validate(req *Request) error { return e.limits.check(req) }
+
 // Decide decides req into d. It returns a *RequestError for a malformed
 // request, or the store's error if the store could not decide; over limit
 // is a verdict in d, not an error.

@@ -83,41 +83,41 @@ func (l RequestLimits) withDefaults() RequestLimits {
 	return d
 }
 
-// Validate checks req against the engine's request limits.
-func (e *Engine) Validate(req *Request) error {
-	lim := &e.limits
+// check reports, as a *RequestError, the first field of req that l does
+// not allow.
+func (l *RequestLimits) check(req *Request) error {
 	switch {
 	case req.Domain == "":
 		return &RequestError{"domain", "must not be empty"}
-	case len(req.Domain) > lim.MaxValueBytes:
-		return &RequestError{"domain", fmt.Sprintf("longer than %d bytes", lim.MaxValueBytes)}
+	case len(req.Domain) > l.MaxValueBytes:
+		return &RequestError{"domain", fmt.Sprintf("longer than %d bytes", l.MaxValueBytes)}
 	case len(req.Descriptors) == 0:
 		return &RequestError{"descriptors", "must not be empty"}
-	case len(req.Descriptors) > lim.MaxDescriptors:
-		return &RequestError{"descriptors", fmt.Sprintf("%d descriptors, more than the maximum %d", len(req.Descriptors), lim.MaxDescriptors)}
-	case req.Hits > lim.MaxHits:
-		return &RequestError{"hits_addend", fmt.Sprintf("%d is more than the maximum %d", req.Hits, lim.MaxHits)}
+	case len(req.Descriptors) > l.MaxDescriptors:
+		return &RequestError{"descriptors", fmt.Sprintf("%d descriptors, more than the maximum %d", len(req.Descriptors), l.MaxDescriptors)}
+	case req.Hits > l.MaxHits:
+		return &RequestError{"hits_addend", fmt.Sprintf("%d is more than the maximum %d", req.Hits, l.MaxHits)}
 	}
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		if len(d.Entries) == 0 {
 			return &RequestError{fmt.Sprintf("descriptors[%d].entries", i), "must not be empty"}
 		}
-		if len(d.Entries) > lim.MaxEntries {
-			return &RequestError{fmt.Sprintf("descriptors[%d].entries", i), fmt.Sprintf("%d entries, more than the maximum %d", len(d.Entries), lim.MaxEntries)}
+		if len(d.Entries) > l.MaxEntries {
+			return &RequestError{fmt.Sprintf("descriptors[%d].entries", i), fmt.Sprintf("%d entries, more than the maximum %d", len(d.Entries), l.MaxEntries)}
 		}
 		for j, en := range d.Entries {
 			switch {
 			case en.Key == "":
 				return &RequestError{fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "must not be empty"}
-			case len(en.Key) > lim.MaxValueBytes:
-				return &RequestError{fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), fmt.Sprintf("longer than %d bytes", lim.MaxValueBytes)}
-			case len(en.Value) > lim.MaxValueBytes:
-				return &RequestError{fmt.Sprintf("descriptors[%d].entries[%d].value", i, j), fmt.Sprintf("longer than %d bytes", lim.MaxValueBytes)}
+			case len(en.Key) > l.MaxValueBytes:
+				return &RequestError{fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), fmt.Sprintf("longer than %d bytes", l.MaxValueBytes)}
+			case len(en.Value) > l.MaxValueBytes:
+				return &RequestError{fmt.Sprintf("descriptors[%d].entries[%d].value", i, j), fmt.Sprintf("longer than %d bytes", l.MaxValueBytes)}
 			}
 		}
-		if d.HasHits && d.Hits > lim.MaxHits {
-			return &RequestError{fmt.Sprintf("descriptors[%d].hits_addend", i), fmt.Sprintf("%d is more than the maximum %d", d.Hits, lim.MaxHits)}
+		if d.HasHits && d.Hits > l.MaxHits {
+			return &RequestError{fmt.Sprintf("descriptors[%d].hits_addend", i), fmt.Sprintf("%d is more than the maximum %d", d.Hits, l.MaxHits)}
 		}
 		if o := d.Override; o != nil && o.Unit.Duration() == 0 {
 			return &RequestError{fmt.Sprintf("descriptors[%d].limit.unit", i), fmt.Sprintf("unknown unit %d", o.Unit)}
