@@ -29,14 +29,6 @@ type Descriptor struct {
 	Negative bool
 }
 
-// Override is a per-request limit sent by Envoy. It counts on the
-// descriptor's entries as the rules' OverrideSpec says; without one, as a
-// fixed window on the counter EngineOptions.OverrideKeys chooses.
-type Override struct {
-	Requests uint64
-	Unit     Unit
-}
-
 // RequestError is a malformed request. Field names the offending field in
 // Envoy's proto terms, e.g. descriptors[1].entries[0].key.
 type RequestError struct {
