@@ -7,6 +7,7 @@ package config
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -97,4 +98,83 @@ func (p *parser) unknownFieldNote(k *yaml.Node, path, key string, known []string
 		return
 	}
 	p.errorf(k, path, "unknown field%s", note)
+}
+
+// deref resolves YAML aliases (*anchor) to the node they name.
+func deref(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+// isNull reports whether n is YAML null (~, null or nothing).
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
+
+// kindName names what n is, for messages that say what was wanted.
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		return fmt.Sprintf("%q", n.Value)
+	case yaml.AliasNode:
+		return kindName(n.Alias)
+	}
+	return "nothing"
+}
+
+// join appends field to a YAML path.
+func join(path, field string) string {
+	if path == "" {
+		return field
+	}
+	return path + "." + field
+}
+
+// str reads a string scalar; null is "".
+func (p *parser) str(n *yaml.Node, path string) string {
+	if isNull(n) {
+		return ""
+	}
+	if n.Kind != yaml.ScalarNode {
+		p.errorf(n, path, "want a string, got %s", kindName(n))
+		return ""
+	}
+	return n.Value
+}
+
+// bool reads true or false.
+func (p *parser) bool(n *yaml.Node, path string) bool {
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
+		p.errorf(n, path, "want true or false, got %q", n.Value)
+	}
+	return b
+}
+
+// uint reads a whole number from 0 to maxv.
+func (p *parser) uint(n *yaml.Node, path string, maxv uint64) uint64 {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		p.errorf(n, path, "want a whole number, got %q", n.Value)
+		return 0
+	}
+	v, err := strconv.ParseUint(n.Value, 0, 64)
+	if err != nil || v > maxv {
+		p.errorf(n, path, "want a whole number from 0 to %d, got %s", maxv, n.Value)
+		return 0
+	}
+	return v
+}
+
+// positive parses a whole number of at least 1.
+func (p *parser) positive(n *yaml.Node, path string) uint64 {
+	nerr := len(p.errs)
+	v := p.uint(n, path, 1<<32-1)
+	if v < 1 && len(p.errs) == nerr {
+		p.errorf(n, path, "must be at least 1")
+	}
+	return v
 }
