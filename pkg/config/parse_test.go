@@ -437,3 +437,39 @@ func TestMergeDomainsOverride(t *testing.T) {
 		t.Errorf("error %v, want %s", err, want)
 	}
 }
+
+// TestMergeDomainsFailureMode: files merged into one domain must agree on
+// its failure_mode; one that says none takes the other's.
+func TestMergeDomainsFailureMode(t *testing.T) {
+	file := func(name, mode string) config.File {
+		return config.File{Name: name, Data: []byte("domain: shop\n" + mode + "descriptors:\n  - key: " + name + "\n    rate_limit: {unit: second, requests_per_unit: 1}\n")}
+	}
+	tests := []struct {
+		name    string
+		give    []config.File
+		want    limits.FailureMode
+		wantErr string
+	}{
+		{name: "agree", give: []config.File{file("a.yaml", "failure_mode: open\n"), file("b.yaml", "failure_mode: open\n")}, want: limits.FailOpen},
+		{name: "one says none", give: []config.File{file("a.yaml", ""), file("b.yaml", "failure_mode: closed\n")}, want: limits.FailClosed},
+		{name: "differ", give: []config.File{file("a.yaml", "failure_mode: open\n"), file("b.yaml", "failure_mode: closed\n")},
+			wantErr: `b.yaml:2: failure_mode: closed, but another file of domain "shop" says open`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rs, err := config.Parse(tt.give, config.Options{MergeDomains: true})
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("err = %v, want %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := rs.FailureMode("shop", limits.FailLocal); got != tt.want {
+				t.Errorf("FailureMode = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
