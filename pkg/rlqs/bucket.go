@@ -184,7 +184,7 @@ func (s *Server) subscribe(st *streamState, u *rlqspb.RateLimitQuotaUsageReports
 	// Grants are told apart by a number (see tokenBucket); it starts
 	// anywhere, so that a new stream's first grant does not repeat the
 	// one Envoy still holds from a stream before.
-	b = &bucket{entries: compactEntries(k, len(ents)), cost: cost, active: now, last: now, gen: rand.Int32N(999_999_999)}
+	b = &bucket{entries: compactEntries(k, len(ents)), cost: cost, active: now, last: now, gen: rand.Int32N(maxGen)}
 	st.buckets[k] = b
 	s.m.Buckets(1)
 	return b, nil, nil
@@ -534,7 +534,7 @@ func (b *bucket) hold(t taken, want uint64, now time.Time, margin time.Duration)
 	if !at.IsZero() && (b.push.IsZero() || at.Before(b.push)) {
 		b.push, b.topUp = at, true
 	}
-	b.gen = b.gen%999_999_999 + 1
+	b.gen = b.gen%maxGen + 1
 }
 
 // refreshEarly is how much sooner than exactly a second before the margin
@@ -906,6 +906,11 @@ func tokenBucket(id *rlqspb.BucketId, n uint64, every time.Duration, gen int32, 
 	}
 	return assign(id, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: tb}}, ttl)
 }
+
+// maxGen bounds a grant's number (bucket.gen): it is sent as the
+// nanoseconds of a token bucket's fill interval, which a Duration holds up
+// to 999,999,999 (see tokenBucket).
+const maxGen = 999_999_999
 
 // abandon tells Envoy to drop a bucket.
 func abandon(id *rlqspb.BucketId) *rlqspb.RateLimitQuotaResponse_BucketAction {
