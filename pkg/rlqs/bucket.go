@@ -86,7 +86,7 @@ type bucket struct {
 	gKey     string
 	gLimit   *limits.Limit
 	gReceipt int64
-	gLocal   bool
+	gFrom    source
 	// gDead is when Envoy can no longer spend the live grant: its
 	// window's end, or a bucket grant's time to live and the margin;
 	// gEnd when it is expected to stop: the margin before the window's
@@ -227,7 +227,7 @@ func (s *Server) settle(st *streamState, b *bucket, allowed uint64, now time.Tim
 		// (but a window's, whose window has ended, where nothing is taken
 		// back).
 		b.live = false
-		if r := b.unspent(); !b.gLocal && b.gLimit.Algorithm.Bucketed() && r > 0 && b.ret.hits == 0 {
+		if r := b.unspent(); b.gFrom == fromShared && b.gLimit.Algorithm.Bucketed() && r > 0 && b.ret.hits == 0 {
 			g := giveBack{hits: r, key: b.gKey, limit: b.gLimit, receipt: b.gReceipt, after: b.gDead.Add(s.o.Margin)}
 			if now.Before(g.after) {
 				b.ret = g // this report may have been sent before the end
@@ -328,7 +328,7 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 		// Too close to the window's end for a whole-second time to live:
 		// the hits go back (if they were taken from the shared store),
 		// and Envoy is denied until the next window.
-		if !t.local {
+		if t.from == fromShared {
 			s.giveBack(st, giveBack{hits: out.Granted, key: p.key, limit: p.limit, receipt: out.GrantReceipt})
 		}
 		s.m.Assigned(st.label, "deny_all", "window_ending")
@@ -345,12 +345,8 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 		// about the margin before the window's end.
 		b.refresh = b.until.Add(-s.o.Margin - time.Second - refreshEarly)
 	}
-	how := "grant"
-	if t.local {
-		how = "local"
-	}
-	s.m.Granted(st.label, b.granted, t.local)
-	s.m.Assigned(st.label, "token_bucket", how)
+	s.m.Granted(st.label, b.granted, t.from == fromLocal)
+	s.m.Assigned(st.label, "token_bucket", t.from.reason())
 	a := tokenBucket(b.bucketID(), b.granted, b.every, b.gen, ttl)
 	st.timed = append(st.timed, timed{a: a, fresh: true, at: now, window: p.ttl == 0, until: b.until, ttl: ttl})
 	return a
@@ -391,12 +387,29 @@ func (b *bucket) wanted() uint64 {
 	return min(max(want, 1), most)
 }
 
-// taken is what a grant took: its check and outcome, and whether the
-// memory store decided it (--failure-mode local, with Redis down).
+// taken is what a grant took: its check and outcome, and which store
+// decided it (the memory store under --failure-mode local, with Redis
+// down).
 type taken struct {
 	limit *limits.Limit
 	out   limits.Outcome
-	local bool
+	from  source
+}
+
+// source is the store a grant's hits were taken from.
+type source uint8
+
+const (
+	fromShared source = iota // the shared store, which takes unspent hits back
+	fromLocal                // the memory store (failure mode local), which takes nothing back
+)
+
+// reason is the metrics' reason for a token bucket granted from f.
+func (f source) reason() string {
+	if f == fromLocal {
+		return "local"
+	}
+	return "grant"
 }
 
 // take asks the store for want hits of b's limit. When the store fails,
@@ -418,7 +431,7 @@ func (s *Server) take(st *streamState, b *bucket, want uint64) (t taken, refused
 		case limits.FailLocal:
 			batch = limits.Batch{Checks: []limits.Check{check}}
 			if err := s.rules.ApplyLocal(ctx, &batch); err == nil {
-				t.local = true
+				t.from = fromLocal
 				break
 			}
 			fallthrough
@@ -519,7 +532,7 @@ func (b *bucket) hold(t taken, want uint64, now time.Time, margin time.Duration)
 	p := &b.plan
 	g := min(t.out.Granted, math.MaxUint32)
 	b.live, b.granted, b.used, b.carried, b.spent, b.capped = true, g, 0, 0, false, t.out.Granted < want
-	b.gKey, b.gLimit, b.gReceipt, b.gLocal = p.key, t.limit, t.out.GrantReceipt, t.local
+	b.gKey, b.gLimit, b.gReceipt, b.gFrom = p.key, t.limit, t.out.GrantReceipt, t.from
 	b.gDead, b.gEnd = b.until, b.until.Add(-margin)
 	if p.ttl > 0 {
 		b.gDead, b.gEnd = b.until.Add(margin), b.until
@@ -581,7 +594,7 @@ func (b *bucket) replaced(now time.Time, pushed bool, margin time.Duration) {
 			b.carry += min(left, mulDiv(b.demand, uint64(spent), uint64(max(b.interval, time.Second))))
 		}
 	}
-	if r := b.unspent(); !b.gLocal && r > 0 {
+	if r := b.unspent(); b.gFrom == fromShared && r > 0 {
 		b.ret = giveBack{hits: r, key: b.gKey, limit: b.gLimit, receipt: b.gReceipt, after: now.Add(margin)}
 		if !b.gLimit.Algorithm.Bucketed() {
 			b.ret.ends = b.gDead
