@@ -57,64 +57,23 @@ type bucket struct {
 	// since the one before: grants are sized from them.
 	demand   uint64
 	interval time.Duration
-	// The live grant: a token bucket of granted tokens that Envoy may
-	// spend until until (local time).
-	live    bool
-	granted uint64
-	used    uint64 // allowed reported since the grant was sent, less carried
-	// carried is what of those allowed was charged to the grants it
-	// replaced (carry) instead: an estimate, so Envoy may have spent up
-	// to used + carried of this grant, and returns count that.
-	carried uint64
-	spent   bool // a report said Envoy ran out of it
-	until   time.Time
-	gen     int32         // grants sent, to tell Envoy each one is new
-	every   time.Duration // the live grant's token bucket's fill interval, less a second
-	push    time.Time     // when to assign anew without a report; zero: never
-	refresh time.Time     // when to send the live grant again (see grant); zero: never
-	topUp   bool          // the push replaces the live grant, expected spent by then
-	capped  bool          // the store granted less than asked: the limit is running out
+	// g is the live grant, if g.live, or the last one.
+	g       grant
+	gen     int32     // grants sent, to tell Envoy each one is new
+	push    time.Time // when to assign anew without a report; zero: never
+	refresh time.Time // when to send the live grant again (see grant); zero: never
+	topUp   bool      // the push replaces the live grant, expected spent by then
 	// carry is what the grants replaced since the last report may still
 	// have held: the next report's allowed requests may have been spent
 	// from them, and are not charged to the grant that replaced them as
 	// far as they go.
 	carry uint64
-	// Where the live grant's hits were counted, to give back what Envoy
-	// did not spend: its key and limit, the store's receipt, and whether
-	// it came from the local store (failure mode local), which takes
-	// nothing back.
-	gKey     string
-	gLimit   *limits.Limit
-	gReceipt int64
-	gFrom    source
-	// gDead is when Envoy can no longer spend the live grant: its
-	// window's end, or a bucket grant's time to live and the margin;
-	// gEnd when it is expected to stop: the margin before the window's
-	// end, or the time to live.
-	gDead, gEnd time.Time
 	// pushed is whether a grant was pushed since the last report: that
 	// report's denials may be from before it reached Envoy.
 	pushed bool
 	// ret is the last grant replaced since the last report: the next
 	// report tells how much of it, at least, was never spent.
 	ret giveBack
-}
-
-// giveBack is hits of a grant that may be given back to the store.
-type giveBack struct {
-	hits    uint64
-	key     string
-	limit   *limits.Limit
-	receipt int64
-	// after is when a report surely tells all Envoy spent of them: a
-	// margin after Envoy stopped spending them (its assignment was
-	// replaced, or ended), so that the report was sent after that.
-	// Reports before it take what they allowed off hits, and wait.
-	after time.Time
-	// ends is when the hits stop counting: a window grant's window end,
-	// after which giving them back would be a Redis call for nothing;
-	// zero on a bucket, whose refill they join.
-	ends time.Time
 }
 
 // report handles one bucket's usage report and returns the action to
@@ -194,13 +153,13 @@ func (s *Server) subscribe(st *streamState, u *rlqspb.RateLimitQuotaUsageReports
 func (b *bucket) counted(allowed, denied uint64, now time.Time) {
 	b.demand, b.interval, b.last = allowed+denied, now.Sub(b.last), now
 	old := min(allowed, b.carry)
-	b.used += allowed - old
-	b.carried += old
-	if denied > 0 && b.live && !b.pushed {
+	b.g.used += allowed - old
+	b.g.carried += old
+	if denied > 0 && b.g.live && !b.pushed {
 		// Envoy denies only once its token bucket is empty (or its
 		// assignment ended): whatever the count says, the grant is spent,
 		// and replaced. (After a push, the denials may be from before it.)
-		b.spent = true
+		b.g.spent = true
 	}
 	b.carry, b.pushed = 0, false
 }
@@ -222,13 +181,13 @@ func (s *Server) settle(st *streamState, b *bucket, allowed uint64, now time.Tim
 			}
 		}
 	}
-	if b.live && !now.Before(b.gDead) {
+	if b.g.over(now) {
 		// What is left goes back once a report surely tells all it spent
 		// (but a window's, whose window has ended, where nothing is taken
 		// back).
-		b.live = false
-		if r := b.unspent(); b.gFrom == fromShared && b.gLimit.Algorithm.Bucketed() && r > 0 && b.ret.hits == 0 {
-			g := giveBack{hits: r, key: b.gKey, limit: b.gLimit, receipt: b.gReceipt, after: b.gDead.Add(s.o.Margin)}
+		b.g.live = false
+		if r := b.g.unspent(); b.g.from == fromShared && b.g.limit.Algorithm.Bucketed() && r > 0 && b.ret.hits == 0 {
+			g := b.g.back(r, b.g.dead.Add(s.o.Margin))
 			if now.Before(g.after) {
 				b.ret = g // this report may have been sent before the end
 			} else {
@@ -282,7 +241,7 @@ func (s *Server) rematch(st *streamState, b *bucket, pushed bool) {
 				zap.String("bucket", bucketKey(b.entries)), zap.String("reason", p.why))
 		}
 		b.replaced(s.o.Now(), pushed, s.o.Margin)
-		b.live, b.push = false, time.Time{} // assign anew under the new plan
+		b.g.live, b.push = false, time.Time{} // assign anew under the new plan
 	}
 	b.rules, b.plan = rs, p
 }
@@ -295,7 +254,7 @@ func (s *Server) rematch(st *streamState, b *bucket, pushed bool) {
 // push.
 func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.RateLimitQuotaResponse_BucketAction {
 	now := s.o.Now()
-	if b.live && !topUp && !b.spent && now.Before(b.until.Add(-s.o.Margin)) && b.used < b.granted {
+	if !topUp && b.g.stands(now, s.o.Margin) {
 		b.planTopUp(now)
 		return nil
 	}
@@ -304,7 +263,7 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 	// reached Envoy, whether or not it replaced one: they do not say it
 	// ran out (see counted).
 	b.pushed = b.pushed || pushed
-	b.live, b.push, b.topUp, b.refresh = false, time.Time{}, false, time.Time{}
+	b.g.live, b.push, b.topUp, b.refresh = false, time.Time{}, false, time.Time{}
 	p := &b.plan
 	want := b.wanted()
 	if left := windowLeft(p.limit, now); p.ttl == 0 && left-s.o.Margin < time.Second {
@@ -332,10 +291,10 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 			s.giveBack(st, giveBack{hits: out.Granted, key: p.key, limit: p.limit, receipt: out.GrantReceipt})
 		}
 		s.m.Assigned(st.label, "deny_all", "window_ending")
-		return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, b.until.Sub(s.o.Now()))
+		return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, b.g.until.Sub(s.o.Now()))
 	}
 	b.hold(t, want, now, s.o.Margin)
-	b.every = max(p.limit.Window(), ttl)
+	b.g.every = max(p.limit.Window(), ttl)
 	b.refresh = time.Time{}
 	if p.ttl == 0 && ttl-ttl.Truncate(time.Second) > 2*refreshEarly {
 		// Envoy reads whole seconds, so the assignment lapses up to a
@@ -343,12 +302,12 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 		// late) before that, the same token bucket is sent again for one
 		// second, which Envoy applies keeping its tokens, to live until
 		// about the margin before the window's end.
-		b.refresh = b.until.Add(-s.o.Margin - time.Second - refreshEarly)
+		b.refresh = b.g.until.Add(-s.o.Margin - time.Second - refreshEarly)
 	}
-	s.m.Granted(st.label, b.granted, t.from == fromLocal)
+	s.m.Granted(st.label, b.g.granted, t.from == fromLocal)
 	s.m.Assigned(st.label, "token_bucket", t.from.reason())
-	a := tokenBucket(b.bucketID(), b.granted, b.every, b.gen, ttl)
-	st.timed = append(st.timed, timed{a: a, fresh: true, at: now, window: p.ttl == 0, until: b.until, ttl: ttl})
+	a := tokenBucket(b.bucketID(), b.g.granted, b.g.every, b.gen, ttl)
+	st.timed = append(st.timed, timed{a: a, fresh: true, at: now, window: p.ttl == 0, until: b.g.until, ttl: ttl})
 	return a
 }
 
@@ -357,7 +316,7 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 // is expected to (see topUpAt), losing what is left then, unless the
 // limit is running out: there what is lost counts.
 func (b *bucket) planTopUp(now time.Time) {
-	if left := b.granted - b.used; b.demand > left && !b.capped {
+	if left := b.g.left(); b.demand > left && !b.g.capped {
 		at := now.Add(topUpAt(b.interval, left, b.demand))
 		if at.Before(b.push) || b.push.IsZero() {
 			b.push, b.topUp = at, true
@@ -508,13 +467,13 @@ func (s *Server) dry(st *streamState, b *bucket, t taken, now time.Time) *rlqspb
 // before that.
 func (s *Server) grantTTL(b *bucket, out limits.Outcome, now time.Time) (time.Duration, bool) {
 	if ttl := b.plan.ttl; ttl > 0 {
-		b.until = now.Add(ttl)
-		b.push = b.until.Add(-min(s.o.Margin, ttl/4))
+		b.g.until = now.Add(ttl)
+		b.push = b.g.until.Add(-min(s.o.Margin, ttl/4))
 		return ttl, true
 	}
 	b.push = now.Add(out.GrantFor + pushDelay)
-	b.until = now.Add(out.GrantFor)
-	ttl := b.until.Sub(s.o.Now()) - s.o.Margin
+	b.g.until = now.Add(out.GrantFor)
+	ttl := b.g.until.Sub(s.o.Now()) - s.o.Margin
 	return ttl, ttl >= time.Second
 }
 
@@ -531,17 +490,17 @@ func (s *Server) grantTTL(b *bucket, out limits.Outcome, now time.Time) (time.Du
 func (b *bucket) hold(t taken, want uint64, now time.Time, margin time.Duration) {
 	p := &b.plan
 	g := min(t.out.Granted, math.MaxUint32)
-	b.live, b.granted, b.used, b.carried, b.spent, b.capped = true, g, 0, 0, false, t.out.Granted < want
-	b.gKey, b.gLimit, b.gReceipt, b.gFrom = p.key, t.limit, t.out.GrantReceipt, t.from
-	b.gDead, b.gEnd = b.until, b.until.Add(-margin)
+	b.g.live, b.g.granted, b.g.used, b.g.carried, b.g.spent, b.g.capped = true, g, 0, 0, false, t.out.Granted < want
+	b.g.key, b.g.limit, b.g.receipt, b.g.from = p.key, t.limit, t.out.GrantReceipt, t.from
+	b.g.dead, b.g.end = b.g.until, b.g.until.Add(-margin)
 	if p.ttl > 0 {
-		b.gDead, b.gEnd = b.until.Add(margin), b.until
+		b.g.dead, b.g.end = b.g.until.Add(margin), b.g.until
 	}
 	var at time.Time
 	switch {
-	case !b.capped && b.demand > g:
+	case !b.g.capped && b.demand > g:
 		at = now.Add(topUpAt(b.interval, g, b.demand))
-	case b.capped && p.rule.Algorithm == limits.SlidingWindow && b.demand > 0:
+	case b.g.capped && p.rule.Algorithm == limits.SlidingWindow && b.demand > 0:
 		at = regrowAt(p.rule, now, regrowEvery(p.rule), topUpAt(b.interval, g, b.demand), margin)
 	}
 	if !at.IsZero() && (b.push.IsZero() || at.Before(b.push)) {
@@ -560,13 +519,13 @@ const refreshEarly = 100 * time.Millisecond
 // it is too late for a whole second.
 func (s *Server) refreshed(st *streamState, b *bucket) *rlqspb.RateLimitQuotaResponse_BucketAction {
 	b.refresh = time.Time{}
-	ttl := b.until.Sub(s.o.Now()) - s.o.Margin
-	if !b.live || ttl < time.Second {
+	ttl := b.g.ttl(s.o.Now(), s.o.Margin)
+	if !b.g.live || ttl < time.Second {
 		return nil
 	}
 	s.m.Assigned(st.label, "token_bucket", "refresh")
-	a := tokenBucket(b.bucketID(), b.granted, b.every, b.gen, ttl)
-	st.timed = append(st.timed, timed{a: a, at: s.o.Now(), window: true, until: b.until, ttl: ttl})
+	a := tokenBucket(b.bucketID(), b.g.granted, b.g.every, b.gen, ttl)
+	st.timed = append(st.timed, timed{a: a, at: s.o.Now(), window: true, until: b.g.until, ttl: ttl})
 	return a
 }
 
@@ -579,34 +538,27 @@ func (s *Server) refreshed(st *streamState, b *bucket) *rlqspb.RateLimitQuotaRes
 // and replaces it early (what it held goes back); too much would leave
 // Envoy denied while the server thinks it holds quota.
 func (b *bucket) replaced(now time.Time, pushed bool, margin time.Duration) {
-	if !b.live {
+	if !b.g.live {
 		return
 	}
-	left := b.granted - min(b.used, b.granted)
-	b.spent = false
+	left := b.g.left()
+	b.g.spent = false
 	if pushed {
 		b.pushed = true
 		end := now
-		if b.gEnd.Before(end) {
-			end = b.gEnd
+		if b.g.end.Before(end) {
+			end = b.g.end
 		}
 		if spent := end.Sub(b.last); spent > 0 {
 			b.carry += min(left, mulDiv(b.demand, uint64(spent), uint64(max(b.interval, time.Second))))
 		}
 	}
-	if r := b.unspent(); b.gFrom == fromShared && r > 0 {
-		b.ret = giveBack{hits: r, key: b.gKey, limit: b.gLimit, receipt: b.gReceipt, after: now.Add(margin)}
-		if !b.gLimit.Algorithm.Bucketed() {
-			b.ret.ends = b.gDead
+	if r := b.g.unspent(); b.g.from == fromShared && r > 0 {
+		b.ret = b.g.back(r, now.Add(margin))
+		if !b.g.limit.Algorithm.Bucketed() {
+			b.ret.ends = b.g.dead
 		}
 	}
-}
-
-// unspent is what Envoy has surely not spent of b's live grant as of the
-// last report: the grant less every request allowed since it was sent,
-// those charged to the grant before it included.
-func (b *bucket) unspent() uint64 {
-	return b.granted - min(b.used+b.carried, b.granted)
 }
 
 // dryFor is how long a limit that granted nothing at now is denied:
