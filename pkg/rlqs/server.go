@@ -146,6 +146,7 @@ type Server struct {
 	log   *zap.Logger
 	o     Options
 	m     Metrics
+	plans planner
 
 	// held and heldBytes are the buckets all streams hold, and what
 	// they count against MaxTotalBytes (see hold).
@@ -181,16 +182,14 @@ func (s *Server) noteRules(rs *limits.Ruleset) {
 	}
 	s.noted = rs
 	s.mu.Unlock()
-	if u := s.Unserved(rs); len(u) > 0 {
+	if u := s.plans.unserved(rs); len(u) > 0 {
 		s.log.Warn("rlqs cannot serve these rules from their limits; buckets that match them get the domain's failure mode",
 			zap.Strings("rules", u))
 	}
 }
 
-// NewServer returns a Server that assigns quota taken from st, a shared
-// store that grants hits for leases (limits.Check.Extra), under the rules
-// rules holds.
-func NewServer(rules Rules, st limits.Store, log *zap.Logger, o Options) *Server {
+// withDefaults is o with every zero field that has a default set to it.
+func (o Options) withDefaults() Options {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -218,11 +217,19 @@ func NewServer(rules Rules, st limits.Store, log *zap.Logger, o Options) *Server
 	if o.AfterFunc == nil {
 		o.AfterFunc = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
 	}
+	return o
+}
+
+// NewServer returns a Server that assigns quota taken from st, a shared
+// store that grants hits for leases (limits.Check.Extra), under the rules
+// rules holds.
+func NewServer(rules Rules, st limits.Store, log *zap.Logger, o Options) *Server {
+	o = o.withDefaults()
 	m := o.Metrics
 	if m == nil {
 		m = noMetrics{}
 	}
-	return &Server{rules: rules, store: st, ret: o.Return, log: log, o: o, m: m, holders: map[string]*holder{}}
+	return &Server{rules: rules, store: st, ret: o.Return, log: log, o: o, m: m, plans: o.planner(rules.FailureMode), holders: map[string]*holder{}}
 }
 
 // ServiceName is the service's full name, for gRPC health checks.
@@ -575,19 +582,4 @@ type streamState struct {
 	label   string             // domain for metrics: "" when the rules do not define it
 	buckets map[string]*bucket // by bucketKey
 	h       *holder            // the stream's connection's share (share.go)
-}
-
-// Serves reports how the server answers a bucket of domain under rs:
-// nil when it assigns quota granted from the bucket's limit, else an
-// error saying why not (no rule applies, the rule cannot be served
-// exactly, the bucket id is empty). Configuration checks use it.
-func (s *Server) Serves(rs *limits.Ruleset, domain string, bucket map[string]string) error {
-	ents, err := entriesOf(&rlqspb.BucketId{Bucket: bucket})
-	if err != nil {
-		return err
-	}
-	if p := s.match(rs, domain, ents); p.kind != planGrant {
-		return fmt.Errorf("not served from a limit (%s): %s", p.reason, p.why)
-	}
-	return nil
 }

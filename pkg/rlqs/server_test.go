@@ -479,8 +479,7 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := rlqs.NewServer(limits.NewEngine(rs, memory.New(memory.Options{}), limits.EngineOptions{}), nil, zaptest.NewLogger(t), rlqs.Options{})
-	got := srv.Unserved(rs)
+	got := rlqs.Unserved(rs, rlqs.Options{})
 	want := []string{
 		"rules.yaml:4 descriptors[0]: algorithm sliding_log cannot be served exactly over RLQS",
 		"rules.yaml:6 descriptors[1]: burst 20 is too small to serve over RLQS",
