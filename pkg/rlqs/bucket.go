@@ -56,7 +56,8 @@ type bucket struct {
 
 // report handles one bucket's usage report and returns the action to
 // send for it, or nil when its assignment stands.
-func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) (*rlqspb.RateLimitQuotaResponse_BucketAction, error) {
+func (st *streamState) report(u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) (*rlqspb.RateLimitQuotaResponse_BucketAction, error) {
+	s := st.srv
 	ents, err := entriesOf(u.GetBucketId())
 	if err != nil {
 		return nil, err
@@ -66,31 +67,31 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 	b := st.buckets[k]
 	if b == nil {
 		var unheld *rlqspb.RateLimitQuotaResponse_BucketAction
-		if b, unheld, err = s.subscribe(st, u, k, ents, now); b == nil {
+		if b, unheld, err = st.subscribe(u, k, ents, now); b == nil {
 			return unheld, err
 		}
 	}
 	allowed, denied := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
 	s.m.Usage(st.label, allowed, denied)
 	b.counted(allowed, denied, now)
-	s.settle(st, b, allowed, now)
+	st.settle(b, allowed, now)
 	if allowed+denied > 0 {
 		b.active = now
 	} else if now.Sub(b.active) >= s.o.IdleAfter {
 		// Idle: Envoy drops the bucket and subscribes again at its next
 		// request, and the stream's room for buckets is kept for busy ones.
-		s.drop(st, k)
+		st.drop(k)
 		s.m.Assigned(st.label, "abandon", "idle")
 		return abandon(b.bucketID()), nil
 	}
-	s.rematch(st, b, false)
+	st.rematch(b, false)
 	if b.plan.kind != planGrant {
 		// The rules changed under it: no longer served from a limit, so
 		// no longer kept.
-		s.drop(st, k)
-		return s.unheld(st, u, b.plan), nil
+		st.drop(k)
+		return st.unheld(u, b.plan), nil
 	}
-	return s.grant(st, b, false, false), nil
+	return st.grant(b, false, false), nil
 }
 
 // subscribe keeps a bucket new to st, under k, if a limit serves it; a
@@ -98,7 +99,8 @@ func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 // buckets cost nothing between reports. What a stream holds is bounded
 // by MaxBuckets times what one bucket may hold: the RLS path's bounds on
 // entries and bytes.
-func (s *Server) subscribe(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, k string, ents []limits.Entry, now time.Time) (b *bucket, unheld *rlqspb.RateLimitQuotaResponse_BucketAction, err error) {
+func (st *streamState) subscribe(u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, k string, ents []limits.Entry, now time.Time) (b *bucket, unheld *rlqspb.RateLimitQuotaResponse_BucketAction, err error) {
+	s := st.srv
 	req := limits.Request{Domain: st.domain, Descriptors: []limits.Descriptor{{Entries: ents}}}
 	if err := s.rules.Validate(&req); err != nil {
 		return nil, nil, fmt.Errorf("bucket_id, matched as a descriptor: %w", err)
@@ -107,7 +109,7 @@ func (s *Server) subscribe(st *streamState, u *rlqspb.RateLimitQuotaUsageReports
 	s.noteRules(rs)
 	p := s.plans.match(rs, st.domain, ents)
 	if p.kind != planGrant {
-		return nil, s.unheld(st, u, p), nil
+		return nil, st.unheld(u, p), nil
 	}
 	if len(st.buckets) >= s.o.MaxBuckets {
 		return nil, nil, fmt.Errorf("bucket_id: more than %d buckets on one stream", s.o.MaxBuckets)
@@ -145,7 +147,8 @@ func (b *bucket) counted(allowed, denied uint64, now time.Time) {
 // settle gives back, once a report surely tells all Envoy spent of
 // them, the hits of a replaced grant that were never spent, and ends a
 // live grant that Envoy can no longer spend.
-func (s *Server) settle(st *streamState, b *bucket, allowed uint64, now time.Time) {
+func (st *streamState) settle(b *bucket, allowed uint64, now time.Time) {
+	s := st.srv
 	if r := b.ret; r.hits > 0 {
 		// At most allowed of its hits were spent since it was last
 		// reported on; once a report is surely later than the last
@@ -155,7 +158,7 @@ func (s *Server) settle(st *streamState, b *bucket, allowed uint64, now time.Tim
 		if !now.Before(r.after) {
 			b.ret = giveBack{}
 			if r.ends.IsZero() || now.Before(r.ends) {
-				s.giveBack(st, r)
+				st.giveBack(r)
 			}
 		}
 	}
@@ -169,7 +172,7 @@ func (s *Server) settle(st *streamState, b *bucket, allowed uint64, now time.Tim
 			if now.Before(g.after) {
 				b.ret = g // this report may have been sent before the end
 			} else {
-				s.giveBack(st, g)
+				st.giveBack(g)
 			}
 		}
 	}
@@ -178,7 +181,8 @@ func (s *Server) settle(st *streamState, b *bucket, allowed uint64, now time.Tim
 // drop lets go of b, kept under k. What its live grant holds is not given
 // back: Envoy may spend from it until the abandon or the new answer
 // reaches it, and no later report would tell.
-func (s *Server) drop(st *streamState, k string) {
+func (st *streamState) drop(k string) {
+	s := st.srv
 	s.release(st.h, st.buckets[k].cost)
 	delete(st.buckets, k)
 	s.m.Buckets(-1)
@@ -189,7 +193,8 @@ func (s *Server) drop(st *streamState, k string) {
 // and with abandon at the first report without any, so that Envoy's
 // report does not carry it for good. Envoy then decides its next request
 // by no_assignment_behavior and subscribes it again.
-func (s *Server) unheld(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, p plan) *rlqspb.RateLimitQuotaResponse_BucketAction {
+func (st *streamState) unheld(u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, p plan) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	s := st.srv
 	id := u.GetBucketId()
 	if u.GetNumRequestsAllowed()+u.GetNumRequestsDenied() == 0 {
 		s.m.Assigned(st.label, "abandon", p.reason)
@@ -205,7 +210,8 @@ func (s *Server) unheld(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 
 // rematch matches b again when the rules changed since it last was; a
 // bucket whose limit changed is assigned anew (by a push when pushed).
-func (s *Server) rematch(st *streamState, b *bucket, pushed bool) {
+func (st *streamState) rematch(b *bucket, pushed bool) {
+	s := st.srv
 	rs := s.rules.Rules()
 	if rs == b.rules {
 		return
@@ -230,7 +236,8 @@ func (s *Server) rematch(st *streamState, b *bucket, pushed bool) {
 // report says it is spent, since a new token bucket replaces Envoy's and
 // the tokens left in the old one are lost. It also sets when b wants a
 // push.
-func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.RateLimitQuotaResponse_BucketAction {
+func (st *streamState) grant(b *bucket, topUp, pushed bool) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	s := st.srv
 	now := s.o.Now()
 	if !topUp && b.g.stands(now, s.o.Margin) {
 		b.planTopUp(now)
@@ -252,21 +259,21 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 		s.m.Assigned(st.label, "deny_all", "window_ending")
 		return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, left)
 	}
-	t, refused := s.take(st, b, want)
+	t, refused := st.take(b, want)
 	if refused != nil {
 		return refused
 	}
 	out := t.out
 	if out.Over || out.Granted == 0 {
-		return s.dry(st, b, t, now)
+		return st.dry(b, t, now)
 	}
-	ttl, ok := s.grantTTL(b, out, now)
+	ttl, ok := b.grantTTL(out, now, s.o.Now, s.o.Margin)
 	if !ok {
 		// Too close to the window's end for a whole-second time to live:
 		// the hits go back (if they were taken from the shared store),
 		// and Envoy is denied until the next window.
 		if t.from == fromShared {
-			s.giveBack(st, giveBack{hits: out.Granted, key: p.key, limit: p.limit, receipt: out.GrantReceipt})
+			st.giveBack(giveBack{hits: out.Granted, key: p.key, limit: p.limit, receipt: out.GrantReceipt})
 		}
 		s.m.Assigned(st.label, "deny_all", "window_ending")
 		return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, b.g.until.Sub(s.o.Now()))
@@ -352,7 +359,8 @@ func (f source) reason() string {
 // take asks the store for want hits of b's limit. When the store fails,
 // the domain's failure mode decides: a blanket answer to send instead
 // (refused), or a grant from the memory store.
-func (s *Server) take(st *streamState, b *bucket, want uint64) (t taken, refused *rlqspb.RateLimitQuotaResponse_BucketAction) {
+func (st *streamState) take(b *bucket, want uint64) (t taken, refused *rlqspb.RateLimitQuotaResponse_BucketAction) {
+	s := st.srv
 	ctx := st.ctxOf()
 	p := &b.plan
 	own := ownHits(p.limit)
@@ -422,7 +430,8 @@ func withOwn(l *limits.Limit, out limits.Outcome, own uint64, now time.Time) lim
 // hit, but on a sliding window: see ownHits): deny until a grant can be
 // taken again, and ask again then (a sliding window sooner, as room
 // regrows, and at its window's last ask; the push replaces the denial).
-func (s *Server) dry(st *streamState, b *bucket, t taken, now time.Time) *rlqspb.RateLimitQuotaResponse_BucketAction {
+func (st *streamState) dry(b *bucket, t taken, now time.Time) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	s := st.srv
 	s.m.Assigned(st.label, "deny_all", "dry")
 	d := max(dryFor(t.limit, t.out, now), time.Second)
 	next := d
@@ -443,15 +452,15 @@ func (s *Server) dry(st *streamState, b *bucket, t taken, now time.Time) *rlqspb
 // instead, not replaced as soon as it is sent. A window's grant is
 // spent until the store's GrantFor, and lives for Envoy until the margin
 // before that.
-func (s *Server) grantTTL(b *bucket, out limits.Outcome, now time.Time) (time.Duration, bool) {
+func (b *bucket) grantTTL(out limits.Outcome, now time.Time, clock func() time.Time, margin time.Duration) (time.Duration, bool) {
 	if ttl := b.plan.ttl; ttl > 0 {
 		b.g.until = now.Add(ttl)
-		b.push = b.g.until.Add(-min(s.o.Margin, ttl/4))
+		b.push = b.g.until.Add(-min(margin, ttl/4))
 		return ttl, true
 	}
 	b.push = now.Add(out.GrantFor + pushDelay)
 	b.g.until = now.Add(out.GrantFor)
-	ttl := b.g.until.Sub(s.o.Now()) - s.o.Margin
+	ttl := b.g.ttl(clock(), margin) // after the store's round trip
 	return ttl, ttl >= time.Second
 }
 
@@ -495,7 +504,8 @@ const refreshEarly = 100 * time.Millisecond
 // refreshed sends b's live grant again, unchanged but for a time to live
 // that ends the margin before its window does (see grant), or nil when
 // it is too late for a whole second.
-func (s *Server) refreshed(st *streamState, b *bucket) *rlqspb.RateLimitQuotaResponse_BucketAction {
+func (st *streamState) refreshed(b *bucket) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	s := st.srv
 	b.refresh = time.Time{}
 	ttl := b.g.ttl(s.o.Now(), s.o.Margin)
 	if !b.g.live || ttl < time.Second {
@@ -621,7 +631,8 @@ func windowLeft(l *limits.Limit, now time.Time) time.Duration {
 }
 
 // giveBack returns r's hits to the shared store, if it takes hits back.
-func (s *Server) giveBack(st *streamState, r giveBack) {
+func (st *streamState) giveBack(r giveBack) {
+	s := st.srv
 	if s.ret == nil || r.hits == 0 {
 		return
 	}

@@ -246,7 +246,7 @@ func (s *Server) Register(g *grpc.Server) {
 // assignments when a busy bucket's grant ends between reports (see
 // push).
 func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
-	st := &streamState{ctx: stream.Context(), send: stream.Send, buckets: make(map[string]*bucket)}
+	st := &streamState{srv: s, ctx: stream.Context(), send: stream.Send, buckets: make(map[string]*bucket)}
 	st.h = s.join(st.ctx)
 	s.m.Streams(1)
 	defer func() {
@@ -273,21 +273,22 @@ func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_Strea
 		if err != nil {
 			return err
 		}
-		if err := s.serveReport(st, msg); err != nil {
+		if err := st.serveReport(msg); err != nil {
 			return err
 		}
 	}
 }
 
 // serveReport answers one message of usage reports.
-func (s *Server) serveReport(st *streamState, msg *rlqspb.RateLimitQuotaUsageReports) (err error) {
+func (st *streamState) serveReport(msg *rlqspb.RateLimitQuotaUsageReports) (err error) {
+	s := st.srv
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if s.o.Tracer != nil {
 		var span trace.Span
 		st.op, span = s.o.Tracer.Start(st.ctx, "rlqs report", trace.WithSpanKind(trace.SpanKindServer))
 		defer func() {
-			s.endSpan(span, st, len(msg.GetBucketQuotaUsages()), err)
+			st.endSpan(span, len(msg.GetBucketQuotaUsages()), err)
 			st.op = nil
 		}()
 	}
@@ -307,29 +308,29 @@ func (s *Server) serveReport(st *streamState, msg *rlqspb.RateLimitQuotaUsageRep
 	}
 	resp := &rlqspb.RateLimitQuotaResponse{}
 	for i, u := range msg.GetBucketQuotaUsages() {
-		a, err := s.report(st, u)
+		a, err := st.report(u)
 		if err != nil {
 			// One bucket Envoy cannot be served for does not end the
 			// stream: Envoy would send it again with every report, and
 			// every other bucket would go without quota.
-			a = s.refuse(st, u, fmt.Errorf("bucket_quota_usages[%d].%w", i, err))
+			a = st.refuse(u, fmt.Errorf("bucket_quota_usages[%d].%w", i, err))
 		}
 		if a != nil {
 			resp.BucketAction = append(resp.BucketAction, a)
 		}
 	}
-	resp.BucketAction = append(resp.BucketAction, s.repay(st)...)
+	resp.BucketAction = append(resp.BucketAction, st.repay()...)
 	st.sent = len(resp.BucketAction)
-	resp = s.finish(st, resp)
+	resp = st.finish(resp)
 	// Armed before the answer goes out, so that whoever has the answer
 	// knows the next push is set (a fake clock's test advances at once);
 	// the push waits for st.mu, which the send holds.
-	s.arm(st)
+	st.arm()
 	return st.send(resp)
 }
 
 // endSpan ends the span of a message of st that considered buckets.
-func (s *Server) endSpan(span trace.Span, st *streamState, buckets int, err error) {
+func (st *streamState) endSpan(span trace.Span, buckets int, err error) {
 	span.SetAttributes(
 		attribute.String("ratelimit.domain", st.domain),
 		attribute.Int("rlqs.buckets", buckets),
@@ -364,7 +365,8 @@ const pushQuantum = 20 * time.Millisecond
 // arm sets the stream's timer to the earliest time a bucket wants a push,
 // but no sooner than pushQuantum after the last.
 // It requires st.mu.
-func (s *Server) arm(st *streamState) {
+func (st *streamState) arm() {
+	s := st.srv
 	var next time.Time
 	for _, b := range st.buckets {
 		for _, at := range [2]time.Time{b.push, b.refresh} {
@@ -389,7 +391,7 @@ func (s *Server) arm(st *streamState) {
 	st.due = next
 	st.timer++
 	gen := st.timer
-	st.stop = s.o.AfterFunc(max(next.Sub(s.o.Now()), 0), func() { s.push(st, gen) })
+	st.stop = s.o.AfterFunc(max(next.Sub(s.o.Now()), 0), func() { st.push(gen) })
 }
 
 // push sends, between reports, a new assignment for each busy bucket
@@ -398,7 +400,8 @@ func (s *Server) arm(st *streamState) {
 // can grant again, and a grant that the last report's rate says is
 // spent before the next report, when it is. A bucket whose last report held no requests gets
 // none: it needs no quota until it asks.
-func (s *Server) push(st *streamState, gen uint64) {
+func (st *streamState) push(gen uint64) {
+	s := st.srv
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.closed || gen != st.timer {
@@ -413,7 +416,7 @@ func (s *Server) push(st *streamState, gen uint64) {
 		st.op, span = s.o.Tracer.Start(st.ctx, "rlqs push", trace.WithSpanKind(trace.SpanKindServer))
 		st.sent = 0
 		defer func() {
-			s.endSpan(span, st, len(st.buckets), nil)
+			st.endSpan(span, len(st.buckets), nil)
 			st.op = nil
 		}()
 	}
@@ -421,7 +424,7 @@ func (s *Server) push(st *streamState, gen uint64) {
 	resp := &rlqspb.RateLimitQuotaResponse{}
 	for _, b := range st.buckets {
 		if !b.refresh.IsZero() && !b.refresh.After(now) && (b.push.IsZero() || b.push.After(now)) {
-			if a := s.refreshed(st, b); a != nil {
+			if a := st.refreshed(b); a != nil {
 				resp.BucketAction = append(resp.BucketAction, a)
 			}
 			continue
@@ -435,11 +438,11 @@ func (s *Server) push(st *streamState, gen uint64) {
 		if b.demand == 0 {
 			continue // idle at its last report
 		}
-		s.rematch(st, b, true)
+		st.rematch(b, true)
 		if b.plan.kind != planGrant {
 			continue // blanket answers are sent again with every report
 		}
-		if a := s.grant(st, b, topUp, true); a != nil {
+		if a := st.grant(b, topUp, true); a != nil {
 			resp.BucketAction = append(resp.BucketAction, a)
 		}
 	}
@@ -447,9 +450,9 @@ func (s *Server) push(st *streamState, gen uint64) {
 		st.sent = len(resp.BucketAction)
 		s.m.Pushed()
 		// An error ends the stream, which its handler sees.
-		_ = st.send(s.finish(st, resp))
+		_ = st.send(st.finish(resp))
 	}
-	s.arm(st)
+	st.arm()
 }
 
 // finish readies resp, the message of st being built, to be sent.
@@ -468,7 +471,8 @@ func (s *Server) push(st *streamState, gen uint64) {
 // are applied, so the blanket is never in force; the token bucket after
 // it replaces no token bucket and starts full. A refresh (the same token
 // bucket again) is not new.
-func (s *Server) finish(st *streamState, resp *rlqspb.RateLimitQuotaResponse) *rlqspb.RateLimitQuotaResponse {
+func (st *streamState) finish(resp *rlqspb.RateLimitQuotaResponse) *rlqspb.RateLimitQuotaResponse {
+	s := st.srv
 	now := s.o.Now()
 	fresh := 0
 	for _, t := range st.timed {
@@ -533,7 +537,8 @@ const sendSlack = 50 * time.Millisecond
 // failure mode, for BlanketTTL, without keeping it; or, when the report
 // holds no requests for it, with abandon, so that Envoy forgets it (see
 // unheld). The first refusal of a stream is logged; all are counted.
-func (s *Server) refuse(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, err error) *rlqspb.RateLimitQuotaResponse_BucketAction {
+func (st *streamState) refuse(u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, err error) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	s := st.srv
 	id := u.GetBucketId()
 	if u.GetNumRequestsAllowed()+u.GetNumRequestsDenied() == 0 && len(id.GetBucket()) > 0 {
 		s.m.Assigned(st.label, "abandon", "refused")
@@ -561,6 +566,7 @@ func (s *Server) refuse(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_Bu
 
 // streamState is one stream's buckets.
 type streamState struct {
+	srv  *Server // the server it belongs to
 	ctx  context.Context
 	mu   sync.Mutex // guards what follows, and send
 	send func(*rlqspb.RateLimitQuotaResponse) error

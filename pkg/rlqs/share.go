@@ -128,7 +128,8 @@ func (s *Server) release(h *holder, n int) {
 // repay abandons buckets of st that its connection owes (see holder),
 // and returns the actions that tell Envoy.
 // requires st.mu held
-func (s *Server) repay(st *streamState) []*rlqspb.RateLimitQuotaResponse_BucketAction {
+func (st *streamState) repay() []*rlqspb.RateLimitQuotaResponse_BucketAction {
+	s := st.srv
 	s.hmu.Lock()
 	n := min(st.h.owed, len(st.buckets))
 	st.h.owed -= n
@@ -142,7 +143,7 @@ func (s *Server) repay(st *streamState) []*rlqspb.RateLimitQuotaResponse_BucketA
 			break
 		}
 		out = append(out, abandon(b.bucketID()))
-		s.drop(st, k)
+		st.drop(k)
 		s.m.Assigned(st.label, "abandon", "share")
 	}
 	return out
