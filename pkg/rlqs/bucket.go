@@ -2,10 +2,8 @@ package rlqs
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"math/bits"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,81 +52,6 @@ type bucket struct {
 	ret giveBack
 }
 
-// report handles one bucket's usage report and returns the action to
-// send for it, or nil when its assignment stands.
-func (st *streamState) report(u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) (*rlqspb.RateLimitQuotaResponse_BucketAction, error) {
-	s := st.srv
-	ents, err := entriesOf(u.GetBucketId())
-	if err != nil {
-		return nil, err
-	}
-	now := s.o.Now()
-	k := bucketKey(ents)
-	b := st.buckets[k]
-	if b == nil {
-		var unheld *rlqspb.RateLimitQuotaResponse_BucketAction
-		if b, unheld, err = st.subscribe(u, k, ents, now); b == nil {
-			return unheld, err
-		}
-	}
-	allowed, denied := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
-	s.m.Usage(st.label, allowed, denied)
-	b.counted(allowed, denied, now)
-	st.settle(b, allowed, now)
-	if allowed+denied > 0 {
-		b.active = now
-	} else if now.Sub(b.active) >= s.o.IdleAfter {
-		// Idle: Envoy drops the bucket and subscribes again at its next
-		// request, and the stream's room for buckets is kept for busy ones.
-		st.drop(k)
-		s.m.Assigned(st.label, "abandon", "idle")
-		return abandon(b.bucketID()), nil
-	}
-	st.rematch(b, false)
-	if b.plan.kind != planGrant {
-		// The rules changed under it: no longer served from a limit, so
-		// no longer kept.
-		st.drop(k)
-		return st.unheld(u, b.plan), nil
-	}
-	return st.grant(b, false, false), nil
-}
-
-// subscribe keeps a bucket new to st, under k, if a limit serves it; a
-// bucket no limit serves is answered (unheld) and not kept, so that such
-// buckets cost nothing between reports. What a stream holds is bounded
-// by MaxBuckets times what one bucket may hold: the RLS path's bounds on
-// entries and bytes.
-func (st *streamState) subscribe(u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, k string, ents []limits.Entry, now time.Time) (b *bucket, unheld *rlqspb.RateLimitQuotaResponse_BucketAction, err error) {
-	s := st.srv
-	req := limits.Request{Domain: st.domain, Descriptors: []limits.Descriptor{{Entries: ents}}}
-	if err := s.rules.Validate(&req); err != nil {
-		return nil, nil, fmt.Errorf("bucket_id, matched as a descriptor: %w", err)
-	}
-	rs := s.rules.Rules()
-	s.noteRules(rs)
-	p := s.plans.match(rs, st.domain, ents)
-	if p.kind != planGrant {
-		return nil, st.unheld(u, p), nil
-	}
-	if len(st.buckets) >= s.o.MaxBuckets {
-		return nil, nil, fmt.Errorf("bucket_id: more than %d buckets on one stream", s.o.MaxBuckets)
-	}
-	// The id is held once, and the limit's store key, which holds the
-	// values again, beside it.
-	cost := len(k) + len(p.key)
-	if err := s.hold(st.h, cost); err != nil {
-		return nil, nil, err
-	}
-	// Grants are told apart by a number (see tokenBucket); it starts
-	// anywhere, so that a new stream's first grant does not repeat the
-	// one Envoy still holds from a stream before.
-	b = &bucket{entries: compactEntries(k, len(ents)), cost: cost, active: now, last: now, gen: rand.Int32N(maxGen)}
-	st.buckets[k] = b
-	s.m.Buckets(1)
-	return b, nil, nil
-}
-
 // counted takes in a report of allowed and denied requests at now.
 func (b *bucket) counted(allowed, denied uint64, now time.Time) {
 	b.demand, b.interval, b.last = allowed+denied, now.Sub(b.last), now
@@ -142,92 +65,6 @@ func (b *bucket) counted(allowed, denied uint64, now time.Time) {
 		b.g.spent = true
 	}
 	b.carry, b.pushed = 0, false
-}
-
-// settle gives back, once a report surely tells all Envoy spent of
-// them, the hits of a replaced grant that were never spent, and ends a
-// live grant that Envoy can no longer spend.
-func (st *streamState) settle(b *bucket, allowed uint64, now time.Time) {
-	s := st.srv
-	if r := b.ret; r.hits > 0 {
-		// At most allowed of its hits were spent since it was last
-		// reported on; once a report is surely later than the last
-		// spending, the rest never will be.
-		r.hits -= min(allowed, r.hits)
-		b.ret = r
-		if !now.Before(r.after) {
-			b.ret = giveBack{}
-			if r.ends.IsZero() || now.Before(r.ends) {
-				st.giveBack(r)
-			}
-		}
-	}
-	if b.g.over(now) {
-		// What is left goes back once a report surely tells all it spent
-		// (but a window's, whose window has ended, where nothing is taken
-		// back).
-		b.g.live = false
-		if r := b.g.unspent(); b.g.from == fromShared && b.g.limit.Algorithm.Bucketed() && r > 0 && b.ret.hits == 0 {
-			g := b.g.back(r, b.g.dead.Add(s.o.Margin))
-			if now.Before(g.after) {
-				b.ret = g // this report may have been sent before the end
-			} else {
-				st.giveBack(g)
-			}
-		}
-	}
-}
-
-// drop lets go of b, kept under k. What its live grant holds is not given
-// back: Envoy may spend from it until the abandon or the new answer
-// reaches it, and no later report would tell.
-func (st *streamState) drop(k string) {
-	s := st.srv
-	s.release(st.h, st.buckets[k].cost)
-	delete(st.buckets, k)
-	s.m.Buckets(-1)
-}
-
-// unheld answers a bucket that is not kept because p does not serve it
-// from a limit: by p's blanket rule while Envoy reports requests in it,
-// and with abandon at the first report without any, so that Envoy's
-// report does not carry it for good. Envoy then decides its next request
-// by no_assignment_behavior and subscribes it again.
-func (st *streamState) unheld(u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, p plan) *rlqspb.RateLimitQuotaResponse_BucketAction {
-	s := st.srv
-	id := u.GetBucketId()
-	if u.GetNumRequestsAllowed()+u.GetNumRequestsDenied() == 0 {
-		s.m.Assigned(st.label, "abandon", p.reason)
-		return abandon(id)
-	}
-	if p.kind == planDeny {
-		s.m.Assigned(st.label, "deny_all", p.reason)
-		return blanket(id, typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL)
-	}
-	s.m.Assigned(st.label, "allow_all", p.reason)
-	return blanket(id, typev3.RateLimitStrategy_ALLOW_ALL, s.o.BlanketTTL)
-}
-
-// rematch matches b again when the rules changed since it last was; a
-// bucket whose limit changed is assigned anew (by a push when pushed).
-func (st *streamState) rematch(b *bucket, pushed bool) {
-	s := st.srv
-	rs := s.rules.Rules()
-	if rs == b.rules {
-		return
-	}
-	s.noteRules(rs)
-	p := s.plans.match(rs, st.domain, b.entries)
-	if p.kind != b.plan.kind || p.key != b.plan.key || p.ttl != b.plan.ttl ||
-		(p.rule != nil && !p.rule.GrantsLike(b.plan.rule)) {
-		if p.kind != planGrant && p.reason != "no_rule" {
-			s.log.Warn("rlqs bucket not served from a limit", zap.String("domain", st.domain),
-				zap.String("bucket", bucketKey(b.entries)), zap.String("reason", p.why))
-		}
-		b.replaced(s.o.Now(), pushed, s.o.Margin)
-		b.g.live, b.push = false, time.Time{} // assign anew under the new plan
-	}
-	b.rules, b.plan = rs, p
 }
 
 // grant takes a new grant from the store for b, unless its live grant

@@ -3,7 +3,6 @@ package rlqs
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -11,13 +10,9 @@ import (
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"go.opentelemetry.io/otel/attribute"
-	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
@@ -279,78 +274,6 @@ func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_Strea
 	}
 }
 
-// serveReport answers one message of usage reports.
-func (st *streamState) serveReport(msg *rlqspb.RateLimitQuotaUsageReports) (err error) {
-	s := st.srv
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if s.o.Tracer != nil {
-		var span trace.Span
-		st.op, span = s.o.Tracer.Start(st.ctx, "rlqs report", trace.WithSpanKind(trace.SpanKindServer))
-		defer func() {
-			st.endSpan(span, len(msg.GetBucketQuotaUsages()), err)
-			st.op = nil
-		}()
-	}
-	// Envoy names the domain in every report; one stream serves one.
-	switch d := msg.GetDomain(); {
-	case st.domain == "" && d == "":
-		return status.Error(codes.InvalidArgument, "domain: must be set in the first message")
-	case st.domain == "":
-		st.domain = d
-	case d != "" && d != st.domain:
-		return status.Errorf(codes.InvalidArgument, "domain: %q, but the stream serves %q, named by its first message", d, st.domain)
-	}
-	if s.rules.Rules().HasDomain(st.domain) {
-		st.label = st.domain
-	} else {
-		st.label = ""
-	}
-	resp := &rlqspb.RateLimitQuotaResponse{}
-	for i, u := range msg.GetBucketQuotaUsages() {
-		a, err := st.report(u)
-		if err != nil {
-			// One bucket Envoy cannot be served for does not end the
-			// stream: Envoy would send it again with every report, and
-			// every other bucket would go without quota.
-			a = st.refuse(u, fmt.Errorf("bucket_quota_usages[%d].%w", i, err))
-		}
-		if a != nil {
-			resp.BucketAction = append(resp.BucketAction, a)
-		}
-	}
-	resp.BucketAction = append(resp.BucketAction, st.repay()...)
-	st.sent = len(resp.BucketAction)
-	resp = st.finish(resp)
-	// Armed before the answer goes out, so that whoever has the answer
-	// knows the next push is set (a fake clock's test advances at once);
-	// the push waits for st.mu, which the send holds.
-	st.arm()
-	return st.send(resp)
-}
-
-// endSpan ends the span of a message of st that considered buckets.
-func (st *streamState) endSpan(span trace.Span, buckets int, err error) {
-	span.SetAttributes(
-		attribute.String("ratelimit.domain", st.domain),
-		attribute.Int("rlqs.buckets", buckets),
-		attribute.Int("rlqs.actions", st.sent),
-	)
-	if err != nil {
-		span.SetStatus(otelcodes.Error, err.Error())
-	}
-	span.End()
-}
-
-// ctxOf is the context of st's store calls: the span of the message
-// being handled, if traced, else the stream's.
-func (st *streamState) ctxOf() context.Context {
-	if st.op != nil {
-		return st.op
-	}
-	return st.ctx
-}
-
 // pushDelay is how long after a window's end, as the sidecar's clock
 // puts it, a new grant is pushed: the store decides by its own clock,
 // which the window's end was read from one round trip before.
@@ -531,61 +454,3 @@ type timed struct {
 // to Envoy, and a message of many buckets, each a Redis call, can take
 // longer than that.
 const sendSlack = 50 * time.Millisecond
-
-// refuse answers a bucket the stream cannot hold (past MaxBuckets or the
-// process's bounds) or whose id breaks the request bounds by the domain's
-// failure mode, for BlanketTTL, without keeping it; or, when the report
-// holds no requests for it, with abandon, so that Envoy forgets it (see
-// unheld). The first refusal of a stream is logged; all are counted.
-func (st *streamState) refuse(u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, err error) *rlqspb.RateLimitQuotaResponse_BucketAction {
-	s := st.srv
-	id := u.GetBucketId()
-	if u.GetNumRequestsAllowed()+u.GetNumRequestsDenied() == 0 && len(id.GetBucket()) > 0 {
-		s.m.Assigned(st.label, "abandon", "refused")
-		return abandon(id)
-	}
-	if errors.Is(err, ErrServerFull) {
-		// Logged once for the process, not per stream: many streams
-		// past the bound would otherwise log one each.
-		if !s.fullLogged.Swap(true) {
-			s.log.Warn("rlqs bucket refused: the server holds its most buckets; later refusals are only counted",
-				zap.Int("max_total_buckets", s.o.MaxTotalBuckets), zap.Int64("max_total_bytes", s.o.MaxTotalBytes))
-		}
-	} else if !st.refused {
-		st.refused = true
-		s.log.Warn("rlqs bucket refused; later refusals on this stream are only counted",
-			zap.String("domain", st.domain), zap.Error(err))
-	}
-	if s.rules.FailureMode(st.domain) == limits.FailOpen {
-		s.m.Assigned(st.label, "allow_all", "refused")
-		return blanket(id, typev3.RateLimitStrategy_ALLOW_ALL, s.o.BlanketTTL)
-	}
-	s.m.Assigned(st.label, "deny_all", "refused")
-	return blanket(id, typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL)
-}
-
-// streamState is one stream's buckets.
-type streamState struct {
-	srv  *Server // the server it belongs to
-	ctx  context.Context
-	mu   sync.Mutex // guards what follows, and send
-	send func(*rlqspb.RateLimitQuotaResponse) error
-	// closed is set when the stream's handler returns; stop, when set,
-	// stops the timer armed to push at due.
-	closed  bool
-	stop    func() bool
-	due     time.Time
-	timer   uint64    // the armed timer's number; an older one that fires does nothing
-	pushed  time.Time // when the last push ran
-	refused bool      // a refusal was logged
-	// op is the context of the message being handled, when traced; sent
-	// the actions it sent (blankets before new grants aside).
-	op   context.Context
-	sent int
-	// timed are the token buckets of the message being built.
-	timed   []timed
-	domain  string
-	label   string             // domain for metrics: "" when the rules do not define it
-	buckets map[string]*bucket // by bucketKey
-	h       *holder            // the stream's connection's share (share.go)
-}
