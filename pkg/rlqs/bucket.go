@@ -333,27 +333,6 @@ func (b *bucket) hold(t taken, want uint64, now time.Time, margin time.Duration)
 	b.gen = b.gen%maxGen + 1
 }
 
-// refreshEarly is how much sooner than exactly a second before the margin
-// a refresh is timed: a timer that fires a little late still finds a
-// whole second to send.
-const refreshEarly = 100 * time.Millisecond
-
-// refreshed sends b's live grant again, unchanged but for a time to live
-// that ends the margin before its window does (see grant), or nil when
-// it is too late for a whole second.
-func (st *streamState) refreshed(b *bucket) *rlqspb.RateLimitQuotaResponse_BucketAction {
-	s := st.srv
-	b.refresh = time.Time{}
-	ttl := b.g.ttl(s.o.Now(), s.o.Margin)
-	if !b.g.live || ttl < time.Second {
-		return nil
-	}
-	s.m.Assigned(st.label, "token_bucket", "refresh")
-	a := tokenBucket(b.bucketID(), b.g.granted, b.g.every, b.gen, ttl)
-	st.timed = append(st.timed, timed{a: a, at: s.o.Now(), window: true, until: b.g.until, ttl: ttl})
-	return a
-}
-
 // replaced notes that b's live grant, if any, is being replaced (by a
 // push when pushed): what it had left may have been spent since the last
 // report, which the next report tells. Envoy spent from it, after the
