@@ -310,3 +310,160 @@ func (st *streamState) ctxOf() context.Context {
 	}
 	return st.ctx
 }
+
+// grant takes a new grant from the store for b, unless its live grant
+// stands: a grant is replaced only once Envoy has reported all of it
+// used, when it ends, or (topUp, from a push) when the rate of the last
+// report says it is spent, since a new token bucket replaces Envoy's and
+// the tokens left in the old one are lost. It also sets when b wants a
+// push.
+func (st *streamState) grant(b *bucket, topUp, pushed bool) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	s := st.srv
+	now := s.o.Now()
+	if !topUp && b.g.stands(now, s.o.Margin) {
+		b.planTopUp(now)
+		return nil
+	}
+	b.replaced(now, pushed, s.o.Margin)
+	// Denials the next report holds may be from before a pushed grant
+	// reached Envoy, whether or not it replaced one: they do not say it
+	// ran out (see counted).
+	b.pushed = b.pushed || pushed
+	b.g.live, b.push, b.topUp, b.refresh = false, time.Time{}, false, time.Time{}
+	p := &b.plan
+	want := b.wanted()
+	if left := windowLeft(p.limit, now); p.ttl == 0 && left-s.o.Margin < time.Second {
+		// Too close to the window's end for a whole-second time to live
+		// by the sidecar's clock: deny until the next window without a
+		// grant that would go straight back (two Redis calls for none).
+		b.push = now.Add(left + pushDelay)
+		s.m.Assigned(st.label, "deny_all", "window_ending")
+		return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, left)
+	}
+	t, refused := st.take(b, want)
+	if refused != nil {
+		return refused
+	}
+	out := t.out
+	if out.Over || out.Granted == 0 {
+		return st.dry(b, t, now)
+	}
+	ttl, ok := b.grantTTL(out, now, s.o.Now, s.o.Margin)
+	if !ok {
+		// Too close to the window's end for a whole-second time to live:
+		// the hits go back (if they were taken from the shared store),
+		// and Envoy is denied until the next window.
+		if t.from == fromShared {
+			st.giveBack(giveBack{hits: out.Granted, key: p.key, limit: p.limit, receipt: out.GrantReceipt})
+		}
+		s.m.Assigned(st.label, "deny_all", "window_ending")
+		return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, b.g.until.Sub(s.o.Now()))
+	}
+	b.hold(t, want, now, s.o.Margin)
+	b.g.every = max(p.limit.Window(), ttl)
+	b.refresh = time.Time{}
+	if p.ttl == 0 && ttl-ttl.Truncate(time.Second) > 2*refreshEarly {
+		// Envoy reads whole seconds, so the assignment lapses up to a
+		// second before it must: a second (and a little: timers fire
+		// late) before that, the same token bucket is sent again for one
+		// second, which Envoy applies keeping its tokens, to live until
+		// about the margin before the window's end.
+		b.refresh = b.g.until.Add(-s.o.Margin - time.Second - refreshEarly)
+	}
+	s.m.Granted(st.label, b.g.granted, t.from == fromLocal)
+	s.m.Assigned(st.label, "token_bucket", t.from.reason())
+	a := tokenBucket(b.bucketID(), b.g.granted, b.g.every, b.gen, ttl)
+	st.timed = append(st.timed, timed{a: a, fresh: true, at: now, window: p.ttl == 0, until: b.g.until, ttl: ttl})
+	return a
+}
+
+// take asks the store for want hits of b's limit. When the store fails,
+// the domain's failure mode decides: a blanket answer to send instead
+// (refused), or a grant from the memory store.
+func (st *streamState) take(b *bucket, want uint64) (t taken, refused *rlqspb.RateLimitQuotaResponse_BucketAction) {
+	s := st.srv
+	ctx := st.ctxOf()
+	p := &b.plan
+	own := ownHits(p.limit)
+	check := limits.Check{Key: p.key, Limit: p.limit, Hits: own, Extra: want - own}
+	batch := limits.Batch{Checks: []limits.Check{check}}
+	if err := s.store.Apply(ctx, &batch); err != nil {
+		mode := s.rules.FailureMode(st.domain)
+		s.log.Warn("rlqs grant failed", zap.String("domain", st.domain), zap.Stringer("failure_mode", mode), zap.Error(err))
+		switch mode {
+		case limits.FailOpen:
+			s.m.Assigned(st.label, "allow_all", "store_error")
+			return t, blanket(b.bucketID(), typev3.RateLimitStrategy_ALLOW_ALL, s.o.BlanketTTL)
+		case limits.FailLocal:
+			batch = limits.Batch{Checks: []limits.Check{check}}
+			if err := s.rules.ApplyLocal(ctx, &batch); err == nil {
+				t.from = fromLocal
+				break
+			}
+			fallthrough
+		default:
+			s.m.Assigned(st.label, "deny_all", "store_error")
+			return t, blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL)
+		}
+	}
+	t.limit, t.out = batch.Checks[0].Limit, batch.Outcomes[0]
+	if own > 0 && !t.out.Over {
+		t.out = withOwn(t.limit, t.out, own, s.o.Now())
+	}
+	return t, nil
+}
+
+// taken is what a grant took: its check and outcome, and which store
+// decided it (the memory store under --failure-mode local, with Redis
+// down).
+type taken struct {
+	limit *limits.Limit
+	out   limits.Outcome
+	from  source
+}
+
+// source is the store a grant's hits were taken from.
+type source uint8
+
+const (
+	fromShared source = iota // the shared store, which takes unspent hits back
+	fromLocal                // the memory store (failure mode local), which takes nothing back
+)
+
+// reason is the metrics' reason for a token bucket granted from f.
+func (f source) reason() string {
+	if f == fromLocal {
+		return "local"
+	}
+	return "grant"
+}
+
+// dry answers a limit that has run dry (a grant never takes the last
+// hit, but on a sliding window: see ownHits): deny until a grant can be
+// taken again, and ask again then (a sliding window sooner, as room
+// regrows, and at its window's last ask; the push replaces the denial).
+func (st *streamState) dry(b *bucket, t taken, now time.Time) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	s := st.srv
+	s.m.Assigned(st.label, "deny_all", "dry")
+	d := max(dryFor(t.limit, t.out, now), time.Second)
+	next := d
+	b.push = now.Add(next + pushDelay)
+	if l := b.plan.rule; l.Algorithm == limits.SlidingWindow {
+		b.push = regrowAt(l, now, min(next, regrowEvery(l))+pushDelay, 0, s.o.Margin)
+	}
+	return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, d)
+}
+
+// giveBack returns r's hits to the shared store, if it takes hits back.
+func (st *streamState) giveBack(r giveBack) {
+	s := st.srv
+	if s.ret == nil || r.hits == 0 {
+		return
+	}
+	c := []limits.Check{{Key: r.key, Limit: r.limit, Hits: r.hits}}
+	if err := s.ret.Return(st.ctxOf(), c, []int64{r.receipt}); err != nil {
+		s.log.Warn("rlqs return of unspent quota failed", zap.String("domain", st.domain), zap.Error(err))
+		return
+	}
+	s.m.Returned(st.label, r.hits)
+}
