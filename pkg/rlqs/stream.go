@@ -467,3 +467,27 @@ func (st *streamState) giveBack(r giveBack) {
 	}
 	s.m.Returned(st.label, r.hits)
 }
+
+// repay abandons buckets of st that its connection owes (see holder, in
+// share.go), and returns the actions that tell Envoy.
+// requires st.mu held
+func (st *streamState) repay() []*rlqspb.RateLimitQuotaResponse_BucketAction {
+	s := st.srv
+	s.hmu.Lock()
+	n := min(st.h.owed, len(st.buckets))
+	st.h.owed -= n
+	s.hmu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	out := make([]*rlqspb.RateLimitQuotaResponse_BucketAction, 0, n)
+	for k, b := range st.buckets {
+		if len(out) == n {
+			break
+		}
+		out = append(out, abandon(b.bucketID()))
+		st.drop(k)
+		s.m.Assigned(st.label, "abandon", "share")
+	}
+	return out
+}
