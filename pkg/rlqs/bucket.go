@@ -170,12 +170,7 @@ func (b *bucket) grantTTL(out limits.Outcome, now time.Time, clock func() time.T
 func (b *bucket) hold(t taken, want uint64, now time.Time, margin time.Duration) {
 	p := &b.plan
 	g := min(t.out.Granted, math.MaxUint32)
-	b.g.live, b.g.granted, b.g.used, b.g.carried, b.g.spent, b.g.capped = true, g, 0, 0, false, t.out.Granted < want
-	b.g.key, b.g.limit, b.g.receipt, b.g.from = p.key, t.limit, t.out.GrantReceipt, t.from
-	b.g.dead, b.g.end = b.g.until, b.g.until.Add(-margin)
-	if p.ttl > 0 {
-		b.g.dead, b.g.end = b.g.until.Add(margin), b.g.until
-	}
+	b.g.start(t, p.key, g, t.out.Granted < want, p.ttl > 0, margin)
 	var at time.Time
 	switch {
 	case !b.g.capped && b.demand > g:

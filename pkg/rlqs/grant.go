@@ -34,6 +34,20 @@ type grant struct {
 	dead, end time.Time
 }
 
+// start makes g a live grant of granted hits, taken as t under key, with
+// none used yet; capped when the store granted less than asked. g.until
+// is set already: a window's grant (onBucket false) is spent until then
+// and expected to stop the margin before; a bucket's, expected to stop
+// then, may be spent a margin longer.
+func (g *grant) start(t taken, key string, granted uint64, capped, onBucket bool, margin time.Duration) {
+	g.live, g.granted, g.used, g.carried, g.spent, g.capped = true, granted, 0, 0, false, capped
+	g.key, g.limit, g.receipt, g.from = key, t.limit, t.out.GrantReceipt, t.from
+	g.dead, g.end = g.until, g.until.Add(-margin)
+	if onBucket {
+		g.dead, g.end = g.until.Add(margin), g.until
+	}
+}
+
 // unspent is what Envoy has surely not spent of g as of the last report:
 // the grant less every request allowed since it was sent, those charged
 // to the grant before it included.
