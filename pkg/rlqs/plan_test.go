@@ -1,0 +1,75 @@
+package rlqs_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
+)
+
+// TestServes asks, without a server, whether a bucket is served from its
+// limit under a server's options, as examples/rlqs does.
+func TestServes(t *testing.T) {
+	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(`
+domain: rlqs
+descriptors:
+  - key: route
+    rate_limit: {algorithm: token_bucket, unit: minute, requests_per_unit: 600, burst: 600}
+  - key: log
+    rate_limit: {algorithm: sliding_log, unit: minute, requests_per_unit: 10}
+  - key: fast
+    rate_limit: {unit: second, requests_per_unit: 5}
+`)}}, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		give map[string]string
+		o    rlqs.Options
+		want string // "" for served, else a part of the error
+	}{
+		{"token bucket", map[string]string{"route": "api"}, rlqs.Options{}, ""},
+		// A minute's margin reserves more than half the burst.
+		{"token bucket, long margin", map[string]string{"route": "api"}, rlqs.Options{Margin: time.Minute}, "burst 600 is too small"},
+		{"sliding log", map[string]string{"log": "x"}, rlqs.Options{}, "sliding_log cannot be served"},
+		{"short window", map[string]string{"fast": "x"}, rlqs.Options{}, "too short"},
+		{"no rule", map[string]string{"other": "x"}, rlqs.Options{}, "no_rule"},
+		{"empty id", map[string]string{}, rlqs.Options{}, "must not be empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := rlqs.Serves(rs, tt.o, "rlqs", tt.give)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("Serves = %v, want served", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("Serves = %v, want an error with %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestUnservedTakesOptions: check --rlqs lists rules under the server's
+// options, without building a server: a margin long enough to reserve
+// more than half a token bucket's burst makes it unserved.
+func TestUnservedTakesOptions(t *testing.T) {
+	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(`
+domain: rlqs
+descriptors:
+  - key: route
+    rate_limit: {algorithm: token_bucket, unit: minute, requests_per_unit: 600, burst: 600}
+`)}}, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rlqs.Unserved(rs, rlqs.Options{}); len(got) != 0 {
+		t.Errorf("Unserved with the default margin = %q, want none", got)
+	}
+	got := rlqs.Unserved(rs, rlqs.Options{Margin: time.Minute})
+	if len(got) != 1 || !strings.HasPrefix(got[0], "rules.yaml:4 descriptors[0]: burst 600 is too small") {
+		t.Errorf("Unserved with a minute's margin = %q, want the token bucket's burst too small", got)
+	}
+}
