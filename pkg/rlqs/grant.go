@@ -101,3 +101,28 @@ type giveBack struct {
 	// zero on a bucket, whose refill they join.
 	ends time.Time
 }
+
+// taken is what a grant took: its check and outcome, and which store
+// decided it (the memory store under --failure-mode local, with Redis
+// down).
+type taken struct {
+	limit *limits.Limit
+	out   limits.Outcome
+	from  source
+}
+
+// source is the store a grant's hits were taken from.
+type source uint8
+
+const (
+	fromShared source = iota // the shared store, which takes unspent hits back
+	fromLocal                // the memory store (failure mode local), which takes nothing back
+)
+
+// reason is the metrics' reason for a token bucket granted from f.
+func (f source) reason() string {
+	if f == fromLocal {
+		return "local"
+	}
+	return "grant"
+}

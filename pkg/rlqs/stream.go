@@ -413,31 +413,6 @@ func (st *streamState) take(b *bucket, want uint64) (t taken, refused *rlqspb.Ra
 	return t, nil
 }
 
-// taken is what a grant took: its check and outcome, and which store
-// decided it (the memory store under --failure-mode local, with Redis
-// down).
-type taken struct {
-	limit *limits.Limit
-	out   limits.Outcome
-	from  source
-}
-
-// source is the store a grant's hits were taken from.
-type source uint8
-
-const (
-	fromShared source = iota // the shared store, which takes unspent hits back
-	fromLocal                // the memory store (failure mode local), which takes nothing back
-)
-
-// reason is the metrics' reason for a token bucket granted from f.
-func (f source) reason() string {
-	if f == fromLocal {
-		return "local"
-	}
-	return "grant"
-}
-
 // dry answers a limit that has run dry (a grant never takes the last
 // hit, but on a sliding window: see ownHits): deny until a grant can be
 // taken again, and ask again then (a sliding window sooner, as room
