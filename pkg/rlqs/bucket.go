@@ -216,6 +216,16 @@ func (b *bucket) replaced(now time.Time, pushed bool, margin time.Duration) {
 	}
 }
 
+// pushDelay is how long after a window's end, as the sidecar's clock
+// puts it, a new grant is pushed: the store decides by its own clock,
+// which the window's end was read from one round trip before.
+const pushDelay = 50 * time.Millisecond
+
+// refreshEarly is how much sooner than exactly a second before the margin
+// a refresh is timed: a timer that fires a little late still finds a
+// whole second to send.
+const refreshEarly = 100 * time.Millisecond
+
 // dryFor is how long a limit that granted nothing at now is denied:
 // on a bucket, until two hits have refilled (a grant takes at most half
 // of what is left); on a window until it has room again, but never past

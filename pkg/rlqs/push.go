@@ -8,11 +8,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// pushDelay is how long after a window's end, as the sidecar's clock
-// puts it, a new grant is pushed: the store decides by its own clock,
-// which the window's end was read from one round trip before.
-const pushDelay = 50 * time.Millisecond
-
 // pushQuantum is the shortest time between two pushes of a stream:
 // buckets that come due within it of the last push wait for the next,
 // so that a stream of many buckets, each due at a time of its own, does
@@ -111,11 +106,6 @@ func (st *streamState) push(gen uint64) {
 	}
 	st.arm()
 }
-
-// refreshEarly is how much sooner than exactly a second before the margin
-// a refresh is timed: a timer that fires a little late still finds a
-// whole second to send.
-const refreshEarly = 100 * time.Millisecond
 
 // refreshed sends b's live grant again, unchanged but for a time to live
 // that ends the margin before its window does (see grant), or nil when
