@@ -9,12 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/xds"
 )
@@ -61,8 +59,7 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 	}
 	checkPrint(stdout, rs, *path)
 	if *withRLQS {
-		srv := rlqs.NewServer(limits.NewEngine(rs, memory.New(memory.Options{}), limits.EngineOptions{}), nil, zap.NewNop(), rlqs.Options{BucketTTL: *bucketTTL})
-		unserved := srv.Unserved(rs)
+		unserved := rlqs.Unserved(rs, rlqs.Options{BucketTTL: *bucketTTL})
 		fmt.Fprintf(stdout, "rlqs: %d rules not served from their limits\n", len(unserved))
 		for _, u := range unserved {
 			fmt.Fprintf(stdout, "  %s\n", u)

@@ -25,13 +25,11 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
-	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/envoyconf"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
 
 	// Every typed_config in the file must resolve, so each extension it
@@ -607,8 +605,7 @@ func place(c *rlqv3.RateLimitQuotaFilterConfig, rs *limits.Ruleset, s sample) (p
 	}
 	// The server itself says whether it grants quota from the limit:
 	// which algorithms, windows and bursts RLQS serves is its to decide.
-	srv := rlqs.NewServer(limits.NewEngine(rs, memory.New(memory.Options{}), limits.EngineOptions{}), nil, zap.NewNop(), rlqs.Options{})
-	if err := srv.Serves(rs, p.domain, id); err != nil {
+	if err := rlqs.Serves(rs, rlqs.Options{}, p.domain, id); err != nil {
 		return p, fmt.Errorf("%s: %w", where, err)
 	}
 	p.limit = enforced[0]

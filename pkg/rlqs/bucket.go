@@ -2,10 +2,8 @@ package rlqs
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"math/bits"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,34 +11,11 @@ import (
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
-
-// planKind is how a bucket is answered.
-type planKind uint8
-
-const (
-	planAllow planKind = iota // no limit applies: ALLOW_ALL
-	planDeny                  // the rule cannot be served and its domain does not fail open: DENY_ALL
-	planGrant                 // quota granted from the limit's counter
-)
-
-// plan is what a bucket's entries matched under one ruleset.
-type plan struct {
-	kind planKind
-	// rule is the rule's limit and limit the one grants are taken under:
-	// the same, but for a token or leaky bucket, whose burst is less the
-	// reserve (see bucketPlan).
-	rule, limit *limits.Limit
-	key         string        // the limit's store key, as the RLS path builds it
-	ttl         time.Duration // of every grant on a bucket; 0 on a window
-	why         string        // for planAllow and planDeny: why, for the log
-	reason      string        // for planAllow and planDeny: the metrics' reason
-}
 
 // bucket is one subscribed bucket of one stream.
 type bucket struct {
@@ -57,41 +32,17 @@ type bucket struct {
 	// since the one before: grants are sized from them.
 	demand   uint64
 	interval time.Duration
-	// The live grant: a token bucket of granted tokens that Envoy may
-	// spend until until (local time).
-	live    bool
-	granted uint64
-	used    uint64 // allowed reported since the grant was sent, less carried
-	// carried is what of those allowed was charged to the grants it
-	// replaced (carry) instead: an estimate, so Envoy may have spent up
-	// to used + carried of this grant, and returns count that.
-	carried uint64
-	spent   bool // a report said Envoy ran out of it
-	until   time.Time
-	gen     int32         // grants sent, to tell Envoy each one is new
-	every   time.Duration // the live grant's token bucket's fill interval, less a second
-	push    time.Time     // when to assign anew without a report; zero: never
-	refresh time.Time     // when to send the live grant again (see grant); zero: never
-	topUp   bool          // the push replaces the live grant, expected spent by then
-	capped  bool          // the store granted less than asked: the limit is running out
+	// g is the live grant, if g.live, or the last one.
+	g       grant
+	gen     int32     // grants sent, to tell Envoy each one is new
+	push    time.Time // when to assign anew without a report; zero: never
+	refresh time.Time // when to send the live grant again (see grant); zero: never
+	topUp   bool      // the push replaces the live grant, expected spent by then
 	// carry is what the grants replaced since the last report may still
 	// have held: the next report's allowed requests may have been spent
 	// from them, and are not charged to the grant that replaced them as
 	// far as they go.
 	carry uint64
-	// Where the live grant's hits were counted, to give back what Envoy
-	// did not spend: its key and limit, the store's receipt, and whether
-	// it came from the local store (failure mode local), which takes
-	// nothing back.
-	gKey     string
-	gLimit   *limits.Limit
-	gReceipt int64
-	gLocal   bool
-	// gDead is when Envoy can no longer spend the live grant: its
-	// window's end, or a bucket grant's time to live and the margin;
-	// gEnd when it is expected to stop: the margin before the window's
-	// end, or the time to live.
-	gDead, gEnd time.Time
 	// pushed is whether a grant was pushed since the last report: that
 	// report's denials may be from before it reached Envoy.
 	pushed bool
@@ -100,260 +51,19 @@ type bucket struct {
 	ret giveBack
 }
 
-// giveBack is hits of a grant that may be given back to the store.
-type giveBack struct {
-	hits    uint64
-	key     string
-	limit   *limits.Limit
-	receipt int64
-	// after is when a report surely tells all Envoy spent of them: a
-	// margin after Envoy stopped spending them (its assignment was
-	// replaced, or ended), so that the report was sent after that.
-	// Reports before it take what they allowed off hits, and wait.
-	after time.Time
-	// ends is when the hits stop counting: a window grant's window end,
-	// after which giving them back would be a Redis call for nothing;
-	// zero on a bucket, whose refill they join.
-	ends time.Time
-}
-
-// report handles one bucket's usage report and returns the action to
-// send for it, or nil when its assignment stands.
-func (s *Server) report(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) (*rlqspb.RateLimitQuotaResponse_BucketAction, error) {
-	ents, err := entriesOf(u.GetBucketId())
-	if err != nil {
-		return nil, err
-	}
-	now := s.o.Now()
-	k := bucketKey(ents)
-	b := st.buckets[k]
-	if b == nil {
-		var unheld *rlqspb.RateLimitQuotaResponse_BucketAction
-		if b, unheld, err = s.subscribe(st, u, k, ents, now); b == nil {
-			return unheld, err
-		}
-	}
-	allowed, denied := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
-	s.m.Usage(st.label, allowed, denied)
-	b.counted(allowed, denied, now)
-	s.settle(st, b, allowed, now)
-	if allowed+denied > 0 {
-		b.active = now
-	} else if now.Sub(b.active) >= s.o.IdleAfter {
-		// Idle: Envoy drops the bucket and subscribes again at its next
-		// request, and the stream's room for buckets is kept for busy ones.
-		s.drop(st, k)
-		s.m.Assigned(st.label, "abandon", "idle")
-		return abandon(b.bucketID()), nil
-	}
-	s.rematch(st, b, false)
-	if b.plan.kind != planGrant {
-		// The rules changed under it: no longer served from a limit, so
-		// no longer kept.
-		s.drop(st, k)
-		return s.unheld(st, u, b.plan), nil
-	}
-	return s.grant(st, b, false, false), nil
-}
-
-// subscribe keeps a bucket new to st, under k, if a limit serves it; a
-// bucket no limit serves is answered (unheld) and not kept, so that such
-// buckets cost nothing between reports. What a stream holds is bounded
-// by MaxBuckets times what one bucket may hold: the RLS path's bounds on
-// entries and bytes.
-func (s *Server) subscribe(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, k string, ents []limits.Entry, now time.Time) (b *bucket, unheld *rlqspb.RateLimitQuotaResponse_BucketAction, err error) {
-	req := limits.Request{Domain: st.domain, Descriptors: []limits.Descriptor{{Entries: ents}}}
-	if err := s.rules.Validate(&req); err != nil {
-		return nil, nil, fmt.Errorf("bucket_id, matched as a descriptor: %w", err)
-	}
-	rs := s.rules.Rules()
-	s.noteRules(rs)
-	p := s.match(rs, st.domain, ents)
-	if p.kind != planGrant {
-		return nil, s.unheld(st, u, p), nil
-	}
-	if len(st.buckets) >= s.o.MaxBuckets {
-		return nil, nil, fmt.Errorf("bucket_id: more than %d buckets on one stream", s.o.MaxBuckets)
-	}
-	// The id is held once, and the limit's store key, which holds the
-	// values again, beside it.
-	cost := len(k) + len(p.key)
-	if err := s.hold(st.h, cost); err != nil {
-		return nil, nil, err
-	}
-	// Grants are told apart by a number (see tokenBucket); it starts
-	// anywhere, so that a new stream's first grant does not repeat the
-	// one Envoy still holds from a stream before.
-	b = &bucket{entries: compactEntries(k, len(ents)), cost: cost, active: now, last: now, gen: rand.Int32N(999_999_999)}
-	st.buckets[k] = b
-	s.m.Buckets(1)
-	return b, nil, nil
-}
-
 // counted takes in a report of allowed and denied requests at now.
 func (b *bucket) counted(allowed, denied uint64, now time.Time) {
 	b.demand, b.interval, b.last = allowed+denied, now.Sub(b.last), now
 	old := min(allowed, b.carry)
-	b.used += allowed - old
-	b.carried += old
-	if denied > 0 && b.live && !b.pushed {
+	b.g.used += allowed - old
+	b.g.carried += old
+	if denied > 0 && b.g.live && !b.pushed {
 		// Envoy denies only once its token bucket is empty (or its
 		// assignment ended): whatever the count says, the grant is spent,
 		// and replaced. (After a push, the denials may be from before it.)
-		b.spent = true
+		b.g.spent = true
 	}
 	b.carry, b.pushed = 0, false
-}
-
-// settle gives back, once a report surely tells all Envoy spent of
-// them, the hits of a replaced grant that were never spent, and ends a
-// live grant that Envoy can no longer spend.
-func (s *Server) settle(st *streamState, b *bucket, allowed uint64, now time.Time) {
-	if r := b.ret; r.hits > 0 {
-		// At most allowed of its hits were spent since it was last
-		// reported on; once a report is surely later than the last
-		// spending, the rest never will be.
-		r.hits -= min(allowed, r.hits)
-		b.ret = r
-		if !now.Before(r.after) {
-			b.ret = giveBack{}
-			if r.ends.IsZero() || now.Before(r.ends) {
-				s.giveBack(st, r)
-			}
-		}
-	}
-	if b.live && !now.Before(b.gDead) {
-		// What is left goes back once a report surely tells all it spent
-		// (but a window's, whose window has ended, where nothing is taken
-		// back).
-		b.live = false
-		if r := b.unspent(); !b.gLocal && b.gLimit.Algorithm.Bucketed() && r > 0 && b.ret.hits == 0 {
-			g := giveBack{hits: r, key: b.gKey, limit: b.gLimit, receipt: b.gReceipt, after: b.gDead.Add(s.o.Margin)}
-			if now.Before(g.after) {
-				b.ret = g // this report may have been sent before the end
-			} else {
-				s.giveBack(st, g)
-			}
-		}
-	}
-}
-
-// drop lets go of b, kept under k. What its live grant holds is not given
-// back: Envoy may spend from it until the abandon or the new answer
-// reaches it, and no later report would tell.
-func (s *Server) drop(st *streamState, k string) {
-	s.release(st.h, st.buckets[k].cost)
-	delete(st.buckets, k)
-	s.m.Buckets(-1)
-}
-
-// unheld answers a bucket that is not kept because p does not serve it
-// from a limit: by p's blanket rule while Envoy reports requests in it,
-// and with abandon at the first report without any, so that Envoy's
-// report does not carry it for good. Envoy then decides its next request
-// by no_assignment_behavior and subscribes it again.
-func (s *Server) unheld(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, p plan) *rlqspb.RateLimitQuotaResponse_BucketAction {
-	id := u.GetBucketId()
-	if u.GetNumRequestsAllowed()+u.GetNumRequestsDenied() == 0 {
-		s.m.Assigned(st.label, "abandon", p.reason)
-		return abandon(id)
-	}
-	if p.kind == planDeny {
-		s.m.Assigned(st.label, "deny_all", p.reason)
-		return blanket(id, typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL)
-	}
-	s.m.Assigned(st.label, "allow_all", p.reason)
-	return blanket(id, typev3.RateLimitStrategy_ALLOW_ALL, s.o.BlanketTTL)
-}
-
-// rematch matches b again when the rules changed since it last was; a
-// bucket whose limit changed is assigned anew (by a push when pushed).
-func (s *Server) rematch(st *streamState, b *bucket, pushed bool) {
-	rs := s.rules.Rules()
-	if rs == b.rules {
-		return
-	}
-	s.noteRules(rs)
-	p := s.match(rs, st.domain, b.entries)
-	if p.kind != b.plan.kind || p.key != b.plan.key || p.ttl != b.plan.ttl ||
-		(p.rule != nil && !p.rule.GrantsLike(b.plan.rule)) {
-		if p.kind != planGrant && p.reason != "no_rule" {
-			s.log.Warn("rlqs bucket not served from a limit", zap.String("domain", st.domain),
-				zap.String("bucket", bucketKey(b.entries)), zap.String("reason", p.why))
-		}
-		b.replaced(s.o.Now(), pushed, s.o.Margin)
-		b.live, b.push = false, time.Time{} // assign anew under the new plan
-	}
-	b.rules, b.plan = rs, p
-}
-
-// grant takes a new grant from the store for b, unless its live grant
-// stands: a grant is replaced only once Envoy has reported all of it
-// used, when it ends, or (topUp, from a push) when the rate of the last
-// report says it is spent, since a new token bucket replaces Envoy's and
-// the tokens left in the old one are lost. It also sets when b wants a
-// push.
-func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.RateLimitQuotaResponse_BucketAction {
-	now := s.o.Now()
-	if b.live && !topUp && !b.spent && now.Before(b.until.Add(-s.o.Margin)) && b.used < b.granted {
-		b.planTopUp(now)
-		return nil
-	}
-	b.replaced(now, pushed, s.o.Margin)
-	// Denials the next report holds may be from before a pushed grant
-	// reached Envoy, whether or not it replaced one: they do not say it
-	// ran out (see counted).
-	b.pushed = b.pushed || pushed
-	b.live, b.push, b.topUp, b.refresh = false, time.Time{}, false, time.Time{}
-	p := &b.plan
-	want := b.wanted()
-	if left := windowLeft(p.limit, now); p.ttl == 0 && left-s.o.Margin < time.Second {
-		// Too close to the window's end for a whole-second time to live
-		// by the sidecar's clock: deny until the next window without a
-		// grant that would go straight back (two Redis calls for none).
-		b.push = now.Add(left + pushDelay)
-		s.m.Assigned(st.label, "deny_all", "window_ending")
-		return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, left)
-	}
-	t, refused := s.take(st, b, want)
-	if refused != nil {
-		return refused
-	}
-	out := t.out
-	if out.Over || out.Granted == 0 {
-		return s.dry(st, b, t, now)
-	}
-	ttl, ok := s.grantTTL(b, out, now)
-	if !ok {
-		// Too close to the window's end for a whole-second time to live:
-		// the hits go back (if they were taken from the shared store),
-		// and Envoy is denied until the next window.
-		if !t.local {
-			s.giveBack(st, giveBack{hits: out.Granted, key: p.key, limit: p.limit, receipt: out.GrantReceipt})
-		}
-		s.m.Assigned(st.label, "deny_all", "window_ending")
-		return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, b.until.Sub(s.o.Now()))
-	}
-	b.hold(t, want, now, s.o.Margin)
-	b.every = max(p.limit.Window(), ttl)
-	b.refresh = time.Time{}
-	if p.ttl == 0 && ttl-ttl.Truncate(time.Second) > 2*refreshEarly {
-		// Envoy reads whole seconds, so the assignment lapses up to a
-		// second before it must: a second (and a little: timers fire
-		// late) before that, the same token bucket is sent again for one
-		// second, which Envoy applies keeping its tokens, to live until
-		// about the margin before the window's end.
-		b.refresh = b.until.Add(-s.o.Margin - time.Second - refreshEarly)
-	}
-	how := "grant"
-	if t.local {
-		how = "local"
-	}
-	s.m.Granted(st.label, b.granted, t.local)
-	s.m.Assigned(st.label, "token_bucket", how)
-	a := tokenBucket(b.bucketID(), b.granted, b.every, b.gen, ttl)
-	st.timed = append(st.timed, timed{a: a, fresh: true, at: now, window: p.ttl == 0, until: b.until, ttl: ttl})
-	return a
 }
 
 // planTopUp is for a live grant that stands: if at the last report's
@@ -361,7 +71,7 @@ func (s *Server) grant(st *streamState, b *bucket, topUp, pushed bool) *rlqspb.R
 // is expected to (see topUpAt), losing what is left then, unless the
 // limit is running out: there what is lost counts.
 func (b *bucket) planTopUp(now time.Time) {
-	if left := b.granted - b.used; b.demand > left && !b.capped {
+	if left := b.g.left(); b.demand > left && !b.g.capped {
 		at := now.Add(topUpAt(b.interval, left, b.demand))
 		if at.Before(b.push) || b.push.IsZero() {
 			b.push, b.topUp = at, true
@@ -389,49 +99,6 @@ func (b *bucket) wanted() uint64 {
 		want = max(want, most/4)
 	}
 	return min(max(want, 1), most)
-}
-
-// taken is what a grant took: its check and outcome, and whether the
-// memory store decided it (--failure-mode local, with Redis down).
-type taken struct {
-	limit *limits.Limit
-	out   limits.Outcome
-	local bool
-}
-
-// take asks the store for want hits of b's limit. When the store fails,
-// the domain's failure mode decides: a blanket answer to send instead
-// (refused), or a grant from the memory store.
-func (s *Server) take(st *streamState, b *bucket, want uint64) (t taken, refused *rlqspb.RateLimitQuotaResponse_BucketAction) {
-	ctx := st.ctxOf()
-	p := &b.plan
-	own := ownHits(p.limit)
-	check := limits.Check{Key: p.key, Limit: p.limit, Hits: own, Extra: want - own}
-	batch := limits.Batch{Checks: []limits.Check{check}}
-	if err := s.store.Apply(ctx, &batch); err != nil {
-		mode := s.rules.FailureMode(st.domain)
-		s.log.Warn("rlqs grant failed", zap.String("domain", st.domain), zap.Stringer("failure_mode", mode), zap.Error(err))
-		switch mode {
-		case limits.FailOpen:
-			s.m.Assigned(st.label, "allow_all", "store_error")
-			return t, blanket(b.bucketID(), typev3.RateLimitStrategy_ALLOW_ALL, s.o.BlanketTTL)
-		case limits.FailLocal:
-			batch = limits.Batch{Checks: []limits.Check{check}}
-			if err := s.rules.ApplyLocal(ctx, &batch); err == nil {
-				t.local = true
-				break
-			}
-			fallthrough
-		default:
-			s.m.Assigned(st.label, "deny_all", "store_error")
-			return t, blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL)
-		}
-	}
-	t.limit, t.out = batch.Checks[0].Limit, batch.Outcomes[0]
-	if own > 0 && !t.out.Over {
-		t.out = withOwn(t.limit, t.out, own, s.o.Now())
-	}
-	return t, nil
 }
 
 // ownHits is how many hits a grant on l takes as the check's own, beyond
@@ -468,21 +135,6 @@ func withOwn(l *limits.Limit, out limits.Outcome, own uint64, now time.Time) lim
 	return out
 }
 
-// dry answers a limit that has run dry (a grant never takes the last
-// hit, but on a sliding window: see ownHits): deny until a grant can be
-// taken again, and ask again then (a sliding window sooner, as room
-// regrows, and at its window's last ask; the push replaces the denial).
-func (s *Server) dry(st *streamState, b *bucket, t taken, now time.Time) *rlqspb.RateLimitQuotaResponse_BucketAction {
-	s.m.Assigned(st.label, "deny_all", "dry")
-	d := max(dryFor(t.limit, t.out, now), time.Second)
-	next := d
-	b.push = now.Add(next + pushDelay)
-	if l := b.plan.rule; l.Algorithm == limits.SlidingWindow {
-		b.push = regrowAt(l, now, min(next, regrowEvery(l))+pushDelay, 0, s.o.Margin)
-	}
-	return blanket(b.bucketID(), typev3.RateLimitStrategy_DENY_ALL, d)
-}
-
 // grantTTL sets until when b's new grant, out, may be spent and when it
 // is pushed again, and returns the time to live to send Envoy; not ok
 // when that is under a whole second.
@@ -493,15 +145,15 @@ func (s *Server) dry(st *streamState, b *bucket, t taken, now time.Time) *rlqspb
 // instead, not replaced as soon as it is sent. A window's grant is
 // spent until the store's GrantFor, and lives for Envoy until the margin
 // before that.
-func (s *Server) grantTTL(b *bucket, out limits.Outcome, now time.Time) (time.Duration, bool) {
+func (b *bucket) grantTTL(out limits.Outcome, now time.Time, clock func() time.Time, margin time.Duration) (time.Duration, bool) {
 	if ttl := b.plan.ttl; ttl > 0 {
-		b.until = now.Add(ttl)
-		b.push = b.until.Add(-min(s.o.Margin, ttl/4))
+		b.g.until = now.Add(ttl)
+		b.push = b.g.until.Add(-min(margin, ttl/4))
 		return ttl, true
 	}
 	b.push = now.Add(out.GrantFor + pushDelay)
-	b.until = now.Add(out.GrantFor)
-	ttl := b.until.Sub(s.o.Now()) - s.o.Margin
+	b.g.until = now.Add(out.GrantFor)
+	ttl := b.g.ttl(clock(), margin) // after the store's round trip
 	return ttl, ttl >= time.Second
 }
 
@@ -518,43 +170,18 @@ func (s *Server) grantTTL(b *bucket, out limits.Outcome, now time.Time) (time.Du
 func (b *bucket) hold(t taken, want uint64, now time.Time, margin time.Duration) {
 	p := &b.plan
 	g := min(t.out.Granted, math.MaxUint32)
-	b.live, b.granted, b.used, b.carried, b.spent, b.capped = true, g, 0, 0, false, t.out.Granted < want
-	b.gKey, b.gLimit, b.gReceipt, b.gLocal = p.key, t.limit, t.out.GrantReceipt, t.local
-	b.gDead, b.gEnd = b.until, b.until.Add(-margin)
-	if p.ttl > 0 {
-		b.gDead, b.gEnd = b.until.Add(margin), b.until
-	}
+	b.g.start(t, p.key, g, t.out.Granted < want, p.ttl > 0, margin)
 	var at time.Time
 	switch {
-	case !b.capped && b.demand > g:
+	case !b.g.capped && b.demand > g:
 		at = now.Add(topUpAt(b.interval, g, b.demand))
-	case b.capped && p.rule.Algorithm == limits.SlidingWindow && b.demand > 0:
+	case b.g.capped && p.rule.Algorithm == limits.SlidingWindow && b.demand > 0:
 		at = regrowAt(p.rule, now, regrowEvery(p.rule), topUpAt(b.interval, g, b.demand), margin)
 	}
 	if !at.IsZero() && (b.push.IsZero() || at.Before(b.push)) {
 		b.push, b.topUp = at, true
 	}
-	b.gen = b.gen%999_999_999 + 1
-}
-
-// refreshEarly is how much sooner than exactly a second before the margin
-// a refresh is timed: a timer that fires a little late still finds a
-// whole second to send.
-const refreshEarly = 100 * time.Millisecond
-
-// refreshed sends b's live grant again, unchanged but for a time to live
-// that ends the margin before its window does (see grant), or nil when
-// it is too late for a whole second.
-func (s *Server) refreshed(st *streamState, b *bucket) *rlqspb.RateLimitQuotaResponse_BucketAction {
-	b.refresh = time.Time{}
-	ttl := b.until.Sub(s.o.Now()) - s.o.Margin
-	if !b.live || ttl < time.Second {
-		return nil
-	}
-	s.m.Assigned(st.label, "token_bucket", "refresh")
-	a := tokenBucket(b.bucketID(), b.granted, b.every, b.gen, ttl)
-	st.timed = append(st.timed, timed{a: a, at: s.o.Now(), window: true, until: b.until, ttl: ttl})
-	return a
+	b.gen = b.gen%maxGen + 1
 }
 
 // replaced notes that b's live grant, if any, is being replaced (by a
@@ -566,35 +193,38 @@ func (s *Server) refreshed(st *streamState, b *bucket) *rlqspb.RateLimitQuotaRes
 // and replaces it early (what it held goes back); too much would leave
 // Envoy denied while the server thinks it holds quota.
 func (b *bucket) replaced(now time.Time, pushed bool, margin time.Duration) {
-	if !b.live {
+	if !b.g.live {
 		return
 	}
-	left := b.granted - min(b.used, b.granted)
-	b.spent = false
+	left := b.g.left()
+	b.g.spent = false
 	if pushed {
 		b.pushed = true
 		end := now
-		if b.gEnd.Before(end) {
-			end = b.gEnd
+		if b.g.end.Before(end) {
+			end = b.g.end
 		}
 		if spent := end.Sub(b.last); spent > 0 {
 			b.carry += min(left, mulDiv(b.demand, uint64(spent), uint64(max(b.interval, time.Second))))
 		}
 	}
-	if r := b.unspent(); !b.gLocal && r > 0 {
-		b.ret = giveBack{hits: r, key: b.gKey, limit: b.gLimit, receipt: b.gReceipt, after: now.Add(margin)}
-		if !b.gLimit.Algorithm.Bucketed() {
-			b.ret.ends = b.gDead
+	if r := b.g.unspent(); b.g.from == fromShared && r > 0 {
+		b.ret = b.g.back(r, now.Add(margin))
+		if !b.g.limit.Algorithm.Bucketed() {
+			b.ret.ends = b.g.dead
 		}
 	}
 }
 
-// unspent is what Envoy has surely not spent of b's live grant as of the
-// last report: the grant less every request allowed since it was sent,
-// those charged to the grant before it included.
-func (b *bucket) unspent() uint64 {
-	return b.granted - min(b.used+b.carried, b.granted)
-}
+// pushDelay is how long after a window's end, as the sidecar's clock
+// puts it, a new grant is pushed: the store decides by its own clock,
+// which the window's end was read from one round trip before.
+const pushDelay = 50 * time.Millisecond
+
+// refreshEarly is how much sooner than exactly a second before the margin
+// a refresh is timed: a timer that fires a little late still finds a
+// whole second to send.
+const refreshEarly = 100 * time.Millisecond
 
 // dryFor is how long a limit that granted nothing at now is denied:
 // on a bucket, until two hits have refilled (a grant takes at most half
@@ -675,125 +305,6 @@ func windowLeft(l *limits.Limit, now time.Time) time.Duration {
 	}
 	since := time.Duration(now.UnixNano() % int64(w))
 	return w - since
-}
-
-// giveBack returns r's hits to the shared store, if it takes hits back.
-func (s *Server) giveBack(st *streamState, r giveBack) {
-	if s.ret == nil || r.hits == 0 {
-		return
-	}
-	c := []limits.Check{{Key: r.key, Limit: r.limit, Hits: r.hits}}
-	if err := s.ret.Return(st.ctxOf(), c, []int64{r.receipt}); err != nil {
-		s.log.Warn("rlqs return of unspent quota failed", zap.String("domain", st.domain), zap.Error(err))
-		return
-	}
-	s.m.Returned(st.label, r.hits)
-}
-
-// match maps a bucket's entries, as a descriptor, to a plan under rs.
-func (s *Server) match(rs *limits.Ruleset, domain string, ents []limits.Entry) plan {
-	x := rs.Explain(domain, ents)
-	var enforced []limits.KeyedLimit
-	for _, kl := range x.Limits {
-		if !kl.Limit.Shadow {
-			enforced = append(enforced, kl)
-		}
-	}
-	fail := func(why string) plan {
-		if s.rules.FailureMode(domain) == limits.FailOpen {
-			return plan{kind: planAllow, why: why, reason: "unsupported"}
-		}
-		return plan{kind: planDeny, why: why, reason: "unsupported"}
-	}
-	switch {
-	case x.Result != limits.MatchLimited:
-		return plan{kind: planAllow, why: x.Reason, reason: "no_rule"}
-	case len(enforced) == 0:
-		return plan{kind: planAllow, why: "only shadow limits apply", reason: "no_rule"}
-	case len(enforced) > 1:
-		return fail(fmt.Sprintf("%d limits apply; RLQS serves one limit per bucket", len(enforced)))
-	}
-	p, err := s.planLimit(enforced[0].Limit)
-	if err != nil {
-		return fail(err.Error())
-	}
-	p.key = enforced[0].Key
-	return p
-}
-
-// planLimit plans a bucket whose one enforced limit is l, or says why
-// RLQS cannot serve it exactly.
-func (s *Server) planLimit(l *limits.Limit) (plan, error) {
-	switch {
-	case l.Unlimited:
-		return plan{kind: planAllow, why: "the rule is unlimited", reason: "no_rule"}, nil
-	case l.Requests == 0:
-		return plan{kind: planDeny, why: "the rule bans every request", reason: "dry"}, nil
-	case l.Calendared():
-		// Grants and pushes here follow epoch-aligned windows.
-		return plan{}, fmt.Errorf("a calendar window cannot be served over RLQS yet")
-	case l.Algorithm == limits.FixedWindow || l.Algorithm == limits.SlidingWindow:
-		if l.Window() < 3*time.Second {
-			return plan{}, fmt.Errorf("window %s is too short for Envoy's whole-second assignments", l.Window())
-		}
-		return plan{kind: planGrant, rule: l, limit: l}, nil
-	case l.Algorithm.Bucketed():
-		return s.bucketPlan(l)
-	}
-	return plan{}, fmt.Errorf("algorithm %s cannot be served exactly over RLQS", l.Algorithm)
-}
-
-// Unserved lists the rules of rs that RLQS cannot serve from a limit,
-// each as "file:line path: reason"; buckets that match them get their
-// domain's failure mode.
-func (s *Server) Unserved(rs *limits.Ruleset) []string {
-	var out []string
-	for _, r := range rs.All() {
-		var enforced []*limits.Limit
-		for _, l := range r.Limits {
-			if !l.Shadow && !l.Unlimited {
-				enforced = append(enforced, l)
-			}
-		}
-		var err error
-		switch {
-		case len(enforced) > 1:
-			err = fmt.Errorf("%d limits apply; RLQS serves one limit per bucket", len(enforced))
-		case len(enforced) == 1:
-			_, err = s.planLimit(enforced[0])
-		}
-		if err != nil {
-			out = append(out, fmt.Sprintf("%s:%d %s: %v", r.File, r.Line, r.Path, err))
-		}
-	}
-	return out
-}
-
-// bucketPlan plans grants on a token or leaky bucket l.
-//
-// Hits granted at t are counted in the store at t, but Envoy may spend
-// them until t + Margin + ttl, and in between the bucket refills: spent
-// late, they could come on top of hits the refill let others take. So
-// grants are taken under l with its burst less a reserve: what l refills
-// in ttl + Margin. Whatever the fleet spends in any span of time is then
-// within the burst and the rate of l.
-//
-// ttl is the longest whole-second time to live, up to Options.BucketTTL,
-// whose reserve is at most half the burst. It depends only on l and the
-// options, so that every sidecar of a fleet (with the same options)
-// reserves the same.
-func (s *Server) bucketPlan(l *limits.Limit) (plan, error) {
-	refill := func(d time.Duration) uint64 { // hits l refills in d, rounded up
-		return ceilMulDiv(l.Requests, uint64(d), uint64(l.Window()))
-	}
-	for ttl := s.o.BucketTTL.Truncate(time.Second); ttl >= time.Second; ttl -= time.Second {
-		reserve := refill(ttl + s.o.Margin)
-		if reserve <= l.Burst/2 && l.Burst-reserve >= 2 {
-			return plan{kind: planGrant, rule: l, limit: l.WithBurst(l.Burst - reserve), ttl: ttl}, nil
-		}
-	}
-	return plan{}, fmt.Errorf("burst %d is too small to serve over RLQS: it must be at least twice the %d hits %s refills in %s (a one-second assignment and its margin)",
-		l.Burst, refill(time.Second+s.o.Margin), l.Algorithm, time.Second+s.o.Margin)
 }
 
 // mulDiv is a×b/c rounded down, saturating.
@@ -906,6 +417,11 @@ func tokenBucket(id *rlqspb.BucketId, n uint64, every time.Duration, gen int32, 
 	}
 	return assign(id, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: tb}}, ttl)
 }
+
+// maxGen bounds a grant's number (bucket.gen): it is sent as the
+// nanoseconds of a token bucket's fill interval, which a Duration holds up
+// to 999,999,999 (see tokenBucket).
+const maxGen = 999_999_999
 
 // abandon tells Envoy to drop a bucket.
 func abandon(id *rlqspb.BucketId) *rlqspb.RateLimitQuotaResponse_BucketAction {

@@ -3,21 +3,15 @@ package rlqs
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"go.opentelemetry.io/otel/attribute"
-	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
@@ -146,6 +140,7 @@ type Server struct {
 	log   *zap.Logger
 	o     Options
 	m     Metrics
+	plans planner
 
 	// held and heldBytes are the buckets all streams hold, and what
 	// they count against MaxTotalBytes (see hold).
@@ -181,16 +176,14 @@ func (s *Server) noteRules(rs *limits.Ruleset) {
 	}
 	s.noted = rs
 	s.mu.Unlock()
-	if u := s.Unserved(rs); len(u) > 0 {
+	if u := s.plans.unserved(rs); len(u) > 0 {
 		s.log.Warn("rlqs cannot serve these rules from their limits; buckets that match them get the domain's failure mode",
 			zap.Strings("rules", u))
 	}
 }
 
-// NewServer returns a Server that assigns quota taken from st, a shared
-// store that grants hits for leases (limits.Check.Extra), under the rules
-// rules holds.
-func NewServer(rules Rules, st limits.Store, log *zap.Logger, o Options) *Server {
+// withDefaults is o with every zero field that has a default set to it.
+func (o Options) withDefaults() Options {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -218,11 +211,19 @@ func NewServer(rules Rules, st limits.Store, log *zap.Logger, o Options) *Server
 	if o.AfterFunc == nil {
 		o.AfterFunc = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
 	}
+	return o
+}
+
+// NewServer returns a Server that assigns quota taken from st, a shared
+// store that grants hits for leases (limits.Check.Extra), under the rules
+// rules holds.
+func NewServer(rules Rules, st limits.Store, log *zap.Logger, o Options) *Server {
+	o = o.withDefaults()
 	m := o.Metrics
 	if m == nil {
 		m = noMetrics{}
 	}
-	return &Server{rules: rules, store: st, ret: o.Return, log: log, o: o, m: m, holders: map[string]*holder{}}
+	return &Server{rules: rules, store: st, ret: o.Return, log: log, o: o, m: m, plans: o.planner(rules.FailureMode), holders: map[string]*holder{}}
 }
 
 // ServiceName is the service's full name, for gRPC health checks.
@@ -239,7 +240,7 @@ func (s *Server) Register(g *grpc.Server) {
 // assignments when a busy bucket's grant ends between reports (see
 // push).
 func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
-	st := &streamState{ctx: stream.Context(), send: stream.Send, buckets: make(map[string]*bucket)}
+	st := &streamState{srv: s, ctx: stream.Context(), send: stream.Send, buckets: make(map[string]*bucket)}
 	st.h = s.join(st.ctx)
 	s.m.Streams(1)
 	defer func() {
@@ -266,328 +267,8 @@ func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_Strea
 		if err != nil {
 			return err
 		}
-		if err := s.serveReport(st, msg); err != nil {
+		if err := st.serveReport(msg); err != nil {
 			return err
 		}
 	}
-}
-
-// serveReport answers one message of usage reports.
-func (s *Server) serveReport(st *streamState, msg *rlqspb.RateLimitQuotaUsageReports) (err error) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if s.o.Tracer != nil {
-		var span trace.Span
-		st.op, span = s.o.Tracer.Start(st.ctx, "rlqs report", trace.WithSpanKind(trace.SpanKindServer))
-		defer func() {
-			s.endSpan(span, st, len(msg.GetBucketQuotaUsages()), err)
-			st.op = nil
-		}()
-	}
-	// Envoy names the domain in every report; one stream serves one.
-	switch d := msg.GetDomain(); {
-	case st.domain == "" && d == "":
-		return status.Error(codes.InvalidArgument, "domain: must be set in the first message")
-	case st.domain == "":
-		st.domain = d
-	case d != "" && d != st.domain:
-		return status.Errorf(codes.InvalidArgument, "domain: %q, but the stream serves %q, named by its first message", d, st.domain)
-	}
-	if s.rules.Rules().HasDomain(st.domain) {
-		st.label = st.domain
-	} else {
-		st.label = ""
-	}
-	resp := &rlqspb.RateLimitQuotaResponse{}
-	for i, u := range msg.GetBucketQuotaUsages() {
-		a, err := s.report(st, u)
-		if err != nil {
-			// One bucket Envoy cannot be served for does not end the
-			// stream: Envoy would send it again with every report, and
-			// every other bucket would go without quota.
-			a = s.refuse(st, u, fmt.Errorf("bucket_quota_usages[%d].%w", i, err))
-		}
-		if a != nil {
-			resp.BucketAction = append(resp.BucketAction, a)
-		}
-	}
-	resp.BucketAction = append(resp.BucketAction, s.repay(st)...)
-	st.sent = len(resp.BucketAction)
-	resp = s.finish(st, resp)
-	// Armed before the answer goes out, so that whoever has the answer
-	// knows the next push is set (a fake clock's test advances at once);
-	// the push waits for st.mu, which the send holds.
-	s.arm(st)
-	return st.send(resp)
-}
-
-// endSpan ends the span of a message of st that considered buckets.
-func (s *Server) endSpan(span trace.Span, st *streamState, buckets int, err error) {
-	span.SetAttributes(
-		attribute.String("ratelimit.domain", st.domain),
-		attribute.Int("rlqs.buckets", buckets),
-		attribute.Int("rlqs.actions", st.sent),
-	)
-	if err != nil {
-		span.SetStatus(otelcodes.Error, err.Error())
-	}
-	span.End()
-}
-
-// ctxOf is the context of st's store calls: the span of the message
-// being handled, if traced, else the stream's.
-func (st *streamState) ctxOf() context.Context {
-	if st.op != nil {
-		return st.op
-	}
-	return st.ctx
-}
-
-// pushDelay is how long after a window's end, as the sidecar's clock
-// puts it, a new grant is pushed: the store decides by its own clock,
-// which the window's end was read from one round trip before.
-const pushDelay = 50 * time.Millisecond
-
-// pushQuantum is the shortest time between two pushes of a stream:
-// buckets that come due within it of the last push wait for the next,
-// so that a stream of many buckets, each due at a time of its own, does
-// not wake the server once per bucket (each push visits every bucket).
-const pushQuantum = 20 * time.Millisecond
-
-// arm sets the stream's timer to the earliest time a bucket wants a push,
-// but no sooner than pushQuantum after the last.
-// It requires st.mu.
-func (s *Server) arm(st *streamState) {
-	var next time.Time
-	for _, b := range st.buckets {
-		for _, at := range [2]time.Time{b.push, b.refresh} {
-			if !at.IsZero() && (next.IsZero() || at.Before(next)) {
-				next = at
-			}
-		}
-	}
-	if soonest := st.pushed.Add(pushQuantum); !next.IsZero() && next.Before(soonest) {
-		next = soonest // a push visits every bucket: not once per bucket
-	}
-	if st.stop != nil {
-		if next.Equal(st.due) {
-			return
-		}
-		st.stop()
-		st.stop = nil
-	}
-	if next.IsZero() || st.closed {
-		return
-	}
-	st.due = next
-	st.timer++
-	gen := st.timer
-	st.stop = s.o.AfterFunc(max(next.Sub(s.o.Now()), 0), func() { s.push(st, gen) })
-}
-
-// push sends, between reports, a new assignment for each busy bucket
-// whose time has come: a window's grant when its window ends, a bucket's
-// before its grant's time to live does, either when a limit that ran dry
-// can grant again, and a grant that the last report's rate says is
-// spent before the next report, when it is. A bucket whose last report held no requests gets
-// none: it needs no quota until it asks.
-func (s *Server) push(st *streamState, gen uint64) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.closed || gen != st.timer {
-		// A timer that fired while arm replaced it, which it could not
-		// stop any more: the one armed after it stands.
-		return
-	}
-	st.stop = nil
-	st.pushed = s.o.Now()
-	if s.o.Tracer != nil {
-		var span trace.Span
-		st.op, span = s.o.Tracer.Start(st.ctx, "rlqs push", trace.WithSpanKind(trace.SpanKindServer))
-		st.sent = 0
-		defer func() {
-			s.endSpan(span, st, len(st.buckets), nil)
-			st.op = nil
-		}()
-	}
-	now := s.o.Now()
-	resp := &rlqspb.RateLimitQuotaResponse{}
-	for _, b := range st.buckets {
-		if !b.refresh.IsZero() && !b.refresh.After(now) && (b.push.IsZero() || b.push.After(now)) {
-			if a := s.refreshed(st, b); a != nil {
-				resp.BucketAction = append(resp.BucketAction, a)
-			}
-			continue
-		}
-		if b.push.IsZero() || b.push.After(now) {
-			continue
-		}
-		b.push = time.Time{}
-		topUp := b.topUp
-		b.topUp = false
-		if b.demand == 0 {
-			continue // idle at its last report
-		}
-		s.rematch(st, b, true)
-		if b.plan.kind != planGrant {
-			continue // blanket answers are sent again with every report
-		}
-		if a := s.grant(st, b, topUp, true); a != nil {
-			resp.BucketAction = append(resp.BucketAction, a)
-		}
-	}
-	if len(resp.BucketAction) > 0 {
-		st.sent = len(resp.BucketAction)
-		s.m.Pushed()
-		// An error ends the stream, which its handler sees.
-		_ = st.send(s.finish(st, resp))
-	}
-	s.arm(st)
-}
-
-// finish readies resp, the message of st being built, to be sent.
-//
-// The times to live of its token buckets (st.timed) are shortened by the
-// time spent since they were computed, once that is more than sendSlack,
-// so that a grant sent late cannot be spent later than it was counted
-// for: a window's must still end the margin before its window, and a
-// bucket's within its time to live of being counted. A time to live under
-// a second becomes zero: Envoy drops it at once.
-//
-// Before each new token bucket goes a blanket rule for its bucket. Envoy
-// (since 1.33) starts a token bucket that replaces another as full as the
-// old one was: a grant that follows one Envoy ran dry would start empty.
-// Envoy applies a message's actions in order and uses the result once all
-// are applied, so the blanket is never in force; the token bucket after
-// it replaces no token bucket and starts full. A refresh (the same token
-// bucket again) is not new.
-func (s *Server) finish(st *streamState, resp *rlqspb.RateLimitQuotaResponse) *rlqspb.RateLimitQuotaResponse {
-	now := s.o.Now()
-	fresh := 0
-	for _, t := range st.timed {
-		if t.fresh {
-			fresh++
-		}
-		late := now.Sub(t.at)
-		if late <= sendSlack {
-			continue
-		}
-		ttl := t.ttl - late
-		if t.window {
-			ttl = t.until.Sub(now) - s.o.Margin
-		}
-		t.a.GetQuotaAssignmentAction().AssignmentTimeToLive.Seconds = int64(max(ttl, 0) / time.Second)
-	}
-	if fresh > 0 {
-		// st.timed is in the order its actions were added to resp.
-		out := make([]*rlqspb.RateLimitQuotaResponse_BucketAction, 0, len(resp.BucketAction)+fresh)
-		j := 0
-		for _, a := range resp.BucketAction {
-			if j < len(st.timed) && st.timed[j].a == a {
-				if st.timed[j].fresh {
-					out = append(out, blanket(a.GetBucketId(), typev3.RateLimitStrategy_DENY_ALL, time.Second))
-				}
-				j++
-			}
-			out = append(out, a)
-		}
-		resp.BucketAction = out
-	}
-	// Keep no action of resp alive past its send, nor room for a large
-	// message's many: a stream between reports holds only its buckets.
-	if cap(st.timed) > 64 {
-		st.timed = nil
-	} else {
-		clear(st.timed)
-		st.timed = st.timed[:0]
-	}
-	return resp
-}
-
-// timed is a token bucket action of the message being built, and what
-// its time to live was computed from.
-type timed struct {
-	a      *rlqspb.RateLimitQuotaResponse_BucketAction
-	fresh  bool          // a new grant, not a refresh
-	at     time.Time     // when
-	window bool          // a window's grant, which must end the margin before until
-	until  time.Time     // its window's end
-	ttl    time.Duration // a bucket grant's time to live from at
-}
-
-// sendSlack is how long a message may take to build before the times to
-// live in it are computed again: the margin allows for the answer's way
-// to Envoy, and a message of many buckets, each a Redis call, can take
-// longer than that.
-const sendSlack = 50 * time.Millisecond
-
-// refuse answers a bucket the stream cannot hold (past MaxBuckets or the
-// process's bounds) or whose id breaks the request bounds by the domain's
-// failure mode, for BlanketTTL, without keeping it; or, when the report
-// holds no requests for it, with abandon, so that Envoy forgets it (see
-// unheld). The first refusal of a stream is logged; all are counted.
-func (s *Server) refuse(st *streamState, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, err error) *rlqspb.RateLimitQuotaResponse_BucketAction {
-	id := u.GetBucketId()
-	if u.GetNumRequestsAllowed()+u.GetNumRequestsDenied() == 0 && len(id.GetBucket()) > 0 {
-		s.m.Assigned(st.label, "abandon", "refused")
-		return abandon(id)
-	}
-	if errors.Is(err, ErrServerFull) {
-		// Logged once for the process, not per stream: many streams
-		// past the bound would otherwise log one each.
-		if !s.fullLogged.Swap(true) {
-			s.log.Warn("rlqs bucket refused: the server holds its most buckets; later refusals are only counted",
-				zap.Int("max_total_buckets", s.o.MaxTotalBuckets), zap.Int64("max_total_bytes", s.o.MaxTotalBytes))
-		}
-	} else if !st.refused {
-		st.refused = true
-		s.log.Warn("rlqs bucket refused; later refusals on this stream are only counted",
-			zap.String("domain", st.domain), zap.Error(err))
-	}
-	if s.rules.FailureMode(st.domain) == limits.FailOpen {
-		s.m.Assigned(st.label, "allow_all", "refused")
-		return blanket(id, typev3.RateLimitStrategy_ALLOW_ALL, s.o.BlanketTTL)
-	}
-	s.m.Assigned(st.label, "deny_all", "refused")
-	return blanket(id, typev3.RateLimitStrategy_DENY_ALL, s.o.BlanketTTL)
-}
-
-// streamState is one stream's buckets.
-type streamState struct {
-	ctx  context.Context
-	mu   sync.Mutex // guards what follows, and send
-	send func(*rlqspb.RateLimitQuotaResponse) error
-	// closed is set when the stream's handler returns; stop, when set,
-	// stops the timer armed to push at due.
-	closed  bool
-	stop    func() bool
-	due     time.Time
-	timer   uint64    // the armed timer's number; an older one that fires does nothing
-	pushed  time.Time // when the last push ran
-	refused bool      // a refusal was logged
-	// op is the context of the message being handled, when traced; sent
-	// the actions it sent (blankets before new grants aside).
-	op   context.Context
-	sent int
-	// timed are the token buckets of the message being built.
-	timed   []timed
-	domain  string
-	label   string             // domain for metrics: "" when the rules do not define it
-	buckets map[string]*bucket // by bucketKey
-	h       *holder            // the stream's connection's share (share.go)
-}
-
-// Serves reports how the server answers a bucket of domain under rs:
-// nil when it assigns quota granted from the bucket's limit, else an
-// error saying why not (no rule applies, the rule cannot be served
-// exactly, the bucket id is empty). Configuration checks use it.
-func (s *Server) Serves(rs *limits.Ruleset, domain string, bucket map[string]string) error {
-	ents, err := entriesOf(&rlqspb.BucketId{Bucket: bucket})
-	if err != nil {
-		return err
-	}
-	if p := s.match(rs, domain, ents); p.kind != planGrant {
-		return fmt.Errorf("not served from a limit (%s): %s", p.reason, p.why)
-	}
-	return nil
 }

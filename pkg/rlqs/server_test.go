@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -453,47 +452,6 @@ func TestPushesLoseNothing(t *testing.T) {
 	t.Logf("%d admitted, %d pushes", admitted, pushes)
 	if admitted > 99 || admitted < 99-pushes || pushes > 5 {
 		t.Errorf("%d admitted in the window with %d pushes, want 99 less at most one a push, and a few pushes", admitted, pushes)
-	}
-}
-
-// TestUnserved lists the rules RLQS cannot serve from a limit, with
-// where they are and why, which the server logs once per ruleset.
-func TestUnserved(t *testing.T) {
-	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(`
-domain: rlqs
-descriptors:
-  - key: log
-    rate_limit: {algorithm: sliding_log, unit: minute, requests_per_unit: 10}
-  - key: small
-    rate_limit: {algorithm: token_bucket, unit: second, requests_per_unit: 10, burst: 20}
-  - key: tenant
-    rate_limit: {unit: minute, requests_per_unit: 100}
-    descriptors:
-      - key: user
-        rate_limit: {algorithm: leaky_bucket, unit: minute, requests_per_unit: 60, burst: 30}
-      - key: path
-        rate_limit: {unit: second, requests_per_unit: 5}
-  - key: month
-    rate_limit: {unit: month, requests_per_unit: 1000, calendar: true}
-`)}}, config.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := rlqs.NewServer(limits.NewEngine(rs, memory.New(memory.Options{}), limits.EngineOptions{}), nil, zaptest.NewLogger(t), rlqs.Options{})
-	got := srv.Unserved(rs)
-	want := []string{
-		"rules.yaml:4 descriptors[0]: algorithm sliding_log cannot be served exactly over RLQS",
-		"rules.yaml:6 descriptors[1]: burst 20 is too small to serve over RLQS",
-		"rules.yaml:13 descriptors[2].descriptors[1]: window 1s is too short for Envoy's whole-second assignments",
-		"rules.yaml:15 descriptors[3]: a calendar window cannot be served over RLQS yet",
-	}
-	if len(got) != len(want) {
-		t.Fatalf("Unserved = %q; want %d entries like %q", got, len(want), want)
-	}
-	for i := range want {
-		if !strings.HasPrefix(got[i], want[i]) {
-			t.Errorf("Unserved[%d] = %q, want it to start with %q", i, got[i], want[i])
-		}
 	}
 }
 

@@ -3,7 +3,6 @@ package rlqs
 import (
 	"context"
 
-	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc/peer"
 )
 
@@ -123,27 +122,4 @@ func (s *Server) release(h *holder, n int) {
 	}
 	s.held.Add(-1)
 	s.heldBytes.Add(-c)
-}
-
-// repay abandons buckets of st that its connection owes (see holder),
-// and returns the actions that tell Envoy.
-// requires st.mu held
-func (s *Server) repay(st *streamState) []*rlqspb.RateLimitQuotaResponse_BucketAction {
-	s.hmu.Lock()
-	n := min(st.h.owed, len(st.buckets))
-	st.h.owed -= n
-	s.hmu.Unlock()
-	if n == 0 {
-		return nil
-	}
-	out := make([]*rlqspb.RateLimitQuotaResponse_BucketAction, 0, n)
-	for k, b := range st.buckets {
-		if len(out) == n {
-			break
-		}
-		out = append(out, abandon(b.bucketID()))
-		s.drop(st, k)
-		s.m.Assigned(st.label, "abandon", "share")
-	}
-	return out
 }

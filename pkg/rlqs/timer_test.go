@@ -49,11 +49,11 @@ descriptors:
 			}
 		},
 	})
-	st := &streamState{ctx: context.Background(), send: func(*rlqspb.RateLimitQuotaResponse) error { return nil }, buckets: map[string]*bucket{}, h: s.join(context.Background())}
+	st := &streamState{srv: s, ctx: context.Background(), send: func(*rlqspb.RateLimitQuotaResponse) error { return nil }, buckets: map[string]*bucket{}, h: s.join(context.Background())}
 	report := func(allowed, denied uint64) {
 		msg := &rlqspb.RateLimitQuotaUsageReports{Domain: "rlqs", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{{
 			BucketId: &rlqspb.BucketId{Bucket: map[string]string{"route": "api"}}, NumRequestsAllowed: allowed, NumRequestsDenied: denied}}}
-		if err := s.serveReport(st, msg); err != nil {
+		if err := st.serveReport(msg); err != nil {
 			t.Fatal(err)
 		}
 	}
