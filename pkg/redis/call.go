@@ -1,0 +1,191 @@
+package redis
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// maxScriptKeys bounds the KEYS of one apply.lua call that carries
+// several requests: the script unpacks them onto Lua's stack for MGET,
+// which holds at most about 8000 values.
+const maxScriptKeys = 1024
+
+// applySHA is apply.lua's SHA1 as a command argument, boxed once.
+var applySHA any = applyScript.Hash()
+
+// A call's state, which decides who recycles it: the waiter once it has
+// been woken, or the round trip that finds it abandoned.
+const (
+	waiting   uint32 = iota // in the queue, its caller waiting
+	claimed                 // a wake-up is on its way, which the caller takes
+	abandoned               // its caller gave up at its deadline; not woken
+)
+
+// call is one apply.lua call: waiting in a pipe's queue, or sent alone.
+// Calls are pooled with their channel, timer and argument slices, so that
+// a call allocates only the string its keys and spec are cut from (see
+// Store.setArgs), its go-redis command and the command's reply.
+type call struct {
+	ctx  context.Context
+	keys []string // KEYS
+	// args is ARGV: pointers to now, mode and spec, which go-redis
+	// writes as the strings, so that no argument is boxed per call.
+	args            []any
+	now, mode, spec string
+	buf             []byte // scratch for the keys and spec
+	reply           []int64
+	err             error
+	// checks is the number of the call's checks and grants whether one
+	// asks for a lease: with mode, they give the length of its reply.
+	checks int
+	grants bool
+	// slot is the hash slot of the call's keys on a Cluster; 0 elsewhere.
+	slot uint16
+	// fastOK says that the call may go in MODE_FAST (see fastCheck);
+	// fast is what the call keeps when it leads a batch sent so.
+	fastOK bool
+	fast   fastScratch
+
+	state atomic.Uint32
+	// leads, when the call is woken, says that it is to send lead, a
+	// batch (itself included), as a round trip that started at start
+	// (on clock); else its reply is set. If gathers is set, lead is
+	// the pipe's open batch, which others may join until the call
+	// closes it, and p.mu guards it.
+	leads, gathers bool
+	lead           []*call
+	start          time.Duration
+	// wake carries one wake-up per claim; buffered so that the round
+	// trip that claims the call never blocks on it.
+	wake  chan struct{}
+	timer *time.Timer // bounds the wait by ctx's deadline
+	argv  []any       // the EVALSHA command, reused
+	cmd   *goredis.IntSliceCmd
+	// live and cmds are scratch for the batch the call leads, reused.
+	live []*call
+	cmds []goredis.Cmder
+	// span is where a traced call's caller takes facts, the call's
+	// round trip as exec saw it (see trace.go); nil when untraced.
+	span  *spanFacts
+	facts spanFacts
+}
+
+var calls = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &call{wake: make(chan struct{}, 1), timer: t}
+}}
+
+// getCall returns a call under ctx, its arguments to be set.
+func getCall(ctx context.Context) *call {
+	c := calls.Get().(*call)
+	c.ctx = ctx
+	c.state.Store(waiting)
+	return c
+}
+
+// putCall recycles c. No one may use c afterwards.
+func putCall(c *call) {
+	c.timer.Stop()
+	clear(c.argv)
+	clear(c.keys)
+	clear(c.args)
+	c.ctx, c.reply, c.err, c.lead, c.cmd = nil, nil, nil, nil, nil
+	c.start, c.leads, c.gathers = 0, false, false
+	c.now, c.mode, c.spec = "", "", ""
+	c.checks, c.grants, c.slot, c.fastOK = 0, false, 0, false
+	c.fast.reset()
+	c.span, c.facts = nil, spanFacts{}
+	c.argv, c.keys, c.args = c.argv[:0], c.keys[:0], c.args[:0]
+	clear(c.live)
+	clear(c.cmds)
+	c.live, c.cmds = c.live[:0], c.cmds[:0]
+	calls.Put(c)
+}
+
+// evalsha returns c's EVALSHA command alone: evalshaAll of c.
+func (c *call) evalsha(ctx context.Context) *goredis.IntSliceCmd {
+	one := [1]*call{c}
+	return c.evalshaAll(ctx, one[:])
+}
+
+// evalshaAll returns the EVALSHA command that decides the calls of q, c
+// first, in one apply.lua call, built in c's reused argument slice
+// instead of go-redis's per-call copy: the keys of them all, then now
+// and mode, which they share, then each call's spec. Calls of several
+// slots (on a Cluster master) go with no KEYS, which may not span slots:
+// now, mode, the number of calls, their specs, then their keys, as ARGV.
+// Keys and specs go in as pointers into the calls, which go-redis writes
+// as the strings, unboxed.
+//
+// The command reads the reply straight into a []int64, as apply.lua's
+// reply is an array of integers. It is lenient where the store is not: it
+// reads a nil element as 0 and a decimal string as its number. A reply
+// that is not an array at all fails the call as a broken connection does
+// (go-redis closes the connection), not as a ReplyError.
+func (c *call) evalshaAll(ctx context.Context, q []*call) *goredis.IntSliceCmd {
+	c.fast.sent = false // in MODE_APPLY, whatever an earlier send of c was
+	keys := func() {
+		for _, o := range q {
+			for i := range o.keys {
+				c.argv = append(c.argv, &o.keys[i])
+			}
+		}
+	}
+	specs := func() {
+		for _, o := range q {
+			c.argv = append(c.argv, &o.spec)
+		}
+	}
+	if split(q) {
+		c.argv = append(c.argv[:0], "evalsha", applySHA, 0, &c.now, &c.mode, strconv.Itoa(len(q)))
+		specs()
+		keys()
+		c.cmd = goredis.NewIntSliceCmd(ctx, c.argv...)
+		return c.cmd
+	}
+	n := 0
+	for _, o := range q {
+		n += len(o.keys)
+	}
+	c.argv = append(c.argv[:0], "evalsha", applySHA, n)
+	keys()
+	c.argv = append(c.argv, &c.now, &c.mode)
+	specs()
+	c.cmd = goredis.NewIntSliceCmd(ctx, c.argv...)
+	c.cmd.SetFirstKeyPos(3)
+	return c.cmd
+}
+
+// split reports whether the calls of q are of more than one slot.
+func split(q []*call) bool {
+	for _, o := range q[1:] {
+		if o.slot != q[0].slot {
+			return true
+		}
+	}
+	return false
+}
+
+// replyLen is the length of c's part of an apply.lua reply.
+func (c *call) replyLen() int {
+	per := 3
+	if baseMode(c.mode) == modeReserve {
+		per = 4
+	}
+	return replyLen(c.checks, per, c.grants, strings.HasSuffix(c.mode, refundsMark))
+}
+
+// joins reports whether c can be decided in one apply.lua call with o,
+// sent through a pipe that allows calls of several slots in one (cross)
+// or not: same slot unless cross, same mode and clock, and together
+// within maxScriptKeys.
+func (c *call) joins(o *call, keys int, cross bool) bool {
+	return (cross || c.slot == o.slot) && c.mode == o.mode && c.now == o.now && keys+len(o.keys) <= maxScriptKeys
+}
