@@ -1,0 +1,236 @@
+package redis
+
+import (
+	"context"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// claimLeader claims the call of q with the latest deadline (or none)
+// whose caller still waits, and returns it; nil if every caller gave up.
+func claimLeader(q []*call) *call {
+	for {
+		var lead *call
+		var latest time.Time
+		for _, c := range q {
+			if c.state.Load() != waiting {
+				continue
+			}
+			d, ok := c.ctx.Deadline()
+			if !ok {
+				lead = c
+				break
+			}
+			if lead == nil || d.After(latest) {
+				lead, latest = c, d
+			}
+		}
+		if lead == nil {
+			return nil
+		}
+		if lead.state.CompareAndSwap(waiting, claimed) {
+			return lead
+		}
+	}
+}
+
+// deliver hands c its reply, or recycles it if its caller gave up.
+func deliver(lead, c *call) {
+	if c == lead || c.state.CompareAndSwap(waiting, claimed) {
+		c.wake <- struct{}{}
+		return
+	}
+	putCall(c)
+}
+
+// send runs q, which lead leads, as one pipeline and delivers each call
+// its reply. Calls whose context has ended are dropped unsent. The
+// pipeline's deadline is the latest of the calls': a call with an earlier
+// one stops waiting at its own. After a NOSCRIPT (Redis lost its script
+// cache), the script is loaded and the calls that got it are sent again,
+// as one more pipeline.
+func (p *pipe) send(lead *call, q []*call) {
+	live := lead.live[:0]
+	defer func() { lead.live = live[:0] }()
+	var deadline time.Time
+	bounded := true
+	for _, c := range q {
+		if err := c.ctx.Err(); err != nil {
+			c.err = err
+			deliver(lead, c)
+			continue
+		}
+		if d, ok := c.ctx.Deadline(); !ok {
+			bounded = false
+		} else if d.After(deadline) {
+			deadline = d
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx := context.Background()
+	if bounded {
+		ctx = &deadlineCtx{Context: ctx, d: deadline}
+	}
+	retry := p.exec(ctx, lead, live)
+	if len(retry) == 0 {
+		return
+	}
+	if err := applyScript.Load(ctx, p.rdb).Err(); err != nil {
+		for _, c := range retry {
+			c.err = err
+			deliver(lead, c)
+		}
+		return
+	}
+	for _, c := range p.exec(ctx, lead, retry) {
+		deliver(lead, c) // still NOSCRIPT: the cache was flushed again
+	}
+}
+
+// exec sends q as one pipeline and delivers each call its reply, except
+// the calls that got NOSCRIPT, which it returns with that error set. It
+// reorders q so that calls that can share an apply.lua call (see joins)
+// are next to each other, keeping their order, and sends each run of
+// them as one.
+func (p *pipe) exec(ctx context.Context, lead *call, q []*call) (noscript []*call) {
+	gather(q, p.cross)
+	pl := p.rdb.Pipeline()
+	cmds := lead.cmds[:0]
+	for a := 0; a < len(q); {
+		b := runEnd(q, a, p.cross)
+		var cmd *goredis.IntSliceCmd
+		if b-a > 1 && p.fast.open() {
+			cmd = q[a].evalshaFast(ctx, q[a:b])
+		}
+		if cmd == nil {
+			cmd = q[a].evalshaAll(ctx, q[a:b])
+		}
+		cmds = append(cmds, cmd)
+		a = b
+	}
+	_ = pl.BatchProcess(ctx, cmds...)
+	for _, c := range q {
+		if c.span != nil {
+			c.facts = spanFacts{batch: len(q), scripts: len(cmds), sent: lead.start}
+		}
+	}
+	clear(cmds)
+	lead.cmds = cmds[:0]
+	_, _ = pl.Exec(ctx) // each command carries its own error
+	for a := 0; a < len(q); {
+		b := runEnd(q, a, p.cross)
+		run := q[a:b]
+		a = b
+		reply, err := run[0].cmd.Result()
+		if err == nil {
+			err = p.cut(reply, run)
+		} else if len(run) > 1 && p.refusedRun(err) {
+			// A slot of the call's has moved, or is moving: nothing ran.
+			// Each call goes again on its own, with its keys, and follows
+			// the redirection where its own keys are.
+			for _, c := range run {
+				go func() {
+					c.reply, c.err = p.one(c)
+					deliver(lead, c)
+				}()
+			}
+			continue
+		}
+		for _, c := range run {
+			if err != nil {
+				c.reply, c.err = nil, err
+			}
+			switch {
+			case c.err == nil:
+			case goredis.HasErrorPrefix(c.err, "NOSCRIPT"):
+				noscript = append(noscript, c)
+				continue
+			case p.redirected(c.err):
+				go func() { // on its own, so the round trip ends now
+					c.reply, c.err = p.redirect(c.ctx, c.keys, c.args, c.err)
+					deliver(lead, c)
+				}()
+				continue
+			}
+			deliver(lead, c)
+		}
+	}
+	return noscript
+}
+
+// gather reorders q, stably, so that the calls that join its first call
+// come first, then those that join the first of the rest, and so on. On
+// standalone Redis every call usually joins the first, and q stays as it
+// is.
+func gather(q []*call, cross bool) {
+	for a := 0; a < len(q); {
+		keys := len(q[a].keys)
+		b := a + 1
+		for i := a + 1; i < len(q); i++ {
+			if !q[a].joins(q[i], keys, cross) {
+				continue
+			}
+			keys += len(q[i].keys)
+			if i != b {
+				c := q[i]
+				copy(q[b+1:i+1], q[b:i])
+				q[b] = c
+			}
+			b++
+		}
+		a = b
+	}
+}
+
+// runEnd returns the end of the run of calls of q, gathered, that starts
+// at a and is sent as one apply.lua call.
+func runEnd(q []*call, a int, cross bool) int {
+	keys := len(q[a].keys)
+	b := a + 1
+	for b < len(q) && q[a].joins(q[b], keys, cross) {
+		keys += len(q[b].keys)
+		b++
+	}
+	return b
+}
+
+// cut gives each call of run its part of reply, the reply to the one
+// apply.lua call run was sent as: from fast.lua's reply when the run was
+// sent in MODE_FAST and fit, else cut from apply.lua's.
+func (p *pipe) cut(reply []int64, run []*call) error {
+	if !run[0].fast.sent {
+		return cut(reply, run)
+	}
+	if len(reply) > 0 && reply[0] == fastFits {
+		p.fast.fit()
+		return fastOutcomes(reply, run)
+	}
+	p.fast.missed()
+	return cut(reply, run)
+}
+
+// cut cuts reply, the reply to one apply.lua call for run, into each
+// call's part.
+func cut(reply []int64, run []*call) error {
+	if len(run) == 1 {
+		run[0].reply, run[0].err = reply, nil
+		return nil
+	}
+	want := 0
+	for _, c := range run {
+		want += c.replyLen()
+	}
+	if err := checkLen(reply, want); err != nil {
+		return err
+	}
+	for _, c := range run {
+		n := c.replyLen()
+		c.reply, c.err = reply[:n:n], nil
+		reply = reply[n:]
+	}
+	return nil
+}
