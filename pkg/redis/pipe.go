@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -318,39 +317,6 @@ func (p *pipe) take() []*call {
 		p.queue = nil
 	}
 	return q
-}
-
-// refusedRun reports whether err is a Cluster node's refusal, before
-// running anything, of an apply.lua call of several requests because a
-// slot of theirs is not its to serve right now, or not all of it:
-// MOVED or ASK for the call's declared keys, TRYAGAIN when some of them
-// have moved to another node mid-migration and some have not, or, for a
-// call of several slots (no KEYS), the script's first read of a key of
-// such a slot ("non local key"). A redirection of the whole call must
-// not be followed for every request: each request's keys may be on
-// either side of a migration.
-func (p *pipe) refusedRun(err error) bool {
-	if p.redirect == nil || err == nil {
-		return false
-	}
-	return isRedirect(err) || goredis.HasErrorPrefix(err, "TRYAGAIN") || strings.Contains(err.Error(), "non local key")
-}
-
-// redirected reports whether err is a Cluster node's refusal to run a
-// call whose slot it does not serve right now, and p can send the call
-// where the refusal points.
-func (p *pipe) redirected(err error) bool {
-	return p.redirect != nil && isRedirect(err)
-}
-
-// isRedirect reports whether err is MOVED or ASK.
-func isRedirect(err error) bool {
-	if err == nil {
-		return false
-	}
-	_, moved := goredis.IsMovedError(err)
-	_, ask := goredis.IsAskError(err)
-	return moved || ask
 }
 
 // deadlineCtx is its Context with deadline d, which is earlier than the
