@@ -2,10 +2,59 @@ package redis
 
 import (
 	"context"
+	"runtime"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
+
+// batch is the round trip that a call leads when it is woken to send
+// one: the calls taken for it (the leader's own included), and scratch
+// that the pooled call keeps from one batch it leads to the next. The
+// zero value leads nothing.
+type batch struct {
+	// leads says that the call is to send calls as a round trip that
+	// started at start (on clock); else, once woken, its reply is set.
+	// If gathers is set, calls is the pipe's open batch, which others
+	// may join until the leader closes it, and p.mu guards it.
+	leads, gathers bool
+	calls          []*call
+	start          time.Duration
+	// live and cmds are scratch for send and exec, reused.
+	live []*call
+	cmds []goredis.Cmder
+}
+
+// reset empties b for the call's next use, keeping its scratch.
+func (b *batch) reset() {
+	clear(b.live)
+	clear(b.cmds)
+	*b = batch{live: b.live[:0], cmds: b.cmds[:0]}
+}
+
+// lead sends the batch that woken call c leads, as the round trip it was
+// handed, ends that round trip, and waits for c's own reply.
+func (p *pipe) lead(c *call) {
+	b := &c.batch
+	b.leads = false
+	if b.gathers {
+		// Let the calls made at the same moment, such as those of a
+		// batch just answered, join (see do) before the batch closes.
+		b.gathers = false
+		runtime.Gosched()
+		p.mu.Lock()
+		if p.open == c {
+			p.open = nil
+		}
+		p.mu.Unlock()
+	}
+	q := b.calls
+	b.calls = nil
+	p.send(c, q)
+	p.pass(b.start)
+	<-c.wake // its own reply, delivered as the others'
+	c.facts.led = true
+}
 
 // claimLeader claims the call of q with the latest deadline (or none)
 // whose caller still waits, and returns it; nil if every caller gave up.
@@ -51,8 +100,8 @@ func deliver(lead, c *call) {
 // cache), the script is loaded and the calls that got it are sent again,
 // as one more pipeline.
 func (p *pipe) send(lead *call, q []*call) {
-	live := lead.live[:0]
-	defer func() { lead.live = live[:0] }()
+	live := lead.batch.live[:0]
+	defer func() { lead.batch.live = live[:0] }()
 	var deadline time.Time
 	bounded := true
 	for _, c := range q {
@@ -99,7 +148,7 @@ func (p *pipe) send(lead *call, q []*call) {
 func (p *pipe) exec(ctx context.Context, lead *call, q []*call) (noscript []*call) {
 	gather(q, p.cross)
 	pl := p.rdb.Pipeline()
-	cmds := lead.cmds[:0]
+	cmds := lead.batch.cmds[:0]
 	for a := 0; a < len(q); {
 		b := runEnd(q, a, p.cross)
 		var cmd *goredis.IntSliceCmd
@@ -115,11 +164,11 @@ func (p *pipe) exec(ctx context.Context, lead *call, q []*call) (noscript []*cal
 	_ = pl.BatchProcess(ctx, cmds...)
 	for _, c := range q {
 		if c.span != nil {
-			c.facts = spanFacts{batch: len(q), scripts: len(cmds), sent: lead.start}
+			c.facts = spanFacts{batch: len(q), scripts: len(cmds), sent: lead.batch.start}
 		}
 	}
 	clear(cmds)
-	lead.cmds = cmds[:0]
+	lead.batch.cmds = cmds[:0]
 	_, _ = pl.Exec(ctx) // each command carries its own error
 	for a := 0; a < len(q); {
 		b := runEnd(q, a, p.cross)

@@ -53,23 +53,14 @@ type call struct {
 	fast   fastScratch
 
 	state atomic.Uint32
-	// leads, when the call is woken, says that it is to send lead, a
-	// batch (itself included), as a round trip that started at start
-	// (on clock); else its reply is set. If gathers is set, lead is
-	// the pipe's open batch, which others may join until the call
-	// closes it, and p.mu guards it.
-	leads, gathers bool
-	lead           []*call
-	start          time.Duration
+	// batch is the round trip the call leads if it is woken to.
+	batch batch
 	// wake carries one wake-up per claim; buffered so that the round
 	// trip that claims the call never blocks on it.
 	wake  chan struct{}
 	timer *time.Timer // bounds the wait by ctx's deadline
 	argv  []any       // the EVALSHA command, reused
 	cmd   *goredis.IntSliceCmd
-	// live and cmds are scratch for the batch the call leads, reused.
-	live []*call
-	cmds []goredis.Cmder
 	// span is where a traced call's caller takes facts, the call's
 	// round trip as exec saw it (see trace.go); nil when untraced.
 	span  *spanFacts
@@ -96,16 +87,13 @@ func putCall(c *call) {
 	clear(c.argv)
 	clear(c.keys)
 	clear(c.args)
-	c.ctx, c.reply, c.err, c.lead, c.cmd = nil, nil, nil, nil, nil
-	c.start, c.leads, c.gathers = 0, false, false
+	c.ctx, c.reply, c.err, c.cmd = nil, nil, nil, nil
+	c.batch.reset()
 	c.now, c.mode, c.spec = "", "", ""
 	c.checks, c.grants, c.slot, c.fastOK = 0, false, 0, false
 	c.fast.reset()
 	c.span, c.facts = nil, spanFacts{}
 	c.argv, c.keys, c.args = c.argv[:0], c.keys[:0], c.args[:0]
-	clear(c.live)
-	clear(c.cmds)
-	c.live, c.cmds = c.live[:0], c.cmds[:0]
 	calls.Put(c)
 }
 

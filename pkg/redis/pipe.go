@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,8 +108,8 @@ func (p *pipe) do(c *call) ([]int64, error) {
 		p.mu.Unlock()
 		return p.alone(c, now)
 	}
-	if o := p.open; o != nil && len(o.lead) < maxBatch {
-		o.lead = append(o.lead, c)
+	if o := p.open; o != nil && len(o.batch.calls) < maxBatch {
+		o.batch.calls = append(o.batch.calls, c)
 		p.mu.Unlock()
 		return p.wait(c, 0)
 	}
@@ -202,26 +201,8 @@ func (p *pipe) wait(c *call, flush time.Duration) ([]int64, error) {
 		}
 		woken = true
 	}
-	if c.leads {
-		c.leads = false
-		if c.gathers {
-			// Let the calls made at the same moment, such as those
-			// of a batch just answered, join (see do) before the
-			// batch closes.
-			c.gathers = false
-			runtime.Gosched()
-			p.mu.Lock()
-			if p.open == c {
-				p.open = nil
-			}
-			p.mu.Unlock()
-		}
-		q := c.lead
-		c.lead = nil
-		p.send(c, q)
-		p.pass(c.start)
-		<-c.wake // its own reply, delivered as the others'
-		c.facts.led = true
+	if c.batch.leads {
+		p.lead(c)
 	}
 	if c.span != nil {
 		f := c.facts
@@ -279,13 +260,13 @@ func (p *pipe) pass(start time.Duration) {
 func (p *pipe) handOff(q []*call, start time.Duration) {
 	for {
 		if lead := claimLeader(q); lead != nil {
-			lead.leads, lead.start = true, start
+			lead.batch.leads, lead.batch.start = true, start
 			if p.far.Load() {
 				p.mu.Lock()
-				lead.lead, lead.gathers, p.open = q, true, lead
+				lead.batch.calls, lead.batch.gathers, p.open = q, true, lead
 				p.mu.Unlock()
 			} else {
-				lead.lead = q
+				lead.batch.calls = q
 			}
 			lead.wake <- struct{}{}
 			return
