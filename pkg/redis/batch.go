@@ -43,8 +43,8 @@ func (p *pipe) lead(c *call) {
 		b.gathers = false
 		runtime.Gosched()
 		p.mu.Lock()
-		if p.open == c {
-			p.open = nil
+		if p.adapt.open == c {
+			p.adapt.open = nil
 		}
 		p.mu.Unlock()
 	}

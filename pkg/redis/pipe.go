@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -49,30 +48,16 @@ type pipe struct {
 	// Cluster master's pipe; see evalshaAll).
 	cross bool
 
-	// pool is the size of rdb's connection pool, and warmer opens its
-	// connections ahead of the round trips that the pipe adds (see
-	// adapt.go); nil: the pipe adds none.
-	pool   int
+	// warmer runs the pipe's background work (see adapt.go); nil:
+	// the pipe adds no round trips.
 	warmer *warmer
 
-	mu     sync.Mutex
-	out    int             // round trips under way
-	starts []time.Duration // their starts, on clock
-	queue  []*call         // calls waiting for the next one
-	// open is the leader of the round trip started last, while the
-	// calls made meanwhile may still join its batch (see do), which
-	// happens only while far is set: when Redis is far away.
-	open *call
-	far  atomic.Bool
-	rtt  rttMin // the round-trip time of late
-	// conns is the number of connections open when last counted (see
-	// probe); warming is set while warm opens more, which it last began
-	// at warmedAt; probing is set while probe measures the RTT, which it
-	// last did at probedAt; waited is set when a call finds max round
-	// trips out (see due), and cleared by probe.
-	conns                    int
-	warming, probing, waited bool
-	warmedAt, probedAt       time.Duration
+	mu    sync.Mutex
+	out   int     // round trips under way
+	queue []*call // calls waiting for the next one
+	// adapt is how the pipe adds round trips when Redis is far away;
+	// p.mu guards it, but far.
+	adapt adaptive
 	// fast holds MODE_FAST back after a batch that did not fit.
 	fast fastGate
 }
@@ -81,7 +66,7 @@ type pipe struct {
 // trips out but those that it adds when Redis is far away (see
 // adapt.go), whose connections w opens (nil: it adds none).
 func newPipe(rdb goredis.UniversalClient, max int, w *warmer) *pipe {
-	return &pipe{rdb: rdb, max: max, pool: poolSize(rdb), warmer: w}
+	return &pipe{rdb: rdb, max: max, warmer: w, adapt: adaptive{pool: poolSize(rdb)}}
 }
 
 // maxBatch bounds the calls in one round trip, so that one round trip
@@ -108,7 +93,7 @@ func (p *pipe) do(c *call) ([]int64, error) {
 		p.mu.Unlock()
 		return p.alone(c, now)
 	}
-	if o := p.open; o != nil && len(o.batch.calls) < maxBatch {
+	if o := p.adapt.open; o != nil && len(o.batch.calls) < maxBatch {
 		o.batch.calls = append(o.batch.calls, c)
 		p.mu.Unlock()
 		return p.wait(c, 0)
@@ -248,7 +233,7 @@ func (p *pipe) pass(start time.Duration) {
 		p.mu.Unlock()
 		return
 	}
-	p.starts = append(p.starts, now)
+	p.adapt.starts = append(p.adapt.starts, now)
 	p.mu.Unlock()
 	p.handOff(q, now)
 }
@@ -261,9 +246,9 @@ func (p *pipe) handOff(q []*call, start time.Duration) {
 	for {
 		if lead := claimLeader(q); lead != nil {
 			lead.batch.leads, lead.batch.start = true, start
-			if p.far.Load() {
+			if p.adapt.far.Load() {
 				p.mu.Lock()
-				lead.batch.calls, lead.batch.gathers, p.open = q, true, lead
+				lead.batch.calls, lead.batch.gathers, p.adapt.open = q, true, lead
 				p.mu.Unlock()
 			} else {
 				lead.batch.calls = q
@@ -283,7 +268,7 @@ func (p *pipe) handOff(q []*call, start time.Duration) {
 			return
 		}
 		start = clock()
-		p.starts = append(p.starts, start)
+		p.adapt.starts = append(p.adapt.starts, start)
 		p.mu.Unlock()
 	}
 }
