@@ -211,8 +211,9 @@ func (p *pipe) measured(rtt time.Duration) {
 	}
 }
 
-// warmer runs the background work of the pipes of one store (see probe
-// and warm), and owns its goroutines: close stops them and waits.
+// warmer runs the background work of the pipes of one store (see probe,
+// warm and pipe.behind), and owns its goroutines: close stops them and
+// waits.
 type warmer struct {
 	mu     sync.Mutex
 	closed bool
@@ -226,13 +227,23 @@ func newWarmer() *warmer { return &warmer{stop: make(chan struct{})} }
 // backstopTimeout or at close, and reports whether it did: not after
 // close.
 func (w *warmer) do(f func(ctx context.Context)) bool {
+	return w.within(context.Background(), func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, backstopTimeout)
+		defer cancel()
+		f(ctx)
+	})
+}
+
+// within runs f in the background, within a context that ends with
+// parent or at close, and reports whether it did: not after close.
+func (w *warmer) within(parent context.Context, f func(ctx context.Context)) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return false
 	}
 	w.wg.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), backstopTimeout)
+		ctx, cancel := context.WithCancel(parent)
 		var watch sync.WaitGroup
 		watch.Go(func() {
 			select {

@@ -182,10 +182,9 @@ func (p *pipe) exec(ctx context.Context, lead *call, q []*call) (noscript []*cal
 			// Each call goes again on its own, with its keys, and follows
 			// the redirection where its own keys are.
 			for _, c := range run {
-				go func() {
-					c.reply, c.err = p.one(c)
-					deliver(lead, c)
-				}()
+				p.behind(lead, c, func(ctx context.Context) ([]int64, error) {
+					return p.one(ctx, c)
+				})
 			}
 			continue
 		}
@@ -199,16 +198,31 @@ func (p *pipe) exec(ctx context.Context, lead *call, q []*call) (noscript []*cal
 				noscript = append(noscript, c)
 				continue
 			case p.redirected(c.err):
-				go func() { // on its own, so the round trip ends now
-					c.reply, c.err = p.redirect(c.ctx, c.keys, c.args, c.err)
-					deliver(lead, c)
-				}()
+				refusal := c.err
+				p.behind(lead, c, func(ctx context.Context) ([]int64, error) {
+					return p.redirect(ctx, c.keys, c.args, refusal)
+				})
 				continue
 			}
 			deliver(lead, c)
 		}
 	}
 	return noscript
+}
+
+// behind sends c of the batch that lead leads again, by f, on a
+// goroutine of its own so that the round trip ends now, and delivers
+// c's reply. The goroutine is the warmer's, within c.ctx: Close ends it
+// and waits for it. Once the store is closing (or without a warmer), f
+// runs here.
+func (p *pipe) behind(lead, c *call, f func(ctx context.Context) ([]int64, error)) {
+	resend := func(ctx context.Context) {
+		c.reply, c.err = f(ctx)
+		deliver(lead, c)
+	}
+	if p.warmer == nil || !p.warmer.within(c.ctx, resend) {
+		resend(c.ctx)
+	}
 }
 
 // gather reorders q, stably, so that the calls that join its first call

@@ -117,16 +117,16 @@ func (p *pipe) do(c *call) ([]int64, error) {
 // alone sends c by itself, in a round trip that started at start, ends
 // the round trip and recycles c.
 func (p *pipe) alone(c *call, start time.Duration) ([]int64, error) {
-	reply, err := p.one(c)
+	reply, err := p.one(c.ctx, c)
 	putCall(c)
 	p.pass(start)
 	return reply, err
 }
 
-// one sends c by itself, within c.ctx: EVAL if Redis lost the script,
-// and once more where a Cluster's redirection points.
-func (p *pipe) one(c *call) ([]int64, error) {
-	ctx := c.ctx
+// one sends c by itself, within ctx (c.ctx, or one that ends with it):
+// EVAL if Redis lost the script, and once more where a Cluster's
+// redirection points.
+func (p *pipe) one(ctx context.Context, c *call) ([]int64, error) {
 	cmd := c.evalsha(ctx)
 	_ = p.rdb.Process(ctx, cmd)
 	reply, err := cmd.Result()

@@ -97,7 +97,10 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the connections to Redis. Calls after Close fail.
+// Close closes the connections to Redis. Calls after Close fail. It
+// first ends the store's background work and waits for it, the calls
+// that a Cluster node refused and that go again on their own included
+// (each bounded by its request's deadline).
 func (s *Store) Close() error {
 	s.probes.stop()
 	s.warmer.close()
