@@ -275,25 +275,3 @@ func (p *pipe) cut(reply []int64, run []*call) error {
 	p.fast.missed()
 	return cut(reply, run)
 }
-
-// cut cuts reply, the reply to one apply.lua call for run, into each
-// call's part.
-func cut(reply []int64, run []*call) error {
-	if len(run) == 1 {
-		run[0].reply, run[0].err = reply, nil
-		return nil
-	}
-	want := 0
-	for _, c := range run {
-		want += c.replyLen()
-	}
-	if err := checkLen(reply, want); err != nil {
-		return err
-	}
-	for _, c := range run {
-		n := c.replyLen()
-		c.reply, c.err = reply[:n:n], nil
-		reply = reply[n:]
-	}
-	return nil
-}

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,15 +85,6 @@ func putCall(c *call) {
 	c.span, c.facts = nil, spanFacts{}
 	c.argv, c.keys, c.args = c.argv[:0], c.keys[:0], c.args[:0]
 	calls.Put(c)
-}
-
-// replyLen is the length of c's part of an apply.lua reply.
-func (c *call) replyLen() int {
-	per := 3
-	if baseMode(c.mode) == modeReserve {
-		per = 4
-	}
-	return replyLen(c.checks, per, c.grants, strings.HasSuffix(c.mode, refundsMark))
 }
 
 // joins reports whether c can be decided in one apply.lua call with o,
