@@ -304,9 +304,24 @@ func checkChartArgs(cb *chartBundle) []error {
 		}
 	}
 
-	// TLS files: each in a mounted Secret (mounted whole, so that renewals
-	// reach the pod), from the Secret the values name.
+	// TLS files and password files: each in a mounted Secret (mounted
+	// whole, so that renewals and rotations reach the pod), from the
+	// Secret the values name.
+	sentinelSecret := cb.r.str("redis.sentinel.existingSecret")
+	if cb.r.str("redis.mode") != "sentinel" {
+		sentinelSecret = ""
+	}
+	for _, p := range []struct{ flag, value, secret string }{
+		{"redis-password-file", "redis.auth.existingSecret", cb.r.str("redis.auth.existingSecret")},
+		{"redis-sentinel-password-file", "redis.sentinel.existingSecret", sentinelSecret},
+	} {
+		if _, ok := args[p.flag]; ok != (p.secret != "") {
+			fail("--%s set: %v, but %s is %q", p.flag, ok, p.value, p.secret)
+		}
+	}
 	tlsFiles := []struct{ flag, secret, key string }{
+		{"redis-password-file", cb.r.str("redis.auth.existingSecret"), cb.r.str("redis.auth.passwordKey")},
+		{"redis-sentinel-password-file", sentinelSecret, cb.r.str("redis.sentinel.passwordKey")},
 		{"grpc-tls-cert", cb.r.str("grpc.tls.secretName"), "tls.crt"},
 		{"grpc-tls-key", cb.r.str("grpc.tls.secretName"), "tls.key"},
 		{"grpc-tls-client-ca", firstSet(cb.r.str("grpc.tls.clientCA.secretName"), cb.r.str("grpc.tls.secretName")), cb.r.str("grpc.tls.clientCA.key")},
@@ -430,38 +445,17 @@ func toInt(v any) int {
 	return 0
 }
 
-// checkChartEnv checks that passwords come from Secrets, the ones the
-// values name.
+// checkChartEnv checks that no password is in the environment, where a
+// rotated Secret never reaches a running pod: the chart passes password
+// files (checkChartArgs), and a password variable of extraEnv must at
+// least come from a Secret.
 func checkChartEnv(cb *chartBundle) []error {
 	var errs []error
 	fail := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	env := map[string]*corev1.EnvVar{}
 	for i := range cb.sidecar.Env {
 		e := &cb.sidecar.Env[i]
-		env[e.Name] = e
 		if strings.Contains(e.Name, "PASSWORD") && (e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {
 			fail("env %s: not from a Secret", e.Name)
-		}
-	}
-	for _, p := range []struct{ env, secret, key string }{
-		{"RLS_REDIS_PASSWORD", "redis.auth.existingSecret", "redis.auth.passwordKey"},
-		{"RLS_REDIS_SENTINEL_PASSWORD", "redis.sentinel.existingSecret", "redis.sentinel.passwordKey"},
-	} {
-		secret, key := cb.r.str(p.secret), cb.r.str(p.key)
-		if p.env == "RLS_REDIS_SENTINEL_PASSWORD" && cb.r.str("redis.mode") != "sentinel" {
-			secret = ""
-		}
-		e := env[p.env]
-		switch {
-		case secret == "" && e != nil:
-			fail("env %s set, but %s is empty", p.env, p.secret)
-		case secret != "" && e == nil:
-			fail("%s is set, but no %s", p.secret, p.env)
-		case e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil:
-		case e.ValueFrom.SecretKeyRef.Name != secret:
-			fail("env %s: from Secret %q, want %q", p.env, e.ValueFrom.SecretKeyRef.Name, secret)
-		case e.ValueFrom.SecretKeyRef.Key != key:
-			fail("env %s: from Secret %q key %q, want key %q", p.env, secret, e.ValueFrom.SecretKeyRef.Key, key)
 		}
 	}
 	return errs

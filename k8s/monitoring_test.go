@@ -43,6 +43,7 @@ func TestAlertRulesLoad(t *testing.T) {
 		"RateLimitSidecarConfigReloadFailed",
 		"RateLimitSidecarRedisCircuitOpen",
 		"RateLimitSidecarRedisConfigError",
+		"RateLimitSidecarRedisCredentialsNotRenewed",
 		"RateLimitSidecarXDSNoRules",
 		"RateLimitSidecarXDSDisconnected",
 		"RateLimitSidecarRedisErrors",

@@ -65,8 +65,9 @@ type egPod struct {
 // envFor is egEnv in this test's world: the paths moved under temporary
 // directories, the xDS server and Redis at their loopback addresses, and
 // every listener, which the reference defaults to 0.0.0.0 and fixed ports
-// (PROMETHEUS_ADDR :19001 too), on a free loopback port. Nothing else
-// changes: each replaced value must be found, and the names stay.
+// (PROMETHEUS_ADDR :19001 too), on a free loopback port; and
+// REDIS_TIMEOUT (see below). Nothing else changes: each replaced value
+// must be found, and the names stay.
 func (p egPod) envFor(t *testing.T) map[string]string {
 	t.Helper()
 	replace := map[string]string{
@@ -97,6 +98,11 @@ func (p egPod) envFor(t *testing.T) map[string]string {
 	for _, name := range []string{"PORT", "GRPC_PORT", "DEBUG_PORT"} {
 		env[name] = "0"
 	}
+	// The one setting that is not a place: our Redis timeout defaults to
+	// 15 ms, within Envoy's 20 ms deadline, and a test's Redis call on a
+	// busy machine (make test runs under -race) can take longer. The
+	// reference's own default is 10 s.
+	env["REDIS_TIMEOUT"] = "5s"
 	return env
 }
 

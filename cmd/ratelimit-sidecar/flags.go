@@ -50,6 +50,7 @@ type settings struct {
 	redisHostPort     bool // --redis-url was host:port, taken as redis://host:port: redisurl.go
 	redisPasswordFile string
 	sentinelPassFile  string
+	redisAuth         redisAuthSettings // rediscreds.go
 	redisSentinels    string
 	redisCluster      string
 
@@ -209,8 +210,15 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.redisCluster, "redis-cluster-addrs", "", "Redis Cluster: comma-separated seed host:port list")
 	fs.StringVar(&c.redis.Username, "redis-username", "", "Redis ACL user name")
 	fs.StringVar(&c.redis.SentinelUsername, "redis-sentinel-username", "", "Redis Sentinel: user name for the sentinels themselves")
-	fs.StringVar(&c.sentinelPassFile, "redis-sentinel-password-file", "", "Redis Sentinel: file holding the sentinels' own password (or set RLS_REDIS_SENTINEL_PASSWORD)")
-	fs.StringVar(&c.redisPasswordFile, "redis-password-file", "", "file holding the Redis password (or set RLS_REDIS_PASSWORD; there is no password flag, so it never shows in ps)")
+	fs.StringVar(&c.sentinelPassFile, "redis-sentinel-password-file", "", "Redis Sentinel: file holding the sentinels' own password, re-read as it changes (or set RLS_REDIS_SENTINEL_PASSWORD)")
+	fs.StringVar(&c.redisPasswordFile, "redis-password-file", "", "file holding the Redis password, re-read as it changes, for new connections (or set RLS_REDIS_PASSWORD; there is no password flag, so it never shows in ps)")
+	fs.StringVar(&c.redisAuth.userFile, "redis-username-file", "", "file holding the Redis ACL user name, re-read as it changes (instead of --redis-username)")
+	fs.StringVar(&c.redisAuth.sentinelUserFile, "redis-sentinel-username-file", "", "Redis Sentinel: file holding the sentinels' user name, re-read as it changes")
+	fs.DurationVar(&c.redis.ConnMaxLifetime, "redis-conn-max-lifetime", 0, redisConnMaxLifetimeHelp)
+	fs.StringVar(&c.redisAuth.aws, "redis-aws-iam", "", "authenticate with AWS IAM auth tokens from the AWS SDK's default credential chain: elasticache, elasticache-serverless or memorydb (needs --redis-username and --redis-aws-cache-name)")
+	fs.StringVar(&c.redisAuth.awsName, "redis-aws-cache-name", "", "with --redis-aws-iam: the ElastiCache replication group ID or serverless cache name, or the MemoryDB cluster name")
+	fs.StringVar(&c.redisAuth.awsRegion, "redis-aws-region", "", "with --redis-aws-iam: the cache's AWS region (default: the SDK's, from AWS_REGION or the profile)")
+	fs.BoolVar(&c.redisAuth.gcp, "redis-gcp-iam", false, "authenticate to Memorystore with IAM access tokens of Google's Application Default Credentials (GKE Workload Identity, GOOGLE_APPLICATION_CREDENTIALS, the metadata server)")
 	fs.BoolVar(&c.redis.TLS.Enabled, "redis-tls", false, "use TLS to Redis (implied by rediss://)")
 	fs.StringVar(&c.redis.TLS.CAFile, "redis-tls-ca", "", "PEM file of CAs for Redis's certificate (default: system roots)")
 	fs.StringVar(&c.redis.TLS.CertFile, "redis-tls-cert", "", "PEM client certificate for Redis")
@@ -348,6 +356,9 @@ func (c *settings) checkRedis() error {
 	}
 	if c.redis.Timeout != 0 && c.redis.Timeout < time.Millisecond {
 		return fmt.Errorf("--redis-timeout: want 1ms or more, got %v", c.redis.Timeout)
+	}
+	if err := c.checkRedisAuth(); err != nil {
+		return err
 	}
 	if c.redis.Configured() {
 		if err := c.redis.Validate(); err != nil {

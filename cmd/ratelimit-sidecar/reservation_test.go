@@ -142,3 +142,31 @@ func TestReservationsCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	runReservationCases(t, startSidecar(t, "--config", reservationRulesDir(t), "--redis-cluster-addrs", strings.Join(c.Addrs, ","), "--failure-mode", "error", "--redis-timeout", "2s"))
 }
+
+// TestReservationsFailureModes: while Redis cannot decide, failure mode
+// local reserves and settles on the sidecar's memory store, so the cases
+// hold there; open and closed settle nothing (the refund is counted
+// lost) and never refuse a settlement.
+func TestReservationsFailureModes(t *testing.T) {
+	down := redistest.StartServer(t)
+	down.Kill()
+	args := func(mode string) []string {
+		return []string{"--config", reservationRulesDir(t), "--redis-url", "redis://" + down.Addr, "--failure-mode", mode, "--redis-timeout", "50ms"}
+	}
+	t.Run("local", func(t *testing.T) {
+		runReservationCases(t, startSidecar(t, args("local")...))
+	})
+	for _, mode := range []string{"open", "closed"} {
+		t.Run(mode, func(t *testing.T) {
+			s := startSidecar(t, args(mode)...)
+			resp, err := s.rls.ShouldRateLimit(context.Background(), settleCall("t", "a", 4000, 0))
+			if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+				t.Errorf("a settlement in mode %s: %v, %v; want OK", mode, resp.GetOverallCode(), err)
+			}
+			want := `ratelimit_sidecar_rule_refund_lost_total{algorithm="fixed_window",domain="llm",rule="budget",window="1h0m0s"} 4000`
+			if body := s.getBody(t, "/metrics"); !strings.Contains(body, want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		})
+	}
+}

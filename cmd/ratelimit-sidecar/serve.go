@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
@@ -405,6 +406,10 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	sb.Streaming = grpcbound.StreamingMethods(s.grpc)
+	// A report is read and decoded whole before it counts as arrived:
+	// up to 16 MiB, which on a busy machine takes more than the request
+	// timeout. bounds.MessageTimeout bounds its arrival anyway.
+	sb.FirstMessage = map[string]time.Duration{rlqspb.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName: bounds.MessageTimeout}
 	msgs.Work = workMethods(s.grpc)
 	s.msgs = msgs
 	s.refreshHealth()

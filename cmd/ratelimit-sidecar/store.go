@@ -50,6 +50,9 @@ type opened struct {
 	// clientLog takes the client library's own messages; nil if it
 	// writes none.
 	clientLog *redislog.Logger
+	// credentials keeps Redis credentials that change current; nil if
+	// they do not change.
+	credentials *credentialKeeper
 }
 
 // refusals is what a store reports of refusals for its configuration:
@@ -86,7 +89,13 @@ func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error
 	// Size 1: a change not yet seen needs no second signal, since its
 	// reader reads the refusals as they are then.
 	changed := make(chan struct{}, 1)
-	lazy, err := redis.Connect(ctx, c.redis, redis.LazyOptions{
+	ro := c.redis
+	keep, err := redisCredentials(ctx, c, &ro, log)
+	if err != nil {
+		return opened{}, err
+	}
+	stopKeeping := runAll(ctx, keep.run)
+	lazy, err := redis.Connect(ctx, ro, redis.LazyOptions{
 		OnConnect: func() { log.Info("redis connected") },
 		OnConfigError: func(e *redis.ConfigError, cleared bool) {
 			redislog.ConfigError(log, e, cleared)
@@ -97,13 +106,23 @@ func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error
 		},
 	})
 	if err != nil {
+		stopKeeping()
 		return opened{}, err
 	}
 	if !lazy.Connected() {
 		log.Error("redis not connected at startup; serving by the failure mode while retrying", zap.Error(lazy.LastError()))
 	}
-	return opened{Store: lazy, ping: lazy.Probe, probe: lazy.ProbeAny, close: lazy.Close, refusals: lazy, refusalChanged: changed,
-		clientLog: clientLog}, nil
+	closeAll := func() error {
+		err := lazy.Close()
+		stopKeeping()
+		return err
+	}
+	o := opened{Store: lazy, ping: lazy.Probe, probe: lazy.ProbeAny, close: closeAll, refusals: lazy, refusalChanged: changed,
+		clientLog: clientLog}
+	if len(keep.sources) > 0 {
+		o.credentials = keep
+	}
+	return o, nil
 }
 
 // misconfigured returns the readiness error for refusals es, nil if
@@ -209,6 +228,9 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 	}
 	if o.clientLog != nil {
 		m.RedisClientMessages(o.clientLog.Messages)
+	}
+	if o.credentials != nil {
+		m.RedisCredentials(o.credentials.changes, o.credentials.failures)
 	}
 	s := &sidecarStore{
 		Store: store.Timed(o.Store, m.StoreCalls(b.name)),

@@ -156,6 +156,7 @@ func scrape(t *testing.T) (map[string][]string, map[string]bool) {
 		t.Fatal("failing store decided, want the failure mode to")
 	}
 	m.RedisConfigErrors([]string{"auth", "acl", "tls"}, refusingRedis{})
+	m.RedisCredentials(func() uint64 { return 1 }, func() uint64 { return 1 })
 	m.XDS(func() metrics.XDSState { return metrics.XDSState{} }) // a server that never answered
 	// A capped listener, as every listener of the sidecar is.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -27,14 +27,20 @@ import (
 //     grpc-timeout (20 ms by default), so its calls pay nothing here.
 //   - A streaming call (health Watch, reflection) may rightly run for
 //     hours, so only its first message is timed: Intercept stops the
-//     timer when it arrives.
+//     timer when it arrives. A method whose first message may be large
+//     (an RLQS report of up to 16 MiB) has a time of its own in
+//     FirstMessage, since its message counts as arrived only once it is
+//     read and decoded whole.
 //
 // Its fields are set before the server serves and only read after.
 type Streams struct {
 	Timeout   time.Duration   // more than 0
 	Streaming map[string]bool // full method names of streaming methods
-	Stopping  context.Context // ends when the server starts to stop
-	Running   Handlers        // the streaming calls whose handlers run
+	// FirstMessage gives streaming methods a longer time than Timeout
+	// for their first message, by full method name.
+	FirstMessage map[string]time.Duration
+	Stopping     context.Context // ends when the server starts to stop
+	Running      Handlers        // the streaming calls whose handlers run
 }
 
 // firstMessageKey keys a streaming call's first-message timer in its
@@ -54,7 +60,7 @@ func (b *Streams) Tap(ctx context.Context, info *tap.Info) (context.Context, err
 		return ctx, nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	first := time.AfterFunc(b.Timeout, cancel)
+	first := time.AfterFunc(max(b.Timeout, b.FirstMessage[info.FullMethodName]), cancel)
 	stopping := context.AfterFunc(b.Stopping, cancel)
 	context.AfterFunc(ctx, func() {
 		first.Stop()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/grpc"
@@ -77,4 +78,30 @@ func TestHandlersDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-done // closed by the handler's end; the test times out otherwise
+}
+
+// TestFirstMessageTime: a streaming call that sends no message is
+// cancelled after Timeout, or after its method's own FirstMessage time,
+// and not once its first message has arrived.
+func TestFirstMessageTime(t *testing.T) {
+	const report = "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas"
+	synctest.Test(t, func(t *testing.T) {
+		sb := &grpcbound.Streams{Timeout: 2 * time.Second, Stopping: context.Background(),
+			Streaming:    map[string]bool{watchMethod: true, report: true},
+			FirstMessage: map[string]time.Duration{report: 10 * time.Second}}
+		watch, _ := sb.Tap(context.Background(), &tap.Info{FullMethodName: watchMethod})
+		rep, _ := sb.Tap(context.Background(), &tap.Info{FullMethodName: report})
+		start := time.Now()
+		<-watch.Done()
+		if d := time.Since(start); d != 2*time.Second {
+			t.Errorf("a Watch without a message cancelled after %v, want 2s", d)
+		}
+		if rep.Err() != nil {
+			t.Fatalf("a report stream cancelled after %v, before its 10s", time.Since(start))
+		}
+		<-rep.Done()
+		if d := time.Since(start); d != 10*time.Second {
+			t.Errorf("a report stream without a message cancelled after %v, want 10s", d)
+		}
+	})
 }

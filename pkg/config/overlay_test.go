@@ -160,6 +160,24 @@ overlays:
 	}
 }
 
+// TestOverlayReservation: an overlay makes a pushed limit reserve each
+// request's hits under its id, which Envoy Gateway cannot say.
+func TestOverlayReservation(t *testing.T) {
+	rs, a := applyOverlay(t, `
+overlays:
+  - domain: default/eg/http
+    name: api-total
+    hold_key: request_id
+    rate_limit: {release_after: 5m}
+`)
+	if len(a.Unmatched) != 0 {
+		t.Errorf("unmatched: %v", a.Unmatched)
+	}
+	if got := strings.Join(limitsOf(t, rs, route1), "; "); !strings.Contains(got, "reservations released after 5m0s") {
+		t.Errorf("overlaid limits %q, want them released after 5m0s", got)
+	}
+}
+
 // TestOverlayChecksum: the rules' checksum changes with the overlay, so
 // an overlay edit is a change of rules.
 func TestOverlayChecksum(t *testing.T) {

@@ -169,12 +169,20 @@ func (p *pipe) exec(ctx context.Context, lead *call, q []*call) (noscript []*cal
 	}
 	clear(cmds)
 	lead.batch.cmds = cmds[:0]
-	_, _ = pl.Exec(ctx) // each command carries its own error
+	_, execErr := pl.Exec(ctx) // each command carries its own error, mostly
 	for a := 0; a < len(q); {
 		b := runEnd(q, a, p.cross)
 		run := q[a:b]
 		a = b
 		reply, err := run[0].cmd.Result()
+		if err == nil && reply == nil && execErr != nil {
+			// go-redis puts the errors of reaching Redis on each command,
+			// but not a Redis error in opening the connection (WRONGPASS
+			// once a password has rotated), which only Exec returns:
+			// without it the call would fail as a bad reply, hiding
+			// Redis's message.
+			err = execErr
+		}
 		if err == nil {
 			err = p.cut(reply, run)
 		} else if len(run) > 1 && p.refusedRun(err) {

@@ -66,8 +66,12 @@ func (s *Store) redirect(ctx context.Context, sc *goredis.Script, keys []string,
 		} else {
 			cmd = sc.EvalSha(ctx, pl, keys, args...)
 		}
-		_, _ = pl.Exec(ctx)
-		return cmd.Result()
+		_, execErr := pl.Exec(ctx)
+		reply, err := cmd.Result()
+		if err == nil && reply == nil && execErr != nil {
+			err = execErr // a Redis error opening the connection: see exec
+		}
+		return reply, err
 	}
 	reply, err := asking(false)
 	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {

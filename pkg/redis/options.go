@@ -77,6 +77,24 @@ type Options struct {
 	SentinelUsername string
 	SentinelPassword string
 
+	// Credentials, if set, gives the user name and password of every new
+	// connection to Redis (not to the sentinels), in place of Username,
+	// Password and those in URL: for credentials that change while the
+	// sidecar runs (a rotated secret file, a cloud IAM token). Connections
+	// already open keep the credentials they were opened with.
+	Credentials Credentials
+	// SentinelCredentials is Credentials for the sentinels.
+	SentinelCredentials Credentials
+
+	// ConnMaxLifetime closes a connection once it is this old, when it is
+	// next taken from the pool, so that no connection outlives the
+	// credentials it was opened with by more than this (AWS closes
+	// IAM-authenticated connections after 12 hours). Each connection's
+	// lifetime is shortened by up to a tenth, at random, so that the pool
+	// does not reconnect all at once. 0 means connections live until they
+	// fail.
+	ConnMaxLifetime time.Duration
+
 	// TLS configures TLS. It is used with a rediss:// URL, or when
 	// TLS.Enabled is set.
 	TLS TLSOptions
@@ -179,6 +197,9 @@ func (o *Options) Validate() error {
 	}
 	if o.PoolSize < 0 {
 		errs = append(errs, fmt.Errorf("negative pool size %d", o.PoolSize))
+	}
+	if o.ConnMaxLifetime < 0 {
+		errs = append(errs, fmt.Errorf("negative connection lifetime %v", o.ConnMaxLifetime))
 	}
 	if o.MaxInflight < 0 {
 		errs = append(errs, fmt.Errorf("negative max in flight %d", o.MaxInflight))
@@ -298,11 +319,17 @@ func (o *Options) share(opts *goredis.Options) {
 	opts.MaxRetries = noRetries
 	opts.PipelinePoolSize = onePool
 	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	opts.ConnMaxLifetime = o.ConnMaxLifetime
+	opts.ConnMaxLifetimeJitter = o.ConnMaxLifetime / 10
 }
 
-// base returns the shared options with the credentials given.
-func (o *Options) base(username, password string, tls *tls.Config) goredis.Options {
+// base returns the shared options with the credentials given: creds,
+// when not nil, over username and password.
+func (o *Options) base(username, password string, creds Credentials, tls *tls.Config) goredis.Options {
 	opts := goredis.Options{Username: username, Password: password, TLSConfig: tls}
+	if creds != nil {
+		opts.CredentialsProviderContext = creds.Credentials
+	}
 	o.share(&opts)
 	return opts
 }
@@ -324,6 +351,9 @@ func (o *Options) urlClient() (goredis.UniversalClient, error) {
 	if o.Password != "" {
 		ro.Password = o.Password
 	}
+	if o.Credentials != nil {
+		ro.CredentialsProviderContext = o.Credentials.Credentials
+	}
 	o.share(ro)
 	rdb := newClient(ro)
 	if o.watch != nil {
@@ -338,19 +368,22 @@ func (o *Options) clusterClient() (goredis.UniversalClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := o.base(o.Username, o.Password, cfg)
+	b := o.base(o.Username, o.Password, o.Credentials, cfg)
 	co := &goredis.ClusterOptions{
-		Addrs:                    o.ClusterAddrs,
-		Username:                 b.Username,
-		Password:                 b.Password,
-		TLSConfig:                b.TLSConfig,
-		PoolSize:                 b.PoolSize,
-		ReadTimeout:              b.ReadTimeout,
-		WriteTimeout:             b.WriteTimeout,
-		PoolTimeout:              b.PoolTimeout,
-		ContextTimeoutEnabled:    b.ContextTimeoutEnabled,
-		DialerRetries:            b.DialerRetries,
-		MaintNotificationsConfig: b.MaintNotificationsConfig,
+		Addrs:                      o.ClusterAddrs,
+		Username:                   b.Username,
+		Password:                   b.Password,
+		CredentialsProviderContext: b.CredentialsProviderContext,
+		ConnMaxLifetime:            b.ConnMaxLifetime,
+		ConnMaxLifetimeJitter:      b.ConnMaxLifetimeJitter,
+		TLSConfig:                  b.TLSConfig,
+		PoolSize:                   b.PoolSize,
+		ReadTimeout:                b.ReadTimeout,
+		WriteTimeout:               b.WriteTimeout,
+		PoolTimeout:                b.PoolTimeout,
+		ContextTimeoutEnabled:      b.ContextTimeoutEnabled,
+		DialerRetries:              b.DialerRetries,
+		MaintNotificationsConfig:   b.MaintNotificationsConfig,
 		// The store follows MOVED and ASK itself, once. go-redis would
 		// also resend a command whose connection dropped after sending,
 		// which could run a script twice.
@@ -376,8 +409,8 @@ func (o *Options) sentinelClient() (goredis.UniversalClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	node := o.base(o.Username, o.Password, cfg)
-	sentinel := o.base(o.SentinelUsername, o.SentinelPassword, cfg)
+	node := o.base(o.Username, o.Password, o.Credentials, cfg)
+	sentinel := o.base(o.SentinelUsername, o.SentinelPassword, o.SentinelCredentials, cfg)
 	sentinel.PoolSize, sentinel.PoolTimeout, sentinel.PipelinePoolSize = 0, 0, 0
 	m := newSentinelMaster(o.SentinelMaster, o.SentinelAddrs, sentinel, node, o.watch)
 	node.Addr = "sentinel:" + o.SentinelMaster // shown only: m dials

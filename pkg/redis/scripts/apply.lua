@@ -224,15 +224,10 @@ if refunds then
   -- holds one already takes nothing (dup[i]). soon[i] is the soonest
   -- release left.
   local swept = {}
-  local function sweep(alg, key, ledger, req, w, tick, burst)
-    local sv = redis.call('HGET', ledger, '')
-    if not sv then
-      return 0, nil
-    end
-    local soonest = sunpack('<d', sv)
-    if soonest > now then
-      return 0, soonest
-    end
+  -- scan gives back every reservation of ledger that is due, and sets
+  -- the soonest release left, or drops the ledger if none is left. It
+  -- returns how many it gave back, and that soonest release.
+  local function scan(alg, key, ledger, req, w, tick, burst)
     local all, n, left = redis.call('HGETALL', ledger), 0, nil
     for x = 1, #all, 2 do
       local f = all[x]
@@ -256,6 +251,18 @@ if refunds then
       redis.pcall('PUBLISH', REFUNDS_CHANNEL, key)
     end
     return n, left
+  end
+  -- sweep is scan, when the soonest release has come.
+  local function sweep(alg, key, ledger, req, w, tick, burst)
+    local sv = redis.call('HGET', ledger, '')
+    if not sv then
+      return 0, nil
+    end
+    local soonest = sunpack('<d', sv)
+    if soonest > now then
+      return 0, soonest
+    end
+    return scan(alg, key, ledger, req, w, tick, burst)
   end
   local k, ci = 1, 0
   for q = qfrom, qto do
@@ -295,22 +302,9 @@ if refunds then
             end
             redis.call('HDEL', ledger, hold)
             if left and at <= left then
-              -- It was the soonest: find the next.
-              left = nil
-              local all = redis.call('HGETALL', ledger)
-              for x = 1, #all, 2 do
-                if all[x] ~= '' then
-                  local _, a = sunpack('<dd', all[x + 1])
-                  if not left or a < left then
-                    left = a
-                  end
-                end
-              end
-              if left then
-                redis.call('HSET', ledger, '', spack('<d', left))
-              else
-                redis.call('DEL', ledger)
-              end
+              -- It was the soonest: find the next (none is due: swept).
+              local _
+              _, left = scan(alg, key, ledger, req, w, tick, burst)
             end
             swept[ledger] = left or false
           end
