@@ -206,3 +206,18 @@ func cut(reply []int64, run []*call) error {
 	}
 	return nil
 }
+
+// cut gives each call of run its part of reply, the reply to the one
+// apply.lua call run was sent as: from fast.lua's reply when the run was
+// sent in MODE_FAST and fit, else cut from apply.lua's.
+func (p *pipe) cut(reply []int64, run []*call) error {
+	if !run[0].fast.sent {
+		return cut(reply, run)
+	}
+	if len(reply) > 0 && reply[0] == fastFits {
+		p.fast.fit()
+		return fastOutcomes(reply, run)
+	}
+	p.fast.missed()
+	return cut(reply, run)
+}
