@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
 // The flags of what deployments of envoyproxy/ratelimit (the reference)
@@ -59,7 +58,7 @@ func (c *settings) defineRef(fs *flag.FlagSet) {
 	fs.StringVar(&r.metricsPath, "metrics-path", "/metrics", "path of the Prometheus metrics")
 	fs.BoolVar(&r.referenceMetrics, "reference-metrics", false, "serve envoyproxy/ratelimit's metric names too (ratelimit_service_*, as its default Prometheus mapping names them), derived from ours at each scrape")
 	fs.StringVar(&r.watchLink, "watch-link", "", "a symbolic link at or above --config whose replacement reloads the rules, as envoyproxy/ratelimit's RUNTIME_ROOT with RUNTIME_WATCH_ROOT")
-	fs.BoolVar(&r.healthRequiresRules, "health-requires-rules", false, "report gRPC health and /healthcheck as not serving while no rule is loaded")
+	fs.BoolVar(&r.healthRequiresRules, "health-requires-rules", false, "report gRPC health, /healthcheck and /readyz as not serving while no rule is loaded")
 	fs.BoolVar(&r.healthRequiresRedisConfig, "health-requires-redis-config", false, "report gRPC health and /healthcheck as not serving while Redis refuses the sidecar's configuration (password, ACL or TLS), as /readyz does; on by default run as ratelimit, whose requests then all fail")
 	fs.BoolVar(&r.shadowMode, "shadow-mode", false, "answer OK to every request whatever its limits say (descriptor statuses and metrics still say OVER_LIMIT), as envoyproxy/ratelimit's SHADOW_MODE")
 	fs.BoolVar(&r.quotaMode, "quota-mode", false, "count every descriptor as a quota_mode one, which rejects a request only when every quota_mode descriptor of it is over, as envoyproxy/ratelimit's QUOTA_MODE")
@@ -107,12 +106,6 @@ func validHeaderName(s string) bool {
 }
 
 // healthNames are the gRPC health service names the sidecar reports: the
-// server's, the RLS service's and the reference's; servers.healthNames
-// adds RLQS's when it is served.
+// server's, the RLS service's and the reference's; newServers adds RLQS's
+// when it is served.
 var healthNames = []string{"", envoy.ServiceName, refHealthName}
-
-// servingRules reports whether the rules let the sidecar be healthy: any
-// rules at all, if --health-requires-rules asks for them.
-func servingRules(c *settings, rs *limits.Ruleset) bool {
-	return !c.ref.healthRequiresRules || len(rs.Domains()) > 0
-}

@@ -209,32 +209,13 @@ func TestIstioSample(t *testing.T) {
 	}
 }
 
-// TestHealthcheckWhileDraining: /healthcheck is 200 until SIGTERM, then
-// 500 while the sidecar drains, and the health of ratelimit goes
-// NOT_SERVING with the others.
-func TestHealthcheckWhileDraining(t *testing.T) {
-	dir := t.TempDir()
-	writeAll(t, filepath.Join(dir, "config", "rules.yaml"), istioRules(5))
-	s := startAs(t, "/bin/ratelimit", map[string]string{
-		"RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "HOST": "127.0.0.1", "PORT": "0",
-		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "USE_STATSD": "false",
-	}, "--redis-url=", "--drain-delay=3s")
-	if status, _ := httpDo(t, "GET", s.httpAddr, "/healthcheck", ""); status != http.StatusOK {
-		t.Fatalf("/healthcheck before SIGTERM: %d", status)
-	}
-	s.cancel() // as SIGTERM does
-	waitFor(t, func() bool {
-		status, _ := httpDo(t, "GET", s.httpAddr, "/healthcheck", "")
-		return status == http.StatusInternalServerError
-	})
-	// Health goes NOT_SERVING as shutdown begins, a moment after
-	// /healthcheck sees the cancelled context.
-	awaitRefHealth(t, s, healthpb.HealthCheckResponse_NOT_SERVING)
-}
-
-// TestHealthRequiresRules: with HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED,
-// health is NOT_SERVING and /healthcheck 500 until rules are loaded.
-func TestHealthRequiresRules(t *testing.T) {
+// TestHealthWiring is the end-to-end case of the health verdict
+// (internal/admin specifies it): run as the reference with
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED and no rule files, gRPC health
+// is NOT_SERVING for every name and /healthcheck 500 until a reload
+// brings rules; then SERVING and 200 until SIGTERM, after which
+// /healthcheck is 500 while the sidecar drains and health NOT_SERVING.
+func TestHealthWiring(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "config"), 0o755); err != nil {
 		t.Fatal(err)
@@ -242,7 +223,8 @@ func TestHealthRequiresRules(t *testing.T) {
 	s := startAs(t, "/bin/ratelimit", map[string]string{
 		"RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true",
 		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
-	}, "--redis-url=", "--reload-debounce=50ms")
+		"USE_STATSD": "false",
+	}, "--redis-url=", "--reload-debounce=50ms", "--drain-delay=3s")
 	if status, _ := httpDo(t, "GET", s.httpAddr, "/healthcheck", ""); status != http.StatusInternalServerError {
 		t.Errorf("/healthcheck without rules: %d, want 500", status)
 	}
@@ -252,10 +234,17 @@ func TestHealthRequiresRules(t *testing.T) {
 		}
 	}
 	writeAll(t, filepath.Join(dir, "config", "rules.yaml"), istioRules(5))
-	waitFor(t, func() bool { return healthOf(t, s.health, "ratelimit") == healthpb.HealthCheckResponse_SERVING })
+	awaitRefHealth(t, s, healthpb.HealthCheckResponse_SERVING)
 	if status, body := httpDo(t, "GET", s.httpAddr, "/healthcheck", ""); status != http.StatusOK || body != "OK" {
 		t.Errorf("/healthcheck with rules: %d %q", status, body)
 	}
+
+	s.cancel() // as SIGTERM does
+	waitFor(t, func() bool {
+		status, _ := httpDo(t, "GET", s.httpAddr, "/healthcheck", "")
+		return status == http.StatusInternalServerError
+	})
+	awaitRefHealth(t, s, healthpb.HealthCheckResponse_NOT_SERVING)
 }
 
 // TestGRPCUDS: GRPC_UDS serves gRPC on a Unix socket instead of TCP,

@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"runtime"
 	"slices"
-	"sync"
 	"syscall"
 	"time"
 
@@ -21,8 +20,6 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
@@ -92,7 +89,7 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	onRules := func(rs config.ReloadStatus, err error) {
 		if err == nil {
 			st.rulesChanged()
-			srv.refreshHealth()
+			srv.health.Refresh()
 		}
 		m.Reloaded(rs, err)
 	}
@@ -334,14 +331,11 @@ type servers struct {
 	c      *settings
 	log    *zap.Logger
 	grpc   *grpc.Server
-	health *health.Server
-	// healthNames are the service names health reports: healthNames,
-	// and RLQS's when it is served.
-	healthNames []string
-	http        *http.Server // health probes and metrics
-	admin       *http.Server // nil: the admin endpoints are on http
-	certs       *grpcTLS     // nil: gRPC is plaintext
-	msgs        *bounds.Messages
+	health *admin.Health // what gRPC health and the probes say (health.go)
+	http   *http.Server  // health probes and metrics
+	admin  *http.Server  // nil: the admin endpoints are on http
+	certs  *grpcTLS      // nil: gRPC is plaintext
+	msgs   *bounds.Messages
 
 	// stopStreams ends the streaming RPCs (health Watch, reflection),
 	// which would otherwise hold GracefulStop for as long as their
@@ -351,21 +345,16 @@ type servers struct {
 	// grpcbound.Handlers).
 	running *grpcbound.Handlers
 
-	debug   *http.Server // nil without --debug-addr
-	metrics *http.Server // nil: the metrics are on http
-
-	// What health reports follows (health.go).
-	engine   *limits.Engine
-	rules    ruleSource
-	st       *sidecarStore
-	healthMu sync.Mutex
+	debug   *http.Server          // nil without --debug-addr
+	metrics *http.Server          // nil: the metrics are on http
+	follow  func(context.Context) // sidecarStore.follow
 }
 
 // newServers builds the servers. ctx is serve's: once it ends, /readyz
 // says the sidecar is shutting down. certs is nil unless gRPC is served
 // over TLS, and tr without --tracing.
 func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics, certs *grpcTLS, tr *sidecarTracing) *servers {
-	s := &servers{c: c, log: log, certs: certs, engine: engine, rules: reloader, st: st}
+	s := &servers{c: c, log: log, certs: certs, follow: st.follow}
 	stopping, stopStreams := context.WithCancel(context.Background())
 	s.stopStreams = stopStreams
 	sb := &grpcbound.Streams{Timeout: c.bounds.requestTimeout, Stopping: stopping}
@@ -398,12 +387,12 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	rlsOpts.Tracing = tr.rls(st.name)
 	rls := envoy.NewServer(engine, log, rlsOpts)
 	rls.Register(s.grpc)
-	s.healthNames = healthNames
+	names := healthNames
 	if registerRLQS(s.grpc, c, engine, st, m, tr, log) {
-		s.healthNames = append(slices.Clip(healthNames), rlqs.ServiceName)
+		names = append(slices.Clip(healthNames), rlqs.ServiceName)
 	}
-	s.health = health.NewServer()
-	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.health = newHealth(ctx, c, engine.Rules, reloader, st, names)
+	s.health.Register(s.grpc)
 	reflection.Register(s.grpc)
 	sb.Streaming = grpcbound.StreamingMethods(s.grpc)
 	// A report is read and decoded whole before it counts as arrived:
@@ -412,9 +401,8 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	sb.FirstMessage = map[string]time.Duration{rlqspb.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName: bounds.MessageTimeout}
 	msgs.Work = workMethods(s.grpc)
 	s.msgs = msgs
-	s.refreshHealth()
 
-	adm := admin.New(adminOptions(ctx, c, log, engine, reloader, st, m))
+	adm := admin.New(adminOptions(c, log, engine, reloader, st, m, s.health))
 	mux := http.NewServeMux()
 	adm.Health(mux)
 	prom := metrics.Handler(m.Registry, engine.Rules, c.ref.referenceMetrics)
@@ -450,20 +438,16 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 // reference has it.
 func adminServed(c *settings) bool { return !c.env.RefMode || c.adminAddr != "" }
 
-// adminOptions are what the admin endpoints read of the sidecar. ctx is
-// serve's: once it ends, the probes say the sidecar is shutting down.
-func adminOptions(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, rules ruleSource, st *sidecarStore, m *metrics.Metrics) admin.Options {
+// adminOptions are what the admin endpoints read of the sidecar; the
+// probes answer from health.
+func adminOptions(c *settings, log *zap.Logger, engine *limits.Engine, rules ruleSource, st *sidecarStore, m *metrics.Metrics, health *admin.Health) admin.Options {
 	o := admin.Options{
-		Stopping:           ctx.Done(),
-		Rules:              engine.Rules,
-		Status:             rules.Status,
-		StoreReady:         st.ready,
-		FailingDomains:     engine.FailingDomains,
-		RequireRules:       c.ref.healthRequiresRules,
-		Refused:            st.refused,
-		RequireStoreConfig: c.ref.healthRequiresRedisConfig,
+		Health:         health,
+		Rules:          engine.Rules,
+		Status:         rules.Status,
+		StoreReady:     st.ready,
+		FailingDomains: engine.FailingDomains,
 	}
-	o.RulesReady, o.RulesWaiting = pending(rules)
 	if !adminServed(c) {
 		return o
 	}
@@ -495,11 +479,7 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		serveWhenReady(gctx, s, reloader)
-		return nil
-	})
-	g.Go(func() error {
-		s.followHealth(gctx)
+		s.health.Run(gctx)
 		return nil
 	})
 	g.Go(func() error {
@@ -513,7 +493,7 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 		s.certs.watch(gctx)
 		return nil
 	})
-	if follow := s.st.follow; follow != nil {
+	if follow := s.follow; follow != nil {
 		g.Go(func() error {
 			follow(gctx)
 			return nil

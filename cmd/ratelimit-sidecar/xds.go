@@ -200,18 +200,3 @@ func (x *xdsRules) Reload() (bool, error) {
 func pending(src ruleSource) (<-chan struct{}, func() string) {
 	return src.Ready(), func() string { return "waiting for " + src.Awaiting() }
 }
-
-// serveWhenReady refreshes health once src has its first rules, unless
-// ctx ends first. After shutdown began, health.Server ignores it.
-func serveWhenReady(ctx context.Context, s *servers, src ruleSource) {
-	select {
-	case <-src.Ready():
-		return // ready from the start: health is already its own
-	default:
-	}
-	select {
-	case <-ctx.Done():
-	case <-src.Ready():
-		s.refreshHealth()
-	}
-}

@@ -1,7 +1,8 @@
 // Package admin serves the sidecar's admin and debug HTTP endpoints:
 // the probes (/healthz, /readyz, /healthcheck), /debug/config,
 // /debug/counters and its reset, and the debug port's index and
-// /rlconfig. Each is built from Options, the parts it reads as narrow
+// /rlconfig; and it keeps the one health verdict (Health) that gRPC
+// health and the probes read. Each is built from Options, the parts it reads as narrow
 // funcs and interfaces, never from the flags nor from a store's or a
 // protocol's package, and is safe for concurrent use.
 package admin
@@ -24,22 +25,17 @@ import (
 // ready even where failure modes could answer.
 var ErrMisconfigured = errors.New("redis refuses the sidecar's configuration")
 
-// Options are what the endpoints read. The funcs marked required must be
-// set; the others may be left zero.
+// Options are what the endpoints read. The fields marked required must
+// be set; the others may be left zero.
 type Options struct {
-	// Stopping is done once shutdown has begun: /readyz and
-	// /healthcheck fail from then on. Required.
-	Stopping <-chan struct{}
+	// Health is the verdict /healthcheck answers and /readyz starts
+	// from. Required.
+	Health *Health
 	// Rules returns the rules in use. Required.
 	Rules func() *limits.Ruleset
 	// Status returns the rule source's status, for /debug/config.
 	// Required.
 	Status func() config.ReloadStatus
-	// RulesReady, unless nil, is closed once the rule source has its
-	// first rules (xDS); until then /readyz and /healthcheck answer 503
-	// with what RulesWaiting says then (nil: "waiting for rules").
-	RulesReady   <-chan struct{}
-	RulesWaiting func() string
 	// StoreReady reports whether the store can decide now; an error
 	// wrapping ErrMisconfigured is one waiting does not end. Required.
 	StoreReady func(context.Context) error
@@ -47,15 +43,6 @@ type Options struct {
 	// error: while the store is unavailable they cannot be answered.
 	// Required.
 	FailingDomains func() []string
-	// RequireRules fails /healthcheck while no rule is loaded
-	// (--health-requires-rules).
-	RequireRules bool
-	// Refused returns the store's refusal of the sidecar's
-	// configuration, nil if there is none. With RequireStoreConfig
-	// (--health-requires-redis-config), /healthcheck fails while there
-	// is one. Required with RequireStoreConfig.
-	Refused            func() error
-	RequireStoreConfig bool
 	// Counters are what /debug/counters reads; Debug serves it only
 	// when Counters.Rules is set.
 	Counters CountersOptions
@@ -77,8 +64,8 @@ func (a *Admin) Health(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
-	mux.Handle("GET /readyz", a.withRules(http.HandlerFunc(a.readyz)))
-	mux.Handle("GET /healthcheck", a.withRules(http.HandlerFunc(a.healthcheck)))
+	mux.HandleFunc("GET /readyz", a.readyz)
+	mux.HandleFunc("GET /healthcheck", a.healthcheck)
 }
 
 // Debug adds /debug/config and, if Options.Counters has its rules,
@@ -120,45 +107,16 @@ func (a *Admin) DebugPort(config bool) *http.ServeMux {
 	return mux
 }
 
-// stopping reports whether shutdown has begun.
-func (a *Admin) stopping() bool {
-	select {
-	case <-a.o.Stopping:
-		return true
-	default:
-		return false
-	}
-}
-
-// withRules answers with 503 while the rule source waits for its first
-// rules, and as next does after.
-func (a *Admin) withRules(next http.Handler) http.Handler {
-	if a.o.RulesReady == nil {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-a.o.RulesReady:
-			next.ServeHTTP(w, r)
-		default:
-			msg := "waiting for rules"
-			if a.o.RulesWaiting != nil {
-				msg = a.o.RulesWaiting()
-			}
-			http.Error(w, msg, http.StatusServiceUnavailable)
-		}
-	})
-}
-
-// readyz answers /readyz: ready when the store can decide, or when the
+// readyz answers /readyz: not ready while the verdict says the sidecar
+// does not serve; else ready when the store can decide, or when the
 // failure mode of every domain in use can answer in its place. Domains
 // with failure mode error cannot: their requests fail while the store is
 // unavailable, so the sidecar is not ready then. Nor is it while Redis
 // refuses its configuration (ErrMisconfigured), which waiting does not
-// fix.
+// fix. Unlike the verdict, /readyz asks the store on every call.
 func (a *Admin) readyz(w http.ResponseWriter, r *http.Request) {
-	if a.stopping() {
-		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+	if v := a.o.Health.Verdict(); !v.Serving() {
+		http.Error(w, v.Reason, http.StatusServiceUnavailable)
 		return
 	}
 	err := a.o.StoreReady(r.Context())
@@ -177,26 +135,19 @@ func (a *Admin) readyz(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintln(w, "ok (store unavailable; every domain is served by its failure mode)")
 }
 
-// healthcheck answers GET /healthcheck as envoyproxy/ratelimit does: 200
-// "OK" while the sidecar serves, 500 once it is shutting down (SIGTERM:
-// while it drains), 500 while no rule is loaded if RequireRules asks for
-// rules, and 500 while Redis refuses the sidecar's configuration if
-// RequireStoreConfig says so.
-func (a *Admin) healthcheck(w http.ResponseWriter, r *http.Request) {
-	switch {
-	case a.stopping():
-		http.Error(w, "shutting down", http.StatusInternalServerError)
-		return
-	case a.o.RequireRules && len(a.o.Rules().Domains()) == 0:
-		http.Error(w, "no rules loaded", http.StatusInternalServerError)
-		return
-	case a.o.RequireStoreConfig && a.o.Refused() != nil:
-		// Check again, as /readyz does: a probe that Redis now accepts
-		// ends the refusal, and gRPC health follows.
-		if err := a.o.StoreReady(r.Context()); errors.Is(err, ErrMisconfigured) {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
+// healthcheck answers GET /healthcheck as envoyproxy/ratelimit does, from
+// the verdict as gRPC health has it: 200 "OK" while the sidecar serves,
+// 500 with the reason while it does not (shutting down, no rules with
+// RequireRules, Redis refusing the configuration with
+// RequireStoreConfig), except 503 while the rule source waits for its
+// first rules.
+func (a *Admin) healthcheck(w http.ResponseWriter, _ *http.Request) {
+	switch v := a.o.Health.Verdict(); v.Cause {
+	case CauseNone:
+		io.WriteString(w, "OK") //nolint:errcheck // the client went away
+	case CauseWaiting:
+		http.Error(w, v.Reason, http.StatusServiceUnavailable)
+	default:
+		http.Error(w, v.Reason, http.StatusInternalServerError)
 	}
-	io.WriteString(w, "OK") //nolint:errcheck // the client went away
 }

@@ -6,269 +6,15 @@
 package config
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/suggest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
-
-// Error is one problem in a rule file.
-type Error struct {
-	File string
-	Line int    // 1-based; 0 if unknown
-	Path string // YAML path, e.g. descriptors[2].rate_limit.unit
-	Msg  string
-}
-
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		b.WriteByte(':')
-		b.WriteString(strconv.Itoa(e.Line))
-	}
-	b.WriteString(": ")
-	if e.Path != "" {
-		b.WriteString(e.Path)
-		b.WriteString(": ")
-	}
-	b.WriteString(e.Msg)
-	return b.String()
-}
-
-// MaxProblems is how many problems a refused file set's error lists;
-// the rest are counted in one more. The error goes to a log line and to
-// /debug/config: a generated push with a mistake in every descriptor
-// would otherwise make both as long as the push.
-const MaxProblems = 100
-
-// maxMessageBytes bounds one problem's message: a value quoted in it may
-// be as long as a YAML scalar.
-const maxMessageBytes = 1 << 10
-
-// File is one rule file's name and contents.
-type File struct {
-	Name string
-	Data []byte
-	// Root, if set, is the document already built as YAML nodes, as a
-	// program that renders rules from another form builds it: Parse
-	// reads Root and not Data, and Data is then only what the checksum
-	// covers (the source's bytes). Building nodes directly skips writing
-	// YAML text and reading it back, which for a large document costs
-	// many times the document in memory (yaml.v3's encoder keeps every
-	// event of a document until it ends). Parse reads a Root once: if it
-	// has no aliases, Parse drops each descriptor's nodes from it once
-	// they are read, so that they and the rules made from them are not
-	// all held at once.
-	Root *yaml.Node
-}
-
-// Options changes how rule files combine.
-type Options struct {
-	// MergeDomains lets several files add rules to one domain, as
-	// envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does. Without it a domain
-	// may appear in one file only.
-	MergeDomains bool
-	// AllowEmpty lets Load and a Reloader accept a config that defines no
-	// domain, so that every request gets OK. Without it such a config is
-	// ErrNoRules: a deleted ConfigMap key or a wrong mount must not switch
-	// every limit off.
-	AllowEmpty bool
-	// CalendarMonths makes every fixed window limit of one month that
-	// sets no calendar of its own a UTC calendar month, as
-	// envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT does.
-	CalendarMonths bool
-}
-
-// ErrNoRules is the error of Load, and of a Reloader's reload, when the
-// config path holds no rule: no *.yaml or *.yml file outside dot-files
-// and dot-directories. (Every rule file that parses defines a domain, so
-// that is the same as no domain.) Options.AllowEmpty accepts it.
-var ErrNoRules = errors.New("no rule files found")
-
-// Load reads rules from path: a YAML file, or a directory whose *.yaml and
-// *.yml files (in subdirectories too) are read in lexical order. Names that
-// start with a dot are skipped, files and directories alike, so a
-// Kubernetes ConfigMap mount (whose real files sit in ..data) is read once,
-// through its top-level links. Symbolic links to files are followed.
-//
-// The error lists every problem found; each is an *Error (or an I/O
-// error): Problems lists them. A path that holds no rule is ErrNoRules,
-// unless opts.AllowEmpty is set.
-func Load(path string, opts Options) (*limits.Ruleset, error) {
-	files, err := ReadFiles(path)
-	if err != nil {
-		return nil, err
-	}
-	rs, err := Parse(files, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := requireRules(path, rs, opts); err != nil {
-		return nil, err
-	}
-	return rs, nil
-}
-
-// requireRules returns ErrNoRules, naming path, if rs defines no domain
-// and opts does not allow that.
-func requireRules(path string, rs *limits.Ruleset, opts Options) error {
-	if opts.AllowEmpty || len(rs.Domains()) > 0 {
-		return nil
-	}
-	return fmt.Errorf("config %s: %w (want *.yaml or *.yml files; names that start with a dot are skipped)", path, ErrNoRules)
-}
-
-// ReadFiles reads the rule files Load would read, without parsing them.
-func ReadFiles(path string) ([]File, error) { return readFiles(path, os.ReadFile) }
-
-// readFiles is ReadFiles reading each file with readFile.
-func readFiles(path string, readFile func(string) ([]byte, error)) ([]File, error) {
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	if !info.IsDir() {
-		data, err := readFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("read config: %w", err)
-		}
-		return []File{{Name: path, Data: data}}, nil
-	}
-	var files []File
-	err = walkConfig(path, func(p string, d fs.DirEntry) error {
-		if d.IsDir() {
-			return nil
-		}
-		ext := filepath.Ext(d.Name())
-		if ext != ".yaml" && ext != ".yml" {
-			return nil
-		}
-		if d.Type()&fs.ModeSymlink != 0 {
-			// Follow links to files (ConfigMap mounts are made of them),
-			// never to directories.
-			fi, err := os.Stat(p)
-			if err != nil {
-				return err
-			}
-			if !fi.Mode().IsRegular() {
-				return nil
-			}
-		} else if !d.Type().IsRegular() {
-			return nil
-		}
-		data, err := readFile(p)
-		if err != nil {
-			return err
-		}
-		files = append(files, File{Name: p, Data: data})
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	return files, nil
-}
-
-// Parse compiles rule files into a Ruleset. Like Load, it reports every
-// problem it finds, not only the first. It accepts an empty file set: only
-// Load and a Reloader, which know the path, refuse one (ErrNoRules).
-func Parse(files []File, opts Options) (*limits.Ruleset, error) {
-	return parse(files, opts, false)
-}
-
-// parse is Parse; generated leaves out line numbers (see ParseGenerated).
-func parse(files []File, opts Options, generated bool) (*limits.Ruleset, error) {
-	var (
-		domains []*limits.Domain
-		byName  = map[string]*limits.Domain{}
-		levels  = map[*[]*limits.Rule]map[[2]string]*limits.Rule{}
-		names   []string
-		errs    []error
-	)
-	for _, f := range files {
-		names = append(names, f.Name)
-		p := &parser{file: f.Name, domains: byName, levels: levels, opts: opts, generated: generated}
-		if d := p.parseFile(f); d != nil {
-			domains = append(domains, d)
-		}
-		errs = append(errs, p.errs...)
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(listed(errs)...)
-	}
-	return limits.NewRuleset(domains, names, checksum(files)), nil
-}
-
-// listed returns the first MaxProblems of errs, and one more that counts
-// the rest in the file of the last one listed.
-func listed(errs []error) []error {
-	if len(errs) <= MaxProblems {
-		return errs
-	}
-	file := ""
-	if e, ok := errs[MaxProblems-1].(*Error); ok {
-		file = e.File
-	}
-	return append(errs[:MaxProblems:MaxProblems], &Error{File: file, Msg: fmt.Sprintf("%d more problems not listed", len(errs)-MaxProblems)})
-}
-
-// Problems lists the problems in an error of Load or Parse: the parts of
-// every errors.Join in it, in order. It returns nil for nil.
-func Problems(err error) []error {
-	if err == nil {
-		return nil
-	}
-	j, ok := err.(interface{ Unwrap() []error })
-	if !ok {
-		return []error{err}
-	}
-	var out []error
-	for _, e := range j.Unwrap() {
-		out = append(out, Problems(e)...)
-	}
-	return out
-}
-
-// walkConfig walks the config directory path, following path itself when
-// it is a link to a directory (as a mounted volume often is), and calls fn
-// for every file and directory except path and those whose names start
-// with a dot: dot-directories, such as a ConfigMap's ..data, are not
-// entered. Load and the reload watcher both walk with it, so they always
-// agree on what the config is.
-func walkConfig(path string, fn func(p string, d fs.DirEntry) error) error {
-	// A trailing separator makes WalkDir follow a link at the root.
-	root := path
-	if !strings.HasSuffix(root, string(filepath.Separator)) {
-		root += string(filepath.Separator)
-	}
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		switch {
-		case err != nil:
-			return err
-		case p == root:
-			return nil
-		case strings.HasPrefix(d.Name(), "."):
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		return fn(p, d)
-	})
-}
 
 // parser turns one file's YAML nodes into rules, collecting errors.
 type parser struct {
@@ -299,163 +45,16 @@ type parser struct {
 	zone *time.Location
 }
 
-func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
-	e := &Error{File: p.file, Path: path, Msg: cut(fmt.Sprintf(format, args...))}
-	if n != nil && !p.generated {
-		e.Line = n.Line
-	}
-	p.errs = append(p.errs, e)
-}
-
 // The fields each mapping of a rule file has, for the nearest-name hint of
 // an unknown one. Each parsing function's switch has a case for each.
 var (
-	fileFields       = []string{"domain", "descriptors", "failure_mode", "override", "time_zone"}
-	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
+	fileFieldNames       = []string{"domain", "descriptors", "failure_mode", "override", "time_zone"}
+	descriptorFieldNames = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
 		"detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "charge", "metadata", "hold_key",
 		"override"}
 	limitFieldNames = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
 		"burst", "unit_multiplier", "lease", "release_after", "calendar", "time_zone", "week_start", "reset_day"}
 )
-
-// unknownField records the field key (its key node k, at path) that is
-// none of known, with the nearest of them when one is near: a misspelt
-// field is a slip more often than a feature.
-func (p *parser) unknownField(k *yaml.Node, path, key string, known []string) {
-	p.unknownFieldNote(k, path, key, known, "")
-}
-
-// unknownFieldNote is unknownField with a note after "unknown field".
-func (p *parser) unknownFieldNote(k *yaml.Node, path, key string, known []string, note string) {
-	if near, ok := suggest.Nearest(key, known); ok {
-		p.errorf(k, path, "unknown field%s; did you mean %s?", note, near)
-		return
-	}
-	p.errorf(k, path, "unknown field%s", note)
-}
-
-// cut shortens a message past maxMessageBytes, saying how much it left
-// out.
-func cut(msg string) string {
-	if len(msg) <= maxMessageBytes {
-		return msg
-	}
-	keep := maxMessageBytes
-	for keep > 0 && !utf8.RuneStart(msg[keep]) {
-		keep--
-	}
-	return fmt.Sprintf("%s... (%d more bytes)", msg[:keep], len(msg)-keep)
-}
-
-// parseFile parses one file into p.domains. It returns the file's domain
-// if the file defines a new one, nil if it adds to one already seen (or
-// is broken).
-func (p *parser) parseFile(f File) *limits.Domain {
-	root := f.Root
-	if root == nil {
-		if root = p.decode(f.Data); root == nil {
-			return nil
-		}
-	}
-	n, msg, aliases := measure(root)
-	if n != nil {
-		p.errorf(n, "", "%s", msg)
-		return nil
-	}
-	// Without aliases every node is read once, so each descriptor's
-	// nodes may go once read.
-	p.release = !aliases
-	if root.Kind != yaml.MappingNode {
-		p.errorf(root, "", "want a mapping with domain and descriptors, got %s", kindName(root))
-		return nil
-	}
-	var domain string
-	var domainNode, descNode, failNode, overNode *yaml.Node
-	var over *limits.OverrideSpec
-	failure := limits.FailDefault
-	p.fields(root, "", func(key string, k, v *yaml.Node) {
-		switch key {
-		case "domain":
-			domain = p.str(v, "domain")
-			domainNode = v
-		case "descriptors":
-			descNode = v
-		case "failure_mode":
-			failNode = v
-			m, err := limits.ParseFailureMode(p.str(v, key))
-			if err != nil {
-				p.errorf(v, key, "%v", err)
-			}
-			failure = m
-		case "override":
-			overNode, over = v, p.override(v, key)
-		case "time_zone":
-			p.zone = p.timeZone(v, key)
-		default:
-			p.unknownField(k, key, key, fileFields)
-		}
-	})
-	if domain == "" {
-		if domainNode == nil {
-			domainNode = root
-		}
-		p.errorf(domainNode, "domain", "required and must not be empty")
-		return nil
-	}
-	d, seen := p.domains[domain]
-	switch {
-	case !seen:
-		d = &limits.Domain{Name: domain, File: p.file}
-		p.domains[domain] = d
-	case !p.opts.MergeDomains:
-		p.errorf(domainNode, "domain", "domain %q is already defined in %s (set --merge-domains to combine files)", domain, d.File)
-		return nil
-	}
-	if failure != limits.FailDefault {
-		if d.FailureMode != limits.FailDefault && d.FailureMode != failure {
-			p.errorf(failNode, "failure_mode", "%s, but another file of domain %q says %s", failure, domain, d.FailureMode)
-		}
-		d.FailureMode = failure
-	}
-	if over != nil {
-		if over.Calendar != nil && over.Calendar.Location == nil {
-			over.Calendar.Location = p.zone // the file's, wherever it says it
-		}
-		if d.Override != nil && !sameOverride(d.Override, over) {
-			p.errorf(overNode, "override", "another file of domain %q sets a different override", domain)
-		}
-		d.Override = over
-	}
-	p.descriptors(domain, &d.Rules, descNode, "descriptors")
-	if seen {
-		return nil
-	}
-	return d
-}
-
-// decode reads the one YAML document of data and returns its root node,
-// or nil after recording why there is none.
-func (p *parser) decode(data []byte) *yaml.Node {
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		p.yamlError(err, data)
-		return nil
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		p.errorf(&extra, "", "a second YAML document; put each domain in its own file")
-		return nil
-	} else if !errors.Is(err, io.EOF) {
-		p.yamlError(err, data)
-		return nil
-	}
-	if doc.Kind == 0 || len(doc.Content) == 0 {
-		p.errorf(nil, "domain", "required, and the file is empty")
-		return nil
-	}
-	return doc.Content[0]
-}
 
 // fields calls fn for each key of a mapping node, rejecting non-string keys
 // and duplicates.
@@ -476,484 +75,29 @@ func (p *parser) fields(n *yaml.Node, path string, fn func(key string, k, v *yam
 	}
 }
 
-// descriptors parses a list of descriptors of domain into the rules of one
-// level.
-func (p *parser) descriptors(domain string, level *[]*limits.Rule, n *yaml.Node, path string) {
-	if n == nil || isNull(n) {
+// errorf records a problem at node n (nil: no line) and YAML path.
+func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
+	e := &Error{File: p.file, Path: path, Msg: cut(fmt.Sprintf(format, args...))}
+	if n != nil && !p.generated {
+		e.Line = n.Line
+	}
+	p.errs = append(p.errs, e)
+}
+
+// unknownField records the field key (its key node k, at path) that is
+// none of known, with the nearest of them when one is near: a misspelt
+// field is a slip more often than a feature.
+func (p *parser) unknownField(k *yaml.Node, path, key string, known []string) {
+	p.unknownFieldNote(k, path, key, known, "")
+}
+
+// unknownFieldNote is unknownField with a note after "unknown field".
+func (p *parser) unknownFieldNote(k *yaml.Node, path, key string, known []string, note string) {
+	if near, ok := suggest.Nearest(key, known); ok {
+		p.errorf(k, path, "unknown field%s; did you mean %s?", note, near)
 		return
 	}
-	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, path, "want a list of descriptors, got %s", kindName(n))
-		return
-	}
-	for i, item := range n.Content {
-		p.descriptor(domain, level, deref(item), fmt.Sprintf("%s[%d]", path, i))
-		if p.release {
-			n.Content[i] = nil
-		}
-	}
-}
-
-func (p *parser) descriptor(domain string, level *[]*limits.Rule, n *yaml.Node, path string) {
-	if n.Kind != yaml.MappingNode {
-		p.errorf(n, path, "want a descriptor mapping, got %s", kindName(n))
-		return
-	}
-	r := &limits.Rule{Domain: domain, File: p.file, Path: path}
-	if !p.generated {
-		r.Line = n.Line
-	}
-	var keyNode, limitNode, limitsNode, childNode, shareNode, holdNode *yaml.Node
-	p.fields(n, path, func(key string, k, v *yaml.Node) {
-		fp := join(path, key)
-		switch key {
-		case "key":
-			r.Key = p.str(v, fp)
-			keyNode = v
-		case "value":
-			r.Value = p.str(v, fp)
-		case "rate_limit":
-			limitNode = v
-		case "rate_limits":
-			limitsNode = v
-		case "descriptors":
-			childNode = v
-		case "shadow_mode":
-			r.ShadowMode = p.bool(v, fp)
-		case "detailed_metric":
-			r.DetailedMetric = p.bool(v, fp)
-		case "value_to_metric":
-			r.ValueToMetric = p.bool(v, fp)
-		case "share_threshold":
-			shareNode = v
-			r.ShareThreshold = p.bool(v, fp)
-		case "quota_mode":
-			r.QuotaMode = p.bool(v, fp)
-		case "charge":
-			c, err := limits.ParseCharge(p.str(v, fp))
-			if err != nil {
-				p.errorf(v, fp, "%v", err)
-			}
-			r.Charge = c
-		case "metadata":
-			r.Metadata = p.metadata(v, fp)
-		case "override":
-			r.Override = p.override(v, fp)
-		case "hold_key":
-			holdNode = v
-			r.HoldKey = p.str(v, fp)
-		default:
-			p.unknownField(k, fp, key, descriptorFields)
-		}
-	})
-	if r.Key == "" {
-		if keyNode == nil {
-			keyNode = n
-		}
-		p.errorf(keyNode, join(path, "key"), "required and must not be empty")
-	}
-	if r.ShareThreshold && !strings.Contains(r.Value, "*") {
-		p.errorf(shareNode, join(path, "share_threshold"), "needs a wildcard value (one with '*'), got %q", r.Value)
-	}
-	if limitNode != nil && limitsNode != nil {
-		p.errorf(limitsNode, join(path, "rate_limits"), "use rate_limit or rate_limits, not both")
-	}
-	p.releaseAfter = false
-	if limitNode != nil && !isNull(limitNode) {
-		if l := p.limit(r, limitNode, join(path, "rate_limit"), true); l != nil {
-			r.Limits = append(r.Limits, l)
-		}
-	}
-	if limitsNode != nil && !isNull(limitsNode) {
-		p.limitList(r, limitsNode, join(path, "rate_limits"))
-	}
-	p.checkHold(r, n, holdNode, path)
-	if r.Key != "" {
-		if other := p.sibling(level, r.Key, r.Value); other != nil {
-			p.errorf(n, path, "duplicate descriptor key %q value %q at this level (first at %s)", r.Key, r.Value, where(other))
-		} else {
-			*level = append(*level, r)
-			p.levels[level][[2]string{r.Key, r.Value}] = r
-		}
-	}
-	p.descriptors(domain, &r.Children, childNode, join(path, "descriptors"))
-}
-
-// maxInFlight bounds a concurrency limit's requests_per_unit: every
-// request in flight is a slot that the store keeps, with its hold.
-const maxInFlight = 10000
-
-// checkHold checks a rule's hold_key (holdNode, nil if absent) against
-// its limits: a concurrency limit takes its slots by the request's hold,
-// and a limit with release_after holds reservations by it, so each needs
-// one, and nothing else uses it. n is the rule's node.
-func (p *parser) checkHold(r *limits.Rule, n, holdNode *yaml.Node, path string) {
-	concurrent, reserves := false, false
-	for _, l := range r.Limits {
-		if l.ReleaseAfter > 0 {
-			reserves = true
-			if l.Quota {
-				p.errorf(n, join(path, "quota_mode"), "does not apply to a limit with release_after")
-			}
-			if l.Charge == limits.ChargeUsage {
-				p.errorf(n, join(path, "charge"), "usage does not apply to a limit with release_after: a reservation fits or is refused")
-			}
-		}
-		if l.Algorithm != limits.Concurrency {
-			continue
-		}
-		concurrent = true
-		switch {
-		case l.Requests > maxInFlight:
-			p.errorf(n, path, "a concurrency limit of %d requests in flight; at most %d", l.Requests, maxInFlight)
-		case l.Quota:
-			p.errorf(n, join(path, "quota_mode"), "does not apply to a concurrency limit")
-		case l.Charge == limits.ChargeUsage:
-			p.errorf(n, join(path, "charge"), "usage does not apply to a concurrency limit: a request takes a slot or is refused")
-		}
-	}
-	switch {
-	case concurrent && r.HoldKey == "":
-		p.errorf(n, join(path, "hold_key"), "required with algorithm concurrency: the descriptor entry that names the request (Envoy: x-request-id), by which its stream-end call frees its slot")
-	case reserves && r.HoldKey == "":
-		p.errorf(n, join(path, "hold_key"), "required with release_after: the descriptor entry that names the request (Envoy: x-request-id), by which its stream-end call settles its reservation")
-	case !concurrent && !reserves && !p.releaseAfter && holdNode != nil:
-		p.errorf(holdNode, join(path, "hold_key"), "applies only to a rule with a concurrency limit or a limit with release_after")
-	}
-}
-
-// sibling returns the rule of level with key and value, or nil. The
-// caller appends any rule it adds to level after this call, so the index
-// is rebuilt whenever level holds rules it has not seen.
-func (p *parser) sibling(level *[]*limits.Rule, key, value string) *limits.Rule {
-	idx := p.levels[level]
-	if idx == nil || len(idx) != len(*level) {
-		idx = make(map[[2]string]*limits.Rule, len(*level)+1)
-		for _, r := range *level {
-			if _, ok := idx[[2]string{r.Key, r.Value}]; !ok {
-				idx[[2]string{r.Key, r.Value}] = r
-			}
-		}
-		p.levels[level] = idx
-	}
-	k := [2]string{key, value}
-	if r, ok := idx[k]; ok {
-		return r
-	}
-	return nil
-}
-
-// where is a rule's place for messages: file:line, or the file alone
-// for a rule without a line (a generated document's).
-func where(r *limits.Rule) string {
-	if r.Line == 0 {
-		return r.File
-	}
-	return r.File + ":" + strconv.Itoa(r.Line)
-}
-
-// limitList parses a rate_limits list into r.Limits.
-func (p *parser) limitList(r *limits.Rule, n *yaml.Node, path string) {
-	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, path, "want a list of rate limits, got %s", kindName(n))
-		return
-	}
-	// ids finds a repeated window in one lookup, not a scan of the list
-	// (a list of N limits would cost N^2).
-	ids := make(map[string]bool, len(n.Content))
-	for _, l := range r.Limits {
-		ids[l.ID()] = true
-	}
-	for i, item := range n.Content {
-		item = deref(item)
-		ip := fmt.Sprintf("%s[%d]", path, i)
-		l := p.limit(r, item, ip, false)
-		if l == nil {
-			continue
-		}
-		if ids[l.ID()] {
-			p.errorf(item, ip, "same algorithm and window as another limit of this descriptor (%s); they would share one counter", l.ID())
-		}
-		ids[l.ID()] = true
-		r.Limits = append(r.Limits, l)
-	}
-}
-
-// limit parses a rate_limit mapping. single is false inside rate_limits.
-func (p *parser) limit(r *limits.Rule, n *yaml.Node, path string, single bool) *limits.Limit {
-	if n.Kind != yaml.MappingNode {
-		p.errorf(n, path, "want a rate limit mapping, got %s", kindName(n))
-		return nil
-	}
-	l := &limits.Limit{Shadow: r.ShadowMode, Quota: r.QuotaMode, Charge: r.Charge}
-	nerr := len(p.errs)
-	ln := p.limitFields(l, n, path)
-	for _, name := range l.Replaces {
-		if name != "" && name == l.Name {
-			p.errorf(ln.repl, join(path, "replaces"), "a limit cannot replace itself (%q)", name)
-		}
-	}
-	if l.Unlimited {
-		p.onlyCounted(n, path, single, map[string]*yaml.Node{"unit": ln.unit, "algorithm": ln.alg, "burst": ln.burst, "unit_multiplier": ln.mult, "lease": ln.lease, "release_after": ln.release})
-		if len(p.errs) > nerr {
-			return nil
-		}
-		return l
-	}
-	p.checkCounted(l, ln, n, path)
-	if len(p.errs) > nerr {
-		return nil
-	}
-	c, err := limits.NewLimit(l.Algorithm, l.Requests, l.Unit, l.Multiplier, l.Burst)
-	if err != nil {
-		p.errorf(n, path, "%v", err)
-		return nil
-	}
-	c.Name, c.Replaces, c.Shadow, c.Quota, c.Lease, c.Charge = l.Name, l.Replaces, l.Shadow, l.Quota, l.Lease, l.Charge
-	c.ReleaseAfter = l.ReleaseAfter
-	return p.calendar(c, ln, path)
-}
-
-// limitNodes are the fields of a rate_limit mapping that later checks
-// name in their errors; unit is read as text first.
-type limitNodes struct {
-	unit, alg, burst, mult, repl, lease, release *yaml.Node
-	unitText                                     string
-	cal                                          calendarNodes
-}
-
-// limitFields reads the fields of rate_limit mapping n into l.
-func (p *parser) limitFields(l *limits.Limit, n *yaml.Node, path string) limitNodes {
-	var ln limitNodes
-	p.fields(n, path, func(key string, k, v *yaml.Node) {
-		fp := join(path, key)
-		switch key {
-		case "unit":
-			ln.unit, ln.unitText = v, p.str(v, fp)
-		case "requests_per_unit":
-			l.Requests = p.uint(v, fp, 1<<32-1)
-		case "unlimited":
-			l.Unlimited = p.bool(v, fp)
-		case "name":
-			l.Name = p.str(v, fp)
-		case "replaces":
-			ln.repl, l.Replaces = v, p.replaces(v, fp)
-		case "algorithm":
-			ln.alg = v
-			if a, err := limits.ParseAlgorithm(p.str(v, fp)); err != nil {
-				p.errorf(v, fp, "%v", err)
-			} else {
-				l.Algorithm = a
-			}
-		case "burst":
-			ln.burst, l.Burst = v, p.positive(v, fp)
-		case "unit_multiplier":
-			ln.mult, l.Multiplier = v, p.positive(v, fp)
-		case "lease":
-			ln.lease, l.Lease = v, p.positive(v, fp)
-		case "release_after":
-			ln.release, l.ReleaseAfter = v, p.duration(v, fp)
-			p.releaseAfter = true
-		case "calendar", "time_zone", "week_start", "reset_day":
-			p.calendarField(&ln.cal, key, v, fp)
-		default:
-			p.unknownField(k, fp, key, limitFieldNames)
-		}
-	})
-	return ln
-}
-
-// checkCounted checks the fields of a limit that counts: its unit, and
-// the fields that only some algorithms take.
-func (p *parser) checkCounted(l *limits.Limit, ln limitNodes, n *yaml.Node, path string) {
-	if ln.unit == nil {
-		p.errorf(n, join(path, "unit"), "required (%s)", limits.UnitNames())
-	} else if u, err := limits.ParseUnit(ln.unitText); err != nil {
-		p.errorf(ln.unit, join(path, "unit"), "%v", err)
-	} else {
-		l.Unit = u
-	}
-	if ln.burst != nil && !l.Algorithm.Bucketed() {
-		p.errorf(ln.burst, join(path, "burst"), "applies only to token_bucket and leaky_bucket, not %s", l.Algorithm)
-	}
-	if ln.burst != nil && l.Requests == 0 {
-		p.errorf(ln.burst, join(path, "burst"), "needs requests_per_unit above 0 (0 bans every request)")
-	}
-	if ln.lease != nil && !l.Algorithm.Leasable() {
-		p.errorf(ln.lease, join(path, "lease"), "applies only to %s, not %s", limits.LeasableNames(), l.Algorithm)
-	}
-	if ln.release != nil && !reservable(l.Algorithm) {
-		p.errorf(ln.release, join(path, "release_after"), "applies only to %s, not %s", reservableNames, l.Algorithm)
-	}
-	if ln.release != nil && ln.lease != nil {
-		p.errorf(ln.release, join(path, "release_after"), "a limit that reserves is never leased: drop lease or release_after")
-	}
-}
-
-// reservable reports whether a limit of algorithm a can hold
-// reservations (release_after): the counting algorithms whose refund
-// gives back hits wherever they were counted.
-func reservable(a limits.Algorithm) bool {
-	return a == limits.FixedWindow || a == limits.SlidingWindow || a == limits.TokenBucket || a == limits.LeakyBucket
-}
-
-const reservableNames = "fixed_window, sliding_window, token_bucket or leaky_bucket"
-
-// maxRelease bounds release_after: a reservation is kept, with its hold,
-// until it is settled or released.
-const maxRelease = 24 * time.Hour
-
-// duration parses a duration such as "90s" or "5m", above 0 and at most
-// maxRelease.
-func (p *parser) duration(n *yaml.Node, path string) time.Duration {
-	text := p.str(n, path)
-	d, err := time.ParseDuration(text)
-	switch {
-	case text == "":
-	case err != nil:
-		p.errorf(n, path, "want a duration such as 90s or 5m, got %q", text)
-	case d < time.Millisecond:
-		p.errorf(n, path, "must be at least 1ms, got %s", text)
-	case d > maxRelease:
-		p.errorf(n, path, "at most %s, got %s", maxRelease, text)
-	}
-	return d
-}
-
-// metadata parses a rule's metadata mapping into the values a
-// google.protobuf.Struct holds, as envoyproxy/ratelimit does: numbers
-// become float64s, keys and the scalars that are neither numbers, bools
-// nor null (timestamps, say) their text. An empty mapping is nil.
-func (p *parser) metadata(n *yaml.Node, path string) map[string]any {
-	if isNull(n) {
-		return nil
-	}
-	if n.Kind != yaml.MappingNode {
-		p.errorf(n, path, "want a mapping, got %s", kindName(n))
-		return nil
-	}
-	m, _ := p.metaValue(n, path).(map[string]any)
-	if len(m) == 0 {
-		return nil
-	}
-	return m
-}
-
-func (p *parser) metaValue(n *yaml.Node, path string) any {
-	n = deref(n)
-	switch n.Kind {
-	case yaml.MappingNode:
-		m := make(map[string]any, len(n.Content)/2)
-		p.fields(n, path, func(key string, _, v *yaml.Node) {
-			m[key] = p.metaValue(v, join(path, key))
-		})
-		return m
-	case yaml.SequenceNode:
-		l := make([]any, len(n.Content))
-		for i, item := range n.Content {
-			l[i] = p.metaValue(item, fmt.Sprintf("%s[%d]", path, i))
-		}
-		return l
-	}
-	switch n.Tag {
-	case "!!null":
-		return nil
-	case "!!bool", "!!int", "!!float":
-		var v any
-		if err := n.Decode(&v); err != nil {
-			p.errorf(n, path, "%v", err)
-			return nil
-		}
-		switch x := v.(type) {
-		case int:
-			return float64(x)
-		case int64:
-			return float64(x)
-		case uint64:
-			return float64(x)
-		}
-		return v
-	}
-	return n.Value
-}
-
-// onlyCounted reports the fields of an unlimited limit that only counted
-// limits have (set is each such field's node, nil if absent), and an
-// unlimited limit inside a rate_limits list.
-func (p *parser) onlyCounted(n *yaml.Node, path string, single bool, set map[string]*yaml.Node) {
-	if !single {
-		p.errorf(n, join(path, "unlimited"), "unlimited goes in rate_limit, not in a rate_limits list")
-	}
-	for _, name := range []string{"unit", "algorithm", "burst", "unit_multiplier", "lease", "release_after"} {
-		if v := set[name]; v != nil {
-			p.errorf(v, join(path, name), "must not be set when unlimited is true")
-		}
-	}
-}
-
-func (p *parser) replaces(n *yaml.Node, path string) []string {
-	if isNull(n) {
-		return nil
-	}
-	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, path, "want a list of {name: ...}, got %s", kindName(n))
-		return nil
-	}
-	var names []string
-	for i, item := range n.Content {
-		item = deref(item)
-		ip := fmt.Sprintf("%s[%d]", path, i)
-		if item.Kind != yaml.MappingNode {
-			p.errorf(item, ip, "want {name: ...}, got %s", kindName(item))
-			continue
-		}
-		name := ""
-		p.fields(item, ip, func(key string, k, v *yaml.Node) {
-			if key != "name" {
-				p.unknownField(k, join(ip, key), key, []string{"name"})
-				return
-			}
-			name = p.str(v, join(ip, "name"))
-		})
-		if name == "" {
-			p.errorf(item, join(ip, "name"), "required and must not be empty")
-			continue
-		}
-		names = append(names, name)
-	}
-	return names
-}
-
-func (p *parser) str(n *yaml.Node, path string) string {
-	if isNull(n) {
-		return ""
-	}
-	if n.Kind != yaml.ScalarNode {
-		p.errorf(n, path, "want a string, got %s", kindName(n))
-		return ""
-	}
-	return n.Value
-}
-
-func (p *parser) bool(n *yaml.Node, path string) bool {
-	var b bool
-	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
-		p.errorf(n, path, "want true or false, got %q", n.Value)
-	}
-	return b
-}
-
-func (p *parser) uint(n *yaml.Node, path string, maxv uint64) uint64 {
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
-		p.errorf(n, path, "want a whole number, got %q", n.Value)
-		return 0
-	}
-	v, err := strconv.ParseUint(n.Value, 0, 64)
-	if err != nil || v > maxv {
-		p.errorf(n, path, "want a whole number from 0 to %d, got %s", maxv, n.Value)
-		return 0
-	}
-	return v
+	p.errorf(k, path, "unknown field%s", note)
 }
 
 // deref resolves YAML aliases (*anchor) to the node they name.
@@ -964,18 +108,10 @@ func deref(n *yaml.Node) *yaml.Node {
 	return n
 }
 
-// positive parses a whole number of at least 1.
-func (p *parser) positive(n *yaml.Node, path string) uint64 {
-	nerr := len(p.errs)
-	v := p.uint(n, path, 1<<32-1)
-	if v < 1 && len(p.errs) == nerr {
-		p.errorf(n, path, "must be at least 1")
-	}
-	return v
-}
-
+// isNull reports whether n is YAML null (~, null or nothing).
 func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
 
+// kindName names what n is, for messages that say what was wanted.
 func kindName(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.MappingNode:
@@ -990,6 +126,7 @@ func kindName(n *yaml.Node) string {
 	return "nothing"
 }
 
+// join appends field to a YAML path.
 func join(path, field string) string {
 	if path == "" {
 		return field
@@ -997,61 +134,47 @@ func join(path, field string) string {
 	return path + "." + field
 }
 
-// MaxDepth is how deeply a rule file's YAML may nest (mappings and
-// sequences counted alike); a descriptor level takes two. Real configs stay
-// well under ten descriptor levels.
-const MaxDepth = 64
-
-// MaxDescriptorLevels is how deeply descriptors may nest within
-// MaxDepth: the mapping of a descriptor at level L (1 at the top) is 2L
-// deep and its fields one deeper.
-const MaxDescriptorLevels = (MaxDepth - 2) / 2
-
-// MaxExpandedNodes bounds the YAML nodes reached through aliases, counted
-// at every use. The parser walks an alias's target at every use, so an
-// anchor used ten times at each of nine levels would cost 10^9 visits.
-// Nodes written out in the file are not counted: their cost is bounded by
-// the file's size, so a large file without aliases is never refused.
-const MaxExpandedNodes = 1 << 20
-
-// checkSize walks root as the parser will, aliases expanded, and returns
-// the first node past MaxDepth or MaxExpandedNodes with the reason, or nil.
-func checkSize(root *yaml.Node) (*yaml.Node, string) {
-	n, msg, _ := measure(root)
-	return n, msg
+// str reads a string scalar; null is "".
+func (p *parser) str(n *yaml.Node, path string) string {
+	if isNull(n) {
+		return ""
+	}
+	if n.Kind != yaml.ScalarNode {
+		p.errorf(n, path, "want a string, got %s", kindName(n))
+		return ""
+	}
+	return n.Value
 }
 
-// measure is checkSize, also reporting whether root holds an alias.
-func measure(root *yaml.Node) (bad *yaml.Node, msg string, aliases bool) {
-	visited := 0
-	var walk func(n *yaml.Node, depth int, expanded bool) (*yaml.Node, string)
-	walk = func(n *yaml.Node, depth int, expanded bool) (*yaml.Node, string) {
-		if expanded {
-			visited++
-		}
-		if visited > MaxExpandedNodes {
-			return n, fmt.Sprintf("more than %d YAML nodes reached through aliases", MaxExpandedNodes)
-		}
-		if depth > MaxDepth {
-			return n, fmt.Sprintf("nested more than %d levels deep", MaxDepth)
-		}
-		if n.Kind == yaml.AliasNode {
-			aliases = true
-		}
-		if n.Kind == yaml.AliasNode && n.Alias != nil {
-			// Name the outermost alias: the one the author should look at.
-			if bad, msg := walk(n.Alias, depth, true); bad != nil {
-				return n, msg
-			}
-			return nil, ""
-		}
-		for _, c := range n.Content {
-			if bad, msg := walk(c, depth+1, expanded); bad != nil {
-				return bad, msg
-			}
-		}
-		return nil, ""
+// bool reads true or false.
+func (p *parser) bool(n *yaml.Node, path string) bool {
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
+		p.errorf(n, path, "want true or false, got %q", n.Value)
 	}
-	bad, msg = walk(root, 0, false)
-	return bad, msg, aliases
+	return b
+}
+
+// uint reads a whole number from 0 to maxv.
+func (p *parser) uint(n *yaml.Node, path string, maxv uint64) uint64 {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		p.errorf(n, path, "want a whole number, got %q", n.Value)
+		return 0
+	}
+	v, err := strconv.ParseUint(n.Value, 0, 64)
+	if err != nil || v > maxv {
+		p.errorf(n, path, "want a whole number from 0 to %d, got %s", maxv, n.Value)
+		return 0
+	}
+	return v
+}
+
+// positive parses a whole number of at least 1.
+func (p *parser) positive(n *yaml.Node, path string) uint64 {
+	nerr := len(p.errs)
+	v := p.uint(n, path, 1<<32-1)
+	if v < 1 && len(p.errs) == nerr {
+		p.errorf(n, path, "must be at least 1")
+	}
+	return v
 }

@@ -177,3 +177,11 @@ func (s *OverrideSpec) limit(o *Override) (*Limit, error) {
 	l.id = "override/" + s.Algorithm.String() + l.id[strings.IndexByte(l.id, '/'):]
 	return l, nil
 }
+
+// Override is a per-request limit sent by Envoy. It counts on the
+// descriptor's entries as the rules' OverrideSpec says; without one, as a
+// fixed window on the counter EngineOptions.OverrideKeys chooses.
+type Override struct {
+	Requests uint64
+	Unit     Unit
+}

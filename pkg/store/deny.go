@@ -33,65 +33,26 @@ type DenyCacheOptions struct {
 
 // DenyCache is a Store that remembers which keys its store found over the
 // limit, and until when, and rejects requests on those keys itself. A hot
-// key that is over its limit then costs no round trip to Redis.
+// key that is over its limit then costs no round trip to Redis. Its
+// rejections are exact, not approximations: the store would reject the
+// same requests. record says why, and how a Redis Cluster or a failover
+// can make the cache reject for longer; it never over-admits.
 //
-// When the wrapped store answers that an enforced (non-shadow) check is
-// Over with Reset R, that key stays over, for every request that needs at
-// least as many hits (max(Hits, 1), the check's probe) against the same
-// limit numbers, until T = t + R − Tick, where t is the time read before
-// the store was called and Tick is the limit's time resolution (1 µs for
-// all but huge limits). This answer is exact, never an approximation: a
-// rejected request consumes nothing, other sidecars can only add hits,
-// and every algorithm admits a larger probe no sooner than a smaller
-// one, so the store would say Over too. Measuring from t, not from when
-// the answer arrived, keeps T at or before the store's own reset, and
-// taking off one Tick covers the store flooring its clock to a tick.
-//
-// A usage charge (limits.Check.Usage) that went over counted all the
-// same, into debt: its Reset is when one hit fits again, so it enters its
-// key as over for every request until the debt is repaid. A batch with a
-// usage charge of some hits always goes to the store, which counts them
-// whatever the verdict.
-//
-// A batch with an enforced check that is over in the cache, or whose
-// every quota group has a check over in it (limits.Batch.QuotaOver), is
-// rejected without calling the wrapped store: Admitted is false, the
-// cached checks are Over with Remaining 0 and Reset T − now, and every
-// other check's outcome is Unknown. See Apply. A quota check over in the
-// cache while another quota group may have room rejects nothing: the
-// store decides, and may admit.
-//
-// Limits match by limits.Limit.CountsLike (algorithm, requests, window
-// and burst), not on the *Limit pointer, so Envoy's per-request override
-// limits, which are new pointers every time, are cached too, and a
-// reload that changes a limit's numbers never reuses an old entry. Shadow checks are never
-// cached and never cause a local rejection.
-//
-// Memory is bounded by MaxEntries. There is no background goroutine:
-// expired entries are ignored when read and dropped by a sweep that runs
-// while recording, at most once per second per shard, or whenever the
-// cache is full and the shard has an expired entry. A full cache does not
-// evict live entries; it does not record the new one (see Dropped),
-// which then only costs that key its usual round trip.
-//
-// A refund (limits.Check.Refund) takes hits away, and makes room that a
-// remembered verdict would hide (the trap of a refund invisible to a
-// local cache, where every replica says over until the window ends). A
-// batch with a refund of some hits always goes to the store, and the
-// cache then forgets the refunded keys; refunds that other sidecars send
-// reach it through Forget (the Redis store publishes every refunded key:
-// see redis.Store.Refunds). A call that started before a Forget of a
-// key of its shard records nothing there, since it may have read the key
-// before the refund.
+// A batch with a usage charge or a refund of some hits always goes to the
+// store, which counts them whatever the verdict; a refund makes the cache
+// forget its key, here and, through Forget, on other sidecars (see
+// Apply). Shadow checks are never cached and never cause a local
+// rejection. A batch the cache rejects reports Unknown outcomes for the
+// checks it does not know (see Apply).
 //
 // Apart from refunds, the cache trusts that nothing but requests changes
 // the store's counters, and only by adding hits: after a FLUSHALL or a
-// change of key prefix, call Clear. On a Redis Cluster that is not quite so: a request
-// across hash slots reserves hits and refunds them if another slot
-// rejects it, and a check rejected because of hits that are then
-// refunded stays over in the cache until its Reset. The store's
-// momentary under-admission then lasts up to that Reset; the cache never
-// over-admits. A failover that loses recent writes has the same effect.
+// change of key prefix, call Clear.
+//
+// Memory is bounded by MaxEntries, and there is no background goroutine
+// (see insert). A full cache does not evict live entries; it does not
+// record the new one (see Dropped), which then only costs that key its
+// usual round trip.
 //
 // The zero value is not usable; call NewDenyCache.
 type DenyCache struct {
@@ -161,6 +122,14 @@ var _ limits.Store = (*DenyCache)(nil)
 // left, resets now", and led clients to retry at once under the wrong
 // limit). The request's verdict and what is reported come from the
 // cached checks, which are right.
+//
+// A refund (limits.Check.Refund) takes hits away, and makes room that a
+// remembered verdict would hide: every replica would say over until the
+// window ends, the trap of a refund invisible to a local cache. So a
+// batch with a refund of some hits always goes to the store (see
+// charges), and the cache then forgets the refunded keys; refunds that
+// other sidecars send reach it through Forget (the Redis store publishes
+// every refunded key: see redis.Store.Refunds).
 func (c *DenyCache) Apply(ctx context.Context, b *limits.Batch) error {
 	now := c.now()
 	if c.n.Load() > 0 && !charges(b.Checks) && c.deny(b, now) {
@@ -205,6 +174,12 @@ func (c *DenyCache) Forget(key string) bool {
 // b: an enforced check is over there, or every quota group of b has a
 // check over there (limits.Batch.QuotaOver). If not, b's outcomes are
 // left for the store.
+//
+// A rejected batch has Admitted false; its cached checks are Over with
+// Remaining 0 and Reset until − now (until as record computed it), and
+// every other check's outcome is Unknown. A quota check over in the cache
+// while another quota group may have room rejects nothing: the store
+// decides, and may admit.
 func (c *DenyCache) deny(b *limits.Batch, now time.Time) bool {
 	b.SizeOutcomes()
 	over, quota := false, false
@@ -235,6 +210,11 @@ func (c *DenyCache) deny(b *limits.Batch, now time.Time) bool {
 // lookup returns when ch stops being over, if the cache knows it is over
 // at now. Only ch's own probe counts, not hits of earlier checks on the
 // same key in the batch: if ch alone is over, the batch is.
+//
+// Limits match by limits.Limit.CountsLike (algorithm, requests, window
+// and burst), not on the *Limit pointer, so Envoy's per-request override
+// limits, which are new pointers every time, are cached too, and a
+// reload that changes a limit's numbers never reuses an old entry.
 func (c *DenyCache) lookup(ch *limits.Check, now time.Time) (time.Time, bool) {
 	sh := c.shards.of(ch.Key)
 	sh.mu.RLock()
@@ -250,6 +230,24 @@ func (c *DenyCache) lookup(ch *limits.Check, now time.Time) (time.Time, bool) {
 // found over, as of now, the time read before calling the store, unless
 // Clear or a Forget in its shard came since gen and forgets were read. A
 // quota check is over whether or not its batch was admitted.
+//
+// A check the store found Over with Reset R stays over, for every request
+// that needs at least as many hits (max(Hits, 1), the check's probe)
+// against the same limit numbers, until T = now + R − Tick, Tick being
+// the limit's time resolution (1 µs for all but huge limits). That is
+// exact: a rejected request consumes nothing, other sidecars can only
+// add hits, and every algorithm admits a larger probe no sooner than a
+// smaller one, so the store would say Over too. Measuring from now, read
+// before the store was called, not from when the answer arrived, keeps T
+// at or before the store's own reset, and taking off one Tick covers the
+// store flooring its clock to a tick.
+//
+// On a Redis Cluster the premise that counters only grow fails: a
+// request across hash slots reserves hits and refunds them if another
+// slot rejects it, and a check rejected because of hits that are then
+// refunded stays over here until its Reset. The store's momentary
+// under-admission then lasts up to that Reset; the cache never
+// over-admits. A failover that loses recent writes has the same effect.
 func (c *DenyCache) record(b *limits.Batch, now time.Time, gen, forgets uint64) {
 	for i := range min(len(b.Checks), len(b.Outcomes)) {
 		ch, out := &b.Checks[i], &b.Outcomes[i]
@@ -271,7 +269,9 @@ func (c *DenyCache) record(b *limits.Batch, now time.Time, gen, forgets uint64) 
 
 // charges reports whether a check of cs is a usage charge or a refund
 // with hits (limits.Check.Charges): those must reach the store, which
-// counts them whatever the verdict.
+// counts them whatever the verdict. A usage charge that goes over still
+// counts, into debt; a refund makes room the cache cannot see (see
+// Apply).
 func charges(cs []limits.Check) bool {
 	for i := range cs {
 		if cs[i].Charges() {
@@ -281,6 +281,7 @@ func charges(cs []limits.Check) bool {
 	return false
 }
 
+// sharesEarlierKey reports whether a check of cs before cs[i] has its key.
 func sharesEarlierKey(cs []limits.Check, i int) bool {
 	for j := range i {
 		if cs[j].Key == cs[i].Key {
@@ -290,6 +291,18 @@ func sharesEarlierKey(cs []limits.Check, i int) bool {
 	return false
 }
 
+// insert enters ch as over until until, unless Clear or a Forget in its
+// shard came since gen and forgets were read: such a call may have read
+// the key before the refund or reset. A usage charge that went over
+// counted all the same, into debt: its Reset is when one hit fits again,
+// so it enters its key as over for every request until the debt is
+// repaid.
+//
+// Memory stays bounded without a background goroutine: expired entries
+// are ignored when read (lookup) and dropped by a sweep of the shard that
+// runs here, at most once per denySweepEvery per shard while the cache
+// has room, or whenever the cache is full and the shard has an expired
+// entry.
 func (c *DenyCache) insert(ch *limits.Check, until, now time.Time, gen, forgets uint64) {
 	l := ch.Limit
 	e := denyEntry{limit: l, probe: max(ch.Hits, 1), until: until}

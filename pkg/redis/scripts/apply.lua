@@ -26,7 +26,7 @@
 --   (limits.Limit.Grant).
 --   A calendar check (limits.Calendar, a fixed window) carries in its
 --   window, tick and burst the edges of the windows around the
---   sidecar's clock (scripts.go's calendarFields); lib.lua's calwin
+--   sidecar's clock (calendar.go's calendarFields); lib.lua's calwin
 --   picks the one that holds now, so that the clock that decides also
 --   names the window.
 -- Or, for requests of several slots of one Cluster master, no KEYS, and

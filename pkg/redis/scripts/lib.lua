@@ -102,7 +102,7 @@ local function writeState(key, alg, s, c, p, e, stored, now)
 end
 
 -- calwin returns the start and length (µs) of the calendar window that
--- holds t, from a calendar check's record (scripts.go's calendarFields):
+-- holds t, from a calendar check's record (calendar.go's calendarFields):
 -- w is minus the start of the window that holds the sidecar's clock,
 -- tick its end, and burst packs the previous window's length and the
 -- next one's, in seconds (CAL_SHIFT bits apart). Redis's clock may be a
