@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -60,6 +61,28 @@ const (
 	warmEvery = 250 * time.Millisecond
 )
 
+// adaptive is a pipe's state for adding round trips beyond its max
+// (see above). Its pipe's mu guards it, but far.
+type adaptive struct {
+	// pool is the size of the pipe's connection pool.
+	pool   int
+	starts []time.Duration // of the round trips under way, on clock
+	// open is the leader of the round trip started last, while the
+	// calls made meanwhile may still join its batch (see do), which
+	// happens only while far is set: when Redis is far away.
+	open *call
+	far  atomic.Bool
+	rtt  rttMin // the round-trip time of late
+	// conns is the number of connections open when last counted (see
+	// probe); warming is set while warm opens more, which it last began
+	// at warmedAt; probing is set while probe measures the RTT, which it
+	// last did at probedAt; waited is set when a call finds max round
+	// trips out (see due), and cleared by probe.
+	conns                    int
+	warming, probing, waited bool
+	warmedAt, probedAt       time.Duration
+}
+
 // epoch is the origin of clock.
 var epoch = time.Now()
 
@@ -102,13 +125,13 @@ func gap(rtt time.Duration) time.Duration { return rtt/16 + gapMin }
 // one more at now; if not, when it may try again (0: it is to wait for a
 // round trip to end instead). p.mu must be held.
 func (p *pipe) due(now time.Duration) (bool, time.Duration) {
-	p.waited = true
-	rtt := p.rtt.get()
-	if p.out >= p.adaptCap() || rtt < adaptFrom || len(p.starts) == 0 {
+	p.adapt.waited = true
+	rtt := p.adapt.rtt.get()
+	if p.out >= p.adaptCap() || rtt < adaptFrom || len(p.adapt.starts) == 0 {
 		return false, 0
 	}
-	newest := p.starts[0]
-	for _, s := range p.starts[1:] {
+	newest := p.adapt.starts[0]
+	for _, s := range p.adapt.starts[1:] {
 		newest = max(newest, s)
 	}
 	at := max(now, newest+gap(rtt))
@@ -123,12 +146,12 @@ func (p *pipe) due(now time.Duration) (bool, time.Duration) {
 // connections open (see warm; one is left for probe), which a round trip
 // can use without opening one within its deadline. p.mu must be held.
 func (p *pipe) adaptCap() int {
-	return max(p.max, min(maxAdaptive, p.conns-1))
+	return max(p.max, min(maxAdaptive, p.adapt.conns-1))
 }
 
 // wantConns returns the connections the pipe keeps open while it adds
 // round trips.
-func (p *pipe) wantConns() int { return min(maxAdaptive+1, p.pool) }
+func (p *pipe) wantConns() int { return min(maxAdaptive+1, p.adapt.pool) }
 
 // countConns returns the connections of the pipe's client that are open.
 func (p *pipe) countConns() int { return int(p.rdb.PoolStats().TotalConns) }
@@ -136,22 +159,22 @@ func (p *pipe) countConns() int { return int(p.rdb.PoolStats().TotalConns) }
 // started records a round trip starting at now. p.mu must be held.
 func (p *pipe) started(now time.Duration) {
 	p.out++
-	p.starts = append(p.starts, now)
+	p.adapt.starts = append(p.adapt.starts, now)
 }
 
 // ended forgets the round trip that started at start and, if the RTT was
 // last measured probeEvery ago and since then a call has waited or Redis
 // is far away, measures it again. p.mu must be held.
 func (p *pipe) ended(start, now time.Duration) {
-	for i, s := range p.starts {
+	for i, s := range p.adapt.starts {
 		if s == start {
-			last := len(p.starts) - 1
-			p.starts[i] = p.starts[last]
-			p.starts = p.starts[:last]
+			last := len(p.adapt.starts) - 1
+			p.adapt.starts[i] = p.adapt.starts[last]
+			p.adapt.starts = p.adapt.starts[:last]
 			break
 		}
 	}
-	if (p.waited || p.far.Load()) && !p.probing && (p.probedAt == 0 || now-p.probedAt >= probeEvery) {
+	if (p.adapt.waited || p.adapt.far.Load()) && !p.adapt.probing && (p.adapt.probedAt == 0 || now-p.adapt.probedAt >= probeEvery) {
 		p.probe(now)
 	}
 }
@@ -162,15 +185,15 @@ func (p *pipe) probe(now time.Duration) {
 	if p.warmer == nil {
 		return
 	}
-	p.waited = false
-	p.probing = p.warmer.do(func(ctx context.Context) {
+	p.adapt.waited = false
+	p.adapt.probing = p.warmer.do(func(ctx context.Context) {
 		start := clock()
 		err := p.rdb.Ping(ctx).Err()
 		rtt := clock() - start
 		conns := p.countConns()
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		p.probing, p.probedAt, p.conns = false, now, conns
+		p.adapt.probing, p.adapt.probedAt, p.adapt.conns = false, now, conns
 		if err == nil {
 			p.measured(rtt)
 		}
@@ -180,16 +203,17 @@ func (p *pipe) probe(now time.Duration) {
 // measured records an RTT measurement, and opens connections for the
 // round trips the pipe may add if it is to add any. p.mu must be held.
 func (p *pipe) measured(rtt time.Duration) {
-	p.rtt.add(rtt)
-	far := p.rtt.get() >= adaptFrom
-	p.far.Store(far)
-	if far && p.conns < p.wantConns() {
+	p.adapt.rtt.add(rtt)
+	far := p.adapt.rtt.get() >= adaptFrom
+	p.adapt.far.Store(far)
+	if far && p.adapt.conns < p.wantConns() {
 		p.warm()
 	}
 }
 
-// warmer runs the background work of the pipes of one store (see probe
-// and warm), and owns its goroutines: close stops them and waits.
+// warmer runs the background work of the pipes of one store (see probe,
+// warm and pipe.behind), and owns its goroutines: close stops them and
+// waits.
 type warmer struct {
 	mu     sync.Mutex
 	closed bool
@@ -203,13 +227,23 @@ func newWarmer() *warmer { return &warmer{stop: make(chan struct{})} }
 // backstopTimeout or at close, and reports whether it did: not after
 // close.
 func (w *warmer) do(f func(ctx context.Context)) bool {
+	return w.within(context.Background(), func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, backstopTimeout)
+		defer cancel()
+		f(ctx)
+	})
+}
+
+// within runs f in the background, within a context that ends with
+// parent or at close, and reports whether it did: not after close.
+func (w *warmer) within(parent context.Context, f func(ctx context.Context)) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return false
 	}
 	w.wg.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), backstopTimeout)
+		ctx, cancel := context.WithCancel(parent)
 		var watch sync.WaitGroup
 		watch.Go(func() {
 			select {
@@ -250,21 +284,21 @@ func (w *warmer) close() {
 // the pool. p.mu must be held.
 func (p *pipe) warm() {
 	now := clock()
-	if p.warming || p.warmer == nil || (p.warmedAt != 0 && now-p.warmedAt < warmEvery) {
+	if p.adapt.warming || p.warmer == nil || (p.adapt.warmedAt != 0 && now-p.adapt.warmedAt < warmEvery) {
 		return
 	}
 	want := p.wantConns()
-	p.warming = p.warmer.do(func(ctx context.Context) {
+	p.adapt.warming = p.warmer.do(func(ctx context.Context) {
 		st := p.rdb.PoolStats()
 		if missing := want - int(st.TotalConns); missing > 0 {
 			pings(ctx, p.rdb, missing+int(st.IdleConns))
 		}
 		conns := p.countConns()
 		p.mu.Lock()
-		p.conns, p.warming = conns, false
+		p.adapt.conns, p.adapt.warming = conns, false
 		p.mu.Unlock()
 	})
-	p.warmedAt = now
+	p.adapt.warmedAt = now
 }
 
 // pings sends n PINGs at once.
@@ -295,10 +329,10 @@ func (p *pipe) seed(ctx context.Context) {
 		}
 	}
 	p.mu.Lock()
-	p.rtt.add(rtt)
-	far := p.rtt.get() >= adaptFrom
-	p.far.Store(far)
-	p.probedAt = clock()
+	p.adapt.rtt.add(rtt)
+	far := p.adapt.rtt.get() >= adaptFrom
+	p.adapt.far.Store(far)
+	p.adapt.probedAt = clock()
 	p.mu.Unlock()
 	if !far {
 		return
@@ -306,7 +340,7 @@ func (p *pipe) seed(ctx context.Context) {
 	pings(ctx, p.rdb, p.wantConns())
 	conns := p.countConns()
 	p.mu.Lock()
-	p.conns, p.warmedAt = conns, clock()
+	p.adapt.conns, p.adapt.warmedAt = conns, clock()
 	p.mu.Unlock()
 }
 

@@ -56,12 +56,12 @@ func TestDue(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := &pipe{max: 1, conns: tt.conns, out: len(tt.starts)}
+			p := &pipe{max: 1, out: len(tt.starts), adapt: adaptive{conns: tt.conns}}
 			for _, ago := range tt.starts {
-				p.starts = append(p.starts, now-ago)
+				p.adapt.starts = append(p.adapt.starts, now-ago)
 			}
 			for range rttWindow {
-				p.rtt.add(tt.rtt)
+				p.adapt.rtt.add(tt.rtt)
 			}
 			ok, at := p.due(now)
 			var wantAt time.Duration

@@ -150,9 +150,9 @@ func FastCounts(s *Store) (fits, misses int64) {
 func SetNear(s *Store) {
 	s.pipe.mu.Lock()
 	defer s.pipe.mu.Unlock()
-	s.pipe.rtt = rttMin{}
-	s.pipe.rtt.add(50 * time.Microsecond)
-	s.pipe.far.Store(false)
+	s.pipe.adapt.rtt = rttMin{}
+	s.pipe.adapt.rtt.add(50 * time.Microsecond)
+	s.pipe.adapt.far.Store(false)
 }
 
 // ProbeEvery is how often a pipe whose calls wait PINGs to measure the RTT.

@@ -2,11 +2,7 @@ package redis
 
 import (
 	"context"
-	"runtime"
-	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -52,30 +48,16 @@ type pipe struct {
 	// Cluster master's pipe; see evalshaAll).
 	cross bool
 
-	// pool is the size of rdb's connection pool, and warmer opens its
-	// connections ahead of the round trips that the pipe adds (see
-	// adapt.go); nil: the pipe adds none.
-	pool   int
+	// warmer runs the pipe's background work (see adapt.go); nil:
+	// the pipe adds no round trips.
 	warmer *warmer
 
-	mu     sync.Mutex
-	out    int             // round trips under way
-	starts []time.Duration // their starts, on clock
-	queue  []*call         // calls waiting for the next one
-	// open is the leader of the round trip started last, while the
-	// calls made meanwhile may still join its batch (see do), which
-	// happens only while far is set: when Redis is far away.
-	open *call
-	far  atomic.Bool
-	rtt  rttMin // the round-trip time of late
-	// conns is the number of connections open when last counted (see
-	// probe); warming is set while warm opens more, which it last began
-	// at warmedAt; probing is set while probe measures the RTT, which it
-	// last did at probedAt; waited is set when a call finds max round
-	// trips out (see due), and cleared by probe.
-	conns                    int
-	warming, probing, waited bool
-	warmedAt, probedAt       time.Duration
+	mu    sync.Mutex
+	out   int     // round trips under way
+	queue []*call // calls waiting for the next one
+	// adapt is how the pipe adds round trips when Redis is far away;
+	// p.mu guards it, but far.
+	adapt adaptive
 	// fast holds MODE_FAST back after a batch that did not fit.
 	fast fastGate
 }
@@ -84,7 +66,7 @@ type pipe struct {
 // trips out but those that it adds when Redis is far away (see
 // adapt.go), whose connections w opens (nil: it adds none).
 func newPipe(rdb goredis.UniversalClient, max int, w *warmer) *pipe {
-	return &pipe{rdb: rdb, max: max, pool: poolSize(rdb), warmer: w}
+	return &pipe{rdb: rdb, max: max, warmer: w, adapt: adaptive{pool: poolSize(rdb)}}
 }
 
 // maxBatch bounds the calls in one round trip, so that one round trip
@@ -93,185 +75,6 @@ func newPipe(rdb goredis.UniversalClient, max int, w *warmer) *pipe {
 // 3 ms. Calls beyond it wait for the next round trip, and are dropped if
 // their deadline passes meanwhile.
 const maxBatch = 128
-
-// maxScriptKeys bounds the KEYS of one apply.lua call that carries
-// several requests: the script unpacks them onto Lua's stack for MGET,
-// which holds at most about 8000 values.
-const maxScriptKeys = 1024
-
-// applySHA is apply.lua's SHA1 as a command argument, boxed once.
-var applySHA any = applyScript.Hash()
-
-// A call's state, which decides who recycles it: the waiter once it has
-// been woken, or the round trip that finds it abandoned.
-const (
-	waiting   uint32 = iota // in the queue, its caller waiting
-	claimed                 // a wake-up is on its way, which the caller takes
-	abandoned               // its caller gave up at its deadline; not woken
-)
-
-// call is one apply.lua call: waiting in a pipe's queue, or sent alone.
-// Calls are pooled with their channel, timer and argument slices, so that
-// a call allocates only the string its keys and spec are cut from (see
-// Store.setArgs), its go-redis command and the command's reply.
-type call struct {
-	ctx  context.Context
-	keys []string // KEYS
-	// args is ARGV: pointers to now, mode and spec, which go-redis
-	// writes as the strings, so that no argument is boxed per call.
-	args            []any
-	now, mode, spec string
-	buf             []byte // scratch for the keys and spec
-	reply           []int64
-	err             error
-	// checks is the number of the call's checks and grants whether one
-	// asks for a lease: with mode, they give the length of its reply.
-	checks int
-	grants bool
-	// slot is the hash slot of the call's keys on a Cluster; 0 elsewhere.
-	slot uint16
-	// fastOK says that the call may go in MODE_FAST (see fastCheck);
-	// fast is what the call keeps when it leads a batch sent so.
-	fastOK bool
-	fast   fastScratch
-
-	state atomic.Uint32
-	// leads, when the call is woken, says that it is to send lead, a
-	// batch (itself included), as a round trip that started at start
-	// (on clock); else its reply is set. If gathers is set, lead is
-	// the pipe's open batch, which others may join until the call
-	// closes it, and p.mu guards it.
-	leads, gathers bool
-	lead           []*call
-	start          time.Duration
-	// wake carries one wake-up per claim; buffered so that the round
-	// trip that claims the call never blocks on it.
-	wake  chan struct{}
-	timer *time.Timer // bounds the wait by ctx's deadline
-	argv  []any       // the EVALSHA command, reused
-	cmd   *goredis.IntSliceCmd
-	// live and cmds are scratch for the batch the call leads, reused.
-	live []*call
-	cmds []goredis.Cmder
-	// span is where a traced call's caller takes facts, the call's
-	// round trip as exec saw it (see trace.go); nil when untraced.
-	span  *spanFacts
-	facts spanFacts
-}
-
-var calls = sync.Pool{New: func() any {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return &call{wake: make(chan struct{}, 1), timer: t}
-}}
-
-// getCall returns a call under ctx, its arguments to be set.
-func getCall(ctx context.Context) *call {
-	c := calls.Get().(*call)
-	c.ctx = ctx
-	c.state.Store(waiting)
-	return c
-}
-
-// putCall recycles c. No one may use c afterwards.
-func putCall(c *call) {
-	c.timer.Stop()
-	clear(c.argv)
-	clear(c.keys)
-	clear(c.args)
-	c.ctx, c.reply, c.err, c.lead, c.cmd = nil, nil, nil, nil, nil
-	c.start, c.leads, c.gathers = 0, false, false
-	c.now, c.mode, c.spec = "", "", ""
-	c.checks, c.grants, c.slot, c.fastOK = 0, false, 0, false
-	c.fast.reset()
-	c.span, c.facts = nil, spanFacts{}
-	c.argv, c.keys, c.args = c.argv[:0], c.keys[:0], c.args[:0]
-	clear(c.live)
-	clear(c.cmds)
-	c.live, c.cmds = c.live[:0], c.cmds[:0]
-	calls.Put(c)
-}
-
-// evalsha returns c's EVALSHA command alone: evalshaAll of c.
-func (c *call) evalsha(ctx context.Context) *goredis.IntSliceCmd {
-	one := [1]*call{c}
-	return c.evalshaAll(ctx, one[:])
-}
-
-// evalshaAll returns the EVALSHA command that decides the calls of q, c
-// first, in one apply.lua call, built in c's reused argument slice
-// instead of go-redis's per-call copy: the keys of them all, then now
-// and mode, which they share, then each call's spec. Calls of several
-// slots (on a Cluster master) go with no KEYS, which may not span slots:
-// now, mode, the number of calls, their specs, then their keys, as ARGV.
-// Keys and specs go in as pointers into the calls, which go-redis writes
-// as the strings, unboxed.
-//
-// The command reads the reply straight into a []int64, as apply.lua's
-// reply is an array of integers. It is lenient where the store is not: it
-// reads a nil element as 0 and a decimal string as its number. A reply
-// that is not an array at all fails the call as a broken connection does
-// (go-redis closes the connection), not as a ReplyError.
-func (c *call) evalshaAll(ctx context.Context, q []*call) *goredis.IntSliceCmd {
-	c.fast.sent = false // in MODE_APPLY, whatever an earlier send of c was
-	keys := func() {
-		for _, o := range q {
-			for i := range o.keys {
-				c.argv = append(c.argv, &o.keys[i])
-			}
-		}
-	}
-	specs := func() {
-		for _, o := range q {
-			c.argv = append(c.argv, &o.spec)
-		}
-	}
-	if split(q) {
-		c.argv = append(c.argv[:0], "evalsha", applySHA, 0, &c.now, &c.mode, strconv.Itoa(len(q)))
-		specs()
-		keys()
-		c.cmd = goredis.NewIntSliceCmd(ctx, c.argv...)
-		return c.cmd
-	}
-	n := 0
-	for _, o := range q {
-		n += len(o.keys)
-	}
-	c.argv = append(c.argv[:0], "evalsha", applySHA, n)
-	keys()
-	c.argv = append(c.argv, &c.now, &c.mode)
-	specs()
-	c.cmd = goredis.NewIntSliceCmd(ctx, c.argv...)
-	c.cmd.SetFirstKeyPos(3)
-	return c.cmd
-}
-
-// split reports whether the calls of q are of more than one slot.
-func split(q []*call) bool {
-	for _, o := range q[1:] {
-		if o.slot != q[0].slot {
-			return true
-		}
-	}
-	return false
-}
-
-// replyLen is the length of c's part of an apply.lua reply.
-func (c *call) replyLen() int {
-	per := 3
-	if baseMode(c.mode) == modeReserve {
-		per = 4
-	}
-	return replyLen(c.checks, per, c.grants, strings.HasSuffix(c.mode, refundsMark))
-}
-
-// joins reports whether c can be decided in one apply.lua call with o,
-// sent through a pipe that allows calls of several slots in one (cross)
-// or not: same slot unless cross, same mode and clock, and together
-// within maxScriptKeys.
-func (c *call) joins(o *call, keys int, cross bool) bool {
-	return (cross || c.slot == o.slot) && c.mode == o.mode && c.now == o.now && keys+len(o.keys) <= maxScriptKeys
-}
 
 // do runs call c, whose arguments are set, within c.ctx, and recycles c.
 // If c.ctx ends first, do returns its error; the call may still run on
@@ -290,8 +93,8 @@ func (p *pipe) do(c *call) ([]int64, error) {
 		p.mu.Unlock()
 		return p.alone(c, now)
 	}
-	if o := p.open; o != nil && len(o.lead) < maxBatch {
-		o.lead = append(o.lead, c)
+	if o := p.adapt.open; o != nil && len(o.batch.calls) < maxBatch {
+		o.batch.calls = append(o.batch.calls, c)
 		p.mu.Unlock()
 		return p.wait(c, 0)
 	}
@@ -314,16 +117,16 @@ func (p *pipe) do(c *call) ([]int64, error) {
 // alone sends c by itself, in a round trip that started at start, ends
 // the round trip and recycles c.
 func (p *pipe) alone(c *call, start time.Duration) ([]int64, error) {
-	reply, err := p.one(c)
+	reply, err := p.one(c.ctx, c)
 	putCall(c)
 	p.pass(start)
 	return reply, err
 }
 
-// one sends c by itself, within c.ctx: EVAL if Redis lost the script,
-// and once more where a Cluster's redirection points.
-func (p *pipe) one(c *call) ([]int64, error) {
-	ctx := c.ctx
+// one sends c by itself, within ctx (c.ctx, or one that ends with it):
+// EVAL if Redis lost the script, and once more where a Cluster's
+// redirection points.
+func (p *pipe) one(ctx context.Context, c *call) ([]int64, error) {
 	cmd := c.evalsha(ctx)
 	_ = p.rdb.Process(ctx, cmd)
 	reply, err := cmd.Result()
@@ -383,26 +186,8 @@ func (p *pipe) wait(c *call, flush time.Duration) ([]int64, error) {
 		}
 		woken = true
 	}
-	if c.leads {
-		c.leads = false
-		if c.gathers {
-			// Let the calls made at the same moment, such as those
-			// of a batch just answered, join (see do) before the
-			// batch closes.
-			c.gathers = false
-			runtime.Gosched()
-			p.mu.Lock()
-			if p.open == c {
-				p.open = nil
-			}
-			p.mu.Unlock()
-		}
-		q := c.lead
-		c.lead = nil
-		p.send(c, q)
-		p.pass(c.start)
-		<-c.wake // its own reply, delivered as the others'
-		c.facts.led = true
+	if c.batch.leads {
+		p.lead(c)
 	}
 	if c.span != nil {
 		f := c.facts
@@ -448,7 +233,7 @@ func (p *pipe) pass(start time.Duration) {
 		p.mu.Unlock()
 		return
 	}
-	p.starts = append(p.starts, now)
+	p.adapt.starts = append(p.adapt.starts, now)
 	p.mu.Unlock()
 	p.handOff(q, now)
 }
@@ -460,13 +245,13 @@ func (p *pipe) pass(start time.Duration) {
 func (p *pipe) handOff(q []*call, start time.Duration) {
 	for {
 		if lead := claimLeader(q); lead != nil {
-			lead.leads, lead.start = true, start
-			if p.far.Load() {
+			lead.batch.leads, lead.batch.start = true, start
+			if p.adapt.far.Load() {
 				p.mu.Lock()
-				lead.lead, lead.gathers, p.open = q, true, lead
+				lead.batch.calls, lead.batch.gathers, p.adapt.open = q, true, lead
 				p.mu.Unlock()
 			} else {
-				lead.lead = q
+				lead.batch.calls = q
 			}
 			lead.wake <- struct{}{}
 			return
@@ -483,46 +268,9 @@ func (p *pipe) handOff(q []*call, start time.Duration) {
 			return
 		}
 		start = clock()
-		p.starts = append(p.starts, start)
+		p.adapt.starts = append(p.adapt.starts, start)
 		p.mu.Unlock()
 	}
-}
-
-// claimLeader claims the call of q with the latest deadline (or none)
-// whose caller still waits, and returns it; nil if every caller gave up.
-func claimLeader(q []*call) *call {
-	for {
-		var lead *call
-		var latest time.Time
-		for _, c := range q {
-			if c.state.Load() != waiting {
-				continue
-			}
-			d, ok := c.ctx.Deadline()
-			if !ok {
-				lead = c
-				break
-			}
-			if lead == nil || d.After(latest) {
-				lead, latest = c, d
-			}
-		}
-		if lead == nil {
-			return nil
-		}
-		if lead.state.CompareAndSwap(waiting, claimed) {
-			return lead
-		}
-	}
-}
-
-// deliver hands c its reply, or recycles it if its caller gave up.
-func deliver(lead, c *call) {
-	if c == lead || c.state.CompareAndSwap(waiting, claimed) {
-		c.wake <- struct{}{}
-		return
-	}
-	putCall(c)
 }
 
 // take removes up to maxBatch calls from the head of the queue. p.mu must
@@ -535,238 +283,6 @@ func (p *pipe) take() []*call {
 		p.queue = nil
 	}
 	return q
-}
-
-// send runs q, which lead leads, as one pipeline and delivers each call
-// its reply. Calls whose context has ended are dropped unsent. The
-// pipeline's deadline is the latest of the calls': a call with an earlier
-// one stops waiting at its own. After a NOSCRIPT (Redis lost its script
-// cache), the script is loaded and the calls that got it are sent again,
-// as one more pipeline.
-func (p *pipe) send(lead *call, q []*call) {
-	live := lead.live[:0]
-	defer func() { lead.live = live[:0] }()
-	var deadline time.Time
-	bounded := true
-	for _, c := range q {
-		if err := c.ctx.Err(); err != nil {
-			c.err = err
-			deliver(lead, c)
-			continue
-		}
-		if d, ok := c.ctx.Deadline(); !ok {
-			bounded = false
-		} else if d.After(deadline) {
-			deadline = d
-		}
-		live = append(live, c)
-	}
-	if len(live) == 0 {
-		return
-	}
-	ctx := context.Background()
-	if bounded {
-		ctx = &deadlineCtx{Context: ctx, d: deadline}
-	}
-	retry := p.exec(ctx, lead, live)
-	if len(retry) == 0 {
-		return
-	}
-	if err := applyScript.Load(ctx, p.rdb).Err(); err != nil {
-		for _, c := range retry {
-			c.err = err
-			deliver(lead, c)
-		}
-		return
-	}
-	for _, c := range p.exec(ctx, lead, retry) {
-		deliver(lead, c) // still NOSCRIPT: the cache was flushed again
-	}
-}
-
-// exec sends q as one pipeline and delivers each call its reply, except
-// the calls that got NOSCRIPT, which it returns with that error set. It
-// reorders q so that calls that can share an apply.lua call (see joins)
-// are next to each other, keeping their order, and sends each run of
-// them as one.
-func (p *pipe) exec(ctx context.Context, lead *call, q []*call) (noscript []*call) {
-	gather(q, p.cross)
-	pl := p.rdb.Pipeline()
-	cmds := lead.cmds[:0]
-	for a := 0; a < len(q); {
-		b := runEnd(q, a, p.cross)
-		var cmd *goredis.IntSliceCmd
-		if b-a > 1 && p.fast.open() {
-			cmd = q[a].evalshaFast(ctx, q[a:b])
-		}
-		if cmd == nil {
-			cmd = q[a].evalshaAll(ctx, q[a:b])
-		}
-		cmds = append(cmds, cmd)
-		a = b
-	}
-	_ = pl.BatchProcess(ctx, cmds...)
-	for _, c := range q {
-		if c.span != nil {
-			c.facts = spanFacts{batch: len(q), scripts: len(cmds), sent: lead.start}
-		}
-	}
-	clear(cmds)
-	lead.cmds = cmds[:0]
-	_, execErr := pl.Exec(ctx) // each command carries its own error, mostly
-	for a := 0; a < len(q); {
-		b := runEnd(q, a, p.cross)
-		run := q[a:b]
-		a = b
-		reply, err := run[0].cmd.Result()
-		if err == nil && reply == nil && execErr != nil {
-			// go-redis puts the errors of reaching Redis on each command,
-			// but not a Redis error in opening the connection (WRONGPASS
-			// once a password has rotated), which only Exec returns:
-			// without it the call would fail as a bad reply, hiding
-			// Redis's message.
-			err = execErr
-		}
-		if err == nil {
-			err = p.cut(reply, run)
-		} else if len(run) > 1 && p.refusedRun(err) {
-			// A slot of the call's has moved, or is moving: nothing ran.
-			// Each call goes again on its own, with its keys, and follows
-			// the redirection where its own keys are.
-			for _, c := range run {
-				go func() {
-					c.reply, c.err = p.one(c)
-					deliver(lead, c)
-				}()
-			}
-			continue
-		}
-		for _, c := range run {
-			if err != nil {
-				c.reply, c.err = nil, err
-			}
-			switch {
-			case c.err == nil:
-			case goredis.HasErrorPrefix(c.err, "NOSCRIPT"):
-				noscript = append(noscript, c)
-				continue
-			case p.redirected(c.err):
-				go func() { // on its own, so the round trip ends now
-					c.reply, c.err = p.redirect(c.ctx, c.keys, c.args, c.err)
-					deliver(lead, c)
-				}()
-				continue
-			}
-			deliver(lead, c)
-		}
-	}
-	return noscript
-}
-
-// gather reorders q, stably, so that the calls that join its first call
-// come first, then those that join the first of the rest, and so on. On
-// standalone Redis every call usually joins the first, and q stays as it
-// is.
-func gather(q []*call, cross bool) {
-	for a := 0; a < len(q); {
-		keys := len(q[a].keys)
-		b := a + 1
-		for i := a + 1; i < len(q); i++ {
-			if !q[a].joins(q[i], keys, cross) {
-				continue
-			}
-			keys += len(q[i].keys)
-			if i != b {
-				c := q[i]
-				copy(q[b+1:i+1], q[b:i])
-				q[b] = c
-			}
-			b++
-		}
-		a = b
-	}
-}
-
-// runEnd returns the end of the run of calls of q, gathered, that starts
-// at a and is sent as one apply.lua call.
-func runEnd(q []*call, a int, cross bool) int {
-	keys := len(q[a].keys)
-	b := a + 1
-	for b < len(q) && q[a].joins(q[b], keys, cross) {
-		keys += len(q[b].keys)
-		b++
-	}
-	return b
-}
-
-// cut gives each call of run its part of reply, the reply to the one
-// apply.lua call run was sent as: from fast.lua's reply when the run was
-// sent in MODE_FAST and fit, else cut from apply.lua's.
-func (p *pipe) cut(reply []int64, run []*call) error {
-	if !run[0].fast.sent {
-		return cut(reply, run)
-	}
-	if len(reply) > 0 && reply[0] == fastFits {
-		p.fast.fit()
-		return fastOutcomes(reply, run)
-	}
-	p.fast.missed()
-	return cut(reply, run)
-}
-
-// cut cuts reply, the reply to one apply.lua call for run, into each
-// call's part.
-func cut(reply []int64, run []*call) error {
-	if len(run) == 1 {
-		run[0].reply, run[0].err = reply, nil
-		return nil
-	}
-	want := 0
-	for _, c := range run {
-		want += c.replyLen()
-	}
-	if err := checkLen(reply, want); err != nil {
-		return err
-	}
-	for _, c := range run {
-		n := c.replyLen()
-		c.reply, c.err = reply[:n:n], nil
-		reply = reply[n:]
-	}
-	return nil
-}
-
-// refusedRun reports whether err is a Cluster node's refusal, before
-// running anything, of an apply.lua call of several requests because a
-// slot of theirs is not its to serve right now, or not all of it:
-// MOVED or ASK for the call's declared keys, TRYAGAIN when some of them
-// have moved to another node mid-migration and some have not, or, for a
-// call of several slots (no KEYS), the script's first read of a key of
-// such a slot ("non local key"). A redirection of the whole call must
-// not be followed for every request: each request's keys may be on
-// either side of a migration.
-func (p *pipe) refusedRun(err error) bool {
-	if p.redirect == nil || err == nil {
-		return false
-	}
-	return isRedirect(err) || goredis.HasErrorPrefix(err, "TRYAGAIN") || strings.Contains(err.Error(), "non local key")
-}
-
-// redirected reports whether err is a Cluster node's refusal to run a
-// call whose slot it does not serve right now, and p can send the call
-// where the refusal points.
-func (p *pipe) redirected(err error) bool {
-	return p.redirect != nil && isRedirect(err)
-}
-
-// isRedirect reports whether err is MOVED or ASK.
-func isRedirect(err error) bool {
-	if err == nil {
-		return false
-	}
-	_, moved := goredis.IsMovedError(err)
-	_, ask := goredis.IsAskError(err)
-	return moved || ask
 }
 
 // deadlineCtx is its Context with deadline d, which is earlier than the

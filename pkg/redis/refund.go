@@ -5,64 +5,8 @@ import (
 	"fmt"
 	"strconv"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
-
-// refund gives back every reservation of gs, in parallel. Its calls get
-// their own timeout: the request's may be spent, and a refund abandoned
-// halfway would leave budgets consumed.
-func (s *Store) refund(ctx context.Context, checks []limits.Check, now string, gs []*group) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-	defer cancel()
-	return s.refundWithin(ctx, checks, now, gs)
-}
-
-// maxRefunds bounds the refund.lua calls of one refund under way at
-// once: a Return can have a group for each of thousands of slots.
-const maxRefunds = 8
-
-// refundWithin is refund within ctx.
-func (s *Store) refundWithin(ctx context.Context, checks []limits.Check, now string, gs []*group) error {
-	var eg errgroup.Group
-	eg.SetLimit(maxRefunds)
-	for _, g := range gs {
-		if g.err != nil || !g.admitted {
-			continue
-		}
-		var keys []string
-		var spec []byte
-		at := s.goMicros(now)
-		for j, i := range g.idx {
-			if g.receipts[j] < 0 {
-				continue
-			}
-			// The reservation took the check's hits and any it was
-			// granted for a lease: give back both.
-			c := checks[i]
-			c.Hits += g.out[j].Granted
-			keys, _ = s.cutKeys(keys, string(s.appendKeys(nil, &c)), &c)
-			spec = appendCheck(spec, &c, 0, at)
-			spec = appendFloat(spec, float64(g.receipts[j]))
-		}
-		if len(keys) == 0 {
-			continue
-		}
-		args := []any{now, spec}
-		eg.Go(func() error {
-			err := refundScript.Run(ctx, s.rdb, keys, args...).Err()
-			if isRedirect(err) {
-				_, err = s.redirect(ctx, refundScript, keys, args, err)
-			}
-			if err != nil {
-				return wrap(ctx, "refund", err)
-			}
-			return nil
-		})
-	}
-	return eg.Wait()
-}
 
 // returnChunk bounds the checks of one refund.lua call of a Return, so
 // that no call keeps Redis busy for long.

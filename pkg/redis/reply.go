@@ -3,6 +3,7 @@ package redis
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
@@ -173,4 +174,50 @@ func micros(us int64) time.Duration {
 		return math.MaxInt64
 	}
 	return time.Duration(us) * time.Microsecond
+}
+
+// replyLen is the length of c's part of an apply.lua reply.
+func (c *call) replyLen() int {
+	per := 3
+	if baseMode(c.mode) == modeReserve {
+		per = 4
+	}
+	return replyLen(c.checks, per, c.grants, strings.HasSuffix(c.mode, refundsMark))
+}
+
+// cut cuts reply, the reply to one apply.lua call for run, into each
+// call's part.
+func cut(reply []int64, run []*call) error {
+	if len(run) == 1 {
+		run[0].reply, run[0].err = reply, nil
+		return nil
+	}
+	want := 0
+	for _, c := range run {
+		want += c.replyLen()
+	}
+	if err := checkLen(reply, want); err != nil {
+		return err
+	}
+	for _, c := range run {
+		n := c.replyLen()
+		c.reply, c.err = reply[:n:n], nil
+		reply = reply[n:]
+	}
+	return nil
+}
+
+// cut gives each call of run its part of reply, the reply to the one
+// apply.lua call run was sent as: from fast.lua's reply when the run was
+// sent in MODE_FAST and fit, else cut from apply.lua's.
+func (p *pipe) cut(reply []int64, run []*call) error {
+	if !run[0].fast.sent {
+		return cut(reply, run)
+	}
+	if len(reply) > 0 && reply[0] == fastFits {
+		p.fast.fit()
+		return fastOutcomes(reply, run)
+	}
+	p.fast.missed()
+	return cut(reply, run)
 }

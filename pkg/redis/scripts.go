@@ -1,10 +1,12 @@
 package redis
 
 import (
+	"context"
 	_ "embed"
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -340,4 +342,76 @@ func float(rec string, off int) float64 {
 		u = u<<8 | uint64(rec[i])
 	}
 	return math.Float64frombits(u)
+}
+
+// maxScriptKeys bounds the KEYS of one apply.lua call that carries
+// several requests: the script unpacks them onto Lua's stack for MGET,
+// which holds at most about 8000 values.
+const maxScriptKeys = 1024
+
+// applySHA is apply.lua's SHA1 as a command argument, boxed once.
+var applySHA any = applyScript.Hash()
+
+// evalsha returns c's EVALSHA command alone: evalshaAll of c.
+func (c *call) evalsha(ctx context.Context) *goredis.IntSliceCmd {
+	one := [1]*call{c}
+	return c.evalshaAll(ctx, one[:])
+}
+
+// evalshaAll returns the EVALSHA command that decides the calls of q, c
+// first, in one apply.lua call, built in c's reused argument slice
+// instead of go-redis's per-call copy: the keys of them all, then now
+// and mode, which they share, then each call's spec. Calls of several
+// slots (on a Cluster master) go with no KEYS, which may not span slots:
+// now, mode, the number of calls, their specs, then their keys, as ARGV.
+// Keys and specs go in as pointers into the calls, which go-redis writes
+// as the strings, unboxed.
+//
+// The command reads the reply straight into a []int64, as apply.lua's
+// reply is an array of integers. It is lenient where the store is not: it
+// reads a nil element as 0 and a decimal string as its number. A reply
+// that is not an array at all fails the call as a broken connection does
+// (go-redis closes the connection), not as a ReplyError.
+func (c *call) evalshaAll(ctx context.Context, q []*call) *goredis.IntSliceCmd {
+	c.fast.sent = false // in MODE_APPLY, whatever an earlier send of c was
+	keys := func() {
+		for _, o := range q {
+			for i := range o.keys {
+				c.argv = append(c.argv, &o.keys[i])
+			}
+		}
+	}
+	specs := func() {
+		for _, o := range q {
+			c.argv = append(c.argv, &o.spec)
+		}
+	}
+	if split(q) {
+		c.argv = append(c.argv[:0], "evalsha", applySHA, 0, &c.now, &c.mode, strconv.Itoa(len(q)))
+		specs()
+		keys()
+		c.cmd = goredis.NewIntSliceCmd(ctx, c.argv...)
+		return c.cmd
+	}
+	n := 0
+	for _, o := range q {
+		n += len(o.keys)
+	}
+	c.argv = append(c.argv[:0], "evalsha", applySHA, n)
+	keys()
+	c.argv = append(c.argv, &c.now, &c.mode)
+	specs()
+	c.cmd = goredis.NewIntSliceCmd(ctx, c.argv...)
+	c.cmd.SetFirstKeyPos(3)
+	return c.cmd
+}
+
+// split reports whether the calls of q are of more than one slot.
+func split(q []*call) bool {
+	for _, o := range q[1:] {
+		if o.slot != q[0].slot {
+			return true
+		}
+	}
+	return false
 }

@@ -36,9 +36,7 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -99,109 +97,12 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the connections to Redis. Calls after Close fail.
+// Close closes the connections to Redis. Calls after Close fail. It
+// first ends the store's background work and waits for it, the calls
+// that a Cluster node refused and that go again on their own included
+// (each bounded by its request's deadline).
 func (s *Store) Close() error {
 	s.probes.stop()
 	s.warmer.close()
 	return s.rdb.Close()
-}
-
-// Apply implements limits.Store. Its Redis calls end by the earlier of
-// ctx's deadline and Options.Timeout, except a cross-slot refund, which
-// gets a fresh Options.Timeout: abandoning it would waste the budgets it
-// gives back.
-//
-// An error may leave hits consumed: a script that timed out on the client
-// may still have run. That under-admits; it never over-admits.
-func (s *Store) Apply(ctx context.Context, b *limits.Batch) error {
-	err := s.apply(ctx, b)
-	if err == nil {
-		refundsNotOver(b)
-	}
-	return err
-}
-
-// refundsNotOver clears Over on b's refunds, which apply.lua checks for
-// zero hits after giving them back: a refund is never refused
-// (limits.Check.Refund), even where its limit has nothing left.
-func refundsNotOver(b *limits.Batch) {
-	for i := range b.Checks {
-		if b.Checks[i].Refund {
-			b.Outcomes[i].Over = false
-		}
-	}
-}
-
-func (s *Store) apply(ctx context.Context, b *limits.Batch) error {
-	n := len(b.Checks)
-	b.SizeOutcomes()
-	b.Admitted = true
-	if n == 0 {
-		return nil
-	}
-	for i := range b.Checks {
-		if l := b.Checks[i].Limit; l == nil || l.Window() <= 0 {
-			return fmt.Errorf("redis apply: check %d has no limit with a window", i)
-		}
-	}
-	now := ""
-	if s.now != nil {
-		now = strconv.FormatInt(s.now().UnixMicro(), 10)
-	}
-	// Bounded without a timer of its own (see deadlineCtx).
-	rctx := withDeadline(ctx, time.Now().Add(s.timeout))
-	if s.cc == nil {
-		return s.applyAll(rctx, b, now, 0)
-	}
-	groups := s.groups(b.Checks)
-	var err error
-	if len(groups) == 1 {
-		err = s.applyAll(rctx, b, now, groups[0].slot)
-		groups[0].err = err
-	} else {
-		err = s.applyGroups(ctx, rctx, b, now, groups)
-	}
-	if err == nil || errors.Is(err, errNotRefunded) || !refusedWhole(groups) {
-		return err // going again would count the hits not refunded twice
-	}
-	// A slot is migrating, and a group's keys are not all on one side of
-	// it: some moved and some not, or some on neither yet. Redis refuses
-	// a call of several keys on both sides until the migration ends,
-	// before running it, but serves one key at a time where it is (ASK).
-	// So the request goes again as one group per key, reserving and
-	// refunding as a request across slots does. (The groups that had
-	// reserved were refunded.)
-	if split := s.byKey(b.Checks); len(split) > len(groups) {
-		return s.applyGroups(ctx, rctx, b, now, split)
-	}
-	return err
-}
-
-// applyAll decides b in one script call; all its keys share a slot (on
-// a Cluster; elsewhere slot is 0).
-func (s *Store) applyAll(ctx context.Context, b *limits.Batch, now string, slot uint16) error {
-	c := getCall(ctx)
-	s.setArgs(c, b.Checks, nil, b.QuotaGroups, now, modeApply)
-	reply, err := s.run(c, slot)
-	if err != nil {
-		return wrap(ctx, "apply", err)
-	}
-	b.Admitted, err = readApply(reply, b.Outcomes, anyExtra(b.Checks, nil), anyRefund(b.Checks, nil))
-	return err
-}
-
-// run runs call c, whose keys share slot (as the caller's grouping
-// computed it), through the pipe of the node that serves them, and
-// recycles c.
-func (s *Store) run(c *call, slot uint16) ([]int64, error) {
-	if s.cc == nil {
-		return s.pipe.do(c)
-	}
-	c.slot = slot
-	node, err := s.cc.MasterForKey(c.ctx, c.keys[0])
-	if err != nil {
-		putCall(c)
-		return nil, err
-	}
-	return s.runNode(node, c)
 }

@@ -42,7 +42,7 @@
 -- window start, or the bucket's tick, after the grant; 0 with no grant).
 -- What the checks of a reserving call that admitted report if another
 -- group rejects the request is not computed when reserving but after the
--- refund, by a call in MODE_REPORT (cluster.go), so that the common case
+-- refund, by a call in MODE_REPORT (decide.go), so that the common case
 -- costs nothing for it.
 --
 -- Why a script: every check must be read, decided and written with no
