@@ -32,6 +32,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/tracing"
 )
 
 // The exporter protocols.
@@ -83,7 +85,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("protocol: want grpc or http, got %q", o.Protocol))
 	}
 	if o.Endpoint != "" {
-		u, err := endpointURL(o.Endpoint)
+		u, err := tracing.EndpointURL(o.Endpoint)
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("endpoint: %w", err))
@@ -103,25 +105,9 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// CheckEndpoint reports what is wrong with an Options.Endpoint.
-func CheckEndpoint(s string) error {
-	_, err := endpointURL(s)
-	return err
-}
-
-func endpointURL(s string) (*url.URL, error) {
-	u, err := url.Parse(s)
-	if err != nil {
-		return nil, err
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("want an http:// or https:// URL, got %q", s)
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("no host in %q", s)
-	}
-	return u, nil
-}
+// CheckEndpoint reports what is wrong with an Options.Endpoint: it is
+// taken as a trace exporter's is (tracing.EndpointURL).
+func CheckEndpoint(s string) error { return tracing.CheckEndpoint(s) }
 
 // Pusher exports the registry's metrics periodically. It is safe for
 // concurrent use.
@@ -177,7 +163,7 @@ func newExporter(ctx context.Context, o Options) (sdkmetric.Exporter, error) {
 	}
 	var u *url.URL
 	if o.Endpoint != "" {
-		u, _ = endpointURL(o.Endpoint) // checked by Validate
+		u, _ = tracing.EndpointURL(o.Endpoint) // checked by Validate
 	}
 	timeout := exportTimeout(max(o.Interval, 10*time.Second))
 	if o.Protocol == ProtocolGRPC {

@@ -91,12 +91,13 @@ func (o *Options) Validate() error {
 
 // CheckEndpoint reports what is wrong with an Options.Endpoint.
 func CheckEndpoint(s string) error {
-	_, err := endpointURL(s)
+	_, err := EndpointURL(s)
 	return err
 }
 
-// endpointURL checks an endpoint and returns it parsed.
-func endpointURL(s string) (*url.URL, error) {
+// EndpointURL checks an OTLP endpoint (http:// or https://, with a host)
+// and returns it parsed. internal/otlpmetrics takes its endpoints alike.
+func EndpointURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil {
 		return nil, err
@@ -241,7 +242,7 @@ func newResource(ctx context.Context, o Options) (*resource.Resource, error) {
 func newExporter(ctx context.Context, o Options) (*otlptrace.Exporter, error) {
 	var u *url.URL
 	if o.Endpoint != "" {
-		u, _ = endpointURL(o.Endpoint) // checked by Validate
+		u, _ = EndpointURL(o.Endpoint) // checked by Validate
 	}
 	if o.Protocol == ProtocolGRPC {
 		var opts []otlptracegrpc.Option
