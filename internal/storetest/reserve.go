@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
@@ -80,6 +81,7 @@ func ReservationCases() []Case {
 			{At: 0, Checks: []Check{settle("k", fw, "a", 5)}, Admitted: true, Want: []limits.Outcome{ok(10, min)}},
 			{At: 0, Checks: []Check{reserve("k", fw, "a", 10)}, Admitted: true, Want: []limits.Outcome{ok(0, min)}},
 		}},
+		ledgerFullCase(),
 		{Name: reservationTwoKeys + "refused_elsewhere", Steps: []Step{
 			// On a Cluster the two keys are in two slots: a's slot
 			// reserves first and gives back when b's refuses.
@@ -89,6 +91,24 @@ func ReservationCases() []Case {
 			{At: 0, Checks: []Check{settle("a", fw, "r", 10)}, Admitted: true, Want: []limits.Outcome{ok(10, min)}},
 		}},
 	}
+}
+
+// ledgerFullCase fills one key's ledger with limits.MaxReservations
+// reservations of one hit each: the next is over until they are
+// released, however much of the limit is left.
+func ledgerFullCase() Case {
+	l := reserving(limits.FixedWindow, 2*limits.MaxReservations, limits.UnitHour, 10*time.Second)
+	var steps []Step
+	for i := range limits.MaxReservations {
+		steps = append(steps, Step{Checks: []Check{reserve("k", l, fmt.Sprint("r", i), 1)}, Admitted: true,
+			Want: []limits.Outcome{ok(uint64(2*limits.MaxReservations-i-1), 3600*sec)}})
+	}
+	steps = append(steps,
+		Step{Checks: []Check{reserve("k", l, "one-more", 1)}, Want: []limits.Outcome{over(0, 10*sec)}},
+		Step{At: 10 * sec, Checks: []Check{reserve("k", l, "one-more", 1)}, Admitted: true,
+			Want: []limits.Outcome{released(ok(2*limits.MaxReservations-1, 3590*sec), limits.MaxReservations)}},
+	)
+	return Case{Name: "reservation/ledger_full", Steps: steps}
 }
 
 // reservationTwoKeys opens the names of the reservation cases that need

@@ -24,6 +24,12 @@ package limits
 // What the answer used is charged by a descriptor without the hold, a
 // usage charge on the same key (see Charge).
 
+// MaxReservations bounds the reservations one key holds at once: a
+// reservation takes at least one hit, but a fixed window's count starts
+// again each window while its reservations are kept until released. A
+// reservation past it is over until one is settled or released.
+const MaxReservations = 10000
+
 // LedgerSuffix ends the key of a limit's ledger of reservations: the
 // limit's key and this. Keys of AppendKey end in a limit ID, which ends
 // in a digit, so no limit's key ends in it.

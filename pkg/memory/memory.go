@@ -146,17 +146,17 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 	// what reservations owe: those due are released, a refund under a
 	// hold settles its reservation, and a reservation under a hold that
 	// holds one already takes nothing (held).
-	var held []bool
+	var held []uint8 // heldAgain or ledgerFull
 	for i := range b.Checks {
 		c := &b.Checks[i]
 		switch {
 		case c.Ledgered():
-			released, again := s.reservation(hashes[i], c, now)
-			if released > 0 || again {
+			released, h := s.reservation(hashes[i], c, now)
+			if released > 0 || h != 0 {
 				if held == nil {
-					held = make([]bool, n)
+					held = make([]uint8, n)
 				}
-				held[i] = again
+				held[i] = h
 				b.Outcomes[i].Released = released
 			}
 		case c.Refunds():
@@ -180,7 +180,9 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 			out = refunded(c, st, now)
 		case c.Usage:
 			out, nst = c.Limit.EvaluateUsage(st, now, c.Hits)
-		case held != nil && held[i]:
+		case held != nil && held[i] == ledgerFull:
+			out = limits.Outcome{Over: true, Reset: s.soonerRelease(hashes[i], c, now, time.Duration(math.MaxInt64))}
+		case held != nil && held[i] == heldAgain:
 			// A retried reservation holds what it took: never over.
 			if out = probe(c, st, now); out.Over {
 				out.Over, out.Reset = false, s.soonerRelease(hashes[i], c, now, out.Reset)
@@ -210,7 +212,7 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 	s.commit(b, hashes, slots, next, now)
 	if b.Admitted {
 		for i := range b.Checks {
-			if c := &b.Checks[i]; c.Reserves() && !c.Refund && !c.Usage && c.Hits > 0 && (held == nil || !held[i]) {
+			if c := &b.Checks[i]; c.Reserves() && !c.Refund && !c.Usage && c.Hits > 0 && (held == nil || held[i] == 0) {
 				s.reserve(hashes[i], c, now)
 			}
 		}

@@ -6,6 +6,13 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
+// What reservation says of a check that reserves, besides 0: it holds
+// one already, or its key holds limits.MaxReservations.
+const (
+	heldAgain uint8 = 1 + iota
+	ledgerFull
+)
+
 // A limit's reservations (limits.Check.Reserves) are kept in an entry of
 // their own, the ledger: the limit's key and limits.LedgerSuffix, in the
 // shard of the limit's key, so that the batch's locks cover it.
@@ -23,16 +30,17 @@ func (sh *shard) ledgerOf(c *limits.Check) int32 {
 // on c's key that are due, and, if c is a refund, settles its hold's
 // reservation (or gives its hits back if it names none). It returns how
 // many it released, and whether c, not a refund, names a hold that holds
-// a reservation already.
+// a reservation already (heldAgain), or whose ledger is full
+// (ledgerFull: limits.MaxReservations).
 // requires the key's shard locked
-func (s *Store) reservation(hash uint64, c *limits.Check, now int64) (released uint64, held bool) {
+func (s *Store) reservation(hash uint64, c *limits.Check, now int64) (released uint64, held uint8) {
 	sh := &s.shards[s.shardOf(hash)]
 	j := sh.ledgerOf(c)
 	if j < 0 {
 		if c.Refunds() && c.Hold == "" {
 			s.refund(hash, c, now)
 		}
-		return 0, false
+		return 0, 0
 	}
 	due, ledger := c.Limit.Due(sh.keys[j].st, now)
 	if len(due) > 0 {
@@ -56,8 +64,10 @@ func (s *Store) reservation(hash uint64, c *limits.Check, now int64) (released u
 				return c.Limit.Refund(st, now, min(hits, c.Hits))
 			})
 		}
-	case c.Hold != "" && c.Hits > 0:
-		held = limits.Holds(ledger, c.Hold, now)
+	case c.Hold != "" && c.Hits > 0 && limits.Holds(ledger, c.Hold, now):
+		held = heldAgain
+	case c.Hold != "" && c.Hits > 0 && len(ledger.Slots) >= limits.MaxReservations:
+		held = ledgerFull
 	}
 	j = sh.ledgerOf(c) // giveBack may have made room
 	switch {

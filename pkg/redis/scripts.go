@@ -54,6 +54,7 @@ func prelude() string {
 	fmt.Fprintf(&b, "local MAXCOUNT = %d\n", limits.MaxCount)
 	fmt.Fprintf(&b, "local SLOT_INFIX = '%s'\n", slotInfix)
 	fmt.Fprintf(&b, "local RESERVING = %d\n", reserving)
+	fmt.Fprintf(&b, "local MAX_RESERVATIONS = %d\n", limits.MaxReservations)
 	fmt.Fprintf(&b, "local CAL_SPAN = %d\n", 1<<calShift)
 	return b.String()
 }

@@ -126,7 +126,7 @@ end
 
 -- released[i], dup[i] and soon[i]: see reservations below; nil
 -- without any.
-local released, dup, soon
+local released, dup, soon, full
 
 -- Refunds (CHECK_REFUND records: Envoy's is_negative_hits) are given
 -- back first, to the stored state, in order, whatever any request's
@@ -311,6 +311,10 @@ if refunds then
         elseif hold ~= '' and hits > 0 and redis.call('HEXISTS', ledger, hold) == 1 then
           dup = dup or {}
           dup[ci] = true
+        elseif hold ~= '' and hits > 0 and redis.call('HLEN', ledger) > MAX_RESERVATIONS then
+          -- Full (one field is the soonest release): over until one goes.
+          full = full or {}
+          full[ci] = true
         end
         if left then
           soon = soon or {}
@@ -942,6 +946,9 @@ for q = qfrom, qto do
         if over and resv and soon and soon[i] and soon[i] - now < reset then
           -- A reservation released then may make room.
           reset = soon[i] - now
+        end
+        if resv and full and full[i] then
+          over, rem, reset = true, 0, (soon and soon[i] or now) - now
         end
         if over and resv and dup and dup[i] then
           -- A retried reservation holds what it took: never over.
