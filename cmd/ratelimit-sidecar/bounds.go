@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/grpcbound"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 )
 
@@ -69,7 +68,7 @@ const rlqsMethod = "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/Str
 
 // workMethods returns the full names of the methods whose calls make a
 // connection working, which its listener does not close to make room
-// (internal/listen): the unary ones, and RLQS, whose reports come at
+// (bounds.Listener): the unary ones, and RLQS, whose reports come at
 // Envoy's reporting interval. A health Watch or a reflection stream is
 // not work: it holds a connection without using it.
 func workMethods(g *grpc.Server) map[string]bool {
@@ -134,7 +133,7 @@ func (b *serverBounds) check() error {
 // grpcOptions returns the gRPC server's options that bound its
 // resources. grace is how long an RPC in flight on a connection past its
 // age may take to finish.
-func (b *serverBounds) grpcOptions(sb *grpcbound.Streams, grace time.Duration, id bounds.IDBounds) []grpc.ServerOption {
+func (b *serverBounds) grpcOptions(sb *bounds.Streams, grace time.Duration, id bounds.IDBounds) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(uint32(b.grpcMaxStreams)),
 		// RLQS reports may be up to bounds.RLQSMaxBytes; its codec
@@ -172,7 +171,7 @@ func (b *serverBounds) grpcWorking() time.Duration {
 	return max(b.idleTimeout, b.requestTimeout)
 }
 
-// busy tells a capped listener's connection (internal/listen) whether a
+// busy tells a capped listener's connection (bounds.Listener) whether a
 // request is in flight on it, so that it is not closed to make room
 // meanwhile.
 func busy(c net.Conn, s http.ConnState) {

@@ -5,7 +5,7 @@ import (
 	"net"
 	"time"
 
-	caplisten "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen" // listen is this file's func
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 )
 
@@ -54,7 +54,7 @@ func (l *listeners) capped() map[string]metrics.CappedListener {
 	all := map[string]net.Listener{"grpc": l.grpc, "http": l.http, "admin": l.admin, "debug": l.debug, "metrics": l.metrics}
 	out := make(map[string]metrics.CappedListener, len(all))
 	for name, x := range all {
-		if c, ok := x.(*caplisten.Listener); ok {
+		if c, ok := x.(*bounds.Listener); ok {
 			out[name] = c
 		}
 	}
@@ -103,7 +103,7 @@ func listenGRPC(c *settings) (net.Listener, error) {
 		}
 		return l, nil
 	}
-	l, err := caplisten.Unix(c.ref.grpcUDS)
+	l, err := bounds.ListenUnix(c.ref.grpcUDS)
 	if err != nil {
 		return nil, fmt.Errorf("listen --grpc-uds: %w", err)
 	}
@@ -149,14 +149,14 @@ func addrOf(l net.Listener) string {
 // cap). A new client never waits for room: of the connections not
 // working, the one that has sent nothing for longest, of the peer holding
 // the most, is closed for it, so no client can hold the cap
-// (internal/listen). A connection works for working after its last call
+// (internal/bounds). A connection works for working after its last call
 // (gRPC's are told by internal/bounds) and while a request is in flight
 // (HTTP's, from ConnState).
 func limitListener(l net.Listener, n int, working time.Duration) net.Listener {
 	if n <= 0 {
 		return l
 	}
-	cl := caplisten.New(l, n)
+	cl := bounds.NewListener(l, n)
 	cl.Working = working
 	return cl
 }

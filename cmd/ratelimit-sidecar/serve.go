@@ -25,7 +25,6 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/grpcbound"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
@@ -342,8 +341,8 @@ type servers struct {
 	// clients like.
 	stopStreams context.CancelFunc
 	// running counts the streaming calls whose handlers run (see
-	// grpcbound.Handlers).
-	running *grpcbound.Handlers
+	// bounds.Handlers).
+	running *bounds.Handlers
 
 	debug   *http.Server          // nil without --debug-addr
 	metrics *http.Server          // nil: the metrics are on http
@@ -357,7 +356,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	s := &servers{c: c, log: log, certs: certs, follow: st.follow}
 	stopping, stopStreams := context.WithCancel(context.Background())
 	s.stopStreams = stopStreams
-	sb := &grpcbound.Streams{Timeout: c.bounds.requestTimeout, Stopping: stopping}
+	sb := &bounds.Streams{Timeout: c.bounds.requestTimeout, Stopping: stopping}
 	s.running = &sb.Running
 	// Stream workers serve RPCs on long-lived goroutines whose stacks have
 	// already grown: a new goroutine per RPC spent about a tenth of the
@@ -394,7 +393,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	s.health = newHealth(ctx, c, engine.Rules, reloader, st, names)
 	s.health.Register(s.grpc)
 	reflection.Register(s.grpc)
-	sb.Streaming = grpcbound.StreamingMethods(s.grpc)
+	sb.Streaming = bounds.StreamingMethods(s.grpc)
 	// A report is read and decoded whole before it counts as arrived:
 	// up to 16 MiB, which on a busy machine takes more than the request
 	// timeout. bounds.MessageTimeout bounds its arrival anyway.

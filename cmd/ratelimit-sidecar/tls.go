@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certreload"
-	caplisten "github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen" // serve.go declares listen
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 )
 
@@ -64,7 +64,7 @@ type grpcTLS struct {
 	files *certreload.Reloader
 	m     *metrics.TLS
 	log   *zap.Logger
-	gate  *caplisten.HandshakeGate
+	gate  *bounds.HandshakeGate
 }
 
 // openTLS reads the TLS files, or returns nil when TLS is off.
@@ -73,7 +73,7 @@ func openTLS(c *settings, log *zap.Logger, m *metrics.Metrics) (*grpcTLS, error)
 	if !t.on() {
 		return nil, nil
 	}
-	g := &grpcTLS{log: log, gate: caplisten.NewHandshakeGate(caplisten.HandshakeOptions{
+	g := &grpcTLS{log: log, gate: bounds.NewHandshakeGate(bounds.HandshakeOptions{
 		Slots: tlsHandshakeSlots(),
 		Rate:  t.handshakeRate,
 		Burst: int(min(t.handshakeRate, math.MaxInt32)),

@@ -28,7 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"gopkg.in/yaml.v3"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
@@ -164,7 +164,7 @@ func scrape(t *testing.T) (map[string][]string, map[string]bool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	m.Listeners(map[string]metrics.CappedListener{"grpc": listen.New(ln, 4)})
+	m.Listeners(map[string]metrics.CappedListener{"grpc": bounds.NewListener(ln, 4)})
 	m.BreakerChanged(true, limits.ErrStoreUnavailable)
 	m.BreakerChanged(false, nil)
 	m.Reloaded(config.ReloadStatus{Checksum: rs.Checksum, LoadedAt: time.Now()}, nil)

@@ -57,7 +57,7 @@ type Messages struct {
 	BlockedTimeout time.Duration
 	HeaderBytes    int // the server's SETTINGS_MAX_HEADER_LIST_SIZE
 	// Work names the methods whose calls make their connection working
-	// (see internal/listen): a call started, or a message in progress
+	// (see Listener): a call started, or a message in progress
 	// or arrived.
 	Work map[string]bool
 
@@ -79,7 +79,7 @@ func (m *Messages) Refused() uint64 { return m.refused.Load() }
 // not arrive whole within Timeout.
 func (m *Messages) Stalled() uint64 { return m.closed.Load() }
 
-// Worker is what a connection from a capped listener (internal/listen)
+// Worker is what a connection from a capped listener (Listener)
 // is told when it works; the connection Messages wraps is told through
 // the one its handshake started from, if that has the method.
 type Worker interface{ Worked() }

@@ -12,8 +12,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/listen"
 )
 
 // TestWorkingEnvoyKeepsConnections: an Envoy whose two workers make
@@ -28,7 +26,7 @@ func TestWorkingEnvoyKeepsConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := listen.New(nl, max)
+	l := NewListener(nl, max)
 	l.Working = time.Hour
 	m := testMessages()
 	m.Work = map[string]bool{checkMethod: true}

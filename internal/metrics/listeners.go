@@ -3,7 +3,7 @@ package metrics
 import "github.com/prometheus/client_golang/prometheus"
 
 // CappedListener is a listener that caps its open connections
-// (internal/listen.Listener).
+// (internal/bounds.Listener).
 type CappedListener interface {
 	// Open returns how many connections are open.
 	Open() int

@@ -1,4 +1,4 @@
-package listen
+package bounds
 
 import (
 	"bufio"
@@ -9,11 +9,7 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // echo serves l: it echoes every line on every connection it accepts,
 // and sends each accepted connection's remote address on accepted.
@@ -23,7 +19,7 @@ type echo struct {
 	done     chan struct{}
 
 	mu    sync.Mutex
-	conns map[string]*conn // by remote address
+	conns map[string]*capConn // by remote address
 }
 
 func startEcho(t *testing.T, max int) *echo {
@@ -32,7 +28,7 @@ func startEcho(t *testing.T, max int) *echo {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &echo{l: New(nl, max), accepted: make(chan string, 64), done: make(chan struct{}), conns: map[string]*conn{}}
+	e := &echo{l: NewListener(nl, max), accepted: make(chan string, 64), done: make(chan struct{}), conns: map[string]*capConn{}}
 	go func() {
 		defer close(e.done)
 		for {
@@ -41,7 +37,7 @@ func startEcho(t *testing.T, max int) *echo {
 				return
 			}
 			e.mu.Lock()
-			e.conns[c.RemoteAddr().String()] = c.(*conn)
+			e.conns[c.RemoteAddr().String()] = c.(*capConn)
 			e.mu.Unlock()
 			e.accepted <- c.RemoteAddr().String()
 			go func() {
@@ -83,7 +79,7 @@ func (e *echo) dial(t *testing.T, from string) net.Conn {
 }
 
 // conn returns the server's side of c.
-func (e *echo) conn(t *testing.T, c net.Conn) *conn {
+func (e *echo) conn(t *testing.T, c net.Conn) *capConn {
 	t.Helper()
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -1,4 +1,4 @@
-package listen
+package bounds
 
 import (
 	"crypto/tls"

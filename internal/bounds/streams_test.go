@@ -1,4 +1,4 @@
-package grpcbound_test
+package bounds
 
 import (
 	"context"
@@ -9,8 +9,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/tap"
-
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/grpcbound"
 )
 
 const (
@@ -23,7 +21,7 @@ const (
 // Envoy's calls, which carry a 20 ms grpc-timeout, and a timer for calls
 // without a deadline.
 func BenchmarkTap(b *testing.B) {
-	sb := &grpcbound.Streams{Timeout: 2 * time.Second, Stopping: context.Background(), Streaming: map[string]bool{watchMethod: true}}
+	sb := &Streams{Timeout: 2 * time.Second, Stopping: context.Background(), Streaming: map[string]bool{watchMethod: true}}
 	info := &tap.Info{FullMethodName: rlsMethod}
 	for _, bb := range []struct {
 		name     string
@@ -51,7 +49,7 @@ func BenchmarkTap(b *testing.B) {
 // TestHandlersDone: Done is closed at once with no handler running, and
 // otherwise once the last running handler returns.
 func TestHandlersDone(t *testing.T) {
-	var h grpcbound.Handlers
+	var h Handlers
 	select {
 	case <-h.Done():
 	default:
@@ -86,7 +84,7 @@ func TestHandlersDone(t *testing.T) {
 func TestFirstMessageTime(t *testing.T) {
 	const report = "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas"
 	synctest.Test(t, func(t *testing.T) {
-		sb := &grpcbound.Streams{Timeout: 2 * time.Second, Stopping: context.Background(),
+		sb := &Streams{Timeout: 2 * time.Second, Stopping: context.Background(),
 			Streaming:    map[string]bool{watchMethod: true, report: true},
 			FirstMessage: map[string]time.Duration{report: 10 * time.Second}}
 		watch, _ := sb.Tap(context.Background(), &tap.Info{FullMethodName: watchMethod})

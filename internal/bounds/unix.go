@@ -1,4 +1,4 @@
-package listen
+package bounds
 
 import (
 	"errors"
@@ -9,11 +9,11 @@ import (
 	"time"
 )
 
-// Unix listens on a Unix socket at path. A socket file already
+// ListenUnix listens on a Unix socket at path. A socket file already
 // there that nobody accepts on is left from a process that died, and is
 // removed; one that is served, or a file that is not a socket, is an
 // error. The listener removes the file when it closes.
-func Unix(path string) (net.Listener, error) {
+func ListenUnix(path string) (net.Listener, error) {
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("%s exists and is not a socket", path)

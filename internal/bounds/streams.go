@@ -1,7 +1,4 @@
-// Package grpcbound bounds what a gRPC call can make the server hold
-// before and after its handler: a stream that never sends its request,
-// and a streaming call whose handler still runs at shutdown.
-package grpcbound
+package bounds
 
 import (
 	"context"

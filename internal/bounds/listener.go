@@ -1,6 +1,16 @@
-// Package listen caps the connections a listener holds open, in a way no
-// client can hold: when the cap is reached, a new connection is accepted
-// at once and an old one is closed to make room for it.
+package bounds
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Listener is a net.Listener that caps the connections it holds open,
+// in a way no client can hold: when the cap is reached, a new connection
+// is accepted at once and an old one is closed to make room for it.
 //
 // A connection that is working is never closed to make room: one with a
 // request in flight (Busy), or whose server said it worked (Worked) less
@@ -17,18 +27,8 @@
 //
 // Closing is abrupt: the server sees its read fail and drops the
 // connection. The clients of a real server reconnect.
-package listen
-
-import (
-	"net"
-	"net/netip"
-	"sync"
-	"sync/atomic"
-	"time"
-)
-
-// Listener is a net.Listener holding at most Max connections open. It is
-// safe for concurrent use, as its connections are.
+//
+// It is safe for concurrent use, as its connections are.
 type Listener struct {
 	net.Listener
 	// Working is how long after its last work (Worked) a connection is
@@ -42,17 +42,18 @@ type Listener struct {
 	reclaimed, refused atomic.Uint64
 
 	mu    sync.Mutex
-	conns map[*conn]struct{}
+	conns map[*capConn]struct{}
 	peers map[netip.Prefix]int // open connections of each peer
 }
 
-// New returns l capped at max open connections. max must be at least 1.
-func New(l net.Listener, max int) *Listener {
+// NewListener returns l capped at max open connections. max must be at
+// least 1.
+func NewListener(l net.Listener, max int) *Listener {
 	return &Listener{
 		Listener: l,
 		max:      max,
 		start:    time.Now(),
-		conns:    make(map[*conn]struct{}, max),
+		conns:    make(map[*capConn]struct{}, max),
 		peers:    map[netip.Prefix]int{},
 	}
 }
@@ -78,12 +79,12 @@ func (l *Listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{Conn: nc, l: l, peer: peerOf(nc.RemoteAddr())}
+	c := &capConn{Conn: nc, l: l, peer: peerOf(nc.RemoteAddr())}
 	c.touch()
 	l.mu.Lock()
 	l.conns[c] = struct{}{}
 	l.peers[c.peer]++
-	var victim *conn
+	var victim *capConn
 	if len(l.conns) > l.max {
 		if victim = l.victimLocked(c); victim == nil {
 			victim = c
@@ -111,9 +112,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 // peer, on a tie); nil if every connection but c is working. It scans
 // every connection, which it does only when the listener is full.
 // requires l.mu held
-func (l *Listener) victimLocked(c *conn) *conn {
+func (l *Listener) victimLocked(c *capConn) *capConn {
 	now := l.now()
-	var v *conn
+	var v *capConn
 	vn := 0
 	for o := range l.conns {
 		if o == c || o.working(now) {
@@ -135,7 +136,7 @@ func (l *Listener) now() int64 { return int64(time.Since(l.start)) }
 
 // removeLocked forgets c; it reports whether c was still open.
 // requires l.mu held.
-func (l *Listener) removeLocked(c *conn) bool {
+func (l *Listener) removeLocked(c *capConn) bool {
 	if _, ok := l.conns[c]; !ok {
 		return false
 	}
@@ -146,9 +147,9 @@ func (l *Listener) removeLocked(c *conn) bool {
 	return true
 }
 
-// conn is an accepted connection that records when it last sent a byte
+// capConn is an accepted connection that records when it last sent a byte
 // and when it last worked.
-type conn struct {
+type capConn struct {
 	net.Conn
 	l      *Listener
 	peer   netip.Prefix
@@ -157,20 +158,20 @@ type conn struct {
 	busy   atomic.Bool  // a request is in flight (Busy)
 }
 
-func (c *conn) touch() { c.last.Store(c.l.now()) }
+func (c *capConn) touch() { c.last.Store(c.l.now()) }
 
 // Worked says the connection's client used it for work: it started a
 // call, or a message of one arrived (the gRPC server's, through
-// internal/bounds).
-func (c *conn) Worked() { c.worked.Store(max(1, c.l.now())) }
+// Messages).
+func (c *capConn) Worked() { c.worked.Store(max(1, c.l.now())) }
 
 // Busy says whether a request is in flight on the connection, for a
 // server of one request at a time (HTTP/1, from net/http's ConnState).
-func (c *conn) Busy(b bool) { c.busy.Store(b) }
+func (c *capConn) Busy(b bool) { c.busy.Store(b) }
 
 // working reports whether the connection is working at now (ns since
 // l.start): a request in flight, or work less than l.Working ago.
-func (c *conn) working(now int64) bool {
+func (c *capConn) working(now int64) bool {
 	if c.busy.Load() {
 		return true
 	}
@@ -178,7 +179,7 @@ func (c *conn) working(now int64) bool {
 	return w != 0 && now-w < int64(c.l.Working)
 }
 
-func (c *conn) Read(b []byte) (int, error) {
+func (c *capConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 {
 		c.touch()
@@ -186,7 +187,7 @@ func (c *conn) Read(b []byte) (int, error) {
 	return n, err
 }
 
-func (c *conn) Close() error {
+func (c *capConn) Close() error {
 	c.l.mu.Lock()
 	c.l.removeLocked(c)
 	c.l.mu.Unlock()
