@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/envlog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
@@ -54,7 +55,7 @@ type settings struct {
 	redisSentinels    string
 	redisCluster      string
 
-	bounds serverBounds
+	bounds bounds.Server // what clients can make the servers hold
 
 	tls tlsSettings // --grpc-tls-*: see tls.go
 
@@ -182,13 +183,13 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.IntVar(&c.gc.Percent, "gc-percent", gctune.DefaultPercent, "the Go garbage collector's GOGC, unless the GOGC environment variable is set")
 	fs.StringVar(&c.memoryLimit, "memory-limit", gctune.DefaultMemoryLimit, "the Go runtime's soft memory limit (64MiB, 1GiB, ...; 0: none), unless the GOMEMLIMIT environment variable is set")
 
-	// Bounds on what clients can make the servers hold: see bounds.go.
-	fs.UintVar(&c.bounds.grpcMaxStreams, "grpc-max-streams", 100, "most gRPC calls in flight on one connection; the server refuses more, and Envoy opens another connection for them")
-	fs.IntVar(&c.bounds.grpcMaxConns, "grpc-max-conns", 64, "most gRPC connections open at once (0: no cap); a new one closes the connection quiet for longest of the peer holding the most. Keep it above Envoy's --concurrency")
-	fs.IntVar(&c.bounds.httpMaxConns, "http-max-conns", 128, "most connections open at once on --http-addr, and on --admin-addr (0: no cap); a new one closes the connection quiet for longest of the peer holding the most")
-	fs.DurationVar(&c.bounds.requestTimeout, "grpc-request-timeout", 2*time.Second, "how long a gRPC call may take to send its request: a unary call without a sooner deadline of its own is cancelled after this, and so is a streaming call that has sent no message by then; also bounds a new connection's TLS and HTTP/2 handshakes")
-	fs.DurationVar(&c.bounds.maxConnAge, "grpc-max-connection-age", 30*time.Minute, "close a gRPC connection after about this long (0: never), with a GOAWAY first and --shutdown-timeout for its calls in flight to finish")
-	fs.DurationVar(&c.bounds.idleTimeout, "idle-timeout", time.Minute, "close a gRPC connection with no call in flight, or an HTTP connection with no request, after this long")
+	// Bounds on what clients can make the servers hold: see internal/bounds.
+	fs.UintVar(&c.bounds.GRPCMaxStreams, "grpc-max-streams", 100, "most gRPC calls in flight on one connection; the server refuses more, and Envoy opens another connection for them")
+	fs.IntVar(&c.bounds.GRPCMaxConns, "grpc-max-conns", 64, "most gRPC connections open at once (0: no cap); a new one closes the connection quiet for longest of the peer holding the most. Keep it above Envoy's --concurrency")
+	fs.IntVar(&c.bounds.HTTPMaxConns, "http-max-conns", 128, "most connections open at once on --http-addr, and on --admin-addr (0: no cap); a new one closes the connection quiet for longest of the peer holding the most")
+	fs.DurationVar(&c.bounds.RequestTimeout, "grpc-request-timeout", 2*time.Second, "how long a gRPC call may take to send its request: a unary call without a sooner deadline of its own is cancelled after this, and so is a streaming call that has sent no message by then; also bounds a new connection's TLS and HTTP/2 handshakes")
+	fs.DurationVar(&c.bounds.MaxConnAge, "grpc-max-connection-age", 30*time.Minute, "close a gRPC connection after about this long (0: never), with a GOAWAY first and --shutdown-timeout for its calls in flight to finish")
+	fs.DurationVar(&c.bounds.IdleTimeout, "idle-timeout", time.Minute, "close a gRPC connection with no call in flight, or an HTTP connection with no request, after this long")
 
 	// TLS on the gRPC listener: see tls.go.
 	fs.StringVar(&c.tls.cert, "grpc-tls-cert", "", "PEM certificate (chain) of the gRPC listener; with --grpc-tls-key, gRPC is served over TLS only. Read again when it changes")
@@ -254,7 +255,7 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 		func() error { return c.finishLogs(failure) },
 		func() error { return c.finishRedisAddrs(getenv) },
 		func() error { return c.finishMemory(getenv) },
-		c.bounds.check,
+		c.bounds.Check,
 		c.tls.check,
 		c.xds.finish,
 		func() error { return c.tracing.check(getenv) },

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net"
-	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
@@ -21,31 +20,48 @@ type listeners struct {
 	debug, metrics    net.Listener
 }
 
+// listenAddrs are where the sidecar listens, from its flags: grpcUDS
+// (--grpc-uds) is used instead of grpc (--grpc-addr) when set; admin,
+// debug and metrics are empty when they have no listener of their own.
+type listenAddrs struct {
+	grpc, grpcUDS, http, admin string
+	debug, metrics             string
+}
+
+// listenAddrs returns where c says to listen.
+func (c *settings) listenAddrs() listenAddrs {
+	a := listenAddrs{grpc: c.grpcAddr, grpcUDS: c.ref.grpcUDS, http: c.httpAddr, admin: c.adminAddr, debug: c.ref.debugAddr}
+	if c.separateMetrics() {
+		a.metrics = c.ref.metricsAddr
+	}
+	return a
+}
+
 // listen opens every listener, or none, each capped at its number of
-// connections.
-func listen(c *settings) (*listeners, error) {
+// connections by b.
+func listen(a listenAddrs, b *bounds.Server) (*listeners, error) {
 	var l listeners
 	var err error
-	if l.grpc, err = listenGRPC(c); err != nil {
+	if l.grpc, err = listenGRPC(a); err != nil {
 		return nil, err
 	}
-	if l.http, err = net.Listen("tcp", c.httpAddr); err != nil {
+	if l.http, err = net.Listen("tcp", a.http); err != nil {
 		l.grpc.Close()
 		return nil, fmt.Errorf("listen --http-addr: %w", err)
 	}
-	if c.adminAddr != "" {
-		if l.admin, err = net.Listen("tcp", c.adminAddr); err != nil {
+	if a.admin != "" {
+		if l.admin, err = net.Listen("tcp", a.admin); err != nil {
 			l.grpc.Close()
 			l.http.Close()
 			return nil, fmt.Errorf("listen --admin-addr: %w", err)
 		}
-		l.admin = limitListener(l.admin, c.bounds.httpMaxConns, 0)
+		l.admin = b.CapHTTP(l.admin)
 	}
-	if err := l.listenRef(c); err != nil {
+	if err := l.listenRef(a, b); err != nil {
 		return nil, err
 	}
-	l.grpc = limitListener(l.grpc, c.bounds.grpcMaxConns, c.bounds.grpcWorking())
-	l.http = limitListener(l.http, c.bounds.httpMaxConns, 0)
+	l.grpc = b.CapGRPC(l.grpc)
+	l.http = b.CapHTTP(l.http)
 	return &l, nil
 }
 
@@ -95,24 +111,24 @@ func sameAddr(a, b string) bool {
 
 // listenGRPC opens the gRPC listener: the Unix socket of --grpc-uds, or
 // --grpc-addr.
-func listenGRPC(c *settings) (net.Listener, error) {
-	if c.ref.grpcUDS == "" {
-		l, err := net.Listen("tcp", c.grpcAddr)
+func listenGRPC(a listenAddrs) (net.Listener, error) {
+	if a.grpcUDS == "" {
+		l, err := net.Listen("tcp", a.grpc)
 		if err != nil {
 			return nil, fmt.Errorf("listen --grpc-addr: %w", err)
 		}
 		return l, nil
 	}
-	l, err := bounds.ListenUnix(c.ref.grpcUDS)
+	l, err := bounds.ListenUnix(a.grpcUDS)
 	if err != nil {
 		return nil, fmt.Errorf("listen --grpc-uds: %w", err)
 	}
 	return l, nil
 }
 
-// listenRef opens the debug and metrics listeners that the settings ask
-// for, into l. On an error it closes every listener of l.
-func (l *listeners) listenRef(c *settings) error {
+// listenRef opens the debug and metrics listeners that a asks for,
+// into l, capped by b. On an error it closes every listener of l.
+func (l *listeners) listenRef(a listenAddrs, b *bounds.Server) error {
 	var err error
 	closeAll := func() {
 		for _, x := range []net.Listener{l.grpc, l.http, l.admin, l.debug} {
@@ -121,19 +137,19 @@ func (l *listeners) listenRef(c *settings) error {
 			}
 		}
 	}
-	if c.ref.debugAddr != "" {
-		if l.debug, err = net.Listen("tcp", c.ref.debugAddr); err != nil {
+	if a.debug != "" {
+		if l.debug, err = net.Listen("tcp", a.debug); err != nil {
 			closeAll()
 			return fmt.Errorf("listen --debug-addr: %w", err)
 		}
-		l.debug = limitListener(l.debug, c.bounds.httpMaxConns, 0)
+		l.debug = b.CapHTTP(l.debug)
 	}
-	if c.separateMetrics() {
-		if l.metrics, err = net.Listen("tcp", c.ref.metricsAddr); err != nil {
+	if a.metrics != "" {
+		if l.metrics, err = net.Listen("tcp", a.metrics); err != nil {
 			closeAll()
 			return fmt.Errorf("listen --metrics-addr: %w", err)
 		}
-		l.metrics = limitListener(l.metrics, c.bounds.httpMaxConns, 0)
+		l.metrics = b.CapHTTP(l.metrics)
 	}
 	return nil
 }
@@ -143,20 +159,4 @@ func addrOf(l net.Listener) string {
 		return ""
 	}
 	return l.Addr().String()
-}
-
-// limitListener caps the connections l has open at once at n (0: no
-// cap). A new client never waits for room: of the connections not
-// working, the one that has sent nothing for longest, of the peer holding
-// the most, is closed for it, so no client can hold the cap
-// (internal/bounds). A connection works for working after its last call
-// (gRPC's are told by internal/bounds) and while a request is in flight
-// (HTTP's, from ConnState).
-func limitListener(l net.Listener, n int, working time.Duration) net.Listener {
-	if n <= 0 {
-		return l
-	}
-	cl := bounds.NewListener(l, n)
-	cl.Working = working
-	return cl
 }

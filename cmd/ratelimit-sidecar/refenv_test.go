@@ -56,7 +56,7 @@ func TestRefEnvMapping(t *testing.T) {
 		{"GRPC_HOST, GRPC_PORT", map[string]string{"GRPC_HOST": "10.0.0.1", "GRPC_PORT": "9001"}, func(c *settings) any { return c.grpcAddr }, "10.0.0.1:9001"},
 		{"GRPC_UDS", map[string]string{"GRPC_UDS": "/run/rl.sock"}, func(c *settings) any { return c.ref.grpcUDS }, "/run/rl.sock"},
 		{"DEBUG_PORT", map[string]string{"DEBUG_PORT": "7000"}, func(c *settings) any { return c.ref.debugAddr }, "0.0.0.0:7000"},
-		{"GRPC_MAX_CONNECTION_AGE", map[string]string{"GRPC_MAX_CONNECTION_AGE": "1h"}, func(c *settings) any { return c.bounds.maxConnAge }, time.Hour},
+		{"GRPC_MAX_CONNECTION_AGE", map[string]string{"GRPC_MAX_CONNECTION_AGE": "1h"}, func(c *settings) any { return c.bounds.MaxConnAge }, time.Hour},
 		{"GRPC_MAX_CONNECTION_AGE_GRACE", map[string]string{"GRPC_MAX_CONNECTION_AGE_GRACE": "5m"}, func(c *settings) any { return c.ref.connGrace }, 5 * time.Minute},
 		{"LOG_LEVEL DEBUG", map[string]string{"LOG_LEVEL": "DEBUG"}, func(c *settings) any { return c.logLevel }, "debug"},
 		{"LOG_LEVEL trace", map[string]string{"LOG_LEVEL": "trace"}, func(c *settings) any { return c.logLevel }, "debug"},
@@ -167,8 +167,8 @@ func TestRefModeDefaults(t *testing.T) {
 	}
 	see := func(c *settings) view {
 		return view{c.httpAddr, c.grpcAddr, c.ref.debugAddr, c.configPath, c.ref.watchLink, c.redis.URL,
-			c.redis.PoolSize, c.denyCacheEntries, c.request.MaxDescriptors, c.request.MaxEntries, c.bounds.maxConnAge, c.ref.connGrace, c.redis.Timeout, c.logLevel, c.redis.KeyPrefix,
-			c.failureMode.String(), c.bounds.grpcMaxConns, c.ref.healthRequiresRedisConfig}
+			c.redis.PoolSize, c.denyCacheEntries, c.request.MaxDescriptors, c.request.MaxEntries, c.bounds.MaxConnAge, c.ref.connGrace, c.redis.Timeout, c.logLevel, c.redis.KeyPrefix,
+			c.failureMode.String(), c.bounds.GRPCMaxConns, c.ref.healthRequiresRedisConfig}
 	}
 	ref := view{
 		HTTP: "0.0.0.0:8080", GRPC: "0.0.0.0:8081", Debug: "0.0.0.0:6070",

@@ -280,7 +280,7 @@ func TestGRPCUDS(t *testing.T) {
 	}
 
 	writeAll(t, sock, "not a socket")
-	if _, err := listenGRPC(mustParseEnv(t, "ratelimit-sidecar", env, "--redis-url=")); err == nil || !strings.Contains(err.Error(), "exists and is not a socket") {
+	if _, err := listenGRPC(mustParseEnv(t, "ratelimit-sidecar", env, "--redis-url=").listenAddrs()); err == nil || !strings.Contains(err.Error(), "exists and is not a socket") {
 		t.Errorf("a file in the way: %v", err)
 	}
 }

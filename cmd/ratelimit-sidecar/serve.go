@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
@@ -101,13 +100,13 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	lis, err := listen(c)
+	lis, err := listen(c.listenAddrs(), &c.bounds)
 	if err != nil {
 		return err
 	}
 	m.Listeners(lis.capped())
 	srv = newServers(ctx, c, log, engine, rules, st, m, certs, tr)
-	m.Messages(srv.msgs)
+	m.Messages(srv.bounds.Messages)
 	logStarted(log, c, lis, st, rs)
 	if c.onReady != nil {
 		c.onReady(lis.grpc.Addr().String(), lis.http.Addr().String(), lis.adminAddr())
@@ -334,15 +333,14 @@ type servers struct {
 	http   *http.Server  // health probes and metrics
 	admin  *http.Server  // nil: the admin endpoints are on http
 	certs  *grpcTLS      // nil: gRPC is plaintext
-	msgs   *bounds.Messages
+	// bounds are the gRPC server's bounds: its messages on their way,
+	// and its streaming calls whose handlers run (bounds.Handlers).
+	bounds *bounds.GRPC
 
 	// stopStreams ends the streaming RPCs (health Watch, reflection),
 	// which would otherwise hold GracefulStop for as long as their
 	// clients like.
 	stopStreams context.CancelFunc
-	// running counts the streaming calls whose handlers run (see
-	// bounds.Handlers).
-	running *bounds.Handlers
 
 	debug   *http.Server          // nil without --debug-addr
 	metrics *http.Server          // nil: the metrics are on http
@@ -356,8 +354,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	s := &servers{c: c, log: log, certs: certs, follow: st.follow}
 	stopping, stopStreams := context.WithCancel(context.Background())
 	s.stopStreams = stopStreams
-	sb := &bounds.Streams{Timeout: c.bounds.requestTimeout, Stopping: stopping}
-	s.running = &sb.Running
+	s.bounds = c.bounds.NewGRPC(stopping)
 	// Stream workers serve RPCs on long-lived goroutines whose stacks have
 	// already grown: a new goroutine per RPC spent about a tenth of the
 	// CPU growing its stack. A worker stays busy while its RPC waits for
@@ -365,17 +362,15 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	// worker free, so there are workers for as many RPCs as a busy
 	// sidecar has in flight, not as many as it has CPUs. An idle worker
 	// costs a parked goroutine.
-	// The codec (RLS's own, and the message bounds) is set by grpcOptions.
+	// The codec (RLS's own, and the message bounds) and the credentials,
+	// every connection's messages bounded after its handshakes, are set
+	// by the bounds' Options.
 	opts := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(max(4*runtime.GOMAXPROCS(0), streamWorkers)))}
-	// Every connection's messages are bounded after its handshakes
-	// (bounds.go).
-	msgs := newMessageBounds()
-	opts = append(opts, grpc.Creds(msgs.Creds(certs.creds())))
 	grace := c.shutdownTimeout
 	if c.ref.connGrace > 0 {
 		grace = c.ref.connGrace
 	}
-	s.grpc = grpc.NewServer(append(opts, c.bounds.grpcOptions(sb, grace, bounds.IDBounds{Entries: c.request.MaxEntries, EntryBytes: c.request.MaxValueBytes})...)...)
+	s.grpc = grpc.NewServer(append(opts, s.bounds.Options(certs.creds(), grace, bounds.IDBounds{Entries: c.request.MaxEntries, EntryBytes: c.request.MaxValueBytes})...)...)
 	rlsOpts := envoy.Options{Headers: c.responseHeaders,
 		Shadow: c.ref.shadowMode, HeaderNames: c.ref.names, DynamicMetadata: c.ref.dynamicMetadata}
 	rej := newRejectionLog(log, c.rejections, st.name, time.Now)
@@ -393,13 +388,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	s.health = newHealth(ctx, c, engine.Rules, reloader, st, names)
 	s.health.Register(s.grpc)
 	reflection.Register(s.grpc)
-	sb.Streaming = bounds.StreamingMethods(s.grpc)
-	// A report is read and decoded whole before it counts as arrived:
-	// up to 16 MiB, which on a busy machine takes more than the request
-	// timeout. bounds.MessageTimeout bounds its arrival anyway.
-	sb.FirstMessage = map[string]time.Duration{rlqspb.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName: bounds.MessageTimeout}
-	msgs.Work = workMethods(s.grpc)
-	s.msgs = msgs
+	s.bounds.Registered(s.grpc)
 
 	adm := admin.New(adminOptions(c, log, engine, reloader, st, m, s.health))
 	mux := http.NewServeMux()
@@ -408,24 +397,24 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	if c.separateMetrics() {
 		mm := http.NewServeMux()
 		mm.Handle("GET "+c.ref.metricsPath, prom)
-		s.metrics = c.bounds.httpServer(mm)
+		s.metrics = c.bounds.HTTPServer(mm)
 	} else {
 		mux.Handle("GET "+c.ref.metricsPath, prom)
 	}
 	adminMux := mux
 	if c.adminAddr != "" {
 		adminMux = http.NewServeMux()
-		s.admin = c.bounds.httpServer(adminMux)
+		s.admin = c.bounds.HTTPServer(adminMux)
 	}
 	if adminServed(c) {
 		adm.Debug(adminMux)
 	}
 	if c.ref.debugAddr != "" {
 		// The reference's debug port has no /debug/config.
-		s.debug = c.bounds.httpServer(adm.DebugPort(!c.env.RefMode))
+		s.debug = c.bounds.HTTPServer(adm.DebugPort(!c.env.RefMode))
 	}
 	adminMux.Handle("/json", rls.JSONHandler()) // any method: the handler answers 405 itself
-	s.http = c.bounds.httpServer(mux)
+	s.http = c.bounds.HTTPServer(mux)
 	return s
 }
 
@@ -555,8 +544,8 @@ const flushGrace = time.Second
 // began at most.
 func (s *servers) flushed(stopped <-chan struct{}) <-chan struct{} {
 	out := make(chan struct{})
-	unary := time.NewTimer(s.c.bounds.requestTimeout)
-	streams := s.running.Done()
+	unary := time.NewTimer(s.c.bounds.RequestTimeout)
+	streams := s.bounds.Streams.Running.Done()
 	go func() {
 		defer unary.Stop()
 		for range 2 {

@@ -74,10 +74,10 @@ func openTLS(c *settings, log *zap.Logger, m *metrics.Metrics) (*grpcTLS, error)
 		return nil, nil
 	}
 	g := &grpcTLS{log: log, gate: bounds.NewHandshakeGate(bounds.HandshakeOptions{
-		Slots: tlsHandshakeSlots(),
+		Slots: bounds.TLSHandshakeSlots(),
 		Rate:  t.handshakeRate,
 		Burst: int(min(t.handshakeRate, math.MaxInt32)),
-		Wait:  c.bounds.requestTimeout,
+		Wait:  c.bounds.RequestTimeout,
 	})}
 	files, err := certreload.New(log, certreload.Options{
 		CertFile:     t.cert,

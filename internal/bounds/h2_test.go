@@ -3,6 +3,7 @@ package bounds
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -13,8 +14,10 @@ import (
 )
 
 // h2 is a test's HTTP/2 client driven frame by frame, to send what a gRPC
-// client never would: most of a message, then nothing. It keeps to the
-// server's flow control, as a hostile client must to be served at all.
+// client never would: a stream's HEADERS and then nothing, or most of a
+// message and then nothing. It keeps to the server's flow control, as a
+// hostile client must to be served at all. A goroutine reads the
+// server's frames and records how each stream ended.
 type h2 struct {
 	t    testing.TB
 	conn net.Conn
@@ -30,7 +33,11 @@ type h2 struct {
 	window  map[uint32]int64
 	conned  int64 // the connection's send window
 	initial int64
-	ended   map[uint32]string // stream → grpc-status, or "rst"
+	ended   map[uint32]string // stream → grpc-status, "refused" or "rst"
+	refused int               // streams reset with REFUSED_STREAM
+	goaway  bool
+	pings   int    // PING acks
+	streams uint32 // SETTINGS_MAX_CONCURRENT_STREAMS, once the server sent it
 	readErr error
 	done    chan struct{}
 }
@@ -99,6 +106,9 @@ func (c *h2) read() {
 				continue
 			}
 			c.update(func() {
+				if v, ok := f.Value(http2.SettingMaxConcurrentStreams); ok {
+					c.streams = v
+				}
 				if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
 					for id := range c.window {
 						c.window[id] += int64(v) - c.initial
@@ -110,7 +120,9 @@ func (c *h2) read() {
 			c.fr.WriteSettingsAck() //nolint:errcheck // a failed write shows as a read error
 			c.wmu.Unlock()
 		case *http2.PingFrame:
-			if !f.IsAck() {
+			if f.IsAck() {
+				c.update(func() { c.pings++ })
+			} else {
 				c.wmu.Lock()
 				c.fr.WritePing(true, f.Data) //nolint:errcheck // as above
 				c.wmu.Unlock()
@@ -135,38 +147,75 @@ func (c *h2) read() {
 			}
 		case *http2.RSTStreamFrame:
 			c.update(func() {
-				if _, ok := c.ended[f.StreamID]; !ok {
+				if f.ErrCode == http2.ErrCodeRefusedStream {
+					c.refused++
+					c.ended[f.StreamID] = "refused"
+				} else if _, ok := c.ended[f.StreamID]; !ok {
 					c.ended[f.StreamID] = "rst"
 				}
 			})
+		case *http2.GoAwayFrame:
+			c.update(func() { c.goaway = true })
 		}
 	}
 }
 
 // open starts a call of method and returns its stream.
 func (c *h2) open(method string) uint32 {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.hbuf.Reset()
-	for _, hf := range []hpack.HeaderField{
-		{Name: ":method", Value: "POST"},
-		{Name: ":scheme", Value: "http"},
-		{Name: ":path", Value: method},
-		{Name: ":authority", Value: "bounds"},
-		{Name: "content-type", Value: "application/grpc"},
-		{Name: "te", Value: "trailers"},
-	} {
-		c.enc.WriteField(hf) //nolint:errcheck // writes to a bytes.Buffer
-	}
-	id := c.next
-	c.next += 2
-	c.mu.Lock()
-	c.window[id] = c.initial
-	c.mu.Unlock()
-	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true}); err != nil {
+	return c.opens(method, 1)[0]
+}
+
+// opens sends HEADERS for n new streams calling method, with the extra
+// header fields if any, without END_STREAM and without a message, and
+// returns their IDs.
+func (c *h2) opens(method string, n int, extra ...hpack.HeaderField) []uint32 {
+	ids, err := c.send(method, n, extra...)
+	if err != nil {
 		c.t.Fatal(err)
 	}
-	return id
+	return ids
+}
+
+// send is opens, returning the first write that fails: the server may
+// reset a connection while its headers are still being sent. A header
+// block larger than a frame goes on in CONTINUATION frames, whatever the
+// server's SETTINGS say.
+func (c *h2) send(method string, n int, extra ...hpack.HeaderField) ([]uint32, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	ids := make([]uint32, 0, n)
+	for range n {
+		c.hbuf.Reset()
+		for _, hf := range append([]hpack.HeaderField{
+			{Name: ":method", Value: "POST"},
+			{Name: ":scheme", Value: "http"},
+			{Name: ":path", Value: method},
+			{Name: ":authority", Value: "bounds"},
+			{Name: "content-type", Value: "application/grpc"},
+			{Name: "te", Value: "trailers"},
+		}, extra...) {
+			c.enc.WriteField(hf) //nolint:errcheck // writes to a bytes.Buffer
+		}
+		id := c.next
+		c.next += 2
+		c.mu.Lock()
+		c.window[id] = c.initial
+		c.mu.Unlock()
+		const frame = 16 << 10 // the smallest SETTINGS_MAX_FRAME_SIZE
+		block := c.hbuf.Bytes()
+		first := block[:min(frame, len(block))]
+		err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: first, EndHeaders: len(block) <= frame})
+		for rest := block[len(first):]; err == nil && len(rest) > 0; {
+			part := rest[:min(frame, len(rest))]
+			rest = rest[len(part):]
+			err = c.fr.WriteContinuation(id, len(rest) == 0, part)
+		}
+		if err != nil {
+			return ids, fmt.Errorf("HEADERS for stream %d: %w", id, err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
 }
 
 // message sends on stream id the prefix of a message of n bytes and then
@@ -226,4 +275,47 @@ func (c *h2) status(id uint32, d time.Duration) string {
 // closed waits up to d for the server to close the connection.
 func (c *h2) closed(d time.Duration) bool {
 	return c.wait(d, func() bool { return c.readErr != nil })
+}
+
+// endedAll reports whether the server ended every stream in ids.
+// requires c.mu held
+func (c *h2) endedAll(ids []uint32) bool {
+	for _, id := range ids {
+		if _, ok := c.ended[id]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// statuses counts how the streams in ids ended.
+// requires c.mu held
+func (c *h2) statuses(ids []uint32) map[string]int {
+	out := map[string]int{}
+	for _, id := range ids {
+		s, ok := c.ended[id]
+		if !ok {
+			s = "open"
+		}
+		out[s]++
+	}
+	return out
+}
+
+// sync sends a PING and waits up to 10 s for its ack: the server has then
+// read every frame sent before it.
+func (c *h2) sync() {
+	c.t.Helper()
+	c.mu.Lock()
+	want := c.pings + 1
+	c.mu.Unlock()
+	c.wmu.Lock()
+	err := c.fr.WritePing(false, [8]byte{1})
+	c.wmu.Unlock()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if !c.wait(10*time.Second, func() bool { return c.pings >= want }) {
+		c.t.Fatal("no PING ack within 10s")
+	}
 }

@@ -11,10 +11,7 @@ import (
 	"google.golang.org/grpc/tap"
 )
 
-const (
-	rlsMethod   = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-	watchMethod = "/grpc.health.v1.Health/Watch"
-)
+const rlsMethod = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
 // BenchmarkTap measures what the stream bound adds to a unary call as it
 // opens, against making the transport's context alone: only a check for
