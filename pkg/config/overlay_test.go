@@ -48,7 +48,7 @@ func parseOverlay(t *testing.T, text string) *config.Overlay {
 }
 
 // applyOverlay applies text to egRules and parses the result.
-func applyOverlay(t *testing.T, text string) (*limits.Ruleset, *config.Applied) {
+func applyOverlay(t *testing.T, text string) (*limits.Ruleset, *config.Overlaid) {
 	t.Helper()
 	a := parseOverlay(t, text).Apply(pushed(t))
 	rs, err := config.ParseGenerated(a.Files, config.Options{})

@@ -8,8 +8,10 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Applied is what applying an overlay gave.
-type Applied struct {
+// Overlaid is what applying an overlay gave: the rule files with the
+// overlay applied, the entries that matched nothing, and who set what, to
+// blame a problem in the result on the entry that caused it.
+type Overlaid struct {
 	// Files are the rule documents with the overlay applied. A document
 	// the overlay changed has the overlay's checksum added to its Data,
 	// so that Checksum(Files) changes with the overlay.
@@ -27,8 +29,8 @@ type Applied struct {
 // (File.Root), whose nodes it changes: the caller renders them anew for
 // each Apply. A nil overlay changes nothing. The entries apply in order:
 // where two set one field, the later wins.
-func (o *Overlay) Apply(files []File) *Applied {
-	a := &Applied{Files: files, touched: map[string]map[string]*overlayEntry{}}
+func (o *Overlay) Apply(files []File) *Overlaid {
+	a := &Overlaid{Files: files, touched: map[string]map[string]*overlayEntry{}}
 	if o == nil {
 		return a
 	}
@@ -65,7 +67,7 @@ func (o *Overlay) Apply(files []File) *Applied {
 	return a
 }
 
-func (a *Applied) touch(file, path string, e *overlayEntry) {
+func (a *Overlaid) touch(file, path string, e *overlayEntry) {
 	if a.touched[file] == nil {
 		a.touched[file] = map[string]*overlayEntry{}
 	}
@@ -198,7 +200,7 @@ func (e *overlayEntry) apply(root, d *yaml.Node) {
 // Blame returns err, a parse error of a.Files, with each problem inside
 // what the overlay set naming the overlay entry that set it: the rules
 // the control plane sent may be good, and the overlay not fit them.
-func (a *Applied) Blame(err error) error {
+func (a *Overlaid) Blame(err error) error {
 	if err == nil || len(a.touched) == 0 {
 		return err
 	}
@@ -221,7 +223,7 @@ func (a *Applied) Blame(err error) error {
 
 // setter returns the entry that set fields of the descriptor a problem
 // is in, or nil.
-func (a *Applied) setter(ce *Error) *overlayEntry {
+func (a *Overlaid) setter(ce *Error) *overlayEntry {
 	byPath := a.touched[ce.File]
 	if e, ok := byPath[""]; ok && (strings.HasPrefix(ce.Path, "failure_mode") || strings.HasPrefix(ce.Path, "override")) {
 		return e

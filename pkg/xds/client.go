@@ -416,7 +416,7 @@ func (c *Client) reject(msg string, field zap.Field, err error) {
 // status's error stays that of a refusal that still stands (see
 // standing). Requires c.applyMu held.
 func (c *Client) use(rs *limits.Ruleset, p prepared, restored string) {
-	c.reportUnmatched(p.applied.Unmatched)
+	c.reportUnmatched(p.overlaid.Unmatched)
 	now := time.Now()
 	c.mu.Lock()
 	c.status.LastAttempt = now

@@ -30,8 +30,8 @@ import (
 
 // prepared is a push rendered, with the overlay applied.
 type prepared struct {
-	files   []config.File
-	applied *config.Applied
+	files    []config.File
+	overlaid *config.Overlaid
 	// key identifies the push with the overlay: the documents' checksum,
 	// or the render error.
 	key string
@@ -42,17 +42,17 @@ type prepared struct {
 func prepare(resources []*anypb.Any, ov *config.Overlay) prepared {
 	files, err := render(resources)
 	if err != nil {
-		return prepared{key: "render: " + err.Error(), err: err, applied: ov.Apply(nil)}
+		return prepared{key: "render: " + err.Error(), err: err, overlaid: ov.Apply(nil)}
 	}
 	a := ov.Apply(files)
-	return prepared{files: a.Files, applied: a, key: config.Checksum(a.Files)}
+	return prepared{files: a.Files, overlaid: a, key: config.Checksum(a.Files)}
 }
 
 // parse checks the prepared documents as rule files are checked; a
 // problem in what the overlay set names the overlay's entry.
 func (p prepared) parse(opts config.Options) (*limits.Ruleset, error) {
 	rs, err := config.ParseGenerated(p.files, opts)
-	return rs, p.applied.Blame(err)
+	return rs, p.overlaid.Blame(err)
 }
 
 // names are the documents' names: the resources'.
@@ -77,7 +77,7 @@ func Preview(resources []*anypb.Any, ov *config.Overlay, opts config.Options) (*
 	if err != nil {
 		return nil, nil, err
 	}
-	return rs, p.applied.Unmatched, nil
+	return rs, p.overlaid.Unmatched, nil
 }
 
 // ReloadOverlay reads the overlay file again. A changed file that parses
