@@ -1,6 +1,6 @@
-// Package envoyconf checks Envoy configurations we ship against Envoy's
-// own protos and their validation rules, as go-control-plane carries
-// them: no Envoy binary is needed. The extensions a configuration uses
+// Package envoyconf is test support: it checks the Envoy configurations
+// we ship against Envoy's own protos and their validation rules, as
+// go-control-plane carries them: no Envoy binary is needed. The extensions a configuration uses
 // must be linked into the test binary (a blank import of their package),
 // or their typed_config does not resolve.
 package envoyconf

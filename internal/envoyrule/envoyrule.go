@@ -1,7 +1,8 @@
-// Package envoyrule is Envoy's rule for choosing, among a response's
-// descriptor statuses, the one its X-RateLimit-* headers describe, and the
-// one table of requests that every decision path must answer truthfully
-// under that rule (see Run), as storetest holds the algorithm cases.
+// Package envoyrule is test support: Envoy's rule for choosing, among a
+// response's descriptor statuses, the one its X-RateLimit-* headers
+// describe, and the one table of requests that every decision path must
+// answer truthfully under that rule (see Run), as storetest holds the
+// algorithm cases.
 //
 // The rule is that of Envoy's rate limit filter with
 // enable_x_ratelimit_headers (XRateLimitHeaderUtils::create in

@@ -1,12 +1,12 @@
-// Package refbench compares two RLS servers side by side on one Redis:
-// this project's sidecar and envoyproxy/ratelimit (the reference), or two
-// builds of the sidecar. It measures what a fleet pays per decision,
+// Package refbench is test support: it compares two RLS servers side by
+// side on one Redis: this project's sidecar and envoyproxy/ratelimit (the
+// reference), or two builds of the sidecar. It measures what a fleet pays per decision,
 // Redis's CPU above all, since every sidecar of a fleet shares one Redis,
 // then the server's own CPU and its latency, in rounds that alternate the
 // servers (A B A B) so that a shared, noisy machine weighs on both alike.
 //
-// It is test support: BenchmarkAgainstReference uses it, and its own test
-// runs it with the sidecar in both slots.
+// BenchmarkAgainstReference uses it, and its own test runs it with the
+// sidecar in both slots.
 package refbench
 
 import (

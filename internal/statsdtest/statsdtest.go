@@ -1,8 +1,8 @@
-// Package statsdtest runs a real statsd receiver on a loopback port, over
-// UDP or TCP: prometheus/statsd_exporter's own line parser, mapper and
-// exporter, as a statsd_exporter beside envoyproxy/ratelimit runs them,
-// feeding a Prometheus registry that tests read. It keeps the raw lines
-// too.
+// Package statsdtest runs, for tests, a real statsd receiver on a
+// loopback port, over UDP or TCP: prometheus/statsd_exporter's own line
+// parser, mapper and exporter, as a statsd_exporter beside
+// envoyproxy/ratelimit runs them, feeding a Prometheus registry that
+// tests read. It keeps the raw lines too.
 package statsdtest
 
 import (

@@ -1,5 +1,6 @@
-// Package storetest is the one table of algorithm cases that every
-// limits.Store must pass, so the memory and Redis stores cannot drift apart.
+// Package storetest is test support: the one table of algorithm cases
+// that every limits.Store must pass, so the memory and Redis stores cannot
+// drift apart.
 //
 // A store's test calls Run with a Factory that returns a fresh, empty store
 // deciding by the given Clock.

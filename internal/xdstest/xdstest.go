@@ -1,7 +1,7 @@
-// Package xdstest runs go-control-plane's own xDS server and snapshot
-// cache on a loopback port, as Envoy Gateway runs them for its rate-limit
-// deployment, and records every request its clients send: their ACKs,
-// their NACKs with error_detail, their node and their headers.
+// Package xdstest runs, for tests, go-control-plane's own xDS server and
+// snapshot cache on a loopback port, as Envoy Gateway runs them for its
+// rate-limit deployment, and records every request its clients send:
+// their ACKs, their NACKs with error_detail, their node and their headers.
 package xdstest
 
 import (
