@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/envlog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
@@ -17,6 +16,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/xds"
 )
 
 // settings is every flag's value.
@@ -66,7 +66,7 @@ type settings struct {
 
 	xds xdsSettings   // --config-type xds: see xds.go
 	ref refSettings   // what envoyproxy/ratelimit's deployments rely on: reference.go
-	env envlog.Report // where the settings came from: environ.go
+	env refenv.Report // where the settings came from: internal/refenv
 
 	tracing tracingSettings // --tracing*: see tracing.go
 	push    pushSettings    // --statsd-*, --otlp-metrics*: see push.go
@@ -90,7 +90,7 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 // parseFlagsAs is parseFlags for the program run as argv0 (os.Args[0]),
 // in an environment of which getenv reads one variable and environ lists
 // all (nil: unknown). Below the RLS_ variables come envoyproxy/ratelimit's
-// (refenv.go), and run as "ratelimit" its defaults.
+// (internal/refenv), and run as "ratelimit" its defaults.
 func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool), environ []string, _ io.Writer) (*settings, error) {
 	c := newSettings()
 	fs := flag.NewFlagSet("ratelimit-sidecar", flag.ContinueOnError)
@@ -107,36 +107,21 @@ func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	inArgs := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { inArgs[f.Name] = true })
-	ref, err := applyRefEnv(fs, refenv.IsRefMode(argv0), getenv, explicitFlags(fs, inArgs, getenv))
+	// The variables set only the flags the command line left alone:
+	// their RLS_ variables, then envoyproxy/ratelimit's.
+	env, err := refenv.Load(fs, c.defineFlagless(), refenv.IsRefMode(argv0), getenv)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.setFlagless(ref); err != nil {
-		return nil, err
-	}
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := rlsEnvName(f.Name)
-		if v, ok := getenv(name); ok && !inArgs[f.Name] && envErr == nil {
-			if err := fs.Set(f.Name, v); err != nil {
-				envErr = fmt.Errorf("%s: %w", name, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return nil, envErr
-	}
-	ref.noteRLS(fs, inArgs, getenv)
-	c.redisURLInArgs = inArgs["redis-url"]
+	c.redisURLInArgs = env.OnCommandLine("redis-url")
 	if err := c.finish(*failure, getenv); err != nil {
-		return nil, ref.explain(err)
+		return nil, env.Explain(err)
 	}
 	if err := c.ref.check(); err != nil {
-		return nil, ref.explain(err)
+		return nil, env.Explain(err)
 	}
-	ref.finish(c, fs, inArgs, getenv, environ)
+	env.Passwords(&c.redis.Password, &c.redis.SentinelPassword, c.redisPasswordFile, c.sentinelPassFile)
+	c.env = env.Report(environ)
 	return c, nil
 }
 
@@ -246,6 +231,21 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	c.push.define(fs)
 	c.defineRef(fs)
 	return &failure
+}
+
+// defineFlagless defines, on a flag set of their own, the settings that
+// only envoyproxy/ratelimit's variables set, which have no flag
+// (refenv.Applied.Settings).
+func (c *settings) defineFlagless() *flag.FlagSet {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	fs.DurationVar(&c.xds.backoff.initial, refenv.XDSBackoffInitial, xds.DefaultBackoffInitial, "")
+	fs.DurationVar(&c.xds.backoff.max, refenv.XDSBackoffMax, xds.DefaultBackoffMax, "")
+	fs.Float64Var(&c.xds.backoff.jitter, refenv.XDSBackoffJitter, xds.DefaultBackoffJitter, "")
+	fs.IntVar(&c.xds.maxMessageBytes, refenv.XDSMaxMessageBytes, 0, "")
+	fs.StringVar(&c.tracing.serviceName, refenv.TracingServiceName, "", "")
+	fs.StringVar(&c.tracing.serviceNamespace, refenv.TracingServiceNamespace, "", "")
+	fs.StringVar(&c.tracing.serviceInstanceID, refenv.TracingServiceInstanceID, "", "")
+	return fs
 }
 
 // finish checks the parsed flags and derives what they imply.
@@ -394,9 +394,6 @@ func (c *settings) checkRequestLimits() error {
 // sidecars at it fill no node. Requests are pipelined, so a handful of
 // connections carries the load of thousands.
 const maxRedisPoolSize = 1000
-
-// inArgs reports whether args, which parse, set the flag name. The flag
-// set cannot tell: the environment's values are set on it too.
 
 func splitList(s string) []string {
 	var out []string

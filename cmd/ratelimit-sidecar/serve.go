@@ -24,6 +24,7 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/envlog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/grpcbound"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
@@ -262,6 +263,13 @@ func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Met
 		QuotaMode:      c.ref.quotaMode,
 		CalendarMonths: c.calendarMonths,
 	})
+}
+
+// logEnv logs where the settings came from (see envlog.Log), and a
+// --redis-url that was host:port.
+func logEnv(log *zap.Logger, c *settings) {
+	envlog.Log(log, &c.env)
+	logRedisURL(log, c)
 }
 
 // warnPasswordInArgs warns once if --redis-url on the command line holds

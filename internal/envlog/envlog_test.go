@@ -1,6 +1,7 @@
 package envlog_test
 
 import (
+	"flag"
 	"strings"
 	"testing"
 
@@ -9,21 +10,27 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/envlog"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
 )
 
 // TestLogShowsNoPassword: the start log names where a setting and a
 // password came from, and shows a URL's password redacted and a
 // password never.
 func TestLogShowsNoPassword(t *testing.T) {
-	const url = "redis://app:s3cret@redis:6379/0"
-	r := envlog.Report{
-		From:         map[string]string{"redis-url": "REDIS_URL"},
-		Value:        map[string]string{"redis-url": envlog.Value("redis-url", url)},
-		PasswordFrom: "REDIS_AUTH",
-		Refused:      []string{"USE_STATSD: no statsd"},
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	fs.String("redis-url", "", "")
+	fs.String("redis-username", "", "")
+	env := map[string]string{"REDIS_URL": "redis://app:s3cret@redis:6379/0", "REDIS_AUTH": "app:s3cret"}
+	e, err := refenv.Load(fs, flag.NewFlagSet("", flag.ContinueOnError), false, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
 	}
+	var pw, spw string
+	e.Passwords(&pw, &spw, "", "")
+	r := e.Report(nil)
+	r.Refused = []string{"USE_STATSD: no statsd"}
 	core, logs := observer.New(zapcore.InfoLevel)
-	r.Log(zap.New(core))
+	envlog.Log(zap.New(core), &r)
 	var all strings.Builder
 	for _, e := range logs.All() {
 		all.WriteString(e.Message)

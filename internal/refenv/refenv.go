@@ -1,8 +1,18 @@
-// Package refenv reads the environment of envoyproxy/ratelimit (the
-// reference) onto the sidecar's flags: each of its variables is mapped
-// onto a flag (with its meaning translated where ours differs) or onto
-// one of the few settings without a flag (Applied.Settings), honoured as
-// it is, or refused with a reason. Standard library only.
+// Package refenv reads the environment onto the sidecar's flags: each
+// flag's RLS_ variable, and below those the variables of
+// envoyproxy/ratelimit (the reference), each mapped onto a flag (with its
+// meaning translated where ours differs) or onto one of the few settings
+// without a flag (Applied.Settings), honoured as it is, or refused with a
+// reason. Load applies both to a flag set whose command line is parsed;
+// its Report is what the start log (internal/envlog) shows. Standard
+// library only, but for internal/suggest's "did you mean".
+//
+// The files: vars.go is every variable of the reference, with its
+// default; mappings.go the table of what each maps onto, with the
+// mappings of its Redis, xDS and stats variables in redis.go, xds.go and
+// stats.go; refusals.go what is not honoured, and why; values.go how a
+// variable's value is read; apply.go Apply, the table applied; env.go
+// Load, with the RLS_ variables; report.go the start report.
 package refenv
 
 import "path/filepath"
