@@ -23,8 +23,13 @@ import (
 type settings struct {
 	configPath      string
 	grpcAddr        string
+	grpcUDS         string // --grpc-uds: gRPC on a Unix socket instead
 	httpAddr        string
 	adminAddr       string
+	debugAddr       string // --debug-addr: /rlconfig, as the reference's debug port
+	metricsAddr     string // --metrics-addr: the metrics on a listener of their own
+	metricsPath     string
+	refMetrics      bool // --reference-metrics: envoyproxy/ratelimit's metric names too
 	logLevel        string
 	logFormat       string
 	mergeDomains    bool
@@ -32,15 +37,22 @@ type settings struct {
 	allowEmptyRules bool
 	drainDelay      time.Duration
 	shutdownTimeout time.Duration
+	connGrace       time.Duration // --grpc-max-connection-age-grace (0: shutdownTimeout)
 	request         limits.RequestLimits
 	version         bool
 	nearLimitRatio  float64
 	metricMaxValues int
 	responseHeaders envoy.HeaderMode
+	shadowMode      bool
+	dynamicMetadata bool
+	headerNames     string            // --response-header-names
+	responseNames   envoy.HeaderNames // headerNames, parsed; zero for the default
 	reloadDebounce  time.Duration
+	watchLink       string // --watch-link: its replacement reloads the rules (config.WatchLink)
 	overrideKeys    limits.OverrideKeys
 
 	failureMode      limits.FailureMode
+	quotaMode        bool // every descriptor a quota_mode one (limits.EngineOptions)
 	localDivisor     uint64
 	denyCacheEntries int
 	memoryMaxKeys    int
@@ -65,8 +77,12 @@ type settings struct {
 	memoryLimit string // --memory-limit's text, for finish to parse
 
 	xds xdsSettings   // --config-type xds: see xds.go
-	ref refSettings   // what envoyproxy/ratelimit's deployments rely on: reference.go
 	env refenv.Report // where the settings came from: internal/refenv
+
+	// When health (gRPC, /healthcheck, /readyz) is not serving besides
+	// shutdown and a first xDS push: health.go.
+	healthRequiresRules       bool
+	healthRequiresRedisConfig bool
 
 	tracing tracingSettings // --tracing*: see tracing.go
 	push    pushSettings    // --statsd-*, --otlp-metrics*: see push.go
@@ -79,6 +95,9 @@ type settings struct {
 	// onReady, if set, is called with the listeners' addresses once the
 	// servers are about to serve. Tests use it to find ports chosen by :0.
 	onReady func(grpcAddr, httpAddr, adminAddr string)
+	// onListen, if set, is called with the debug and metrics listeners'
+	// addresses ("" for none) once the servers are about to serve.
+	onListen func(debugAddr, metricsAddr string)
 }
 
 // parseFlags parses args, taking a flag's default from the environment
@@ -115,9 +134,6 @@ func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool
 	}
 	c.redisURLInArgs = env.OnCommandLine("redis-url")
 	if err := c.finish(*failure, getenv); err != nil {
-		return nil, env.Explain(err)
-	}
-	if err := c.ref.check(); err != nil {
 		return nil, env.Explain(err)
 	}
 	env.Passwords(&c.redis.Password, &c.redis.SentinelPassword, c.redisPasswordFile, c.sentinelPassFile)
@@ -229,7 +245,24 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.BoolVar(&c.xds.forceStart, "force-start-without-rules", false, "with --config-type xds or --xds-source, be ready before the first push, with no rules until it arrives (envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, health and /readyz report not serving until the first good push")
 	c.tracing.define(fs)
 	c.push.define(fs)
-	c.defineRef(fs)
+
+	// Listeners and what is served beside the RLS decision, and the
+	// RLS responses, as envoyproxy/ratelimit's deployments rely on them
+	// (internal/refenv maps its variables onto these).
+	fs.StringVar(&c.debugAddr, "debug-addr", "", "address for /rlconfig (the rules in use as text, as on envoyproxy/ratelimit's debug port) and /debug/config; empty: no debug listener")
+	fs.StringVar(&c.grpcUDS, "grpc-uds", "", "path of a Unix socket to serve the RLS gRPC service, health and reflection on instead of --grpc-addr; a stale socket left there is removed")
+	fs.DurationVar(&c.connGrace, "grpc-max-connection-age-grace", 0, "how long calls in flight on a connection past --grpc-max-connection-age may take before it is closed (0: --shutdown-timeout)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "address for the Prometheus metrics on a listener of their own; empty serves them on --http-addr")
+	fs.StringVar(&c.metricsPath, "metrics-path", "/metrics", "path of the Prometheus metrics")
+	fs.BoolVar(&c.refMetrics, "reference-metrics", false, "serve envoyproxy/ratelimit's metric names too (ratelimit_service_*, as its default Prometheus mapping names them), derived from ours at each scrape")
+	fs.StringVar(&c.watchLink, "watch-link", "", "a symbolic link at or above --config whose replacement reloads the rules, as envoyproxy/ratelimit's RUNTIME_ROOT with RUNTIME_WATCH_ROOT")
+	fs.BoolVar(&c.healthRequiresRules, "health-requires-rules", false, "report gRPC health, /healthcheck and /readyz as not serving while no rule is loaded")
+	fs.BoolVar(&c.healthRequiresRedisConfig, "health-requires-redis-config", false, "report gRPC health and /healthcheck as not serving while Redis refuses the sidecar's configuration (password, ACL or TLS), as /readyz does; on by default run as ratelimit, whose requests then all fail")
+	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "answer OK to every request whatever its limits say (descriptor statuses and metrics still say OVER_LIMIT), as envoyproxy/ratelimit's SHADOW_MODE")
+	fs.BoolVar(&c.quotaMode, "quota-mode", false, "count every descriptor as a quota_mode one, which rejects a request only when every quota_mode descriptor of it is over, as envoyproxy/ratelimit's QUOTA_MODE")
+	fs.BoolVar(&c.dynamicMetadata, "response-dynamic-metadata", false, "add the request's domain, descriptors and hits, and the metadata of the rules of the descriptors that passed, to each response's dynamic_metadata, as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA")
+	fs.StringVar(&c.headerNames, "response-header-names", defaultHeaderNames, "names of the limit, remaining and reset headers of --response-headers=draft03, comma-separated")
+	fs.BoolVar(&c.redis.TLS.SkipHostnameVerification, "redis-tls-skip-hostname-verification", false, "check Redis's certificate against the CAs but not its host name")
 	return &failure
 }
 
@@ -262,6 +295,7 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 		c.checkRequestLimits,
 		c.checkRLQS,
 		c.checkRedis,
+		c.checkServing,
 	} {
 		if err := step(); err != nil {
 			return err
@@ -387,6 +421,50 @@ func (c *settings) checkRequestLimits() error {
 		return fmt.Errorf("--max-hits-addend: want 1 to %d (2^52, so that counters in debt stay exact), got %d", uint64(limits.MaxHitsAddend), h)
 	}
 	return nil
+}
+
+// defaultHeaderNames is --response-header-names's default: the draft's
+// names, which envoy.HeaderNames's zero value stands for.
+const defaultHeaderNames = "RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset"
+
+// checkServing checks the flags of what the servers serve beside the
+// decision: the metrics' path, the connection age's grace and the
+// response headers' names, which it parses.
+func (c *settings) checkServing() error {
+	if !strings.HasPrefix(c.metricsPath, "/") || strings.ContainsAny(c.metricsPath, " \t{}") {
+		return fmt.Errorf("--metrics-path: want a path starting with /, without spaces or braces, got %q", c.metricsPath)
+	}
+	if c.connGrace < 0 {
+		return fmt.Errorf("--grpc-max-connection-age-grace: want 0 or more, got %v", c.connGrace)
+	}
+	names := strings.Split(c.headerNames, ",")
+	if len(names) != 3 {
+		return fmt.Errorf("--response-header-names: want three comma-separated names, got %q", c.headerNames)
+	}
+	for _, n := range names {
+		if !validHeaderName(n) {
+			return fmt.Errorf("--response-header-names: %q is not a valid header name", n)
+		}
+	}
+	if c.headerNames != defaultHeaderNames {
+		c.responseNames = envoy.HeaderNames{Limit: names[0], Remaining: names[1], Reset: names[2]}
+	}
+	return nil
+}
+
+// validHeaderName reports whether s is an HTTP field name (RFC 9110
+// token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // maxRedisPoolSize is the most connections --redis-pool-size asks for

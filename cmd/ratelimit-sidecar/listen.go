@@ -72,7 +72,7 @@ func (l *listeners) adminAddr() string {
 // separateMetrics reports whether the metrics have a listener of their
 // own: --metrics-addr is set and is not --http-addr.
 func (c *settings) separateMetrics() bool {
-	return c.ref.metricsAddr != "" && !sameAddr(c.ref.metricsAddr, c.httpAddr)
+	return c.metricsAddr != "" && !sameAddr(c.metricsAddr, c.httpAddr)
 }
 
 // sameAddr reports whether two listen addresses are the same port on the
@@ -96,14 +96,14 @@ func sameAddr(a, b string) bool {
 // listenGRPC opens the gRPC listener: the Unix socket of --grpc-uds, or
 // --grpc-addr.
 func listenGRPC(c *settings) (net.Listener, error) {
-	if c.ref.grpcUDS == "" {
+	if c.grpcUDS == "" {
 		l, err := net.Listen("tcp", c.grpcAddr)
 		if err != nil {
 			return nil, fmt.Errorf("listen --grpc-addr: %w", err)
 		}
 		return l, nil
 	}
-	l, err := caplisten.Unix(c.ref.grpcUDS)
+	l, err := caplisten.Unix(c.grpcUDS)
 	if err != nil {
 		return nil, fmt.Errorf("listen --grpc-uds: %w", err)
 	}
@@ -121,15 +121,15 @@ func (l *listeners) listenRef(c *settings) error {
 			}
 		}
 	}
-	if c.ref.debugAddr != "" {
-		if l.debug, err = net.Listen("tcp", c.ref.debugAddr); err != nil {
+	if c.debugAddr != "" {
+		if l.debug, err = net.Listen("tcp", c.debugAddr); err != nil {
 			closeAll()
 			return fmt.Errorf("listen --debug-addr: %w", err)
 		}
 		l.debug = limitListener(l.debug, c.bounds.httpMaxConns, 0)
 	}
 	if c.separateMetrics() {
-		if l.metrics, err = net.Listen("tcp", c.ref.metricsAddr); err != nil {
+		if l.metrics, err = net.Listen("tcp", c.metricsAddr); err != nil {
 			closeAll()
 			return fmt.Errorf("listen --metrics-addr: %w", err)
 		}

@@ -54,19 +54,19 @@ func TestRefEnvMapping(t *testing.T) {
 		{"HOST, PORT", map[string]string{"HOST": "::", "PORT": "9000"}, func(c *settings) any { return c.httpAddr }, "[::]:9000"},
 		{"PORT alone", map[string]string{"PORT": "9000"}, func(c *settings) any { return c.httpAddr }, "0.0.0.0:9000"},
 		{"GRPC_HOST, GRPC_PORT", map[string]string{"GRPC_HOST": "10.0.0.1", "GRPC_PORT": "9001"}, func(c *settings) any { return c.grpcAddr }, "10.0.0.1:9001"},
-		{"GRPC_UDS", map[string]string{"GRPC_UDS": "/run/rl.sock"}, func(c *settings) any { return c.ref.grpcUDS }, "/run/rl.sock"},
-		{"DEBUG_PORT", map[string]string{"DEBUG_PORT": "7000"}, func(c *settings) any { return c.ref.debugAddr }, "0.0.0.0:7000"},
+		{"GRPC_UDS", map[string]string{"GRPC_UDS": "/run/rl.sock"}, func(c *settings) any { return c.grpcUDS }, "/run/rl.sock"},
+		{"DEBUG_PORT", map[string]string{"DEBUG_PORT": "7000"}, func(c *settings) any { return c.debugAddr }, "0.0.0.0:7000"},
 		{"GRPC_MAX_CONNECTION_AGE", map[string]string{"GRPC_MAX_CONNECTION_AGE": "1h"}, func(c *settings) any { return c.bounds.maxConnAge }, time.Hour},
-		{"GRPC_MAX_CONNECTION_AGE_GRACE", map[string]string{"GRPC_MAX_CONNECTION_AGE_GRACE": "5m"}, func(c *settings) any { return c.ref.connGrace }, 5 * time.Minute},
+		{"GRPC_MAX_CONNECTION_AGE_GRACE", map[string]string{"GRPC_MAX_CONNECTION_AGE_GRACE": "5m"}, func(c *settings) any { return c.connGrace }, 5 * time.Minute},
 		{"LOG_LEVEL DEBUG", map[string]string{"LOG_LEVEL": "DEBUG"}, func(c *settings) any { return c.logLevel }, "debug"},
 		{"LOG_LEVEL trace", map[string]string{"LOG_LEVEL": "trace"}, func(c *settings) any { return c.logLevel }, "debug"},
 		{"LOG_LEVEL Warning", map[string]string{"LOG_LEVEL": "Warning"}, func(c *settings) any { return c.logLevel }, "warn"},
 		{"LOG_FORMAT json", map[string]string{"LOG_FORMAT": "JSON"}, func(c *settings) any { return c.logFormat }, "json"},
 		{"LOG_FORMAT text", map[string]string{"LOG_FORMAT": "text"}, func(c *settings) any { return c.logFormat }, "console"},
 		{"RUNTIME_* without watching the root", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false"},
-			func(c *settings) any { return []string{c.configPath, c.ref.watchLink} }, []string{"/data/ratelimit/config", ""}},
+			func(c *settings) any { return []string{c.configPath, c.watchLink} }, []string{"/data/ratelimit/config", ""}},
 		{"RUNTIME_* watching the root", map[string]string{"RUNTIME_ROOT": "/srv/current/", "RUNTIME_SUBDIRECTORY": "rl", "RUNTIME_APPDIRECTORY": "rules"},
-			func(c *settings) any { return []string{c.configPath, c.ref.watchLink} }, []string{"/srv/current/rl/rules", "/srv/current"}},
+			func(c *settings) any { return []string{c.configPath, c.watchLink} }, []string{"/srv/current/rl/rules", "/srv/current"}},
 		{"MERGE_DOMAIN_CONFIG", map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, func(c *settings) any { return c.mergeDomains }, true},
 		{"USE_CALENDAR_MONTH_RATE_LIMIT", map[string]string{"USE_CALENDAR_MONTH_RATE_LIMIT": "true"}, func(c *settings) any { return c.calendarMonths }, true},
 		{"REDIS_URL over TCP", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379"}, func(c *settings) any { return c.redis.URL }, "redis://redis:6379"},
@@ -116,20 +116,20 @@ func TestRefEnvMapping(t *testing.T) {
 		{"LOCAL_CACHE_SIZE_IN_BYTES", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576"}, func(c *settings) any { return c.denyCacheEntries }, 1048576 / refenv.DenyEntryBytes},
 		{"LOCAL_CACHE_SIZE_IN_BYTES 0", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "0"}, func(c *settings) any { return c.denyCacheEntries }, 0},
 		{"NEAR_LIMIT_RATIO", map[string]string{"NEAR_LIMIT_RATIO": "0.5"}, func(c *settings) any { return c.nearLimitRatio }, 0.5},
-		{"SHADOW_MODE", map[string]string{"SHADOW_MODE": "true"}, func(c *settings) any { return c.ref.shadowMode }, true},
-		{"QUOTA_MODE", map[string]string{"QUOTA_MODE": "true"}, func(c *settings) any { return c.ref.quotaMode }, true},
-		{"RESPONSE_DYNAMIC_METADATA", map[string]string{"RESPONSE_DYNAMIC_METADATA": "1"}, func(c *settings) any { return c.ref.dynamicMetadata }, true},
+		{"SHADOW_MODE", map[string]string{"SHADOW_MODE": "true"}, func(c *settings) any { return c.shadowMode }, true},
+		{"QUOTA_MODE", map[string]string{"QUOTA_MODE": "true"}, func(c *settings) any { return c.quotaMode }, true},
+		{"RESPONSE_DYNAMIC_METADATA", map[string]string{"RESPONSE_DYNAMIC_METADATA": "1"}, func(c *settings) any { return c.dynamicMetadata }, true},
 		{"LIMIT_RESPONSE_HEADERS_ENABLED", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"},
-			func(c *settings) any { return []any{c.responseHeaders, c.ref.names} }, []any{envoy.HeadersDraft03, envoy.HeaderNames{}}},
+			func(c *settings) any { return []any{c.responseHeaders, c.responseNames} }, []any{envoy.HeadersDraft03, envoy.HeaderNames{}}},
 		{"LIMIT_*_HEADER", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_RESET_HEADER": "X-Reset"},
-			func(c *settings) any { return []any{c.responseHeaders, c.ref.names} },
+			func(c *settings) any { return []any{c.responseHeaders, c.responseNames} },
 			[]any{envoy.HeadersDraft03, envoy.HeaderNames{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "X-Reset"}}},
 		{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", map[string]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"},
-			func(c *settings) any { return c.ref.healthRequiresRules }, true},
+			func(c *settings) any { return c.healthRequiresRules }, true},
 		{"USE_PROMETHEUS", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_PATH": "/stats/prometheus"},
-			func(c *settings) any { return []any{c.ref.metricsAddr, c.ref.metricsPath, c.ref.referenceMetrics} }, []any{":19001", "/stats/prometheus", true}},
+			func(c *settings) any { return []any{c.metricsAddr, c.metricsPath, c.refMetrics} }, []any{":19001", "/stats/prometheus", true}},
 		{"PROMETHEUS_* without USE_PROMETHEUS", map[string]string{"PROMETHEUS_ADDR": ":19001"},
-			func(c *settings) any { return []any{c.ref.metricsAddr, c.ref.metricsPath, c.ref.referenceMetrics} }, []any{"", "/metrics", false}},
+			func(c *settings) any { return []any{c.metricsAddr, c.metricsPath, c.refMetrics} }, []any{"", "/metrics", false}},
 		{"TRACING_*", map[string]string{"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "grpc", "TRACING_SERVICE_NAME": "rl",
 			"TRACING_SERVICE_NAMESPACE": "edge", "TRACING_SERVICE_INSTANCE_ID": "pod-1", "TRACING_SAMPLING_RATE": "0.25"},
 			func(c *settings) any { return tracingView(c) }, []any{true, "grpc", "rl", "edge", "pod-1", 0.25}},
@@ -166,9 +166,9 @@ func TestRefModeDefaults(t *testing.T) {
 		HealthRedis                            bool
 	}
 	see := func(c *settings) view {
-		return view{c.httpAddr, c.grpcAddr, c.ref.debugAddr, c.configPath, c.ref.watchLink, c.redis.URL,
-			c.redis.PoolSize, c.denyCacheEntries, c.request.MaxDescriptors, c.request.MaxEntries, c.bounds.maxConnAge, c.ref.connGrace, c.redis.Timeout, c.logLevel, c.redis.KeyPrefix,
-			c.failureMode.String(), c.bounds.grpcMaxConns, c.ref.healthRequiresRedisConfig}
+		return view{c.httpAddr, c.grpcAddr, c.debugAddr, c.configPath, c.watchLink, c.redis.URL,
+			c.redis.PoolSize, c.denyCacheEntries, c.request.MaxDescriptors, c.request.MaxEntries, c.bounds.maxConnAge, c.connGrace, c.redis.Timeout, c.logLevel, c.redis.KeyPrefix,
+			c.failureMode.String(), c.bounds.grpcMaxConns, c.healthRequiresRedisConfig}
 	}
 	ref := view{
 		HTTP: "0.0.0.0:8080", GRPC: "0.0.0.0:8081", Debug: "0.0.0.0:6070",
@@ -253,8 +253,8 @@ func TestRefEnvRedisPrecedence(t *testing.T) {
 
 	// --config from elsewhere: RUNTIME_ROOT's link is not watched.
 	c = mustParseEnv(t, "ratelimit", map[string]string{"RUNTIME_ROOT": "/srv/current", "RLS_CONFIG": "/rules"})
-	if c.configPath != "/rules" || c.ref.watchLink != "" {
-		t.Errorf("RLS_CONFIG and RUNTIME_ROOT: config %q, watch-link %q; want /rules and none", c.configPath, c.ref.watchLink)
+	if c.configPath != "/rules" || c.watchLink != "" {
+		t.Errorf("RLS_CONFIG and RUNTIME_ROOT: config %q, watch-link %q; want /rules and none", c.configPath, c.watchLink)
 	}
 
 	c = mustParseEnv(t, "ratelimit-sidecar", map[string]string{"REDIS_URL": "r:6379", "REDIS_AUTH": "u:ref", "RLS_REDIS_PASSWORD": "ours"})

@@ -114,8 +114,8 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	if c.onReady != nil {
 		c.onReady(lis.grpc.Addr().String(), lis.http.Addr().String(), lis.adminAddr())
 	}
-	if c.ref.onListen != nil {
-		c.ref.onListen(addrOf(lis.debug), addrOf(lis.metrics))
+	if c.onListen != nil {
+		c.onListen(addrOf(lis.debug), addrOf(lis.metrics))
 	}
 	err = srv.run(ctx, lis, rules)
 	// No request is being decided any more: give what leases hold back,
@@ -199,7 +199,7 @@ func loadFirstRules(c *settings, opts config.Options, log *zap.Logger) (*limits.
 	// meant: the sidecar says it is not serving until rules arrive. A
 	// reload to no rules is still refused.
 	startOpts := opts
-	startOpts.AllowEmpty = opts.AllowEmpty || c.ref.healthRequiresRules
+	startOpts.AllowEmpty = opts.AllowEmpty || c.healthRequiresRules
 	rs, err := startRules(c, startOpts)
 	if errors.Is(err, config.ErrNoRules) {
 		return nil, &rulesError{problems: []error{err}, hint: "; set --allow-empty-rules to start without rules"}
@@ -260,7 +260,7 @@ func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Met
 		LocalDivisor:   c.localDivisor,
 		Observer:       m,
 		OverrideKeys:   c.overrideKeys,
-		QuotaMode:      c.ref.quotaMode,
+		QuotaMode:      c.quotaMode,
 		CalendarMonths: c.calendarMonths,
 	})
 }
@@ -381,12 +381,12 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	msgs := newMessageBounds()
 	opts = append(opts, grpc.Creds(msgs.Creds(certs.creds())))
 	grace := c.shutdownTimeout
-	if c.ref.connGrace > 0 {
-		grace = c.ref.connGrace
+	if c.connGrace > 0 {
+		grace = c.connGrace
 	}
 	s.grpc = grpc.NewServer(append(opts, c.bounds.grpcOptions(sb, grace, bounds.IDBounds{Entries: c.request.MaxEntries, EntryBytes: c.request.MaxValueBytes})...)...)
 	rlsOpts := envoy.Options{Headers: c.responseHeaders,
-		Shadow: c.ref.shadowMode, HeaderNames: c.ref.names, DynamicMetadata: c.ref.dynamicMetadata}
+		Shadow: c.shadowMode, HeaderNames: c.responseNames, DynamicMetadata: c.dynamicMetadata}
 	rej := newRejectionLog(log, c.rejections, st.name, time.Now)
 	if rej != nil {
 		rlsOpts.Rejections = rej
@@ -413,13 +413,13 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	adm := admin.New(adminOptions(c, log, engine, reloader, st, m, s.health))
 	mux := http.NewServeMux()
 	adm.Health(mux)
-	prom := metrics.Handler(m.Registry, engine.Rules, c.ref.referenceMetrics)
+	prom := metrics.Handler(m.Registry, engine.Rules, c.refMetrics)
 	if c.separateMetrics() {
 		mm := http.NewServeMux()
-		mm.Handle("GET "+c.ref.metricsPath, prom)
+		mm.Handle("GET "+c.metricsPath, prom)
 		s.metrics = c.bounds.httpServer(mm)
 	} else {
-		mux.Handle("GET "+c.ref.metricsPath, prom)
+		mux.Handle("GET "+c.metricsPath, prom)
 	}
 	adminMux := mux
 	if c.adminAddr != "" {
@@ -429,7 +429,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	if adminServed(c) {
 		adm.Debug(adminMux)
 	}
-	if c.ref.debugAddr != "" {
+	if c.debugAddr != "" {
 		// The reference's debug port has no /debug/config.
 		s.debug = c.bounds.httpServer(adm.DebugPort(!c.env.RefMode))
 	}
@@ -536,10 +536,10 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 	if s.metrics != nil {
 		serveHTTP(g, s.metrics, lis.metrics)
 	}
-	if s.c.ref.watchLink != "" {
+	if s.c.watchLink != "" {
 		g.Go(func() error {
 			reload := func() { reloader.Reload() } //nolint:errcheck // Reload logs its own errors
-			if err := config.WatchLink(gctx, s.c.ref.watchLink, reload, s.log); err != nil {
+			if err := config.WatchLink(gctx, s.c.watchLink, reload, s.log); err != nil {
 				s.log.Error("--watch-link watch failed; reload with SIGHUP", zap.Error(err))
 			}
 			return nil
