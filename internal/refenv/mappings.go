@@ -2,6 +2,7 @@ package refenv
 
 import (
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -308,4 +309,20 @@ func mapHeaders(v *refValues, out *refOut) {
 	if v.anySetNonDefault("LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER") {
 		out.set("response-header-names", v.str("LIMIT_LIMIT_HEADER")+","+v.str("LIMIT_REMAINING_HEADER")+","+v.str("LIMIT_RESET_HEADER"))
 	}
+}
+
+// Flags returns the flags that the reference's variables may set, sorted,
+// without the settings that have no flag: a caller checks that it
+// defines each of them.
+func Flags() []string {
+	var out []string
+	for _, m := range refMappings {
+		for _, f := range m.flags {
+			if !flagless[f] && !slices.Contains(out, f) {
+				out = append(out, f)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
