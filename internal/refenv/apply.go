@@ -101,6 +101,14 @@ func Apply(fs *flag.FlagSet, refMode bool, getenv func(string) (string, bool), e
 			a.SentinelPassword, a.SentinelPasswordFrom = out.sentinelPassword, from
 		}
 	}
+	a.Refused = refused(v)
+	return a, errors.Join(v.errs...)
+}
+
+// refused lists the refusals active in v, each as its variables in use
+// and the reason.
+func refused(v *refValues) []string {
+	var out []string
 	for _, r := range refRefusals {
 		var on bool
 		if r.active != nil {
@@ -118,7 +126,7 @@ func Apply(fs *flag.FlagSet, refMode bool, getenv func(string) (string, bool), e
 		if len(names) == 0 {
 			names = []string{r.vars[0] + " (its default, run as " + Name + ")"}
 		}
-		a.Refused = append(a.Refused, strings.Join(names, ", ")+": "+r.reason)
+		out = append(out, strings.Join(names, ", ")+": "+r.reason)
 	}
-	return a, errors.Join(v.errs...)
+	return out
 }
