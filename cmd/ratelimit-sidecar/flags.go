@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/envlog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
@@ -18,14 +17,20 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/xds"
 )
 
 // settings is every flag's value.
 type settings struct {
 	configPath      string
 	grpcAddr        string
+	grpcUDS         string // --grpc-uds: gRPC on a Unix socket instead
 	httpAddr        string
 	adminAddr       string
+	debugAddr       string // --debug-addr: /rlconfig, as the reference's debug port
+	metricsAddr     string // --metrics-addr: the metrics on a listener of their own
+	metricsPath     string
+	refMetrics      bool // --reference-metrics: envoyproxy/ratelimit's metric names too
 	logLevel        string
 	logFormat       string
 	mergeDomains    bool
@@ -33,15 +38,22 @@ type settings struct {
 	allowEmptyRules bool
 	drainDelay      time.Duration
 	shutdownTimeout time.Duration
+	connGrace       time.Duration // --grpc-max-connection-age-grace (0: shutdownTimeout)
 	request         limits.RequestLimits
 	version         bool
 	nearLimitRatio  float64
 	metricMaxValues int
 	responseHeaders envoy.HeaderMode
+	shadowMode      bool
+	dynamicMetadata bool
+	headerNames     string            // --response-header-names
+	responseNames   envoy.HeaderNames // headerNames, parsed; zero for the default
 	reloadDebounce  time.Duration
+	watchLink       string // --watch-link: its replacement reloads the rules (config.WatchLink)
 	overrideKeys    limits.OverrideKeys
 
 	failureMode      limits.FailureMode
+	quotaMode        bool // every descriptor a quota_mode one (limits.EngineOptions)
 	localDivisor     uint64
 	denyCacheEntries int
 	memoryMaxKeys    int
@@ -66,8 +78,12 @@ type settings struct {
 	memoryLimit string // --memory-limit's text, for finish to parse
 
 	xds xdsSettings   // --config-type xds: see xds.go
-	ref refSettings   // what envoyproxy/ratelimit's deployments rely on: reference.go
-	env envlog.Report // where the settings came from: environ.go
+	env refenv.Report // where the settings came from: internal/refenv
+
+	// When health (gRPC, /healthcheck, /readyz) is not serving besides
+	// shutdown and a first xDS push: health.go.
+	healthRequiresRules       bool
+	healthRequiresRedisConfig bool
 
 	tracing tracingSettings // --tracing*: see tracing.go
 	push    pushSettings    // --statsd-*, --otlp-metrics*: see push.go
@@ -80,6 +96,9 @@ type settings struct {
 	// onReady, if set, is called with the listeners' addresses once the
 	// servers are about to serve. Tests use it to find ports chosen by :0.
 	onReady func(grpcAddr, httpAddr, adminAddr string)
+	// onListen, if set, is called with the debug and metrics listeners'
+	// addresses ("" for none) once the servers are about to serve.
+	onListen func(debugAddr, metricsAddr string)
 }
 
 // parseFlags parses args, taking a flag's default from the environment
@@ -91,7 +110,7 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 // parseFlagsAs is parseFlags for the program run as argv0 (os.Args[0]),
 // in an environment of which getenv reads one variable and environ lists
 // all (nil: unknown). Below the RLS_ variables come envoyproxy/ratelimit's
-// (refenv.go), and run as "ratelimit" its defaults.
+// (internal/refenv), and run as "ratelimit" its defaults.
 func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool), environ []string, _ io.Writer) (*settings, error) {
 	c := newSettings()
 	fs := flag.NewFlagSet("ratelimit-sidecar", flag.ContinueOnError)
@@ -108,36 +127,18 @@ func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	inArgs := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { inArgs[f.Name] = true })
-	ref, err := applyRefEnv(fs, refenv.IsRefMode(argv0), getenv, explicitFlags(fs, inArgs, getenv))
+	// The variables set only the flags the command line left alone:
+	// their RLS_ variables, then envoyproxy/ratelimit's.
+	env, err := refenv.Load(fs, c.defineFlagless(), refenv.IsRefMode(argv0), getenv)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.setFlagless(ref); err != nil {
-		return nil, err
-	}
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := rlsEnvName(f.Name)
-		if v, ok := getenv(name); ok && !inArgs[f.Name] && envErr == nil {
-			if err := fs.Set(f.Name, v); err != nil {
-				envErr = fmt.Errorf("%s: %w", name, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return nil, envErr
-	}
-	ref.noteRLS(fs, inArgs, getenv)
-	c.redisURLInArgs = inArgs["redis-url"]
+	c.redisURLInArgs = env.OnCommandLine("redis-url")
 	if err := c.finish(*failure, getenv); err != nil {
-		return nil, ref.explain(err)
+		return nil, env.Explain(err)
 	}
-	if err := c.ref.check(); err != nil {
-		return nil, ref.explain(err)
-	}
-	ref.finish(c, fs, inArgs, getenv, environ)
+	env.Passwords(&c.redis.Password, &c.redis.SentinelPassword, c.redisPasswordFile, c.sentinelPassFile)
+	c.env = env.Report(environ)
 	return c, nil
 }
 
@@ -245,8 +246,40 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.BoolVar(&c.xds.forceStart, "force-start-without-rules", false, "with --config-type xds or --xds-source, be ready before the first push, with no rules until it arrives (envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, health and /readyz report not serving until the first good push")
 	c.tracing.define(fs)
 	c.push.define(fs)
-	c.defineRef(fs)
+
+	// Listeners and what is served beside the RLS decision, and the
+	// RLS responses, as envoyproxy/ratelimit's deployments rely on them
+	// (internal/refenv maps its variables onto these).
+	fs.StringVar(&c.debugAddr, "debug-addr", "", "address for /rlconfig (the rules in use as text, as on envoyproxy/ratelimit's debug port) and /debug/config; empty: no debug listener")
+	fs.StringVar(&c.grpcUDS, "grpc-uds", "", "path of a Unix socket to serve the RLS gRPC service, health and reflection on instead of --grpc-addr; a stale socket left there is removed")
+	fs.DurationVar(&c.connGrace, "grpc-max-connection-age-grace", 0, "how long calls in flight on a connection past --grpc-max-connection-age may take before it is closed (0: --shutdown-timeout)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "address for the Prometheus metrics on a listener of their own; empty serves them on --http-addr")
+	fs.StringVar(&c.metricsPath, "metrics-path", "/metrics", "path of the Prometheus metrics")
+	fs.BoolVar(&c.refMetrics, "reference-metrics", false, "serve envoyproxy/ratelimit's metric names too (ratelimit_service_*, as its default Prometheus mapping names them), derived from ours at each scrape")
+	fs.StringVar(&c.watchLink, "watch-link", "", "a symbolic link at or above --config whose replacement reloads the rules, as envoyproxy/ratelimit's RUNTIME_ROOT with RUNTIME_WATCH_ROOT")
+	fs.BoolVar(&c.healthRequiresRules, "health-requires-rules", false, "report gRPC health, /healthcheck and /readyz as not serving while no rule is loaded")
+	fs.BoolVar(&c.healthRequiresRedisConfig, "health-requires-redis-config", false, "report gRPC health and /healthcheck as not serving while Redis refuses the sidecar's configuration (password, ACL or TLS), as /readyz does; on by default run as ratelimit, whose requests then all fail")
+	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "answer OK to every request whatever its limits say (descriptor statuses and metrics still say OVER_LIMIT), as envoyproxy/ratelimit's SHADOW_MODE")
+	fs.BoolVar(&c.quotaMode, "quota-mode", false, "count every descriptor as a quota_mode one, which rejects a request only when every quota_mode descriptor of it is over, as envoyproxy/ratelimit's QUOTA_MODE")
+	fs.BoolVar(&c.dynamicMetadata, "response-dynamic-metadata", false, "add the request's domain, descriptors and hits, and the metadata of the rules of the descriptors that passed, to each response's dynamic_metadata, as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA")
+	fs.StringVar(&c.headerNames, "response-header-names", defaultHeaderNames, "names of the limit, remaining and reset headers of --response-headers=draft03, comma-separated")
+	fs.BoolVar(&c.redis.TLS.SkipHostnameVerification, "redis-tls-skip-hostname-verification", false, "check Redis's certificate against the CAs but not its host name")
 	return &failure
+}
+
+// defineFlagless defines, on a flag set of their own, the settings that
+// only envoyproxy/ratelimit's variables set, which have no flag
+// (refenv.Applied.Settings).
+func (c *settings) defineFlagless() *flag.FlagSet {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	fs.DurationVar(&c.xds.backoff.initial, refenv.XDSBackoffInitial, xds.DefaultBackoffInitial, "")
+	fs.DurationVar(&c.xds.backoff.max, refenv.XDSBackoffMax, xds.DefaultBackoffMax, "")
+	fs.Float64Var(&c.xds.backoff.jitter, refenv.XDSBackoffJitter, xds.DefaultBackoffJitter, "")
+	fs.IntVar(&c.xds.maxMessageBytes, refenv.XDSMaxMessageBytes, 0, "")
+	fs.StringVar(&c.tracing.serviceName, refenv.TracingServiceName, "", "")
+	fs.StringVar(&c.tracing.serviceNamespace, refenv.TracingServiceNamespace, "", "")
+	fs.StringVar(&c.tracing.serviceInstanceID, refenv.TracingServiceInstanceID, "", "")
+	return fs
 }
 
 // finish checks the parsed flags and derives what they imply.
@@ -263,6 +296,7 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 		c.checkRequestLimits,
 		c.checkRLQS,
 		c.checkRedis,
+		c.checkServing,
 	} {
 		if err := step(); err != nil {
 			return err
@@ -390,14 +424,55 @@ func (c *settings) checkRequestLimits() error {
 	return nil
 }
 
+// defaultHeaderNames is --response-header-names's default: the draft's
+// names, which envoy.HeaderNames's zero value stands for.
+const defaultHeaderNames = "RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset"
+
+// checkServing checks the flags of what the servers serve beside the
+// decision: the metrics' path, the connection age's grace and the
+// response headers' names, which it parses.
+func (c *settings) checkServing() error {
+	if !strings.HasPrefix(c.metricsPath, "/") || strings.ContainsAny(c.metricsPath, " \t{}") {
+		return fmt.Errorf("--metrics-path: want a path starting with /, without spaces or braces, got %q", c.metricsPath)
+	}
+	if c.connGrace < 0 {
+		return fmt.Errorf("--grpc-max-connection-age-grace: want 0 or more, got %v", c.connGrace)
+	}
+	names := strings.Split(c.headerNames, ",")
+	if len(names) != 3 {
+		return fmt.Errorf("--response-header-names: want three comma-separated names, got %q", c.headerNames)
+	}
+	for _, n := range names {
+		if !validHeaderName(n) {
+			return fmt.Errorf("--response-header-names: %q is not a valid header name", n)
+		}
+	}
+	if c.headerNames != defaultHeaderNames {
+		c.responseNames = envoy.HeaderNames{Limit: names[0], Remaining: names[1], Reset: names[2]}
+	}
+	return nil
+}
+
+// validHeaderName reports whether s is an HTTP field name (RFC 9110
+// token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // maxRedisPoolSize is the most connections --redis-pool-size asks for
 // per Redis node: a tenth of Redis's default maxclients, so that ten
 // sidecars at it fill no node. Requests are pipelined, so a handful of
 // connections carries the load of thousands.
 const maxRedisPoolSize = 1000
-
-// inArgs reports whether args, which parse, set the flag name. The flag
-// set cannot tell: the environment's values are set on it too.
 
 func splitList(s string) []string {
 	var out []string

@@ -19,9 +19,9 @@ func newHealth(ctx context.Context, c *settings, rules func() *limits.Ruleset, s
 	o := admin.HealthOptions{
 		Stopping:           ctx.Done(),
 		Rules:              rules,
-		RequireRules:       c.ref.healthRequiresRules,
+		RequireRules:       c.healthRequiresRules,
 		Refused:            st.refused,
-		RequireStoreConfig: c.ref.healthRequiresRedisConfig,
+		RequireStoreConfig: c.healthRequiresRedisConfig,
 		RefusalChanged:     st.refusalChanged,
 		Probe:              st.ready,
 		Names:              names,

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/suggest"
 )
 
@@ -44,7 +45,7 @@ func commands() []command {
 func (c command) inherited(lead []string, getenv func(string) (string, bool)) []string {
 	var out []string
 	for _, name := range c.shares {
-		if v, ok := getenv(rlsEnvName(name)); ok {
+		if v, ok := getenv(refenv.RLSVar(name)); ok {
 			out = append(out, "--"+name+"="+v)
 		}
 	}
@@ -191,18 +192,4 @@ func parseCommand(fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("%s: %w", name, flagErrorHint(fs, err, " (ratelimit-sidecar help "+name+" lists its flags)"))
 	}
 	return nil
-}
-
-// rlsHints returns, for each of the unknown RLS_ variables that is near a
-// known one, "RLS_X: RLS_Y".
-func rlsHints(fs *flag.FlagSet, unknown []string) []string {
-	known := slices.Clone(rlsSecrets)
-	fs.VisitAll(func(f *flag.Flag) { known = append(known, rlsEnvName(f.Name)) })
-	var out []string
-	for _, name := range unknown {
-		if near, ok := suggest.Nearest(name, known); ok {
-			out = append(out, name+": "+near)
-		}
-	}
-	return out
 }

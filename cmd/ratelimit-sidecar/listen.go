@@ -30,9 +30,9 @@ type listenAddrs struct {
 
 // listenAddrs returns where c says to listen.
 func (c *settings) listenAddrs() listenAddrs {
-	a := listenAddrs{grpc: c.grpcAddr, grpcUDS: c.ref.grpcUDS, http: c.httpAddr, admin: c.adminAddr, debug: c.ref.debugAddr}
+	a := listenAddrs{grpc: c.grpcAddr, grpcUDS: c.grpcUDS, http: c.httpAddr, admin: c.adminAddr, debug: c.debugAddr}
 	if c.separateMetrics() {
-		a.metrics = c.ref.metricsAddr
+		a.metrics = c.metricsAddr
 	}
 	return a
 }
@@ -88,7 +88,7 @@ func (l *listeners) adminAddr() string {
 // separateMetrics reports whether the metrics have a listener of their
 // own: --metrics-addr is set and is not --http-addr.
 func (c *settings) separateMetrics() bool {
-	return c.ref.metricsAddr != "" && !sameAddr(c.ref.metricsAddr, c.httpAddr)
+	return c.metricsAddr != "" && !sameAddr(c.metricsAddr, c.httpAddr)
 }
 
 // sameAddr reports whether two listen addresses are the same port on the

@@ -7,8 +7,7 @@
 // the flag in upper case with underscores, e.g. RLS_GRPC_ADDR; a flag on
 // the command line wins. Below those come envoyproxy/ratelimit's variables
 // (GRPC_PORT, REDIS_URL, ...), and run as "ratelimit", as that project's
-// image runs it, its defaults: see internal/refenv, environ.go and
-// docs/migration.md.
+// image runs it, its defaults: see internal/refenv and docs/migration.md.
 package main
 
 import (

@@ -46,7 +46,7 @@ func startAs(t *testing.T, argv0 string, env map[string]string, args ...string) 
 	s := &refSidecar{log: &logtest.Buffer{}}
 	ready := make(chan struct{}, 1)
 	c.onReady = func(g, h, a string) { s.grpcAddr, s.httpAddr, s.adminAddr = g, h, a }
-	c.ref.onListen = func(d, m string) {
+	c.onListen = func(d, m string) {
 		s.debugAddr, s.metricsAddr = d, m
 		ready <- struct{}{}
 	}
@@ -74,7 +74,7 @@ func startAs(t *testing.T, argv0 string, env map[string]string, args ...string) 
 		return serr
 	}
 	target := s.grpcAddr
-	if c.ref.grpcUDS != "" {
+	if c.grpcUDS != "" {
 		target = "unix://" + s.grpcAddr
 	}
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))

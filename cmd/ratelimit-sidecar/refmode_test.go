@@ -6,11 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
@@ -173,45 +170,4 @@ func TestXDSStateMetrics(t *testing.T) {
 
 	srv.Stop()
 	waitFor(t, func() bool { return metricValue(t, s, "ratelimit_sidecar_xds_connected") == 0 })
-}
-
-// TestRefModeCentralConnections: run as /bin/ratelimit, a central
-// service, 70 Envoy-like clients (one connection each, as each Envoy
-// worker holds) are all answered, where our sidecar default, 64, would
-// leave 6 waiting to be accepted. Each waits at most 10 s, which only a
-// connection left unaccepted reaches.
-func TestRefModeCentralConnections(t *testing.T) {
-	const clients = 70
-	root := t.TempDir()
-	writeAll(t, filepath.Join(root, "config", "rules.yaml"), istioRules(5))
-	s := startAs(t, "/bin/ratelimit", refModeEnv(root), "--redis-url=")
-	errs := make(chan error, clients)
-	done := make(chan struct{})
-	for range clients {
-		go func() {
-			conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer conn.Close()
-			// Held open until every client has been answered, as Envoy
-			// holds its connections.
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: refHealthName})
-			errs <- err
-			<-done
-		}()
-	}
-	var failed int
-	for range clients {
-		if err := <-errs; err != nil {
-			failed++
-		}
-	}
-	close(done)
-	if failed > 0 {
-		t.Errorf("%d of %d connections not answered, want all", failed, clients)
-	}
 }

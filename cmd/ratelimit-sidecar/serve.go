@@ -23,6 +23,7 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/envlog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
@@ -111,8 +112,8 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	if c.onReady != nil {
 		c.onReady(lis.grpc.Addr().String(), lis.http.Addr().String(), lis.adminAddr())
 	}
-	if c.ref.onListen != nil {
-		c.ref.onListen(addrOf(lis.debug), addrOf(lis.metrics))
+	if c.onListen != nil {
+		c.onListen(addrOf(lis.debug), addrOf(lis.metrics))
 	}
 	err = srv.run(ctx, lis, rules)
 	// No request is being decided any more: give what leases hold back,
@@ -196,7 +197,7 @@ func loadFirstRules(c *settings, opts config.Options, log *zap.Logger) (*limits.
 	// meant: the sidecar says it is not serving until rules arrive. A
 	// reload to no rules is still refused.
 	startOpts := opts
-	startOpts.AllowEmpty = opts.AllowEmpty || c.ref.healthRequiresRules
+	startOpts.AllowEmpty = opts.AllowEmpty || c.healthRequiresRules
 	rs, err := startRules(c, startOpts)
 	if errors.Is(err, config.ErrNoRules) {
 		return nil, &rulesError{problems: []error{err}, hint: "; set --allow-empty-rules to start without rules"}
@@ -257,9 +258,16 @@ func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Met
 		LocalDivisor:   c.localDivisor,
 		Observer:       m,
 		OverrideKeys:   c.overrideKeys,
-		QuotaMode:      c.ref.quotaMode,
+		QuotaMode:      c.quotaMode,
 		CalendarMonths: c.calendarMonths,
 	})
+}
+
+// logEnv logs where the settings came from (see envlog.Log), and a
+// --redis-url that was host:port.
+func logEnv(log *zap.Logger, c *settings) {
+	envlog.Log(log, &c.env)
+	logRedisURL(log, c)
 }
 
 // warnPasswordInArgs warns once if --redis-url on the command line holds
@@ -367,12 +375,12 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	// by the bounds' Options.
 	opts := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(max(4*runtime.GOMAXPROCS(0), streamWorkers)))}
 	grace := c.shutdownTimeout
-	if c.ref.connGrace > 0 {
-		grace = c.ref.connGrace
+	if c.connGrace > 0 {
+		grace = c.connGrace
 	}
 	s.grpc = grpc.NewServer(append(opts, s.bounds.Options(certs.creds(), grace, bounds.IDBounds{Entries: c.request.MaxEntries, EntryBytes: c.request.MaxValueBytes})...)...)
 	rlsOpts := envoy.Options{Headers: c.responseHeaders,
-		Shadow: c.ref.shadowMode, HeaderNames: c.ref.names, DynamicMetadata: c.ref.dynamicMetadata}
+		Shadow: c.shadowMode, HeaderNames: c.responseNames, DynamicMetadata: c.dynamicMetadata}
 	rej := newRejectionLog(log, c.rejections, st.name, time.Now)
 	if rej != nil {
 		rlsOpts.Rejections = rej
@@ -393,13 +401,13 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	adm := admin.New(adminOptions(c, log, engine, reloader, st, m, s.health))
 	mux := http.NewServeMux()
 	adm.Health(mux)
-	prom := metrics.Handler(m.Registry, engine.Rules, c.ref.referenceMetrics)
+	prom := metrics.Handler(m.Registry, engine.Rules, c.refMetrics)
 	if c.separateMetrics() {
 		mm := http.NewServeMux()
-		mm.Handle("GET "+c.ref.metricsPath, prom)
+		mm.Handle("GET "+c.metricsPath, prom)
 		s.metrics = c.bounds.HTTPServer(mm)
 	} else {
-		mux.Handle("GET "+c.ref.metricsPath, prom)
+		mux.Handle("GET "+c.metricsPath, prom)
 	}
 	adminMux := mux
 	if c.adminAddr != "" {
@@ -409,7 +417,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	if adminServed(c) {
 		adm.Debug(adminMux)
 	}
-	if c.ref.debugAddr != "" {
+	if c.debugAddr != "" {
 		// The reference's debug port has no /debug/config.
 		s.debug = c.bounds.HTTPServer(adm.DebugPort(!c.env.RefMode))
 	}
@@ -516,10 +524,10 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 	if s.metrics != nil {
 		serveHTTP(g, s.metrics, lis.metrics)
 	}
-	if s.c.ref.watchLink != "" {
+	if s.c.watchLink != "" {
 		g.Go(func() error {
 			reload := func() { reloader.Reload() } //nolint:errcheck // Reload logs its own errors
-			if err := config.WatchLink(gctx, s.c.ref.watchLink, reload, s.log); err != nil {
+			if err := config.WatchLink(gctx, s.c.watchLink, reload, s.log); err != nil {
 				s.log.Error("--watch-link watch failed; reload with SIGHUP", zap.Error(err))
 			}
 			return nil

@@ -1,11 +1,10 @@
-// Package envlog is the start log of where the settings came from: the
-// RLS_ variables and envoyproxy/ratelimit's, beside the command line;
-// the reference's settings in use that are not honoured; and RLS_
-// variables that no setting reads.
+// Package envlog is the start log of where the settings came from
+// (refenv.Report): the RLS_ variables and envoyproxy/ratelimit's, beside
+// the command line; the reference's settings in use that are not
+// honoured; and RLS_ variables that no setting reads.
 package envlog
 
 import (
-	"net/url"
 	"sort"
 
 	"go.uber.org/zap"
@@ -14,31 +13,11 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
 )
 
-// Report is what the environment did to the settings.
-type Report struct {
-	// RefMode is set when the program runs as refenv.Name.
-	RefMode bool
-	// From is where each flag set other than on the command line got its
-	// value: "RLS_X", or the reference's variables; Value is its value
-	// as the log shows it (see Value).
-	From, Value map[string]string
-	// PasswordFrom and SentinelPasswordFrom name the reference's
-	// variable the password came from, if it did.
-	PasswordFrom, SentinelPasswordFrom string
-	// Refused lists the reference's settings in use that we do not
-	// honour, each with the reason.
-	Refused []string
-	// UnknownRLS lists RLS_ variables that no setting reads.
-	UnknownRLS []string
-	// RLSHints names, for those near a setting's variable, that variable.
-	RLSHints []string
-}
-
 // Log logs where the settings that differ from their defaults came
 // from, other than the command line, and warns once of the reference's
 // settings in use that are not honoured and once of RLS_ variables that
 // no setting reads.
-func (r *Report) Log(log *zap.Logger) {
+func Log(log *zap.Logger, r *refenv.Report) {
 	if r.RefMode {
 		log.Info("run as " + refenv.Name + ": envoyproxy/ratelimit's defaults apply to settings not set")
 	}
@@ -58,9 +37,8 @@ func (r *Report) Log(log *zap.Logger) {
 }
 
 // sources logs each setting from the environment as
-// {"value": …, "from": …}; a URL's password is redacted, and passwords
-// are named, never shown.
-type sources struct{ r *Report }
+// {"value": …, "from": …}; passwords are named, never shown.
+type sources struct{ r *refenv.Report }
 
 var _ zapcore.ObjectMarshaler = sources{}
 
@@ -90,16 +68,4 @@ func (e sources) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 		enc.AddString("redis sentinel password", "from "+r.SentinelPasswordFrom)
 	}
 	return nil
-}
-
-// Value is a flag's value for the log: a URL's password redacted.
-func Value(name, v string) string {
-	if name != "redis-url" {
-		return v
-	}
-	u, err := url.Parse(v)
-	if err != nil {
-		return "(not shown: not a URL)"
-	}
-	return u.Redacted()
 }
