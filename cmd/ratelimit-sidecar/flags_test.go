@@ -121,12 +121,8 @@ func TestFlagsInvalid(t *testing.T) {
 		{[]string{"--rlqs-idle-after", "0s"}, nil, "--rlqs-idle-after: want more than 0, got 0s"},
 		{[]string{"--rlqs-margin", "1ms"}, nil, "--rlqs-margin: want 10ms to 1m, got 1ms"},
 		{[]string{"--rlqs-max-buckets", "0"}, nil, "--rlqs-max-buckets: want 1 or more, got 0"},
-		// The rejection log.
+		// The rejection log (the rest: internal/rejectlog).
 		{[]string{"--log-rejections", "warn"}, nil, "--log-rejections: want off, debug or info"},
-		{[]string{"--log-rejections-rate", "0"}, nil, "--log-rejections-rate: want lines per second above 0"},
-		{[]string{"--log-rejections-rate", "NaN"}, nil, "--log-rejections-rate: want lines per second above 0"},
-		{[]string{"--log-rejections-rate", "1e7"}, nil, "at most 1000000"},
-		{[]string{"--log-rejections-values", "clear"}, nil, `--log-rejections-values: want hash or plain, got "clear"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(append(tt.give, tt.env...), " "), func(t *testing.T) {

@@ -379,7 +379,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	s.grpc = grpc.NewServer(append(opts, c.bounds.grpcOptions(sb, grace, bounds.IDBounds{Entries: c.request.MaxEntries, EntryBytes: c.request.MaxValueBytes})...)...)
 	rlsOpts := envoy.Options{Headers: c.responseHeaders,
 		Shadow: c.ref.shadowMode, HeaderNames: c.ref.names, DynamicMetadata: c.ref.dynamicMetadata}
-	rej := newRejectionLog(log, c.rejections, st.name, time.Now)
+	rej := c.rejections.New(log, st.name, time.Now)
 	if rej != nil {
 		rlsOpts.Rejections = rej
 	}
@@ -451,7 +451,7 @@ func adminOptions(c *settings, log *zap.Logger, engine *limits.Engine, rules rul
 	if !adminServed(c) {
 		return o
 	}
-	values, _ := rejectlog.ParseValues(c.rejections.values) // checked with the flags
+	values, _ := rejectlog.ParseValues(c.rejections.Values) // checked with the flags
 	o.Counters = admin.CountersOptions{
 		Rules: engine.Rules, Validate: engine.Validate,
 		StoreName: st.name, AllowReset: c.counterReset, Log: log, Values: values,
