@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/envlog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
@@ -58,6 +59,9 @@ type settings struct {
 	bounds serverBounds
 
 	tls tlsSettings // --grpc-tls-*: see tls.go
+
+	// health holds --health-requires-*; newHealth sets the rest.
+	health admin.HealthOptions
 
 	rejections   rejectlog.Settings // --log-rejections*
 	counterReset bool               // --admin-counter-reset

@@ -125,7 +125,7 @@ func TestRefEnvMapping(t *testing.T) {
 			func(c *settings) any { return []any{c.responseHeaders, c.ref.names} },
 			[]any{envoy.HeadersDraft03, envoy.HeaderNames{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "X-Reset"}}},
 		{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", map[string]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"},
-			func(c *settings) any { return c.ref.healthRequiresRules }, true},
+			func(c *settings) any { return c.health.RequireRules }, true},
 		{"USE_PROMETHEUS", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_PATH": "/stats/prometheus"},
 			func(c *settings) any { return []any{c.ref.metricsAddr, c.ref.metricsPath, c.ref.referenceMetrics} }, []any{":19001", "/stats/prometheus", true}},
 		{"PROMETHEUS_* without USE_PROMETHEUS", map[string]string{"PROMETHEUS_ADDR": ":19001"},
@@ -168,7 +168,7 @@ func TestRefModeDefaults(t *testing.T) {
 	see := func(c *settings) view {
 		return view{c.httpAddr, c.grpcAddr, c.ref.debugAddr, c.configPath, c.ref.watchLink, c.redis.URL,
 			c.redis.PoolSize, c.denyCacheEntries, c.request.MaxDescriptors, c.request.MaxEntries, c.bounds.maxConnAge, c.ref.connGrace, c.redis.Timeout, c.logLevel, c.redis.KeyPrefix,
-			c.failureMode.String(), c.bounds.grpcMaxConns, c.ref.healthRequiresRedisConfig}
+			c.failureMode.String(), c.bounds.grpcMaxConns, c.health.RequireStoreConfig}
 	}
 	ref := view{
 		HTTP: "0.0.0.0:8080", GRPC: "0.0.0.0:8081", Debug: "0.0.0.0:6070",

@@ -22,23 +22,18 @@ const refHealthName = "ratelimit"
 
 // refSettings are the flags of what the reference's deployments rely on.
 type refSettings struct {
-	debugAddr           string
-	grpcUDS             string
-	connGrace           time.Duration
-	metricsAddr         string
-	metricsPath         string
-	referenceMetrics    bool
-	watchLink           string
-	healthRequiresRules bool
-	shadowMode          bool
-	quotaMode           bool
-	dynamicMetadata     bool
-	headerNames         string
-	names               envoy.HeaderNames // headerNames, parsed
-
-	// healthRequiresRedisConfig: health is NOT_SERVING while Redis
-	// refuses the configuration (health.go).
-	healthRequiresRedisConfig bool
+	debugAddr        string
+	grpcUDS          string
+	connGrace        time.Duration
+	metricsAddr      string
+	metricsPath      string
+	referenceMetrics bool
+	watchLink        string
+	shadowMode       bool
+	quotaMode        bool
+	dynamicMetadata  bool
+	headerNames      string
+	names            envoy.HeaderNames // headerNames, parsed
 
 	// onListen, if set, is called with the debug and metrics listeners'
 	// addresses ("" for none) once the servers are about to serve. Tests
@@ -58,8 +53,8 @@ func (c *settings) defineRef(fs *flag.FlagSet) {
 	fs.StringVar(&r.metricsPath, "metrics-path", "/metrics", "path of the Prometheus metrics")
 	fs.BoolVar(&r.referenceMetrics, "reference-metrics", false, "serve envoyproxy/ratelimit's metric names too (ratelimit_service_*, as its default Prometheus mapping names them), derived from ours at each scrape")
 	fs.StringVar(&r.watchLink, "watch-link", "", "a symbolic link at or above --config whose replacement reloads the rules, as envoyproxy/ratelimit's RUNTIME_ROOT with RUNTIME_WATCH_ROOT")
-	fs.BoolVar(&r.healthRequiresRules, "health-requires-rules", false, "report gRPC health, /healthcheck and /readyz as not serving while no rule is loaded")
-	fs.BoolVar(&r.healthRequiresRedisConfig, "health-requires-redis-config", false, "report gRPC health and /healthcheck as not serving while Redis refuses the sidecar's configuration (password, ACL or TLS), as /readyz does; on by default run as ratelimit, whose requests then all fail")
+	fs.BoolVar(&c.health.RequireRules, "health-requires-rules", false, "report gRPC health, /healthcheck and /readyz as not serving while no rule is loaded")
+	fs.BoolVar(&c.health.RequireStoreConfig, "health-requires-redis-config", false, "report gRPC health and /healthcheck as not serving while Redis refuses the sidecar's configuration (password, ACL or TLS), as /readyz does; on by default run as ratelimit, whose requests then all fail")
 	fs.BoolVar(&r.shadowMode, "shadow-mode", false, "answer OK to every request whatever its limits say (descriptor statuses and metrics still say OVER_LIMIT), as envoyproxy/ratelimit's SHADOW_MODE")
 	fs.BoolVar(&r.quotaMode, "quota-mode", false, "count every descriptor as a quota_mode one, which rejects a request only when every quota_mode descriptor of it is over, as envoyproxy/ratelimit's QUOTA_MODE")
 	fs.BoolVar(&r.dynamicMetadata, "response-dynamic-metadata", false, "add the request's domain, descriptors and hits, and the metadata of the rules of the descriptors that passed, to each response's dynamic_metadata, as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA")

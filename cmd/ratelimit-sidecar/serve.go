@@ -198,7 +198,7 @@ func loadFirstRules(c *settings, opts config.Options, log *zap.Logger) (*limits.
 	// meant: the sidecar says it is not serving until rules arrive. A
 	// reload to no rules is still refused.
 	startOpts := opts
-	startOpts.AllowEmpty = opts.AllowEmpty || c.ref.healthRequiresRules
+	startOpts.AllowEmpty = opts.AllowEmpty || c.health.RequireRules
 	rs, err := startRules(c, startOpts)
 	if errors.Is(err, config.ErrNoRules) {
 		return nil, &rulesError{problems: []error{err}, hint: "; set --allow-empty-rules to start without rules"}
@@ -391,7 +391,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	if registerRLQS(s.grpc, c, engine, st, m, tr, log) {
 		names = append(slices.Clip(healthNames), rlqs.ServiceName)
 	}
-	s.health = newHealth(ctx, c, engine.Rules, reloader, st, names)
+	s.health = newHealth(ctx, c.health, engine.Rules, reloader, st, names)
 	s.health.Register(s.grpc)
 	reflection.Register(s.grpc)
 	sb.Streaming = grpcbound.StreamingMethods(s.grpc)
