@@ -49,9 +49,9 @@ func (c *settings) setFlagless(a *refApplied) error {
 	fs.DurationVar(&c.xds.backoff.max, refenv.XDSBackoffMax, xds.DefaultBackoffMax, "")
 	fs.Float64Var(&c.xds.backoff.jitter, refenv.XDSBackoffJitter, xds.DefaultBackoffJitter, "")
 	fs.IntVar(&c.xds.maxMessageBytes, refenv.XDSMaxMessageBytes, 0, "")
-	fs.StringVar(&c.tracing.serviceName, refenv.TracingServiceName, "", "")
-	fs.StringVar(&c.tracing.serviceNamespace, refenv.TracingServiceNamespace, "", "")
-	fs.StringVar(&c.tracing.serviceInstanceID, refenv.TracingServiceInstanceID, "", "")
+	fs.StringVar(&c.tracing.ServiceName, refenv.TracingServiceName, "", "")
+	fs.StringVar(&c.tracing.ServiceNamespace, refenv.TracingServiceNamespace, "", "")
+	fs.StringVar(&c.tracing.ServiceInstanceID, refenv.TracingServiceInstanceID, "", "")
 	for _, name := range slices.Sorted(maps.Keys(a.Settings)) {
 		if err := fs.Set(name, a.Settings[name]); err != nil {
 			return fmt.Errorf("%s: %w", a.ByFlag[name], err)

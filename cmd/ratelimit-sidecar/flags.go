@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/tracing"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
@@ -73,7 +74,7 @@ type settings struct {
 	ref refSettings   // what envoyproxy/ratelimit's deployments rely on: reference.go
 	env envlog.Report // where the settings came from: environ.go
 
-	tracing tracingSettings // --tracing*: see tracing.go
+	tracing tracing.Options // --tracing*, and the reference's TRACING_SERVICE_*
 	push    pushSettings    // --statsd-*, --otlp-metrics*: see push.go
 
 	rlqsBucketTTL  time.Duration // --rlqs-bucket-ttl
@@ -149,7 +150,7 @@ func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool
 // flag takes from a field rather than a literal (the request's bounds)
 // set, so that parsing and help show the same ones.
 func newSettings() *settings {
-	return &settings{request: limits.DefaultRequestLimits}
+	return &settings{request: limits.DefaultRequestLimits, tracing: tracing.Options{ServiceVersion: version}}
 }
 
 // define defines every flag on fs, writing into c. It returns where
@@ -247,7 +248,10 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.xds.overlay, "xds-overlay", "", "YAML file that gives pushed rules our algorithms, windows, bursts, leases, extra limits and failure modes, matched by domain and descriptor path or limit name; reread when it changes (see docs/xds.md)")
 	fs.Var(&c.xds.sources, "xds-source", "one more xDS server to take rules from, beside --xds-server or the rule files: name=NAME,server=HOST:PORT,node-id=ID[,force-start=true,tls-ca=FILE,tls-cert=FILE,tls-key=FILE,tls-server-name=NAME]; repeat it, or separate several with ';'. A domain belongs to the first source that holds it; another's rules for it are refused (see docs/xds.md#several-rule-sources)")
 	fs.BoolVar(&c.xds.forceStart, "force-start-without-rules", false, "with --config-type xds or --xds-source, be ready before the first push, with no rules until it arrives (envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, health and /readyz report not serving until the first good push")
-	c.tracing.define(fs)
+	fs.BoolVar(&c.tracing.Enabled, "tracing", false, "send an OpenTelemetry span of each ShouldRateLimit call, and of its Redis round trip, to an OTLP receiver (docs/tracing.md)")
+	fs.StringVar(&c.tracing.Protocol, "tracing-protocol", "", "OTLP `protocol`: grpc or http (protobuf bodies); default: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL, else http")
+	fs.StringVar(&c.tracing.Endpoint, "tracing-endpoint", "", "OTLP receiver `URL`, http:// or https://, such as http://otel-collector:4318 (http adds /v1/traces to a URL without a path); empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else localhost")
+	fs.Float64Var(&c.tracing.SamplingRate, "tracing-sampling-rate", 1, "share of calls traced, from 0 to 1, among those whose caller sent no trace context; a call whose caller did is traced exactly when the caller's trace is sampled")
 	c.push.define(fs)
 	c.defineRef(fs)
 	return &failure
@@ -262,7 +266,7 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 		c.bounds.check,
 		c.tls.check,
 		c.xds.finish,
-		func() error { return c.tracing.check(getenv) },
+		func() error { return c.tracing.Check(getenv) },
 		func() error { return c.push.check(getenv) },
 		c.checkRequestLimits,
 		c.checkRLQS,

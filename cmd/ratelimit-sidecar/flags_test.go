@@ -97,12 +97,8 @@ func TestFlagsInvalid(t *testing.T) {
 		{append([]string{"--grpc-tls-min-version", "1.1"}, tlsPair...), nil, `--grpc-tls-min-version: want 1.2 or 1.3, got "1.1"`},
 		{append([]string{"--grpc-tls-handshake-rate", "-1"}, tlsPair...), nil, "--grpc-tls-handshake-rate: want 0 (no limit) or more, got -1"},
 		{append([]string{"--grpc-tls-handshake-rate", "NaN"}, tlsPair...), nil, "--grpc-tls-handshake-rate: want 0 (no limit) or more, got NaN"},
-		// Tracing.
-		{[]string{"--tracing", "--tracing-protocol", "thrift"}, nil, `--tracing-protocol: want grpc or http, got "thrift"`},
+		// Tracing (the rest: internal/tracing).
 		{[]string{"--tracing"}, []string{"OTEL_EXPORTER_OTLP_PROTOCOL=http/json"}, `OTEL_EXPORTER_OTLP_PROTOCOL: want grpc or http/protobuf, got "http/json"`},
-		{[]string{"--tracing", "--tracing-sampling-rate", "1.5"}, nil, "--tracing-sampling-rate: want a number from 0 to 1, got 1.5"},
-		{[]string{"--tracing", "--tracing-sampling-rate", "NaN"}, nil, "--tracing-sampling-rate: want a number from 0 to 1, got NaN"},
-		{[]string{"--tracing", "--tracing-endpoint", "collector:4317"}, nil, `--tracing-endpoint: want an http:// or https:// URL, got "collector:4317"`},
 		// Requests, the memory store, the decision's numbers, Redis.
 		{[]string{"--max-descriptors", "0"}, nil, "--max-descriptors: want 1 or more, got 0"},
 		{[]string{"--max-entries", "-1"}, nil, "--max-entries: want 1 or more, got -1"},

@@ -467,5 +467,5 @@ func TestLogEnvSources(t *testing.T) {
 // tracingView is the tracing settings, in order.
 func tracingView(c *settings) []any {
 	t := c.tracing
-	return []any{t.enabled, t.protocol, t.serviceName, t.serviceNamespace, t.serviceInstanceID, t.samplingRate}
+	return []any{t.Enabled, t.Protocol, t.ServiceName, t.ServiceNamespace, t.ServiceInstanceID, t.SamplingRate}
 }

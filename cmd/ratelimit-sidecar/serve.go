@@ -29,6 +29,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/tracing"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
@@ -66,11 +67,11 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	build := buildInfo()
 	m := metrics.New(metrics.Build{Version: build.Version, Revision: build.Revision}, c.nearLimitRatio, c.metricMaxValues)
 	m.Loaded(rs.Checksum, time.Now())
-	tr, err := startTracing(ctx, c, log)
+	tr, err := tracing.Start(ctx, c.tracing, log)
 	if err != nil {
 		return err
 	}
-	defer tr.shutdown(c.shutdownTimeout) // on a startup error; else below
+	defer tr.Stop(c.shutdownTimeout) // on a startup error; else below
 
 	st, err := openStore(ctx, c, log, m)
 	if err != nil {
@@ -122,7 +123,7 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	st.releaseLeases(ctx, time.Second, log)
 	// The calls have ended, and their spans with them: send what is
 	// queued before the store closes.
-	tr.shutdown(c.shutdownTimeout)
+	tr.Stop(c.shutdownTimeout)
 	// The last stats, counted until the servers stopped.
 	push.stop(c.shutdownTimeout)
 	return err
@@ -353,7 +354,7 @@ type servers struct {
 // newServers builds the servers. ctx is serve's: once it ends, /readyz
 // says the sidecar is shutting down. certs is nil unless gRPC is served
 // over TLS, and tr without --tracing.
-func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics, certs *grpcTLS, tr *sidecarTracing) *servers {
+func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics, certs *grpcTLS, tr *tracing.Provider) *servers {
 	s := &servers{c: c, log: log, certs: certs, follow: st.follow}
 	stopping, stopStreams := context.WithCancel(context.Background())
 	s.stopStreams = stopStreams
@@ -384,7 +385,9 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 		rlsOpts.Rejections = rej
 	}
 	m.RejectionLog(rej.Suppressed)
-	rlsOpts.Tracing = tr.rls(st.name)
+	if tr != nil {
+		rlsOpts.Tracing = &envoy.Tracing{Tracer: tr.Tracer("github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"), Propagator: tr.Propagator(), Store: st.name}
+	}
 	rls := envoy.NewServer(engine, log, rlsOpts)
 	rls.Register(s.grpc)
 	names := healthNames
