@@ -12,8 +12,10 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/envlog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/otlpmetrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/statsd"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/tracing"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
@@ -74,8 +76,9 @@ type settings struct {
 	ref refSettings   // what envoyproxy/ratelimit's deployments rely on: reference.go
 	env envlog.Report // where the settings came from: environ.go
 
-	tracing tracing.Options // --tracing*, and the reference's TRACING_SERVICE_*
-	push    pushSettings    // --statsd-*, --otlp-metrics*: see push.go
+	tracing tracing.Options     // --tracing*, and the reference's TRACING_SERVICE_*
+	statsd  statsd.Settings     // --statsd-*
+	otlp    otlpmetrics.Options // --otlp-metrics*
 
 	rlqsBucketTTL  time.Duration // --rlqs-bucket-ttl
 	rlqsIdleAfter  time.Duration // --rlqs-idle-after
@@ -150,7 +153,8 @@ func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool
 // flag takes from a field rather than a literal (the request's bounds)
 // set, so that parsing and help show the same ones.
 func newSettings() *settings {
-	return &settings{request: limits.DefaultRequestLimits, tracing: tracing.Options{ServiceVersion: version}}
+	return &settings{request: limits.DefaultRequestLimits, tracing: tracing.Options{ServiceVersion: version},
+		otlp: otlpmetrics.Options{ServiceVersion: version}}
 }
 
 // define defines every flag on fs, writing into c. It returns where
@@ -252,7 +256,19 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.tracing.Protocol, "tracing-protocol", "", "OTLP `protocol`: grpc or http (protobuf bodies); default: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL, else http")
 	fs.StringVar(&c.tracing.Endpoint, "tracing-endpoint", "", "OTLP receiver `URL`, http:// or https://, such as http://otel-collector:4318 (http adds /v1/traces to a URL without a path); empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else localhost")
 	fs.Float64Var(&c.tracing.SamplingRate, "tracing-sampling-rate", 1, "share of calls traced, from 0 to 1, among those whose caller sent no trace context; a call whose caller did is traced exactly when the caller's trace is sampled")
-	c.push.define(fs)
+	fs.StringVar(&c.statsd.Addr, "statsd-addr", "", "`host:port` of a statsd or DogStatsD receiver (statsd_exporter, a Datadog agent), or with --statsd-protocol unixgram a socket's path, to push envoyproxy/ratelimit's stats to, under its names (docs/metrics.md); empty: none. Prometheus metrics are served either way")
+	fs.StringVar(&c.statsd.Protocol, "statsd-protocol", "udp", "udp, tcp (envoyproxy/ratelimit's statsd client's) or unixgram (a Datadog agent's socket)")
+	fs.StringVar(&c.statsd.Format, "statsd-format", "statsd", "statsd (tags in the name, as .__key=value) or dogstatsd (tags as |#key:value)")
+	fs.StringVar(&c.statsd.Tags, "statsd-tags", "", "tags of every stat pushed: key=value,key=value (envoyproxy/ratelimit's EXTRA_TAGS)")
+	fs.StringVar(&c.statsd.Mogrifiers, "statsd-mogrifiers", "", `with --statsd-format dogstatsd, a JSON list of renamings, the first that matches a stat's name applying: [{"pattern":"^ratelimit\\.service\\.rate_limit\\.([^.]+)\\.(.*)\\.([^.]+)$","name":"ratelimit.service.rate_limit.$3","tags":{"domain":"$1","descriptor":"$2"}}] (envoyproxy/ratelimit's DOG_STATSD_MOGRIFIER_*)`)
+	fs.DurationVar(&c.statsd.Interval, "statsd-flush-interval", 10*time.Second, "how often stats are pushed to --statsd-addr")
+	fs.BoolVar(&c.otlp.Enabled, "otlp-metrics", false, "push our Prometheus metrics, names and labels as they are, over OTLP through the OpenTelemetry SDK (docs/metrics.md)")
+	fs.StringVar(&c.otlp.Protocol, "otlp-metrics-protocol", "", "OTLP `protocol`: grpc or http (protobuf bodies); default: OTEL_EXPORTER_OTLP_METRICS_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL, else http")
+	fs.StringVar(&c.otlp.Endpoint, "otlp-metrics-endpoint", "", "OTLP receiver `URL`: http:// (plaintext) or https://, such as http://otel-collector:4318 (http adds /v1/metrics to a URL without a path); empty: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else localhost")
+	fs.DurationVar(&c.otlp.Interval, "otlp-metrics-interval", 0, "time between OTLP exports (0: OTEL_METRIC_EXPORT_INTERVAL, else 60s)")
+	fs.StringVar(&c.otlp.TLSCA, "otlp-metrics-tls-ca", "", "PEM file of CAs for the OTLP receiver's certificate (default: system roots); needs an https:// endpoint")
+	fs.StringVar(&c.otlp.TLSCert, "otlp-metrics-tls-cert", "", "PEM client certificate for the OTLP receiver (mutual TLS)")
+	fs.StringVar(&c.otlp.TLSKey, "otlp-metrics-tls-key", "", "PEM key of --otlp-metrics-tls-cert")
 	c.defineRef(fs)
 	return &failure
 }
@@ -267,7 +283,8 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 		c.tls.check,
 		c.xds.finish,
 		func() error { return c.tracing.Check(getenv) },
-		func() error { return c.push.check(getenv) },
+		func() error { return c.otlp.Check(getenv) },
+		func() error { return c.statsd.Check(getenv) },
 		c.checkRequestLimits,
 		c.checkRLQS,
 		c.checkRedis,

@@ -16,7 +16,6 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/statsd"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
 )
@@ -393,9 +392,9 @@ func TestRefEnvRefused(t *testing.T) {
 	if len(c.env.Refused) != 0 {
 		t.Errorf("run as ratelimit with nothing set, refused %q", c.env.Refused)
 	}
-	if c.push.statsdAddr != "localhost:8125" || c.push.statsdProtocol != "tcp" || c.push.format != statsd.Statsd {
+	if c.statsd.Addr != "localhost:8125" || c.statsd.Protocol != "tcp" || c.statsd.Format != "statsd" {
 		t.Errorf("run as ratelimit with nothing set: --statsd-addr=%q --statsd-protocol=%s --statsd-format=%s, want localhost:8125, tcp, statsd",
-			c.push.statsdAddr, c.push.statsdProtocol, c.push.statsdFormat)
+			c.statsd.Addr, c.statsd.Protocol, c.statsd.Format)
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/grpcbound"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/otlpmetrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/tracing"
@@ -79,11 +80,16 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	}
 	defer st.closeLogged(log)
 	engine := newEngine(rs, st, c, m)
-	push, err := startPush(ctx, c, log, m, engine.Rules)
+	otlp, err := otlpmetrics.Start(ctx, c.otlp, m.Registry, m.PushErrors("otlp"), log)
 	if err != nil {
 		return err
 	}
-	defer push.stop(c.shutdownTimeout) // on a startup error; else below
+	defer otlp.Stop(c.shutdownTimeout) // on a startup error; else below
+	sd, err := c.statsd.Start(metrics.NewReference(m.Registry, engine.Rules), m.PushErrors("statsd"), log)
+	if err != nil {
+		return err
+	}
+	defer sd.Stop() // on a startup error; else below
 
 	var srv *servers // set before anything reloads: rules load from run on
 	// onRules follows every reload and xDS push.
@@ -125,7 +131,8 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	// queued before the store closes.
 	tr.Stop(c.shutdownTimeout)
 	// The last stats, counted until the servers stopped.
-	push.stop(c.shutdownTimeout)
+	sd.Stop()
+	otlp.Stop(c.shutdownTimeout)
 	return err
 }
 
