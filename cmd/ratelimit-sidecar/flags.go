@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/envlog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/grpctls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/otlpmetrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
@@ -61,7 +62,7 @@ type settings struct {
 
 	bounds serverBounds
 
-	tls tlsSettings // --grpc-tls-*: see tls.go
+	tls grpctls.Options // --grpc-tls-*
 
 	// health holds --health-requires-*; newHealth sets the rest.
 	health admin.HealthOptions
@@ -200,13 +201,13 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.DurationVar(&c.bounds.maxConnAge, "grpc-max-connection-age", 30*time.Minute, "close a gRPC connection after about this long (0: never), with a GOAWAY first and --shutdown-timeout for its calls in flight to finish")
 	fs.DurationVar(&c.bounds.idleTimeout, "idle-timeout", time.Minute, "close a gRPC connection with no call in flight, or an HTTP connection with no request, after this long")
 
-	// TLS on the gRPC listener: see tls.go.
-	fs.StringVar(&c.tls.cert, "grpc-tls-cert", "", "PEM certificate (chain) of the gRPC listener; with --grpc-tls-key, gRPC is served over TLS only. Read again when it changes")
-	fs.StringVar(&c.tls.key, "grpc-tls-key", "", "PEM private key of --grpc-tls-cert")
-	fs.StringVar(&c.tls.clientCA, "grpc-tls-client-ca", "", "PEM CAs of client certificates: clients must present a certificate one of them signed (mutual TLS). Read again when it changes")
-	fs.StringVar(&c.tls.clientSAN, "grpc-tls-client-san", "", "a name the client certificate must hold: a DNS name or IP address, matched as a server's name is, or a URI (spiffe://...) exactly; needs --grpc-tls-client-ca")
-	fs.StringVar(&c.tls.minVersion, "grpc-tls-min-version", "1.2", "least TLS version of the gRPC listener: 1.2 or 1.3")
-	fs.Float64Var(&c.tls.handshakeRate, "grpc-tls-handshake-rate", 500, "most TLS handshakes the gRPC listener starts a second, in bursts of as many (0: no limit); one that would wait past --grpc-request-timeout for its turn fails")
+	// TLS on the gRPC listener: see internal/grpctls.
+	fs.StringVar(&c.tls.CertFile, "grpc-tls-cert", "", "PEM certificate (chain) of the gRPC listener; with --grpc-tls-key, gRPC is served over TLS only. Read again when it changes")
+	fs.StringVar(&c.tls.KeyFile, "grpc-tls-key", "", "PEM private key of --grpc-tls-cert")
+	fs.StringVar(&c.tls.ClientCAFile, "grpc-tls-client-ca", "", "PEM CAs of client certificates: clients must present a certificate one of them signed (mutual TLS). Read again when it changes")
+	fs.StringVar(&c.tls.ClientSAN, "grpc-tls-client-san", "", "a name the client certificate must hold: a DNS name or IP address, matched as a server's name is, or a URI (spiffe://...) exactly; needs --grpc-tls-client-ca")
+	fs.StringVar(&c.tls.MinVersion, "grpc-tls-min-version", "1.2", "least TLS version of the gRPC listener: 1.2 or 1.3")
+	fs.Float64Var(&c.tls.HandshakeRate, "grpc-tls-handshake-rate", 500, "most TLS handshakes the gRPC listener starts a second, in bursts of as many (0: no limit); one that would wait past --grpc-request-timeout for its turn fails")
 
 	failure := "local"
 	fs.StringVar(&failure, "failure-mode", failure, "what requests get while Redis cannot decide: open, closed, local or error; rule files may override it per domain")
@@ -280,7 +281,7 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 		func() error { return c.finishRedisAddrs(getenv) },
 		func() error { return c.finishMemory(getenv) },
 		c.bounds.check,
-		c.tls.check,
+		c.tls.Check,
 		c.xds.finish,
 		func() error { return c.tracing.Check(getenv) },
 		func() error { return c.otlp.Check(getenv) },

@@ -26,6 +26,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/grpcbound"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/grpctls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/otlpmetrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
@@ -105,7 +106,7 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 		return err
 	}
 
-	certs, err := openTLS(c, log, m)
+	certs, err := grpctls.Open(c.tls, tlsHandshakeSlots(), c.bounds.requestTimeout, log, m)
 	if err != nil {
 		return err
 	}
@@ -339,10 +340,10 @@ type servers struct {
 	c      *settings
 	log    *zap.Logger
 	grpc   *grpc.Server
-	health *admin.Health // what gRPC health and the probes say (health.go)
-	http   *http.Server  // health probes and metrics
-	admin  *http.Server  // nil: the admin endpoints are on http
-	certs  *grpcTLS      // nil: gRPC is plaintext
+	health *admin.Health   // what gRPC health and the probes say (health.go)
+	http   *http.Server    // health probes and metrics
+	admin  *http.Server    // nil: the admin endpoints are on http
+	certs  *grpctls.Server // nil: gRPC is plaintext
 	msgs   *bounds.Messages
 
 	// stopStreams ends the streaming RPCs (health Watch, reflection),
@@ -361,7 +362,7 @@ type servers struct {
 // newServers builds the servers. ctx is serve's: once it ends, /readyz
 // says the sidecar is shutting down. certs is nil unless gRPC is served
 // over TLS, and tr without --tracing.
-func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics, certs *grpcTLS, tr *tracing.Provider) *servers {
+func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics, certs *grpctls.Server, tr *tracing.Provider) *servers {
 	s := &servers{c: c, log: log, certs: certs, follow: st.follow}
 	stopping, stopStreams := context.WithCancel(context.Background())
 	s.stopStreams = stopStreams
@@ -379,7 +380,7 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	// Every connection's messages are bounded after its handshakes
 	// (bounds.go).
 	msgs := newMessageBounds()
-	opts = append(opts, grpc.Creds(msgs.Creds(certs.creds())))
+	opts = append(opts, grpc.Creds(msgs.Creds(certs.Creds())))
 	grace := c.shutdownTimeout
 	if c.ref.connGrace > 0 {
 		grace = c.ref.connGrace
@@ -500,7 +501,7 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 		return nil
 	})
 	g.Go(func() error {
-		s.certs.watch(gctx)
+		s.certs.Watch(gctx)
 		return nil
 	})
 	if follow := s.follow; follow != nil {
@@ -517,7 +518,7 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 			case <-hup:
 				s.log.Info("SIGHUP: reloading config")
 				reloader.Reload() //nolint:errcheck // Reload logs its own errors
-				s.certs.reload()
+				s.certs.Reload()
 			}
 		}
 	})
