@@ -93,21 +93,29 @@ func TestRefEnvMapping(t *testing.T) {
 			func(c *settings) any { return c.redis.TLS }, redis.TLSOptions{}},
 		{"GRPC_SERVER_USE_TLS and its files", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/certs/tls.crt",
 			"GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_CLIENT_TLS_CACERT": "/certs/ca.crt", "GRPC_CLIENT_TLS_SAN": "envoy.edge.svc"},
-			func(c *settings) any { return []string{c.tls.CertFile, c.tls.KeyFile, c.tls.ClientCAFile, c.tls.ClientSAN} },
+			func(c *settings) any {
+				return []string{c.tls.CertFile, c.tls.KeyFile, c.tls.ClientCAFile, c.tls.ClientSAN}
+			},
 			[]string{"/certs/tls.crt", "/certs/tls.key", "/certs/ca.crt", "envoy.edge.svc"}},
 		{"GRPC_SERVER_USE_TLS as Envoy Gateway sets it", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/certs/tls.crt",
 			"GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt"},
-			func(c *settings) any { return []string{c.tls.CertFile, c.tls.KeyFile, c.tls.ClientCAFile, c.tls.ClientSAN} },
+			func(c *settings) any {
+				return []string{c.tls.CertFile, c.tls.KeyFile, c.tls.ClientCAFile, c.tls.ClientSAN}
+			},
 			[]string{"/certs/tls.crt", "/certs/tls.key", "", ""}},
 		// The reference checks the SAN only on client certificates, which
 		// it asks for only with a client CA.
 		{"GRPC_CLIENT_TLS_SAN without a client CA", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/certs/tls.crt",
 			"GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_CLIENT_TLS_SAN": "envoy.edge.svc"},
-			func(c *settings) any { return []string{c.tls.CertFile, c.tls.KeyFile, c.tls.ClientCAFile, c.tls.ClientSAN} },
+			func(c *settings) any {
+				return []string{c.tls.CertFile, c.tls.KeyFile, c.tls.ClientCAFile, c.tls.ClientSAN}
+			},
 			[]string{"/certs/tls.crt", "/certs/tls.key", "", ""}},
 		{"GRPC_SERVER_USE_TLS off leaves its files unused", map[string]string{"GRPC_SERVER_TLS_CERT": "/certs/tls.crt",
 			"GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_CLIENT_TLS_CACERT": "/certs/ca.crt"},
-			func(c *settings) any { return []string{c.tls.CertFile, c.tls.KeyFile, c.tls.ClientCAFile, c.tls.ClientSAN} },
+			func(c *settings) any {
+				return []string{c.tls.CertFile, c.tls.KeyFile, c.tls.ClientCAFile, c.tls.ClientSAN}
+			},
 			[]string{"", "", "", ""}},
 		{"REDIS_POOL_SIZE", map[string]string{"REDIS_POOL_SIZE": "20"}, func(c *settings) any { return c.redis.PoolSize }, 20},
 		{"REDIS_TIMEOUT", map[string]string{"REDIS_TIMEOUT": "50ms"}, func(c *settings) any { return c.redis.Timeout }, 50 * time.Millisecond},
