@@ -88,15 +88,8 @@ func TestFlagsInvalid(t *testing.T) {
 		{[]string{"--memory-limit", "99999999TiB"}, nil, "--memory-limit"},
 		{[]string{"--memory-limit", "1"}, nil, "--memory-limit: want 0 (none) or 16MiB or more"},
 		{[]string{"--memory-limit", "15MiB"}, nil, "--memory-limit: want 0 (none) or 16MiB or more"},
-		// TLS.
-		{[]string{"--grpc-tls-cert", "tls.crt"}, nil, "--grpc-tls-cert and --grpc-tls-key: set both or neither"},
-		{[]string{"--grpc-tls-key", "tls.key"}, nil, "--grpc-tls-cert and --grpc-tls-key: set both or neither"},
-		{[]string{"--grpc-tls-client-ca", "ca.crt"}, nil, "--grpc-tls-client-ca: needs --grpc-tls-cert and --grpc-tls-key"},
-		{[]string{"--grpc-tls-client-san", "envoy"}, nil, "--grpc-tls-client-san: needs --grpc-tls-client-ca"},
-		{append([]string{"--grpc-tls-client-san", "envoy"}, tlsPair...), nil, "--grpc-tls-client-san: needs --grpc-tls-client-ca"},
+		// TLS (the rest: internal/grpctls).
 		{append([]string{"--grpc-tls-min-version", "1.1"}, tlsPair...), nil, `--grpc-tls-min-version: want 1.2 or 1.3, got "1.1"`},
-		{append([]string{"--grpc-tls-handshake-rate", "-1"}, tlsPair...), nil, "--grpc-tls-handshake-rate: want 0 (no limit) or more, got -1"},
-		{append([]string{"--grpc-tls-handshake-rate", "NaN"}, tlsPair...), nil, "--grpc-tls-handshake-rate: want 0 (no limit) or more, got NaN"},
 		// Tracing (the rest: internal/tracing).
 		{[]string{"--tracing"}, []string{"OTEL_EXPORTER_OTLP_PROTOCOL=http/json"}, `OTEL_EXPORTER_OTLP_PROTOCOL: want grpc or http/protobuf, got "http/json"`},
 		// Requests, the memory store, the decision's numbers, Redis.
