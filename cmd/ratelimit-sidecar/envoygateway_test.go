@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certtest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/grpctls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xdstest"
 )
@@ -274,14 +275,14 @@ func TestEnvoyGatewayCACertUnread(t *testing.T) {
 	delete(without, "GRPC_SERVER_TLS_CA_CERT")
 	a := mustParseEnv(t, "/bin/ratelimit", without)
 	b := mustParseEnv(t, "/bin/ratelimit", egEnv)
-	if diff := cmp.Diff(a.tls, b.tls, cmp.AllowUnexported(tlsSettings{})); diff != "" {
+	if diff := cmp.Diff(a.tls, b.tls, cmp.AllowUnexported(grpctls.Options{})); diff != "" {
 		t.Errorf("TLS settings differ (-without +with):\n%s", diff)
 	}
 	if diff := cmp.Diff(a.env, b.env); diff != "" {
 		t.Errorf("settings differ (-without +with):\n%s", diff)
 	}
-	if !b.tls.on() || b.tls.clientCA != "" {
-		t.Errorf("TLS on %v, client CA %q; want TLS without client certificates", b.tls.on(), b.tls.clientCA)
+	if !b.tls.On() || b.tls.ClientCAFile != "" {
+		t.Errorf("TLS on %v, client CA %q; want TLS without client certificates", b.tls.On(), b.tls.ClientCAFile)
 	}
 }
 

@@ -8,10 +8,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/grpctls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/otlpmetrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/statsd"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/tracing"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
@@ -69,10 +75,13 @@ type settings struct {
 
 	bounds bounds.Server // what clients can make the servers hold
 
-	tls tlsSettings // --grpc-tls-*: see tls.go
+	tls grpctls.Options // --grpc-tls-*
 
-	rejections   rejectionSettings // --log-rejections*
-	counterReset bool              // --admin-counter-reset
+	// health holds --health-requires-*; newHealth sets the rest.
+	health admin.HealthOptions
+
+	rejections   rejectlog.Settings // --log-rejections*
+	counterReset bool               // --admin-counter-reset
 
 	gc          gctune.Settings
 	memoryLimit string // --memory-limit's text, for finish to parse
@@ -80,13 +89,9 @@ type settings struct {
 	xds xdsSettings   // --config-type xds: see xds.go
 	env refenv.Report // where the settings came from: internal/refenv
 
-	// When health (gRPC, /healthcheck, /readyz) is not serving besides
-	// shutdown and a first xDS push: health.go.
-	healthRequiresRules       bool
-	healthRequiresRedisConfig bool
-
-	tracing tracingSettings // --tracing*: see tracing.go
-	push    pushSettings    // --statsd-*, --otlp-metrics*: see push.go
+	tracing tracing.Options     // --tracing*, and the reference's TRACING_SERVICE_*
+	statsd  statsd.Settings     // --statsd-*
+	otlp    otlpmetrics.Options // --otlp-metrics*
 
 	rlqsBucketTTL  time.Duration // --rlqs-bucket-ttl
 	rlqsIdleAfter  time.Duration // --rlqs-idle-after
@@ -146,7 +151,8 @@ func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool
 // flag takes from a field rather than a literal (the request's bounds)
 // set, so that parsing and help show the same ones.
 func newSettings() *settings {
-	return &settings{request: limits.DefaultRequestLimits}
+	return &settings{request: limits.DefaultRequestLimits, tracing: tracing.Options{ServiceVersion: version},
+		otlp: otlpmetrics.Options{ServiceVersion: version}}
 }
 
 // define defines every flag on fs, writing into c. It returns where
@@ -158,9 +164,9 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.adminAddr, "admin-addr", "", "address for POST /json, /debug/config and /debug/counters; empty serves them on --http-addr. Set it to a loopback address when --http-addr must listen on the pod address, since /json spends quota")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "json or console")
-	fs.StringVar(&c.rejections.level, "log-rejections", "debug", "`level` of one log line per request answered OVER_LIMIT, saying why (domain, descriptors, rule, limit, key, remaining, reset) and what decided (redis, memory, deny_cache or a failure mode): off, debug (shown only with --log-level debug) or info")
-	fs.Float64Var(&c.rejections.rate, "log-rejections-rate", 10, "most rejection lines per second, in bursts of as many; the rest are counted in ratelimit_sidecar_rejection_logs_suppressed_total and in the next line's not_logged")
-	fs.StringVar(&c.rejections.values, "log-rejections-values", "hash", "how rejection lines and the counter reset's log line show descriptor values and counter keys, which may be secret: hash (sha256: and 12 hex digits) or plain")
+	fs.StringVar(&c.rejections.Level, "log-rejections", "debug", "`level` of one log line per request answered OVER_LIMIT, saying why (domain, descriptors, rule, limit, key, remaining, reset) and what decided (redis, memory, deny_cache or a failure mode): off, debug (shown only with --log-level debug) or info")
+	fs.Float64Var(&c.rejections.Rate, "log-rejections-rate", 10, "most rejection lines per second, in bursts of as many; the rest are counted in ratelimit_sidecar_rejection_logs_suppressed_total and in the next line's not_logged")
+	fs.StringVar(&c.rejections.Values, "log-rejections-values", "hash", "how rejection lines and the counter reset's log line show descriptor values and counter keys, which may be secret: hash (sha256: and 12 hex digits) or plain")
 	fs.BoolVar(&c.counterReset, "admin-counter-reset", false, "allow POST /debug/counters/reset on the admin address, which deletes counters from the store")
 	fs.BoolVar(&c.mergeDomains, "merge-domains", false, "let several rule files add to one domain")
 	fs.BoolVar(&c.calendarMonths, "calendar-months", false, "count every fixed window of one month that sets no calendar of its own, and every month Envoy sends without an override, as a UTC calendar month, as envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT; without it a month is 30 days from the Unix epoch")
@@ -192,13 +198,13 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.DurationVar(&c.bounds.MaxConnAge, "grpc-max-connection-age", 30*time.Minute, "close a gRPC connection after about this long (0: never), with a GOAWAY first and --shutdown-timeout for its calls in flight to finish")
 	fs.DurationVar(&c.bounds.IdleTimeout, "idle-timeout", time.Minute, "close a gRPC connection with no call in flight, or an HTTP connection with no request, after this long")
 
-	// TLS on the gRPC listener: see tls.go.
-	fs.StringVar(&c.tls.cert, "grpc-tls-cert", "", "PEM certificate (chain) of the gRPC listener; with --grpc-tls-key, gRPC is served over TLS only. Read again when it changes")
-	fs.StringVar(&c.tls.key, "grpc-tls-key", "", "PEM private key of --grpc-tls-cert")
-	fs.StringVar(&c.tls.clientCA, "grpc-tls-client-ca", "", "PEM CAs of client certificates: clients must present a certificate one of them signed (mutual TLS). Read again when it changes")
-	fs.StringVar(&c.tls.clientSAN, "grpc-tls-client-san", "", "a name the client certificate must hold: a DNS name or IP address, matched as a server's name is, or a URI (spiffe://...) exactly; needs --grpc-tls-client-ca")
-	fs.StringVar(&c.tls.minVersion, "grpc-tls-min-version", "1.2", "least TLS version of the gRPC listener: 1.2 or 1.3")
-	fs.Float64Var(&c.tls.handshakeRate, "grpc-tls-handshake-rate", 500, "most TLS handshakes the gRPC listener starts a second, in bursts of as many (0: no limit); one that would wait past --grpc-request-timeout for its turn fails")
+	// TLS on the gRPC listener: see internal/grpctls.
+	fs.StringVar(&c.tls.CertFile, "grpc-tls-cert", "", "PEM certificate (chain) of the gRPC listener; with --grpc-tls-key, gRPC is served over TLS only. Read again when it changes")
+	fs.StringVar(&c.tls.KeyFile, "grpc-tls-key", "", "PEM private key of --grpc-tls-cert")
+	fs.StringVar(&c.tls.ClientCAFile, "grpc-tls-client-ca", "", "PEM CAs of client certificates: clients must present a certificate one of them signed (mutual TLS). Read again when it changes")
+	fs.StringVar(&c.tls.ClientSAN, "grpc-tls-client-san", "", "a name the client certificate must hold: a DNS name or IP address, matched as a server's name is, or a URI (spiffe://...) exactly; needs --grpc-tls-client-ca")
+	fs.StringVar(&c.tls.MinVersion, "grpc-tls-min-version", "1.2", "least TLS version of the gRPC listener: 1.2 or 1.3")
+	fs.Float64Var(&c.tls.HandshakeRate, "grpc-tls-handshake-rate", 500, "most TLS handshakes the gRPC listener starts a second, in bursts of as many (0: no limit); one that would wait past --grpc-request-timeout for its turn fails")
 
 	failure := "local"
 	fs.StringVar(&failure, "failure-mode", failure, "what requests get while Redis cannot decide: open, closed, local or error; rule files may override it per domain")
@@ -244,8 +250,23 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.xds.overlay, "xds-overlay", "", "YAML file that gives pushed rules our algorithms, windows, bursts, leases, extra limits and failure modes, matched by domain and descriptor path or limit name; reread when it changes (see docs/xds.md)")
 	fs.Var(&c.xds.sources, "xds-source", "one more xDS server to take rules from, beside --xds-server or the rule files: name=NAME,server=HOST:PORT,node-id=ID[,force-start=true,tls-ca=FILE,tls-cert=FILE,tls-key=FILE,tls-server-name=NAME]; repeat it, or separate several with ';'. A domain belongs to the first source that holds it; another's rules for it are refused (see docs/xds.md#several-rule-sources)")
 	fs.BoolVar(&c.xds.forceStart, "force-start-without-rules", false, "with --config-type xds or --xds-source, be ready before the first push, with no rules until it arrives (envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, health and /readyz report not serving until the first good push")
-	c.tracing.define(fs)
-	c.push.define(fs)
+	fs.BoolVar(&c.tracing.Enabled, "tracing", false, "send an OpenTelemetry span of each ShouldRateLimit call, and of its Redis round trip, to an OTLP receiver (docs/tracing.md)")
+	fs.StringVar(&c.tracing.Protocol, "tracing-protocol", "", "OTLP `protocol`: grpc or http (protobuf bodies); default: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL, else http")
+	fs.StringVar(&c.tracing.Endpoint, "tracing-endpoint", "", "OTLP receiver `URL`, http:// or https://, such as http://otel-collector:4318 (http adds /v1/traces to a URL without a path); empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else localhost")
+	fs.Float64Var(&c.tracing.SamplingRate, "tracing-sampling-rate", 1, "share of calls traced, from 0 to 1, among those whose caller sent no trace context; a call whose caller did is traced exactly when the caller's trace is sampled")
+	fs.StringVar(&c.statsd.Addr, "statsd-addr", "", "`host:port` of a statsd or DogStatsD receiver (statsd_exporter, a Datadog agent), or with --statsd-protocol unixgram a socket's path, to push envoyproxy/ratelimit's stats to, under its names (docs/metrics.md); empty: none. Prometheus metrics are served either way")
+	fs.StringVar(&c.statsd.Protocol, "statsd-protocol", "udp", "udp, tcp (envoyproxy/ratelimit's statsd client's) or unixgram (a Datadog agent's socket)")
+	fs.StringVar(&c.statsd.Format, "statsd-format", "statsd", "statsd (tags in the name, as .__key=value) or dogstatsd (tags as |#key:value)")
+	fs.StringVar(&c.statsd.Tags, "statsd-tags", "", "tags of every stat pushed: key=value,key=value (envoyproxy/ratelimit's EXTRA_TAGS)")
+	fs.StringVar(&c.statsd.Mogrifiers, "statsd-mogrifiers", "", `with --statsd-format dogstatsd, a JSON list of renamings, the first that matches a stat's name applying: [{"pattern":"^ratelimit\\.service\\.rate_limit\\.([^.]+)\\.(.*)\\.([^.]+)$","name":"ratelimit.service.rate_limit.$3","tags":{"domain":"$1","descriptor":"$2"}}] (envoyproxy/ratelimit's DOG_STATSD_MOGRIFIER_*)`)
+	fs.DurationVar(&c.statsd.Interval, "statsd-flush-interval", 10*time.Second, "how often stats are pushed to --statsd-addr")
+	fs.BoolVar(&c.otlp.Enabled, "otlp-metrics", false, "push our Prometheus metrics, names and labels as they are, over OTLP through the OpenTelemetry SDK (docs/metrics.md)")
+	fs.StringVar(&c.otlp.Protocol, "otlp-metrics-protocol", "", "OTLP `protocol`: grpc or http (protobuf bodies); default: OTEL_EXPORTER_OTLP_METRICS_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL, else http")
+	fs.StringVar(&c.otlp.Endpoint, "otlp-metrics-endpoint", "", "OTLP receiver `URL`: http:// (plaintext) or https://, such as http://otel-collector:4318 (http adds /v1/metrics to a URL without a path); empty: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else localhost")
+	fs.DurationVar(&c.otlp.Interval, "otlp-metrics-interval", 0, "time between OTLP exports (0: OTEL_METRIC_EXPORT_INTERVAL, else 60s)")
+	fs.StringVar(&c.otlp.TLSCA, "otlp-metrics-tls-ca", "", "PEM file of CAs for the OTLP receiver's certificate (default: system roots); needs an https:// endpoint")
+	fs.StringVar(&c.otlp.TLSCert, "otlp-metrics-tls-cert", "", "PEM client certificate for the OTLP receiver (mutual TLS)")
+	fs.StringVar(&c.otlp.TLSKey, "otlp-metrics-tls-key", "", "PEM key of --otlp-metrics-tls-cert")
 
 	// Listeners and what is served beside the RLS decision, and the
 	// RLS responses, as envoyproxy/ratelimit's deployments rely on them
@@ -257,8 +278,8 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.metricsPath, "metrics-path", "/metrics", "path of the Prometheus metrics")
 	fs.BoolVar(&c.refMetrics, "reference-metrics", false, "serve envoyproxy/ratelimit's metric names too (ratelimit_service_*, as its default Prometheus mapping names them), derived from ours at each scrape")
 	fs.StringVar(&c.watchLink, "watch-link", "", "a symbolic link at or above --config whose replacement reloads the rules, as envoyproxy/ratelimit's RUNTIME_ROOT with RUNTIME_WATCH_ROOT")
-	fs.BoolVar(&c.healthRequiresRules, "health-requires-rules", false, "report gRPC health, /healthcheck and /readyz as not serving while no rule is loaded")
-	fs.BoolVar(&c.healthRequiresRedisConfig, "health-requires-redis-config", false, "report gRPC health and /healthcheck as not serving while Redis refuses the sidecar's configuration (password, ACL or TLS), as /readyz does; on by default run as ratelimit, whose requests then all fail")
+	fs.BoolVar(&c.health.RequireRules, "health-requires-rules", false, "report gRPC health, /healthcheck and /readyz as not serving while no rule is loaded")
+	fs.BoolVar(&c.health.RequireStoreConfig, "health-requires-redis-config", false, "report gRPC health and /healthcheck as not serving while Redis refuses the sidecar's configuration (password, ACL or TLS), as /readyz does; on by default run as ratelimit, whose requests then all fail")
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "answer OK to every request whatever its limits say (descriptor statuses and metrics still say OVER_LIMIT), as envoyproxy/ratelimit's SHADOW_MODE")
 	fs.BoolVar(&c.quotaMode, "quota-mode", false, "count every descriptor as a quota_mode one, which rejects a request only when every quota_mode descriptor of it is over, as envoyproxy/ratelimit's QUOTA_MODE")
 	fs.BoolVar(&c.dynamicMetadata, "response-dynamic-metadata", false, "add the request's domain, descriptors and hits, and the metadata of the rules of the descriptors that passed, to each response's dynamic_metadata, as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA")
@@ -276,9 +297,9 @@ func (c *settings) defineFlagless() *flag.FlagSet {
 	fs.DurationVar(&c.xds.backoff.max, refenv.XDSBackoffMax, xds.DefaultBackoffMax, "")
 	fs.Float64Var(&c.xds.backoff.jitter, refenv.XDSBackoffJitter, xds.DefaultBackoffJitter, "")
 	fs.IntVar(&c.xds.maxMessageBytes, refenv.XDSMaxMessageBytes, 0, "")
-	fs.StringVar(&c.tracing.serviceName, refenv.TracingServiceName, "", "")
-	fs.StringVar(&c.tracing.serviceNamespace, refenv.TracingServiceNamespace, "", "")
-	fs.StringVar(&c.tracing.serviceInstanceID, refenv.TracingServiceInstanceID, "", "")
+	fs.StringVar(&c.tracing.ServiceName, refenv.TracingServiceName, "", "")
+	fs.StringVar(&c.tracing.ServiceNamespace, refenv.TracingServiceNamespace, "", "")
+	fs.StringVar(&c.tracing.ServiceInstanceID, refenv.TracingServiceInstanceID, "", "")
 	return fs
 }
 
@@ -289,10 +310,11 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 		func() error { return c.finishRedisAddrs(getenv) },
 		func() error { return c.finishMemory(getenv) },
 		c.bounds.Check,
-		c.tls.check,
+		c.tls.Check,
 		c.xds.finish,
-		func() error { return c.tracing.check(getenv) },
-		func() error { return c.push.check(getenv) },
+		func() error { return c.tracing.Check(getenv) },
+		func() error { return c.otlp.Check(getenv) },
+		func() error { return c.statsd.Check(getenv) },
 		c.checkRequestLimits,
 		c.checkRLQS,
 		c.checkRedis,
@@ -316,7 +338,7 @@ func (c *settings) finishLogs(failure string) error {
 	if c.failureMode, err = limits.ParseFailureMode(failure); err != nil {
 		return fmt.Errorf("--failure-mode: %w", err)
 	}
-	if err := c.rejections.check(); err != nil {
+	if err := c.rejections.Check(); err != nil {
 		return err
 	}
 	if !(c.nearLimitRatio > 0 && c.nearLimitRatio <= 1) { // NaN too

@@ -88,21 +88,10 @@ func TestFlagsInvalid(t *testing.T) {
 		{[]string{"--memory-limit", "99999999TiB"}, nil, "--memory-limit"},
 		{[]string{"--memory-limit", "1"}, nil, "--memory-limit: want 0 (none) or 16MiB or more"},
 		{[]string{"--memory-limit", "15MiB"}, nil, "--memory-limit: want 0 (none) or 16MiB or more"},
-		// TLS.
-		{[]string{"--grpc-tls-cert", "tls.crt"}, nil, "--grpc-tls-cert and --grpc-tls-key: set both or neither"},
-		{[]string{"--grpc-tls-key", "tls.key"}, nil, "--grpc-tls-cert and --grpc-tls-key: set both or neither"},
-		{[]string{"--grpc-tls-client-ca", "ca.crt"}, nil, "--grpc-tls-client-ca: needs --grpc-tls-cert and --grpc-tls-key"},
-		{[]string{"--grpc-tls-client-san", "envoy"}, nil, "--grpc-tls-client-san: needs --grpc-tls-client-ca"},
-		{append([]string{"--grpc-tls-client-san", "envoy"}, tlsPair...), nil, "--grpc-tls-client-san: needs --grpc-tls-client-ca"},
+		// TLS (the rest: internal/grpctls).
 		{append([]string{"--grpc-tls-min-version", "1.1"}, tlsPair...), nil, `--grpc-tls-min-version: want 1.2 or 1.3, got "1.1"`},
-		{append([]string{"--grpc-tls-handshake-rate", "-1"}, tlsPair...), nil, "--grpc-tls-handshake-rate: want 0 (no limit) or more, got -1"},
-		{append([]string{"--grpc-tls-handshake-rate", "NaN"}, tlsPair...), nil, "--grpc-tls-handshake-rate: want 0 (no limit) or more, got NaN"},
-		// Tracing.
-		{[]string{"--tracing", "--tracing-protocol", "thrift"}, nil, `--tracing-protocol: want grpc or http, got "thrift"`},
+		// Tracing (the rest: internal/tracing).
 		{[]string{"--tracing"}, []string{"OTEL_EXPORTER_OTLP_PROTOCOL=http/json"}, `OTEL_EXPORTER_OTLP_PROTOCOL: want grpc or http/protobuf, got "http/json"`},
-		{[]string{"--tracing", "--tracing-sampling-rate", "1.5"}, nil, "--tracing-sampling-rate: want a number from 0 to 1, got 1.5"},
-		{[]string{"--tracing", "--tracing-sampling-rate", "NaN"}, nil, "--tracing-sampling-rate: want a number from 0 to 1, got NaN"},
-		{[]string{"--tracing", "--tracing-endpoint", "collector:4317"}, nil, `--tracing-endpoint: want an http:// or https:// URL, got "collector:4317"`},
 		// Requests, the memory store, the decision's numbers, Redis.
 		{[]string{"--max-descriptors", "0"}, nil, "--max-descriptors: want 1 or more, got 0"},
 		{[]string{"--max-entries", "-1"}, nil, "--max-entries: want 1 or more, got -1"},
@@ -121,12 +110,8 @@ func TestFlagsInvalid(t *testing.T) {
 		{[]string{"--rlqs-idle-after", "0s"}, nil, "--rlqs-idle-after: want more than 0, got 0s"},
 		{[]string{"--rlqs-margin", "1ms"}, nil, "--rlqs-margin: want 10ms to 1m, got 1ms"},
 		{[]string{"--rlqs-max-buckets", "0"}, nil, "--rlqs-max-buckets: want 1 or more, got 0"},
-		// The rejection log.
+		// The rejection log (the rest: internal/rejectlog).
 		{[]string{"--log-rejections", "warn"}, nil, "--log-rejections: want off, debug or info"},
-		{[]string{"--log-rejections-rate", "0"}, nil, "--log-rejections-rate: want lines per second above 0"},
-		{[]string{"--log-rejections-rate", "NaN"}, nil, "--log-rejections-rate: want lines per second above 0"},
-		{[]string{"--log-rejections-rate", "1e7"}, nil, "at most 1000000"},
-		{[]string{"--log-rejections-values", "clear"}, nil, `--log-rejections-values: want hash or plain, got "clear"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(append(tt.give, tt.env...), " "), func(t *testing.T) {

@@ -7,25 +7,13 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
-// newHealth returns the one health verdict (internal/admin), which gRPC
-// health of names, /readyz and /healthcheck read: not serving while the
-// rules source waits for its first rules (xDS without
-// --force-start-without-rules), while no rule is loaded with
-// --health-requires-rules, and while Redis refuses the sidecar's
-// configuration with --health-requires-redis-config (on by default run
-// as ratelimit); serving otherwise, until shutdown. ctx is serve's: once
-// it ends, the verdict is shutting down.
-func newHealth(ctx context.Context, c *settings, rules func() *limits.Ruleset, src ruleSource, st *sidecarStore, names []string) *admin.Health {
-	o := admin.HealthOptions{
-		Stopping:           ctx.Done(),
-		Rules:              rules,
-		RequireRules:       c.healthRequiresRules,
-		Refused:            st.refused,
-		RequireStoreConfig: c.healthRequiresRedisConfig,
-		RefusalChanged:     st.refusalChanged,
-		Probe:              st.ready,
-		Names:              names,
-	}
+// newHealth returns the one health verdict (internal/admin) of o, whose
+// requirements the --health-requires-* flags set, made of the rules, the
+// rule source src, the store and serve's ctx (once it ends, the verdict
+// is shutting down), followed by the gRPC health service names.
+func newHealth(ctx context.Context, o admin.HealthOptions, rules func() *limits.Ruleset, src ruleSource, st *sidecarStore, names []string) *admin.Health {
+	o.Stopping, o.Rules, o.Names = ctx.Done(), rules, names
+	o.Refused, o.RefusalChanged, o.Probe = st.refused, st.refusalChanged, st.ready
 	o.RulesReady, o.RulesWaiting = pending(src)
 	return admin.NewHealth(o)
 }

@@ -78,8 +78,8 @@ func TestRefEnvWiring(t *testing.T) {
 		Quota, Shadow, RefMetrics, HealthRedis, URLInArgs                                           bool
 	}
 	got := view{c.grpcAddr, c.redis.URL, c.redis.Username, c.redis.Password, c.logLevel, c.metricsAddr, c.metricsPath, c.debugAddr,
-		c.watchLink, c.tracing.serviceName, c.failureMode.String(), c.responseHeaders, c.responseNames, c.xds.maxMessageBytes,
-		c.bounds.GRPCMaxConns, c.connGrace, c.quotaMode, c.shadowMode, c.refMetrics, c.healthRequiresRedisConfig, c.redisURLInArgs}
+		c.watchLink, c.tracing.ServiceName, c.failureMode.String(), c.responseHeaders, c.responseNames, c.xds.maxMessageBytes,
+		c.bounds.GRPCMaxConns, c.connGrace, c.quotaMode, c.shadowMode, c.refMetrics, c.health.RequireStoreConfig, c.redisURLInArgs}
 	want := view{
 		GRPC: "0.0.0.0:9001", Redis: "redis://r:6379", User: "app", Password: "pw", Level: "debug", MetricsAddr: ":19001", MetricsPath: "/metrics",
 		Debug: "0.0.0.0:6070", Link: "/srv/runtime_data/current", Service: "rl", Failure: "error", Headers: envoy.HeadersDraft03,

@@ -3,9 +3,6 @@ package main
 import (
 	"io"
 	"testing"
-	"time"
-
-	"go.uber.org/zap"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
@@ -35,13 +32,6 @@ func TestRejectionLinesAreNotSampled(t *testing.T) {
 
 var _ io.Writer = (*logtest.Buffer)(nil)
 
-// TestRejectionLogOff: --log-rejections off builds no log.
-func TestRejectionLogOff(t *testing.T) {
-	if newRejectionLog(zap.NewNop(), rejectionSettings{level: "off", rate: 10, values: "hash"}, "memory", time.Now) != nil {
-		t.Error("--log-rejections off: a log")
-	}
-}
-
 // TestRejectionFlagsDefault: the rejection log is at debug, 10 lines a
 // second, values hashed, and counter resets are off.
 func TestRejectionFlagsDefault(t *testing.T) {
@@ -49,7 +39,7 @@ func TestRejectionFlagsDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (rejectionSettings{level: "debug", rate: 10, values: "hash"}); c.rejections != want || c.counterReset {
+	if want := (rejectlog.Settings{Level: "debug", Rate: 10, Values: "hash"}); c.rejections != want || c.counterReset {
 		t.Errorf("defaults: %+v, reset %v; want %+v, reset off", c.rejections, c.counterReset, want)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/tracing"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
 )
@@ -14,7 +15,7 @@ import (
 // it, past the deny cache and the leases, and it reports whether it
 // does. A local store has no fleet to share quota with, so the service is
 // not served then (Envoy gets Unimplemented), which the log says.
-func registerRLQS(g *grpc.Server, c *settings, engine *limits.Engine, st *sidecarStore, m *metrics.Metrics, tr *sidecarTracing, log *zap.Logger) bool {
+func registerRLQS(g *grpc.Server, c *settings, engine *limits.Engine, st *sidecarStore, m *metrics.Metrics, tr *tracing.Provider, log *zap.Logger) bool {
 	if st.shared == nil {
 		log.Info("rlqs not served: quota is shared through Redis; set --redis-url (or Sentinel or Cluster) to serve Envoy's rate_limit_quota filter")
 		return false
@@ -27,7 +28,7 @@ func registerRLQS(g *grpc.Server, c *settings, engine *limits.Engine, st *sideca
 		MaxBuckets: c.rlqsMaxBuckets,
 		Margin:     c.rlqsMargin,
 		Metrics:    m.RLQS(),
-		Tracer:     tr.rlqs(),
+		Tracer:     tr.Tracer("github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"),
 	}).Register(g)
 	return true
 }

@@ -25,9 +25,12 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/envlog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/grpctls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/otlpmetrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refenv"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/tracing"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
@@ -65,11 +68,11 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	build := buildInfo()
 	m := metrics.New(metrics.Build{Version: build.Version, Revision: build.Revision}, c.nearLimitRatio, c.metricMaxValues)
 	m.Loaded(rs.Checksum, time.Now())
-	tr, err := startTracing(ctx, c, log)
+	tr, err := tracing.Start(ctx, c.tracing, log)
 	if err != nil {
 		return err
 	}
-	defer tr.shutdown(c.shutdownTimeout) // on a startup error; else below
+	defer tr.Stop(c.shutdownTimeout) // on a startup error; else below
 
 	st, err := openStore(ctx, c, log, m)
 	if err != nil {
@@ -77,11 +80,16 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	}
 	defer st.closeLogged(log)
 	engine := newEngine(rs, st, c, m)
-	push, err := startPush(ctx, c, log, m, engine.Rules)
+	otlp, err := otlpmetrics.Start(ctx, c.otlp, m.Registry, m.PushErrors("otlp"), log)
 	if err != nil {
 		return err
 	}
-	defer push.stop(c.shutdownTimeout) // on a startup error; else below
+	defer otlp.Stop(c.shutdownTimeout) // on a startup error; else below
+	sd, err := c.statsd.Start(metrics.NewReference(m.Registry, engine.Rules), m.PushErrors("statsd"), log)
+	if err != nil {
+		return err
+	}
+	defer sd.Stop() // on a startup error; else below
 
 	var srv *servers // set before anything reloads: rules load from run on
 	// onRules follows every reload and xDS push.
@@ -97,7 +105,7 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 		return err
 	}
 
-	certs, err := openTLS(c, log, m)
+	certs, err := grpctls.Open(c.tls, bounds.TLSHandshakeSlots(), c.bounds.RequestTimeout, log, m)
 	if err != nil {
 		return err
 	}
@@ -121,9 +129,10 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	st.releaseLeases(ctx, time.Second, log)
 	// The calls have ended, and their spans with them: send what is
 	// queued before the store closes.
-	tr.shutdown(c.shutdownTimeout)
+	tr.Stop(c.shutdownTimeout)
 	// The last stats, counted until the servers stopped.
-	push.stop(c.shutdownTimeout)
+	sd.Stop()
+	otlp.Stop(c.shutdownTimeout)
 	return err
 }
 
@@ -197,7 +206,7 @@ func loadFirstRules(c *settings, opts config.Options, log *zap.Logger) (*limits.
 	// meant: the sidecar says it is not serving until rules arrive. A
 	// reload to no rules is still refused.
 	startOpts := opts
-	startOpts.AllowEmpty = opts.AllowEmpty || c.healthRequiresRules
+	startOpts.AllowEmpty = opts.AllowEmpty || c.health.RequireRules
 	rs, err := startRules(c, startOpts)
 	if errors.Is(err, config.ErrNoRules) {
 		return nil, &rulesError{problems: []error{err}, hint: "; set --allow-empty-rules to start without rules"}
@@ -337,10 +346,10 @@ type servers struct {
 	c      *settings
 	log    *zap.Logger
 	grpc   *grpc.Server
-	health *admin.Health // what gRPC health and the probes say (health.go)
-	http   *http.Server  // health probes and metrics
-	admin  *http.Server  // nil: the admin endpoints are on http
-	certs  *grpcTLS      // nil: gRPC is plaintext
+	health *admin.Health   // what gRPC health and the probes say (health.go)
+	http   *http.Server    // health probes and metrics
+	admin  *http.Server    // nil: the admin endpoints are on http
+	certs  *grpctls.Server // nil: gRPC is plaintext
 	// bounds are the gRPC server's bounds: its messages on their way,
 	// and its streaming calls whose handlers run (bounds.Handlers).
 	bounds *bounds.GRPC
@@ -358,7 +367,7 @@ type servers struct {
 // newServers builds the servers. ctx is serve's: once it ends, /readyz
 // says the sidecar is shutting down. certs is nil unless gRPC is served
 // over TLS, and tr without --tracing.
-func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics, certs *grpcTLS, tr *sidecarTracing) *servers {
+func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics, certs *grpctls.Server, tr *tracing.Provider) *servers {
 	s := &servers{c: c, log: log, certs: certs, follow: st.follow}
 	stopping, stopStreams := context.WithCancel(context.Background())
 	s.stopStreams = stopStreams
@@ -378,22 +387,24 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	if c.connGrace > 0 {
 		grace = c.connGrace
 	}
-	s.grpc = grpc.NewServer(append(opts, s.bounds.Options(certs.creds(), grace, bounds.IDBounds{Entries: c.request.MaxEntries, EntryBytes: c.request.MaxValueBytes})...)...)
+	s.grpc = grpc.NewServer(append(opts, s.bounds.Options(certs.Creds(), grace, bounds.IDBounds{Entries: c.request.MaxEntries, EntryBytes: c.request.MaxValueBytes})...)...)
 	rlsOpts := envoy.Options{Headers: c.responseHeaders,
 		Shadow: c.shadowMode, HeaderNames: c.responseNames, DynamicMetadata: c.dynamicMetadata}
-	rej := newRejectionLog(log, c.rejections, st.name, time.Now)
+	rej := c.rejections.New(log, st.name, time.Now)
 	if rej != nil {
 		rlsOpts.Rejections = rej
 	}
 	m.RejectionLog(rej.Suppressed)
-	rlsOpts.Tracing = tr.rls(st.name)
+	if tr != nil {
+		rlsOpts.Tracing = &envoy.Tracing{Tracer: tr.Tracer("github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"), Propagator: tr.Propagator(), Store: st.name}
+	}
 	rls := envoy.NewServer(engine, log, rlsOpts)
 	rls.Register(s.grpc)
 	names := healthNames
 	if registerRLQS(s.grpc, c, engine, st, m, tr, log) {
 		names = append(slices.Clip(healthNames), rlqs.ServiceName)
 	}
-	s.health = newHealth(ctx, c, engine.Rules, reloader, st, names)
+	s.health = newHealth(ctx, c.health, engine.Rules, reloader, st, names)
 	s.health.Register(s.grpc)
 	reflection.Register(s.grpc)
 	s.bounds.Registered(s.grpc)
@@ -447,7 +458,7 @@ func adminOptions(c *settings, log *zap.Logger, engine *limits.Engine, rules rul
 	if !adminServed(c) {
 		return o
 	}
-	values, _ := rejectlog.ParseValues(c.rejections.values) // checked with the flags
+	values, _ := rejectlog.ParseValues(c.rejections.Values) // checked with the flags
 	o.Counters = admin.CountersOptions{
 		Rules: engine.Rules, Validate: engine.Validate,
 		StoreName: st.name, AllowReset: c.counterReset, Log: log, Values: values,
@@ -486,7 +497,7 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 		return nil
 	})
 	g.Go(func() error {
-		s.certs.watch(gctx)
+		s.certs.Watch(gctx)
 		return nil
 	})
 	if follow := s.follow; follow != nil {
@@ -503,7 +514,7 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 			case <-hup:
 				s.log.Info("SIGHUP: reloading config")
 				reloader.Reload() //nolint:errcheck // Reload logs its own errors
-				s.certs.reload()
+				s.certs.Reload()
 			}
 		}
 	})

@@ -144,39 +144,8 @@ func (s *tlsSidecar) metrics(t *testing.T) string {
 	return string(b)
 }
 
-// TestTLSStartErrors: files that do not load stop startup, naming the
-// file and what is wrong.
-func TestTLSStartErrors(t *testing.T) {
-	dir := t.TempDir()
-	ca := certtest.NewCA(t, dir, "ca")
-	pair, other := ca.Issue(t, "server"), ca.Issue(t, "other")
-	expired := ca.IssueWith(t, "expired", certtest.Options{NotAfter: time.Now().Add(-time.Hour)})
-	missing := filepath.Join(dir, "missing.pem")
-	tests := []struct {
-		name string
-		give []string
-		want string
-	}{
-		{"missing key", []string{"--grpc-tls-cert", pair.CertFile, "--grpc-tls-key", missing}, "open " + missing + ": no such file"},
-		{"key of another certificate", []string{"--grpc-tls-cert", pair.CertFile, "--grpc-tls-key", other.KeyFile}, "private key does not match public key"},
-		{"expired", []string{"--grpc-tls-cert", expired.CertFile, "--grpc-tls-key", expired.KeyFile}, expired.CertFile + ": certificate expired at"},
-		{"client CA without certificates", []string{"--grpc-tls-cert", pair.CertFile, "--grpc-tls-key", pair.KeyFile, "--grpc-tls-client-ca", pair.KeyFile}, pair.KeyFile + ": no PEM certificates"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			args := append([]string{"--config", "../../config/", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, tt.give...)
-			err := run(ctx, args, io.Discard, io.Discard)
-			if err == nil || !strings.Contains(err.Error(), "grpc tls: ") || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("run: %v, want an error with %q", err, tt.want)
-			}
-		})
-	}
-}
-
 // TestTLS: with a certificate and key, RLS, health and reflection answer
-// over TLS and plaintext is refused. The certificate and key come from the
+// over TLS and plaintext is refused (the rest of TLS: internal/grpctls). The certificate and key come from the
 // environment; Envoy Gateway's GRPC_SERVER_TLS_CA_CERT, which
 // envoyproxy/ratelimit never reads, does not make client certificates
 // required.
@@ -248,138 +217,6 @@ func TestTLS(t *testing.T) {
 	}
 }
 
-// TestMutualTLS: with a client CA, a client needs a certificate the CA
-// signed, and with a client SAN one that holds it.
-func TestMutualTLS(t *testing.T) {
-	dir := t.TempDir()
-	ca, other := certtest.NewCA(t, dir, "ca"), certtest.NewCA(t, dir, "other")
-	server := ca.Issue(t, "server")
-	envoy := ca.IssueWith(t, "envoy", certtest.Options{DNSNames: []string{"envoy.edge.svc"}})
-	intruder := ca.IssueWith(t, "intruder", certtest.Options{DNSNames: []string{"intruder.edge.svc"}})
-	stranger := other.IssueWith(t, "stranger", certtest.Options{DNSNames: []string{"envoy.edge.svc"}})
-	s := startTLS(t, nil, "--grpc-tls-cert", server.CertFile, "--grpc-tls-key", server.KeyFile,
-		"--grpc-tls-client-ca", ca.File, "--grpc-tls-client-san", "envoy.edge.svc")
-
-	if _, err := decide(t, s.dial(t, ca.ClientConfig(t, &envoy))); err != nil {
-		t.Errorf("client certificate of the CA with the SAN: %v", err)
-	}
-	refused := []struct {
-		name   string
-		client *certtest.Pair
-		log    string
-	}{
-		{"no client certificate", nil, "client didn't provide a certificate"},
-		{"certificate of another CA", &stranger, "certificate signed by unknown authority"},
-		{"certificate without the SAN", &intruder, `does not hold the name \"envoy.edge.svc\"`},
-	}
-	for i, tt := range refused {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := decide(t, s.dial(t, ca.ClientConfig(t, tt.client)))
-			if status.Code(err) != codes.Unavailable {
-				t.Errorf("ShouldRateLimit: %v, want Unavailable", err)
-			}
-			waitFor(t, func() bool {
-				return hasSample(s.metrics(t), fmt.Sprintf("ratelimit_sidecar_tls_handshake_failures_total %d", i+1))
-			})
-			if logs := s.logs.String(); !strings.Contains(logs, tt.log) {
-				t.Errorf("log lacks %q:\n%s", tt.log, logs)
-			}
-		})
-	}
-}
-
-// TestTLSRotation: the files change as cert-manager and the kubelet change
-// a mounted Secret. New handshakes present the new certificate while a
-// connection made before keeps working; a pair that does not load keeps
-// the one in use, logged and counted; a new client CA is used.
-func TestTLSRotation(t *testing.T) {
-	dir := t.TempDir()
-	ca, nextCA := certtest.NewCA(t, dir, "ca"), certtest.NewCA(t, dir, "next-ca")
-	first, second, third := ca.Issue(t, "first"), ca.Issue(t, "second"), nextCA.Issue(t, "third")
-	envoy, nextEnvoy := ca.Issue(t, "envoy"), nextCA.Issue(t, "next-envoy")
-	secretDir := filepath.Join(dir, "certs")
-	if err := os.Mkdir(secretDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	secret := certtest.NewSecretDir(t, secretDir, first.Secret(t, ca))
-	s := startTLS(t, nil, "--grpc-tls-cert", secret.Path("tls.crt"), "--grpc-tls-key", secret.Path("tls.key"),
-		"--grpc-tls-client-ca", secret.Path("ca.crt"))
-	client := ca.ClientConfig(t, &envoy)
-	old := s.dial(t, client)
-	if serial, err := decide(t, old); err != nil || serial.Cmp(first.Cert.SerialNumber) != 0 {
-		t.Fatalf("before the rotation: serial %X, %v; want %X", serial, err, first.Cert.SerialNumber)
-	}
-
-	secret.Update(t, second.Secret(t, ca))
-	waitFor(t, func() bool {
-		serial, err := s.served(t, client)
-		return err == nil && serial.Cmp(second.Cert.SerialNumber) == 0
-	})
-	if serial, err := decide(t, old); err != nil || serial.Cmp(first.Cert.SerialNumber) != 0 {
-		t.Errorf("the connection made before the rotation: serial %X, %v; want it still up, with %X", serial, err, first.Cert.SerialNumber)
-	}
-	if serial, err := decide(t, s.dial(t, client)); err != nil || serial.Cmp(second.Cert.SerialNumber) != 0 {
-		t.Errorf("a new gRPC client: serial %X, %v; want %X", serial, err, second.Cert.SerialNumber)
-	}
-	body := s.metrics(t)
-	for _, want := range []string{
-		fmt.Sprintf("ratelimit_sidecar_tls_certificate_expiry_timestamp_seconds %g", float64(second.Cert.NotAfter.Unix())),
-		`ratelimit_sidecar_tls_reloads_total{result="success"} 1`,
-	} {
-		if !hasSample(body, want) {
-			t.Errorf("/metrics lacks %q", want)
-		}
-	}
-
-	// A key that is not the certificate's: the second pair stays.
-	bad := third.Secret(t, ca)
-	bad["tls.key"] = second.Secret(t, nil)["tls.key"]
-	secret.Update(t, bad)
-	waitFor(t, func() bool {
-		return hasSample(s.metrics(t), "ratelimit_sidecar_tls_last_reload_successful 0")
-	})
-	if serial, err := s.served(t, client); err != nil || serial.Cmp(second.Cert.SerialNumber) != 0 {
-		t.Errorf("after a bad pair: serial %X, %v; want the second, %X", serial, err, second.Cert.SerialNumber)
-	}
-	body = s.metrics(t)
-	for _, want := range []string{
-		fmt.Sprintf("ratelimit_sidecar_tls_certificate_expiry_timestamp_seconds %g", float64(second.Cert.NotAfter.Unix())),
-		`ratelimit_sidecar_tls_reloads_total{result="failure"} 1`,
-	} {
-		if !hasSample(body, want) {
-			t.Errorf("/metrics lacks %q", want)
-		}
-	}
-	var errorLines []string
-	for _, line := range strings.Split(s.logs.String(), "\n") {
-		if strings.Contains(line, `"level":"error"`) {
-			errorLines = append(errorLines, line)
-		}
-	}
-	if len(errorLines) != 1 || !strings.Contains(errorLines[0], "tls files did not load") ||
-		!strings.Contains(errorLines[0], secret.Path("tls.crt")) || !strings.Contains(errorLines[0], "private key does not match public key") {
-		t.Errorf("want one Error line naming the files and the reason; got:\n%s\n%s", strings.Join(errorLines, "\n"), s.logs.String())
-	}
-
-	// A new CA, and a pair it signed: clients of the new CA only.
-	secret.Update(t, third.Secret(t, nextCA))
-	nextClient := nextCA.ClientConfig(t, &nextEnvoy)
-	waitFor(t, func() bool {
-		serial, err := s.served(t, nextClient)
-		return err == nil && serial.Cmp(third.Cert.SerialNumber) == 0
-	})
-	if _, err := decide(t, s.dial(t, nextClient)); err != nil {
-		t.Errorf("a client of the new CA: %v", err)
-	}
-	stale := nextCA.ClientConfig(t, &envoy)
-	if _, err := decide(t, s.dial(t, stale)); status.Code(err) != codes.Unavailable {
-		t.Errorf("a client of the old CA: %v, want Unavailable", err)
-	}
-	if !hasSample(s.metrics(t), "ratelimit_sidecar_tls_last_reload_successful 1") {
-		t.Error("/metrics: the last reload is not reported successful")
-	}
-}
-
 // TestTLSBounds: the gRPC bounds hold over TLS: a connection must finish
 // its TLS handshake within --grpc-request-timeout, as its HTTP/2 one, and
 // connections in their handshake cannot hold --grpc-max-conns.
@@ -439,32 +276,6 @@ func TestTLSBounds(t *testing.T) {
 					break
 				}
 			})
-		}
-	})
-
-	t.Run("handshake rate", func(t *testing.T) {
-		// One handshake an hour, so a burst of one: of a few at once,
-		// the first succeeds and the others, which would wait past
-		// --grpc-request-timeout, fail at once. Before the rate, all did.
-		const n = 4
-		s := startTLS(t, nil, append(flags, "--grpc-tls-handshake-rate", fmt.Sprint(1.0/3600))...)
-		ok := 0
-		for range n {
-			conn, err := net.DialTimeout("tcp", s.grpcAddr, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg := ca.ClientConfig(t, nil)
-			cfg.ServerName, cfg.NextProtos = "localhost", []string{"h2"}
-			tc := tls.Client(conn, cfg)
-			tc.SetDeadline(time.Now().Add(10 * time.Second))
-			if tc.Handshake() == nil {
-				ok++
-			}
-			conn.Close()
-		}
-		if ok != 1 {
-			t.Errorf("%d of %d handshakes succeeded, want 1", ok, n)
 		}
 	})
 

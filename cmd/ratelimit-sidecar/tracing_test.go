@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"io"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -126,52 +124,5 @@ func TestTracingExport(t *testing.T) {
 				t.Errorf("server spans in traces %v, want the sampled callers' %v", traces, want)
 			}
 		})
-	}
-}
-
-// TestTracingFromEnvironment: without --tracing-endpoint the exporter
-// takes its receiver from the standard OTEL_EXPORTER_OTLP_* variables, and
-// --tracing-protocol's default from OTEL_EXPORTER_OTLP_PROTOCOL.
-func TestTracingFromEnvironment(t *testing.T) {
-	r := otlptest.StartHTTP(t)
-	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", r.URL)
-	c, err := parseFlags([]string{"--tracing"}, lookupIn([]string{"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"}), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.tracing.protocol != "http" {
-		t.Errorf("protocol %q, want http from OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf", c.tracing.protocol)
-	}
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "rules.yaml"), userRules)
-	s := startSidecar(t, "--config", dir, "--tracing")
-	s.callWith(t, "env", "traceparent", "00-"+traceW3C+"-"+callerSpan+"-01")
-	if err := s.stop(); err != nil {
-		t.Fatal(err)
-	}
-	spans := r.WaitSpans(1, exportWait)
-	if len(spans) != 1 || spans[0].TraceID() != traceW3C {
-		t.Fatalf("received %v, want one span of trace %s", spans, traceW3C)
-	}
-	if got := spans[0].Attrs()["ratelimit.decided_by"]; got != "memory" {
-		t.Errorf("decided_by %v, want memory", got)
-	}
-}
-
-// TestTracingOff: without --tracing, no exporter starts: a receiver that
-// the OTEL_EXPORTER_OTLP_* variables name gets no connection, however the
-// callers sample.
-func TestTracingOff(t *testing.T) {
-	for _, start := range []func(testing.TB) *otlptest.Receiver{otlptest.StartGRPC, otlptest.StartHTTP} {
-		r := start(t)
-		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", strings.TrimSuffix(r.URL, "/v1/traces"))
-		s := startSidecar(t, "--config", "../../config/")
-		s.callWith(t, "off", "traceparent", "00-"+traceW3C+"-"+callerSpan+"-01")
-		if err := s.stop(); err != nil {
-			t.Fatal(err)
-		}
-		if n, spans := r.Conns(), r.Spans(); n != 0 || len(spans) != 0 {
-			t.Errorf("%s: %d connections and %d spans, want none", r.URL, n, len(spans))
-		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,8 +50,12 @@ const metricsPath = "/v1/metrics"
 // DefaultServiceName is service.name unless the environment gives one.
 const DefaultServiceName = "ratelimit-sidecar"
 
-// Options describes a Pusher.
+// Options describes a Pusher. The --otlp-metrics* flags write into
+// Enabled, Protocol, Endpoint, Interval and the TLS files.
 type Options struct {
+	// Enabled is --otlp-metrics: Start starts nothing without it. New
+	// ignores it.
+	Enabled bool
 	// Protocol is ProtocolGRPC or ProtocolHTTP.
 	Protocol string
 	// Endpoint is the receiver's URL, http:// (plaintext) or https://.
@@ -71,13 +76,22 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Errors counts failed exports. Nil: not counted.
 	Errors prometheus.Counter
-	// Log gets a warning when exports start failing, and a line when
-	// they succeed again. Nil logs nothing.
+	// Log gets a warning when exports start failing, a line when they
+	// succeed again, and Stop's failure to export. Nil logs nothing.
 	Log *zap.Logger
 }
 
 // Validate reports what is wrong with o, every problem at once.
 func (o *Options) Validate() error {
+	errs := o.flagProblems()
+	if o.Gatherer == nil {
+		errs = append(errs, errors.New("no gatherer"))
+	}
+	return errors.Join(errs...)
+}
+
+// flagProblems are what is wrong with the fields the flags set.
+func (o *Options) flagProblems() []error {
 	var errs []error
 	switch o.Protocol {
 	case ProtocolGRPC, ProtocolHTTP:
@@ -99,10 +113,7 @@ func (o *Options) Validate() error {
 	if (o.TLSCert == "") != (o.TLSKey == "") {
 		errs = append(errs, errors.New("tls: a client certificate needs its key, and a key its certificate"))
 	}
-	if o.Gatherer == nil {
-		errs = append(errs, errors.New("no gatherer"))
-	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // CheckEndpoint reports what is wrong with an Options.Endpoint: it is
@@ -112,7 +123,10 @@ func CheckEndpoint(s string) error { return tracing.CheckEndpoint(s) }
 // Pusher exports the registry's metrics periodically. It is safe for
 // concurrent use.
 type Pusher struct {
-	mp *sdkmetric.MeterProvider
+	mp  *sdkmetric.MeterProvider
+	log *zap.Logger // Options.Log, or a no-op logger
+
+	stopped atomic.Bool // Stop was called
 }
 
 // New starts a Pusher as o describes. Its exporter connects when it first
@@ -137,7 +151,11 @@ func New(ctx context.Context, o Options) (*Pusher, error) {
 		readerOpts = append(readerOpts, sdkmetric.WithInterval(o.Interval), sdkmetric.WithTimeout(exportTimeout(o.Interval)))
 	}
 	reader := sdkmetric.NewPeriodicReader(&countedExporter{Exporter: exp, errors: o.Errors, log: o.Log}, readerOpts...)
-	return &Pusher{mp: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithResource(res))}, nil
+	log := o.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Pusher{mp: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithResource(res)), log: log}, nil
 }
 
 // exportTimeout bounds an export: within its interval, and 10s at most.

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync/atomic"
 
 	"go.opentelemetry.io/contrib/propagators/b3"
 	"go.opentelemetry.io/otel/attribute"
@@ -41,8 +42,13 @@ const (
 // URL that OTEL_EXPORTER_OTLP_ENDPOINT names.
 const tracesPath = "/v1/traces"
 
-// Options describes a Provider.
+// Options describes a Provider. The --tracing* flags write into it
+// (Enabled, Protocol, Endpoint, SamplingRate), and the reference's
+// TRACING_SERVICE_* variables into the service attributes.
 type Options struct {
+	// Enabled is --tracing: Start starts nothing without it. New ignores
+	// it.
+	Enabled bool
 	// Protocol is ProtocolGRPC or ProtocolHTTP.
 	Protocol string
 	// Endpoint is the receiver's URL, http:// (plaintext) or https://.
@@ -66,27 +72,42 @@ type Options struct {
 	// when the caller's is (parent-based sampling).
 	SamplingRate float64
 	// Log gets a warning for each batch of spans the exporter could not
-	// send. Nil logs nothing.
+	// send, and Stop's failure to send what is queued. Nil logs nothing.
 	Log *zap.Logger
 }
 
 // Validate reports what is wrong with o, every problem at once.
 func (o *Options) Validate() error {
 	var errs []error
+	for _, p := range o.problems() {
+		errs = append(errs, fmt.Errorf("%s: %w", p.field, p.err))
+	}
+	return errors.Join(errs...)
+}
+
+// problem is what is wrong with one field of Options.
+type problem struct {
+	field string // as Validate names it
+	err   error
+}
+
+// problems are what is wrong with o, in the order of its fields.
+func (o *Options) problems() []problem {
+	var out []problem
 	switch o.Protocol {
 	case ProtocolGRPC, ProtocolHTTP:
 	default:
-		errs = append(errs, fmt.Errorf("protocol: want grpc or http, got %q", o.Protocol))
+		out = append(out, problem{"protocol", fmt.Errorf("want grpc or http, got %q", o.Protocol)})
 	}
 	if o.Endpoint != "" {
 		if err := CheckEndpoint(o.Endpoint); err != nil {
-			errs = append(errs, fmt.Errorf("endpoint: %w", err))
+			out = append(out, problem{"endpoint", err})
 		}
 	}
 	if !(o.SamplingRate >= 0 && o.SamplingRate <= 1) { // NaN too
-		errs = append(errs, fmt.Errorf("sampling rate: want a number from 0 to 1, got %v", o.SamplingRate))
+		out = append(out, problem{"sampling rate", fmt.Errorf("want a number from 0 to 1, got %v", o.SamplingRate)})
 	}
-	return errors.Join(errs...)
+	return out
 }
 
 // CheckEndpoint reports what is wrong with an Options.Endpoint.
@@ -116,6 +137,9 @@ func EndpointURL(s string) (*url.URL, error) {
 type Provider struct {
 	tp   *sdktrace.TracerProvider
 	prop propagation.TextMapPropagator
+	log  *zap.Logger // Options.Log, or a no-op logger
+
+	stopped atomic.Bool // Stop was called
 }
 
 // New returns a Provider as o describes. It starts no connection: the
@@ -141,11 +165,21 @@ func New(ctx context.Context, o Options) (*Provider, error) {
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(o.SamplingRate))),
 	)
-	return &Provider{tp: tp, prop: Propagator()}, nil
+	log := o.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Provider{tp: tp, prop: Propagator(), log: log}, nil
 }
 
-// Tracer returns the tracer of the instrumentation scope name.
-func (p *Provider) Tracer(name string) trace.Tracer { return p.tp.Tracer(name) }
+// Tracer returns the tracer of the instrumentation scope name; nil on a
+// nil Provider (tracing off).
+func (p *Provider) Tracer(name string) trace.Tracer {
+	if p == nil {
+		return nil
+	}
+	return p.tp.Tracer(name)
+}
 
 // Propagator returns the propagator that reads a caller's trace context:
 // see Propagator.

@@ -1,4 +1,4 @@
-package main
+package rejectlog_test
 
 import (
 	"context"
@@ -9,7 +9,9 @@ import (
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rejectlog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/envoy"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
@@ -18,9 +20,9 @@ import (
 
 // BenchmarkRejectedRequest decides a request that a ban rejects through
 // the RLS server's message path, with the rejection log as the sidecar
-// builds it: off, at its default level debug in an info log (a level
-// check), and at info under a flood, where the rate bound leaves almost
-// every line out. Compare with envoy's BenchmarkShouldRateLimit/rejected.
+// builds it (Settings.New, in a sampled JSON log at info): off, at its
+// default level debug (a level check), and at info under a flood, where
+// the rate bound leaves almost every line out. Compare with envoy's BenchmarkShouldRateLimit/rejected.
 func BenchmarkRejectedRequest(b *testing.B) {
 	rs, err := config.Parse([]config.File{{Name: "rules.yaml", Data: []byte(
 		"domain: bench\ndescriptors:\n  - key: banned\n    rate_limit: {unit: second, requests_per_unit: 0}\n")}}, config.Options{})
@@ -30,10 +32,8 @@ func BenchmarkRejectedRequest(b *testing.B) {
 	req := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlscommon.RateLimitDescriptor{
 		{Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "banned", Value: "mallory"}}},
 	}}
-	log, err := newLogger(&settings{logLevel: "info", logFormat: "json"}, io.Discard)
-	if err != nil {
-		b.Fatal(err)
-	}
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zapcore.InfoLevel)
+	log := zap.New(rejectlog.Unsampled(zapcore.NewSamplerWithOptions(core, time.Second, 10, 100), core))
 	for _, bc := range []struct {
 		name  string
 		level string
@@ -41,7 +41,7 @@ func BenchmarkRejectedRequest(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			engine := limits.NewEngine(rs, memory.New(memory.Options{}), limits.EngineOptions{})
 			opts := envoy.Options{}
-			if rej := newRejectionLog(log, rejectionSettings{level: bc.level, rate: 10, values: "hash"}, "memory", time.Now); rej != nil {
+			if rej := (rejectlog.Settings{Level: bc.level, Rate: 10, Values: "hash"}).New(log, "memory", time.Now); rej != nil {
 				opts.Rejections = rej
 			}
 			srv := envoy.NewServer(engine, zap.NewNop(), opts)
