@@ -106,13 +106,13 @@ func explicitFlags(fs *flag.FlagSet, inArgs map[string]bool, getenv func(string)
 // reference's passwords, where neither an RLS_ variable nor a file gives
 // one, and the report of where each setting came from.
 func (a *refApplied) finish(c *settings, fs *flag.FlagSet, inArgs map[string]bool, getenv func(string) (string, bool), environ []string) {
-	if _, ok := getenv("RLS_REDIS_PASSWORD"); !ok && c.redisPasswordFile == "" && a.Password != nil {
-		c.redis.Password = *a.Password
+	if _, ok := getenv("RLS_REDIS_PASSWORD"); !ok && c.store.auth.PasswordFile == "" && a.Password != nil {
+		c.store.redis.Password = *a.Password
 	} else {
 		a.report.PasswordFrom = ""
 	}
-	if _, ok := getenv("RLS_REDIS_SENTINEL_PASSWORD"); !ok && c.sentinelPassFile == "" && a.SentinelPassword != nil {
-		c.redis.SentinelPassword = *a.SentinelPassword
+	if _, ok := getenv("RLS_REDIS_SENTINEL_PASSWORD"); !ok && c.store.auth.SentinelPasswordFile == "" && a.SentinelPassword != nil {
+		c.store.redis.SentinelPassword = *a.SentinelPassword
 	} else {
 		a.report.SentinelPasswordFrom = ""
 	}
@@ -181,5 +181,5 @@ func (a *refApplied) explain(err error) error {
 // a --redis-url that was host:port.
 func logEnv(log *zap.Logger, c *settings) {
 	c.env.Log(log)
-	logRedisURL(log, c)
+	c.store.logURL(log)
 }

@@ -40,19 +40,7 @@ type settings struct {
 	reloadDebounce  time.Duration
 	overrideKeys    limits.OverrideKeys
 
-	failureMode      limits.FailureMode
-	localDivisor     uint64
-	denyCacheEntries int
-	memoryMaxKeys    int
-
-	redis             redis.Options
-	redisURLInArgs    bool // --redis-url is on the command line, for ps to show
-	redisHostPort     bool // --redis-url was host:port, taken as redis://host:port: redisurl.go
-	redisPasswordFile string
-	sentinelPassFile  string
-	redisAuth         redisAuthSettings // rediscreds.go
-	redisSentinels    string
-	redisCluster      string
+	store storeOptions // --redis-*, --failure-mode, ...: see store.go
 
 	bounds serverBounds
 
@@ -129,7 +117,7 @@ func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool
 		return nil, envErr
 	}
 	ref.noteRLS(fs, inArgs, getenv)
-	c.redisURLInArgs = inArgs["redis-url"]
+	c.store.urlInArgs = inArgs["redis-url"]
 	if err := c.finish(*failure, getenv); err != nil {
 		return nil, ref.explain(err)
 	}
@@ -200,33 +188,33 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 
 	failure := "local"
 	fs.StringVar(&failure, "failure-mode", failure, "what requests get while Redis cannot decide: open, closed, local or error; rule files may override it per domain")
-	fs.Uint64Var(&c.localDivisor, "local-fallback-divisor", 1, "with failure mode local, divide every limit by this (the number of sidecar replicas)")
-	fs.IntVar(&c.memoryMaxKeys, "memory-max-keys", memory.DefaultMaxKeys, "most keys a memory store (the store without Redis, and failure mode local's) holds; past it, least recently used keys are evicted, never so as to admit more than a limit (docs/memory-store.md). A key longer than 256 bytes counts once per 256")
-	fs.IntVar(&c.denyCacheEntries, "deny-cache-entries", store.DefaultDenyCacheEntries, "with Redis, how many over-limit keys to remember, so that requests that must be over their limit are rejected without a Redis call; 0 turns the cache off")
+	fs.Uint64Var(&c.store.localDivisor, "local-fallback-divisor", 1, "with failure mode local, divide every limit by this (the number of sidecar replicas)")
+	fs.IntVar(&c.store.memoryMaxKeys, "memory-max-keys", memory.DefaultMaxKeys, "most keys a memory store (the store without Redis, and failure mode local's) holds; past it, least recently used keys are evicted, never so as to admit more than a limit (docs/memory-store.md). A key longer than 256 bytes counts once per 256")
+	fs.IntVar(&c.store.denyCacheEntries, "deny-cache-entries", store.DefaultDenyCacheEntries, "with Redis, how many over-limit keys to remember, so that requests that must be over their limit are rejected without a Redis call; 0 turns the cache off")
 
-	fs.StringVar(&c.redis.URL, "redis-url", "", "standalone Redis: redis://[user[:password]@]host:port[/db], or rediss:// for TLS; empty uses the embedded memory store")
-	fs.StringVar(&c.redis.SentinelMaster, "redis-sentinel-master", "", "Redis Sentinel: the master's name (with --redis-sentinel-addrs)")
-	fs.StringVar(&c.redisSentinels, "redis-sentinel-addrs", "", "Redis Sentinel: comma-separated sentinel host:port list")
-	fs.StringVar(&c.redisCluster, "redis-cluster-addrs", "", "Redis Cluster: comma-separated seed host:port list")
-	fs.StringVar(&c.redis.Username, "redis-username", "", "Redis ACL user name")
-	fs.StringVar(&c.redis.SentinelUsername, "redis-sentinel-username", "", "Redis Sentinel: user name for the sentinels themselves")
-	fs.StringVar(&c.sentinelPassFile, "redis-sentinel-password-file", "", "Redis Sentinel: file holding the sentinels' own password, re-read as it changes (or set RLS_REDIS_SENTINEL_PASSWORD)")
-	fs.StringVar(&c.redisPasswordFile, "redis-password-file", "", "file holding the Redis password, re-read as it changes, for new connections (or set RLS_REDIS_PASSWORD; there is no password flag, so it never shows in ps)")
-	fs.StringVar(&c.redisAuth.userFile, "redis-username-file", "", "file holding the Redis ACL user name, re-read as it changes (instead of --redis-username)")
-	fs.StringVar(&c.redisAuth.sentinelUserFile, "redis-sentinel-username-file", "", "Redis Sentinel: file holding the sentinels' user name, re-read as it changes")
-	fs.DurationVar(&c.redis.ConnMaxLifetime, "redis-conn-max-lifetime", 0, redisConnMaxLifetimeHelp)
-	fs.StringVar(&c.redisAuth.aws, "redis-aws-iam", "", "authenticate with AWS IAM auth tokens from the AWS SDK's default credential chain: elasticache, elasticache-serverless or memorydb (needs --redis-username and --redis-aws-cache-name)")
-	fs.StringVar(&c.redisAuth.awsName, "redis-aws-cache-name", "", "with --redis-aws-iam: the ElastiCache replication group ID or serverless cache name, or the MemoryDB cluster name")
-	fs.StringVar(&c.redisAuth.awsRegion, "redis-aws-region", "", "with --redis-aws-iam: the cache's AWS region (default: the SDK's, from AWS_REGION or the profile)")
-	fs.BoolVar(&c.redisAuth.gcp, "redis-gcp-iam", false, "authenticate to Memorystore with IAM access tokens of Google's Application Default Credentials (GKE Workload Identity, GOOGLE_APPLICATION_CREDENTIALS, the metadata server)")
-	fs.BoolVar(&c.redis.TLS.Enabled, "redis-tls", false, "use TLS to Redis (implied by rediss://)")
-	fs.StringVar(&c.redis.TLS.CAFile, "redis-tls-ca", "", "PEM file of CAs for Redis's certificate (default: system roots)")
-	fs.StringVar(&c.redis.TLS.CertFile, "redis-tls-cert", "", "PEM client certificate for Redis")
-	fs.StringVar(&c.redis.TLS.KeyFile, "redis-tls-key", "", "PEM key of the client certificate")
-	fs.IntVar(&c.redis.PoolSize, "redis-pool-size", 0, "connections per Redis node (0: go-redis's default)")
-	fs.IntVar(&c.redis.MaxInflight, "redis-max-inflight", redis.DefaultMaxInflight, "request round trips to Redis (on Cluster: to each master) under way at once before requests wait to go together in the next; when Redis is 1 ms or more away the sidecar adds up to 16 more (docs/slow-redis.md)")
-	fs.DurationVar(&c.redis.Timeout, "redis-timeout", redis.DefaultTimeout, "bound on each Redis operation; the RPC's own deadline bounds it too")
-	fs.StringVar(&c.redis.KeyPrefix, "redis-key-prefix", redis.DefaultKeyPrefix, "prefix of every Redis key")
+	fs.StringVar(&c.store.redis.URL, "redis-url", "", "standalone Redis: redis://[user[:password]@]host:port[/db], or rediss:// for TLS; empty uses the embedded memory store")
+	fs.StringVar(&c.store.redis.SentinelMaster, "redis-sentinel-master", "", "Redis Sentinel: the master's name (with --redis-sentinel-addrs)")
+	fs.StringVar(&c.store.sentinels, "redis-sentinel-addrs", "", "Redis Sentinel: comma-separated sentinel host:port list")
+	fs.StringVar(&c.store.cluster, "redis-cluster-addrs", "", "Redis Cluster: comma-separated seed host:port list")
+	fs.StringVar(&c.store.redis.Username, "redis-username", "", "Redis ACL user name")
+	fs.StringVar(&c.store.redis.SentinelUsername, "redis-sentinel-username", "", "Redis Sentinel: user name for the sentinels themselves")
+	fs.StringVar(&c.store.auth.SentinelPasswordFile, "redis-sentinel-password-file", "", "Redis Sentinel: file holding the sentinels' own password, re-read as it changes (or set RLS_REDIS_SENTINEL_PASSWORD)")
+	fs.StringVar(&c.store.auth.PasswordFile, "redis-password-file", "", "file holding the Redis password, re-read as it changes, for new connections (or set RLS_REDIS_PASSWORD; there is no password flag, so it never shows in ps)")
+	fs.StringVar(&c.store.auth.UserFile, "redis-username-file", "", "file holding the Redis ACL user name, re-read as it changes (instead of --redis-username)")
+	fs.StringVar(&c.store.auth.SentinelUserFile, "redis-sentinel-username-file", "", "Redis Sentinel: file holding the sentinels' user name, re-read as it changes")
+	fs.DurationVar(&c.store.redis.ConnMaxLifetime, "redis-conn-max-lifetime", 0, redisConnMaxLifetimeHelp)
+	fs.StringVar(&c.store.auth.AWS, "redis-aws-iam", "", "authenticate with AWS IAM auth tokens from the AWS SDK's default credential chain: elasticache, elasticache-serverless or memorydb (needs --redis-username and --redis-aws-cache-name)")
+	fs.StringVar(&c.store.auth.AWSName, "redis-aws-cache-name", "", "with --redis-aws-iam: the ElastiCache replication group ID or serverless cache name, or the MemoryDB cluster name")
+	fs.StringVar(&c.store.auth.AWSRegion, "redis-aws-region", "", "with --redis-aws-iam: the cache's AWS region (default: the SDK's, from AWS_REGION or the profile)")
+	fs.BoolVar(&c.store.auth.GCP, "redis-gcp-iam", false, "authenticate to Memorystore with IAM access tokens of Google's Application Default Credentials (GKE Workload Identity, GOOGLE_APPLICATION_CREDENTIALS, the metadata server)")
+	fs.BoolVar(&c.store.redis.TLS.Enabled, "redis-tls", false, "use TLS to Redis (implied by rediss://)")
+	fs.StringVar(&c.store.redis.TLS.CAFile, "redis-tls-ca", "", "PEM file of CAs for Redis's certificate (default: system roots)")
+	fs.StringVar(&c.store.redis.TLS.CertFile, "redis-tls-cert", "", "PEM client certificate for Redis")
+	fs.StringVar(&c.store.redis.TLS.KeyFile, "redis-tls-key", "", "PEM key of the client certificate")
+	fs.IntVar(&c.store.redis.PoolSize, "redis-pool-size", 0, "connections per Redis node (0: go-redis's default)")
+	fs.IntVar(&c.store.redis.MaxInflight, "redis-max-inflight", redis.DefaultMaxInflight, "request round trips to Redis (on Cluster: to each master) under way at once before requests wait to go together in the next; when Redis is 1 ms or more away the sidecar adds up to 16 more (docs/slow-redis.md)")
+	fs.DurationVar(&c.store.redis.Timeout, "redis-timeout", redis.DefaultTimeout, "bound on each Redis operation; the RPC's own deadline bounds it too")
+	fs.StringVar(&c.store.redis.KeyPrefix, "redis-key-prefix", redis.DefaultKeyPrefix, "prefix of every Redis key")
 
 	// Rules over xDS: see xds.go.
 	fs.StringVar(&c.xds.configType, "config-type", "file", "where the rules come from: file (--config) or xds (a management server's RateLimitConfig pushes, as envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW; see docs/xds.md)")
@@ -252,7 +240,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 func (c *settings) finish(failure string, getenv func(string) (string, bool)) error {
 	for _, step := range []func() error{
 		func() error { return c.finishLogs(failure) },
-		func() error { return c.finishRedisAddrs(getenv) },
+		func() error { return c.store.finishRedis(getenv) },
 		func() error { return c.finishMemory(getenv) },
 		c.bounds.check,
 		c.tls.check,
@@ -261,7 +249,7 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 		func() error { return c.push.check(getenv) },
 		c.checkRequestLimits,
 		c.checkRLQS,
-		c.checkRedis,
+		c.store.check,
 	} {
 		if err := step(); err != nil {
 			return err
@@ -278,7 +266,7 @@ func (c *settings) finishLogs(failure string) error {
 	default:
 		return fmt.Errorf("--log-format: want json or console, got %q", c.logFormat)
 	}
-	if c.failureMode, err = limits.ParseFailureMode(failure); err != nil {
+	if c.store.failureMode, err = limits.ParseFailureMode(failure); err != nil {
 		return fmt.Errorf("--failure-mode: %w", err)
 	}
 	if err := c.rejections.check(); err != nil {
@@ -290,33 +278,16 @@ func (c *settings) finishLogs(failure string) error {
 	return nil
 }
 
-// finishRedisAddrs reads Redis's URL, its address lists and its
-// passwords.
-func (c *settings) finishRedisAddrs(getenv func(string) (string, bool)) error {
-	var err error
-	if c.redis.URL, c.redisHostPort, err = redisURL(c.redis.URL); err != nil {
-		return err
-	}
-	c.redis.SentinelAddrs = splitList(c.redisSentinels)
-	c.redis.ClusterAddrs = splitList(c.redisCluster)
-	if c.redis.Password, err = secret(getenv, "RLS_REDIS_PASSWORD", "--redis-password-file", c.redisPasswordFile); err != nil {
-		return err
-	}
-	c.redis.SentinelPassword, err = secret(getenv, "RLS_REDIS_SENTINEL_PASSWORD", "--redis-sentinel-password-file", c.sentinelPassFile)
-	return err
-}
-
 // finishMemory checks what bounds the process's memory, and reads the
 // collector's settings unless GOGC and GOMEMLIMIT gave them.
 func (c *settings) finishMemory(getenv func(string) (string, bool)) error {
+	if err := c.store.checkMemory(); err != nil {
+		return err
+	}
 	var err error
 	switch {
-	case c.memoryMaxKeys < 1:
-		return fmt.Errorf("--memory-max-keys: want 1 or more, got %d", c.memoryMaxKeys)
 	case c.metricMaxValues < 0:
 		return fmt.Errorf("--metric-max-values: want 0 or more, got %d", c.metricMaxValues)
-	case c.denyCacheEntries < 0:
-		return fmt.Errorf("--deny-cache-entries: want 0 (off) or more, got %d", c.denyCacheEntries)
 	case c.gc.Percent < 1:
 		return fmt.Errorf("--gc-percent: want 1 or more, got %d; set GOGC=off to turn the collector off", c.gc.Percent)
 	}
@@ -347,27 +318,6 @@ func (c *settings) checkRLQS() error {
 	return nil
 }
 
-// checkRedis checks the Redis flags: a flag that names only part of a
-// topology is a mistake to report now, not a reason to run on the
-// memory store.
-func (c *settings) checkRedis() error {
-	if c.redis.PoolSize < 0 || c.redis.PoolSize > maxRedisPoolSize {
-		return fmt.Errorf("--redis-pool-size: want 0 (go-redis's default) to %d connections per Redis node, got %d", maxRedisPoolSize, c.redis.PoolSize)
-	}
-	if c.redis.Timeout != 0 && c.redis.Timeout < time.Millisecond {
-		return fmt.Errorf("--redis-timeout: want 1ms or more, got %v", c.redis.Timeout)
-	}
-	if err := c.checkRedisAuth(); err != nil {
-		return err
-	}
-	if c.redis.Configured() {
-		if err := c.redis.Validate(); err != nil {
-			return fmt.Errorf("redis flags (--redis-url, --redis-sentinel-master and --redis-sentinel-addrs, or --redis-cluster-addrs): %w", err)
-		}
-	}
-	return nil
-}
-
 // checkRequestLimits reports the first of the request's bounds out of
 // range.
 func (c *settings) checkRequestLimits() error {
@@ -388,12 +338,6 @@ func (c *settings) checkRequestLimits() error {
 	}
 	return nil
 }
-
-// maxRedisPoolSize is the most connections --redis-pool-size asks for
-// per Redis node: a tenth of Redis's default maxclients, so that ten
-// sidecars at it fill no node. Requests are pipelined, so a handful of
-// connections carries the load of thousands.
-const maxRedisPoolSize = 1000
 
 // inArgs reports whether args, which parse, set the flag name. The flag
 // set cannot tell: the environment's values are set on it too.

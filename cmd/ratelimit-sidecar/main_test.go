@@ -147,14 +147,14 @@ func TestIncompleteRedisFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := chooseBackend(c); b.name != "memory" {
+	if b := chooseBackend(c.store); b.name != "memory" {
 		t.Errorf("no Redis flags: backend %q, want memory", b.name)
 	}
 	c, err = parseFlags([]string{"--redis-sentinel-addrs", "127.0.0.1:26379", "--redis-sentinel-master", "m"}, noEnv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := chooseBackend(c); b.name != "redis" {
+	if b := chooseBackend(c.store); b.name != "redis" {
 		t.Errorf("sentinel flags: backend %q, want redis", b.name)
 	}
 }

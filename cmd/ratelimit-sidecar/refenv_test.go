@@ -69,29 +69,31 @@ func TestRefEnvMapping(t *testing.T) {
 			func(c *settings) any { return []string{c.configPath, c.ref.watchLink} }, []string{"/srv/current/rl/rules", "/srv/current"}},
 		{"MERGE_DOMAIN_CONFIG", map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, func(c *settings) any { return c.mergeDomains }, true},
 		{"USE_CALENDAR_MONTH_RATE_LIMIT", map[string]string{"USE_CALENDAR_MONTH_RATE_LIMIT": "true"}, func(c *settings) any { return c.calendarMonths }, true},
-		{"REDIS_URL over TCP", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379"}, func(c *settings) any { return c.redis.URL }, "redis://redis:6379"},
-		{"REDIS_URL host:port, no socket type", map[string]string{"REDIS_URL": "redis:6379"}, func(c *settings) any { return c.redis.URL }, "redis://redis:6379"},
-		{"REDIS_URL a socket", map[string]string{"REDIS_URL": "/var/run/redis.sock"}, func(c *settings) any { return c.redis.URL }, "unix:///var/run/redis.sock"},
-		{"REDIS_URL a URL", map[string]string{"REDIS_URL": "redis://u:p@redis:6379/2"}, func(c *settings) any { return c.redis.URL }, "redis://u:p@redis:6379/2"},
+		{"REDIS_URL over TCP", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379"}, func(c *settings) any { return c.store.redis.URL }, "redis://redis:6379"},
+		{"REDIS_URL host:port, no socket type", map[string]string{"REDIS_URL": "redis:6379"}, func(c *settings) any { return c.store.redis.URL }, "redis://redis:6379"},
+		{"REDIS_URL a socket", map[string]string{"REDIS_URL": "/var/run/redis.sock"}, func(c *settings) any { return c.store.redis.URL }, "unix:///var/run/redis.sock"},
+		{"REDIS_URL a URL", map[string]string{"REDIS_URL": "redis://u:p@redis:6379/2"}, func(c *settings) any { return c.store.redis.URL }, "redis://u:p@redis:6379/2"},
 		{"REDIS_TYPE sentinel", map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster,s1:26379,s2:26379"},
 			func(c *settings) any {
-				return []string{c.redis.URL, c.redis.SentinelMaster, strings.Join(c.redis.SentinelAddrs, " ")}
+				return []string{c.store.redis.URL, c.store.redis.SentinelMaster, strings.Join(c.store.redis.SentinelAddrs, " ")}
 			},
 			[]string{"", "mymaster", "s1:26379 s2:26379"}},
 		{"REDIS_TYPE CLUSTER", map[string]string{"REDIS_TYPE": "CLUSTER", "REDIS_URL": "a:7000,b:7001"},
-			func(c *settings) any { return []string{c.redis.URL, strings.Join(c.redis.ClusterAddrs, " ")} }, []string{"", "a:7000 b:7001"}},
+			func(c *settings) any {
+				return []string{c.store.redis.URL, strings.Join(c.store.redis.ClusterAddrs, " ")}
+			}, []string{"", "a:7000 b:7001"}},
 		{"REDIS_AUTH a password", map[string]string{"REDIS_URL": "r:1", "REDIS_AUTH": "s3cret"},
-			func(c *settings) any { return []string{c.redis.Username, c.redis.Password} }, []string{"", "s3cret"}},
+			func(c *settings) any { return []string{c.store.redis.Username, c.store.redis.Password} }, []string{"", "s3cret"}},
 		{"REDIS_AUTH user:password", map[string]string{"REDIS_URL": "r:1", "REDIS_AUTH": "app:s3:cret"},
-			func(c *settings) any { return []string{c.redis.Username, c.redis.Password} }, []string{"app", "s3:cret"}},
+			func(c *settings) any { return []string{c.store.redis.Username, c.store.redis.Password} }, []string{"app", "s3:cret"}},
 		{"REDIS_SENTINEL_AUTH", map[string]string{"REDIS_TYPE": "SENTINEL", "REDIS_URL": "m,s:1", "REDIS_SENTINEL_AUTH": "su:sp"},
-			func(c *settings) any { return []string{c.redis.SentinelUsername, c.redis.SentinelPassword} }, []string{"su", "sp"}},
+			func(c *settings) any { return []string{c.store.redis.SentinelUsername, c.store.redis.SentinelPassword} }, []string{"su", "sp"}},
 		{"REDIS_TLS and its files", map[string]string{"REDIS_URL": "r:1", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "/ca.pem",
 			"REDIS_TLS_CLIENT_CERT": "/c.pem", "REDIS_TLS_CLIENT_KEY": "/k.pem", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"},
-			func(c *settings) any { return c.redis.TLS },
+			func(c *settings) any { return c.store.redis.TLS },
 			redis.TLSOptions{Enabled: true, CAFile: "/ca.pem", CertFile: "/c.pem", KeyFile: "/k.pem", SkipHostnameVerification: true}},
 		{"REDIS_TLS off leaves its files unused", map[string]string{"REDIS_URL": "r:1", "REDIS_TLS_CACERT": "/ca.pem"},
-			func(c *settings) any { return c.redis.TLS }, redis.TLSOptions{}},
+			func(c *settings) any { return c.store.redis.TLS }, redis.TLSOptions{}},
 		{"GRPC_SERVER_USE_TLS and its files", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/certs/tls.crt",
 			"GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_CLIENT_TLS_CACERT": "/certs/ca.crt", "GRPC_CLIENT_TLS_SAN": "envoy.edge.svc"},
 			func(c *settings) any { return []string{c.tls.cert, c.tls.key, c.tls.clientCA, c.tls.clientSAN} },
@@ -110,11 +112,11 @@ func TestRefEnvMapping(t *testing.T) {
 			"GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_CLIENT_TLS_CACERT": "/certs/ca.crt"},
 			func(c *settings) any { return []string{c.tls.cert, c.tls.key, c.tls.clientCA, c.tls.clientSAN} },
 			[]string{"", "", "", ""}},
-		{"REDIS_POOL_SIZE", map[string]string{"REDIS_POOL_SIZE": "20"}, func(c *settings) any { return c.redis.PoolSize }, 20},
-		{"REDIS_TIMEOUT", map[string]string{"REDIS_TIMEOUT": "50ms"}, func(c *settings) any { return c.redis.Timeout }, 50 * time.Millisecond},
-		{"CACHE_KEY_PREFIX", map[string]string{"CACHE_KEY_PREFIX": "edge_"}, func(c *settings) any { return c.redis.KeyPrefix }, "edge_"},
-		{"LOCAL_CACHE_SIZE_IN_BYTES", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576"}, func(c *settings) any { return c.denyCacheEntries }, 1048576 / refenv.DenyEntryBytes},
-		{"LOCAL_CACHE_SIZE_IN_BYTES 0", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "0"}, func(c *settings) any { return c.denyCacheEntries }, 0},
+		{"REDIS_POOL_SIZE", map[string]string{"REDIS_POOL_SIZE": "20"}, func(c *settings) any { return c.store.redis.PoolSize }, 20},
+		{"REDIS_TIMEOUT", map[string]string{"REDIS_TIMEOUT": "50ms"}, func(c *settings) any { return c.store.redis.Timeout }, 50 * time.Millisecond},
+		{"CACHE_KEY_PREFIX", map[string]string{"CACHE_KEY_PREFIX": "edge_"}, func(c *settings) any { return c.store.redis.KeyPrefix }, "edge_"},
+		{"LOCAL_CACHE_SIZE_IN_BYTES", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576"}, func(c *settings) any { return c.store.denyCacheEntries }, 1048576 / refenv.DenyEntryBytes},
+		{"LOCAL_CACHE_SIZE_IN_BYTES 0", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "0"}, func(c *settings) any { return c.store.denyCacheEntries }, 0},
 		{"NEAR_LIMIT_RATIO", map[string]string{"NEAR_LIMIT_RATIO": "0.5"}, func(c *settings) any { return c.nearLimitRatio }, 0.5},
 		{"SHADOW_MODE", map[string]string{"SHADOW_MODE": "true"}, func(c *settings) any { return c.ref.shadowMode }, true},
 		{"QUOTA_MODE", map[string]string{"QUOTA_MODE": "true"}, func(c *settings) any { return c.ref.quotaMode }, true},
@@ -166,9 +168,9 @@ func TestRefModeDefaults(t *testing.T) {
 		HealthRedis                            bool
 	}
 	see := func(c *settings) view {
-		return view{c.httpAddr, c.grpcAddr, c.ref.debugAddr, c.configPath, c.ref.watchLink, c.redis.URL,
-			c.redis.PoolSize, c.denyCacheEntries, c.request.MaxDescriptors, c.request.MaxEntries, c.bounds.maxConnAge, c.ref.connGrace, c.redis.Timeout, c.logLevel, c.redis.KeyPrefix,
-			c.failureMode.String(), c.bounds.grpcMaxConns, c.ref.healthRequiresRedisConfig}
+		return view{c.httpAddr, c.grpcAddr, c.ref.debugAddr, c.configPath, c.ref.watchLink, c.store.redis.URL,
+			c.store.redis.PoolSize, c.store.denyCacheEntries, c.request.MaxDescriptors, c.request.MaxEntries, c.bounds.maxConnAge, c.ref.connGrace, c.store.redis.Timeout, c.logLevel, c.store.redis.KeyPrefix,
+			c.store.failureMode.String(), c.bounds.grpcMaxConns, c.ref.healthRequiresRedisConfig}
 	}
 	ref := view{
 		HTTP: "0.0.0.0:8080", GRPC: "0.0.0.0:8081", Debug: "0.0.0.0:6070",
@@ -243,12 +245,12 @@ func TestRefEnvPrecedence(t *testing.T) {
 // altogether; and our password settings beat REDIS_AUTH.
 func TestRefEnvRedisPrecedence(t *testing.T) {
 	c := mustParseEnv(t, "ratelimit", map[string]string{"REDIS_URL": "r:6379", "RLS_REDIS_CLUSTER_ADDRS": "c1:7000,c2:7000"})
-	if c.redis.URL != "" || len(c.redis.ClusterAddrs) != 2 {
-		t.Errorf("RLS_REDIS_CLUSTER_ADDRS and REDIS_URL: url %q, cluster %q; want the cluster only", c.redis.URL, c.redis.ClusterAddrs)
+	if c.store.redis.URL != "" || len(c.store.redis.ClusterAddrs) != 2 {
+		t.Errorf("RLS_REDIS_CLUSTER_ADDRS and REDIS_URL: url %q, cluster %q; want the cluster only", c.store.redis.URL, c.store.redis.ClusterAddrs)
 	}
 	c = mustParseEnv(t, "ratelimit", map[string]string{"REDIS_URL": "r:6379"}, "--redis-sentinel-master=m", "--redis-sentinel-addrs=s:1")
-	if c.redis.URL != "" || c.redis.SentinelMaster != "m" {
-		t.Errorf("Sentinel flags and REDIS_URL: url %q, master %q; want the sentinel only", c.redis.URL, c.redis.SentinelMaster)
+	if c.store.redis.URL != "" || c.store.redis.SentinelMaster != "m" {
+		t.Errorf("Sentinel flags and REDIS_URL: url %q, master %q; want the sentinel only", c.store.redis.URL, c.store.redis.SentinelMaster)
 	}
 
 	// --config from elsewhere: RUNTIME_ROOT's link is not watched.
@@ -258,18 +260,18 @@ func TestRefEnvRedisPrecedence(t *testing.T) {
 	}
 
 	c = mustParseEnv(t, "ratelimit-sidecar", map[string]string{"REDIS_URL": "r:6379", "REDIS_AUTH": "u:ref", "RLS_REDIS_PASSWORD": "ours"})
-	if c.redis.Password != "ours" || c.redis.Username != "u" || c.env.PasswordFrom != "" {
-		t.Errorf("RLS_REDIS_PASSWORD and REDIS_AUTH: user %q password %q from %q; want u, ours, not REDIS_AUTH", c.redis.Username, c.redis.Password, c.env.PasswordFrom)
+	if c.store.redis.Password != "ours" || c.store.redis.Username != "u" || c.env.PasswordFrom != "" {
+		t.Errorf("RLS_REDIS_PASSWORD and REDIS_AUTH: user %q password %q from %q; want u, ours, not REDIS_AUTH", c.store.redis.Username, c.store.redis.Password, c.env.PasswordFrom)
 	}
 	file := filepath.Join(t.TempDir(), "pw")
 	write(t, file, "fromfile\n")
 	c = mustParseEnv(t, "ratelimit-sidecar", map[string]string{"REDIS_URL": "r:6379", "REDIS_AUTH": "ref"}, "--redis-password-file", file)
-	if c.redis.Password != "fromfile" {
-		t.Errorf("--redis-password-file and REDIS_AUTH: password %q, want the file's", c.redis.Password)
+	if c.store.redis.Password != "fromfile" {
+		t.Errorf("--redis-password-file and REDIS_AUTH: password %q, want the file's", c.store.redis.Password)
 	}
 	c = mustParseEnv(t, "ratelimit-sidecar", map[string]string{"REDIS_URL": "r:6379", "REDIS_AUTH": "ref"})
-	if c.redis.Password != "ref" || c.env.PasswordFrom != "REDIS_AUTH" {
-		t.Errorf("REDIS_AUTH alone: password %q from %q", c.redis.Password, c.env.PasswordFrom)
+	if c.store.redis.Password != "ref" || c.env.PasswordFrom != "REDIS_AUTH" {
+		t.Errorf("REDIS_AUTH alone: password %q from %q", c.store.redis.Password, c.env.PasswordFrom)
 	}
 }
 
@@ -360,8 +362,8 @@ func TestRefEnvRefused(t *testing.T) {
 	if diff := cmp.Diff(want, c.env.Refused); diff != "" {
 		t.Errorf("refused (-want +got):\n%s", diff)
 	}
-	if c.redis.Configured() {
-		t.Errorf("BACKEND_TYPE=memcache: Redis configured (%q)", c.redis.URL)
+	if c.store.redis.Configured() {
+		t.Errorf("BACKEND_TYPE=memcache: Redis configured (%q)", c.store.redis.URL)
 	}
 
 	core, logs := observer.New(zapcore.InfoLevel)

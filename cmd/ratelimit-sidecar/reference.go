@@ -64,7 +64,7 @@ func (c *settings) defineRef(fs *flag.FlagSet) {
 	fs.BoolVar(&r.quotaMode, "quota-mode", false, "count every descriptor as a quota_mode one, which rejects a request only when every quota_mode descriptor of it is over, as envoyproxy/ratelimit's QUOTA_MODE")
 	fs.BoolVar(&r.dynamicMetadata, "response-dynamic-metadata", false, "add the request's domain, descriptors and hits, and the metadata of the rules of the descriptors that passed, to each response's dynamic_metadata, as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA")
 	fs.StringVar(&r.headerNames, "response-header-names", defaultHeaderNames, "names of the limit, remaining and reset headers of --response-headers=draft03, comma-separated")
-	fs.BoolVar(&c.redis.TLS.SkipHostnameVerification, "redis-tls-skip-hostname-verification", false, "check Redis's certificate against the CAs but not its host name")
+	fs.BoolVar(&c.store.redis.TLS.SkipHostnameVerification, "redis-tls-skip-hostname-verification", false, "check Redis's certificate against the CAs but not its host name")
 }
 
 // check checks the flags of refSettings.

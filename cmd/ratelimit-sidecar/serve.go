@@ -72,7 +72,7 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	}
 	defer tr.shutdown(c.shutdownTimeout) // on a startup error; else below
 
-	st, err := openStore(ctx, c, log, m)
+	st, err := openStore(ctx, c.store, log, m)
 	if err != nil {
 		return err
 	}
@@ -250,13 +250,13 @@ func newLogger(c *settings, w io.Writer) (*zap.Logger, error) {
 // newEngine builds the engine: the rules, decided on st, with a memory
 // store for failure mode local.
 func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Metrics) *limits.Engine {
-	local := memory.New(memory.Options{MaxKeys: c.memoryMaxKeys})
+	local := memory.New(memory.Options{MaxKeys: c.store.memoryMaxKeys})
 	m.MemoryStore("local", local)
 	return limits.NewEngine(rs, st, limits.EngineOptions{
 		Limits:         c.request,
-		FailureMode:    c.failureMode,
+		FailureMode:    c.store.failureMode,
 		Local:          local,
-		LocalDivisor:   c.localDivisor,
+		LocalDivisor:   c.store.localDivisor,
 		Observer:       m,
 		OverrideKeys:   c.overrideKeys,
 		QuotaMode:      c.ref.quotaMode,
@@ -268,10 +268,10 @@ func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Met
 // a password: ps shows it to every user of the host. The environment and
 // a password file do not.
 func warnPasswordInArgs(log *zap.Logger, c *settings) {
-	if !c.redisURLInArgs {
+	if !c.store.urlInArgs {
 		return
 	}
-	u, err := url.Parse(c.redis.URL)
+	u, err := url.Parse(c.store.redis.URL)
 	if err != nil || u.User == nil {
 		return // an invalid URL fails when the store opens
 	}
@@ -291,7 +291,7 @@ func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, 
 		zap.String("http_addr", lis.http.Addr().String()),
 		zap.String("admin_addr", adminLogAddr(c, lis)),
 		zap.String("store", st.name),
-		zap.String("failure_mode", c.failureMode.String()),
+		zap.String("failure_mode", c.store.failureMode.String()),
 		zap.String("config", c.configPath),
 		zap.String("config_type", c.xds.configType),
 		zap.Strings("domains", rs.Domains()),
