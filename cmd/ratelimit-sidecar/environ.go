@@ -45,10 +45,10 @@ func applyRefEnv(fs *flag.FlagSet, refMode bool, getenv func(string) (string, bo
 // a, naming the variables in an error.
 func (c *settings) setFlagless(a *refApplied) error {
 	fs := flag.NewFlagSet("", flag.ContinueOnError)
-	fs.DurationVar(&c.xds.backoff.initial, refenv.XDSBackoffInitial, xds.DefaultBackoffInitial, "")
-	fs.DurationVar(&c.xds.backoff.max, refenv.XDSBackoffMax, xds.DefaultBackoffMax, "")
-	fs.Float64Var(&c.xds.backoff.jitter, refenv.XDSBackoffJitter, xds.DefaultBackoffJitter, "")
-	fs.IntVar(&c.xds.maxMessageBytes, refenv.XDSMaxMessageBytes, 0, "")
+	fs.DurationVar(&c.rules.xds.BackoffInitial, refenv.XDSBackoffInitial, xds.DefaultBackoffInitial, "")
+	fs.DurationVar(&c.rules.xds.BackoffMax, refenv.XDSBackoffMax, xds.DefaultBackoffMax, "")
+	fs.Float64Var(&c.rules.xds.BackoffJitter, refenv.XDSBackoffJitter, xds.DefaultBackoffJitter, "")
+	fs.IntVar(&c.rules.xds.MaxMessageBytes, refenv.XDSMaxMessageBytes, 0, "")
 	fs.StringVar(&c.tracing.serviceName, refenv.TracingServiceName, "", "")
 	fs.StringVar(&c.tracing.serviceNamespace, refenv.TracingServiceNamespace, "", "")
 	fs.StringVar(&c.tracing.serviceInstanceID, refenv.TracingServiceInstanceID, "", "")

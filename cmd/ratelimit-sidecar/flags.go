@@ -21,15 +21,11 @@ import (
 
 // settings is every flag's value.
 type settings struct {
-	configPath      string
 	grpcAddr        string
 	httpAddr        string
 	adminAddr       string
 	logLevel        string
 	logFormat       string
-	mergeDomains    bool
-	calendarMonths  bool
-	allowEmptyRules bool
 	drainDelay      time.Duration
 	shutdownTimeout time.Duration
 	request         limits.RequestLimits
@@ -37,7 +33,6 @@ type settings struct {
 	nearLimitRatio  float64
 	metricMaxValues int
 	responseHeaders envoy.HeaderMode
-	reloadDebounce  time.Duration
 	overrideKeys    limits.OverrideKeys
 
 	store storeOptions // --redis-*, --failure-mode, ...: see store.go
@@ -52,7 +47,8 @@ type settings struct {
 	gc          gctune.Settings
 	memoryLimit string // --memory-limit's text, for finish to parse
 
-	xds xdsSettings   // --config-type xds: see xds.go
+	rules rulesOptions // --config, --config-type, --xds-*: see xds.go
+
 	ref refSettings   // what envoyproxy/ratelimit's deployments rely on: reference.go
 	env envlog.Report // where the settings came from: environ.go
 
@@ -138,7 +134,7 @@ func newSettings() *settings {
 // define defines every flag on fs, writing into c. It returns where
 // --failure-mode's text goes, for finish to parse.
 func (c *settings) define(fs *flag.FlagSet) *string {
-	fs.StringVar(&c.configPath, "config", "config/", "rule file or directory of *.yaml/*.yml rule files")
+	fs.StringVar(&c.rules.path, "config", "config/", "rule file or directory of *.yaml/*.yml rule files")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", "127.0.0.1:8081", "address for the RLS gRPC service, health and reflection")
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "address for /healthz, /readyz and /metrics (and the admin endpoints unless --admin-addr is set)")
 	fs.StringVar(&c.adminAddr, "admin-addr", "", "address for POST /json, /debug/config and /debug/counters; empty serves them on --http-addr. Set it to a loopback address when --http-addr must listen on the pod address, since /json spends quota")
@@ -148,9 +144,9 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.Float64Var(&c.rejections.rate, "log-rejections-rate", 10, "most rejection lines per second, in bursts of as many; the rest are counted in ratelimit_sidecar_rejection_logs_suppressed_total and in the next line's not_logged")
 	fs.StringVar(&c.rejections.values, "log-rejections-values", "hash", "how rejection lines and the counter reset's log line show descriptor values and counter keys, which may be secret: hash (sha256: and 12 hex digits) or plain")
 	fs.BoolVar(&c.counterReset, "admin-counter-reset", false, "allow POST /debug/counters/reset on the admin address, which deletes counters from the store")
-	fs.BoolVar(&c.mergeDomains, "merge-domains", false, "let several rule files add to one domain")
-	fs.BoolVar(&c.calendarMonths, "calendar-months", false, "count every fixed window of one month that sets no calendar of its own, and every month Envoy sends without an override, as a UTC calendar month, as envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT; without it a month is 30 days from the Unix epoch")
-	fs.BoolVar(&c.allowEmptyRules, "allow-empty-rules", false, "start, and accept reloads, with no rule files, answering OK to every request (logged at Warn); without it no rules is a config error")
+	fs.BoolVar(&c.rules.config.MergeDomains, "merge-domains", false, "let several rule files add to one domain")
+	fs.BoolVar(&c.rules.config.CalendarMonths, "calendar-months", false, "count every fixed window of one month that sets no calendar of its own, and every month Envoy sends without an override, as a UTC calendar month, as envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT; without it a month is 30 days from the Unix epoch")
+	fs.BoolVar(&c.rules.config.AllowEmpty, "allow-empty-rules", false, "start, and accept reloads, with no rule files, answering OK to every request (logged at Warn); without it no rules is a config error")
 	fs.DurationVar(&c.drainDelay, "drain-delay", 0, "on SIGTERM, how long to report NOT_SERVING before stopping, so Envoy and Kubernetes stop sending")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish at shutdown")
 	fs.IntVar(&c.request.MaxDescriptors, "max-descriptors", c.request.MaxDescriptors, "most descriptors in one request")
@@ -166,7 +162,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.DurationVar(&c.rlqsMargin, "rlqs-margin", time.Second, "RLQS: how long an assignment may take to reach Envoy; a window's grant ends this long before its window, so quota is never spent in the window after it was counted in (lower: shorter denials at window ends, if answers reach Envoy faster)")
 	fs.IntVar(&c.rlqsMaxBuckets, "rlqs-max-buckets", 10_000, "RLQS: most buckets one stream may hold; a bucket past it is answered by its domain's failure mode and not kept")
 	fs.DurationVar(&c.rlqsIdleAfter, "rlqs-idle-after", time.Minute, "RLQS: abandon a bucket that has reported no requests for this long; Envoy subscribes to it again at its next request")
-	fs.DurationVar(&c.reloadDebounce, "reload-debounce", 200*time.Millisecond, "how long file changes must settle before rules are reloaded")
+	fs.DurationVar(&c.rules.debounce, "reload-debounce", 200*time.Millisecond, "how long file changes must settle before rules are reloaded")
 	fs.IntVar(&c.gc.Percent, "gc-percent", gctune.DefaultPercent, "the Go garbage collector's GOGC, unless the GOGC environment variable is set")
 	fs.StringVar(&c.memoryLimit, "memory-limit", gctune.DefaultMemoryLimit, "the Go runtime's soft memory limit (64MiB, 1GiB, ...; 0: none), unless the GOMEMLIMIT environment variable is set")
 
@@ -217,19 +213,19 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.store.redis.KeyPrefix, "redis-key-prefix", redis.DefaultKeyPrefix, "prefix of every Redis key")
 
 	// Rules over xDS: see xds.go.
-	fs.StringVar(&c.xds.configType, "config-type", "file", "where the rules come from: file (--config) or xds (a management server's RateLimitConfig pushes, as envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW; see docs/xds.md)")
-	fs.StringVar(&c.xds.server, "xds-server", "localhost:18000", "xDS management server, host:port (Envoy Gateway: envoy-gateway:18001)")
-	fs.StringVar(&c.xds.nodeID, "xds-node-id", "default", "node ID sent to the xDS server, which picks the node's snapshot by it (Envoy Gateway: envoy-ratelimit)")
-	fs.StringVar(&c.xds.nodeMetadata, "xds-node-metadata", "", "node metadata sent to the xDS server: key=value,key=value, or a JSON object")
-	fs.StringVar(&c.xds.headers, "xds-headers", "", "gRPC headers sent to the xDS server when the stream opens: name:value,name:value")
-	fs.BoolVar(&c.xds.tls, "xds-tls", false, "use TLS to the xDS server (implied by the other --xds-tls-* flags)")
-	fs.StringVar(&c.xds.tlsCA, "xds-tls-ca", "", "PEM file of CAs for the xDS server's certificate (default: system roots)")
-	fs.StringVar(&c.xds.tlsCert, "xds-tls-cert", "", "PEM client certificate for the xDS server (mutual TLS); read again at every reconnect")
-	fs.StringVar(&c.xds.tlsKey, "xds-tls-key", "", "PEM key of --xds-tls-cert")
-	fs.StringVar(&c.xds.tlsServerName, "xds-tls-server-name", "", "name the xDS server's certificate must hold (default: the host of --xds-server)")
-	fs.StringVar(&c.xds.overlay, "xds-overlay", "", "YAML file that gives pushed rules our algorithms, windows, bursts, leases, extra limits and failure modes, matched by domain and descriptor path or limit name; reread when it changes (see docs/xds.md)")
-	fs.Var(&c.xds.sources, "xds-source", "one more xDS server to take rules from, beside --xds-server or the rule files: name=NAME,server=HOST:PORT,node-id=ID[,force-start=true,tls-ca=FILE,tls-cert=FILE,tls-key=FILE,tls-server-name=NAME]; repeat it, or separate several with ';'. A domain belongs to the first source that holds it; another's rules for it are refused (see docs/xds.md#several-rule-sources)")
-	fs.BoolVar(&c.xds.forceStart, "force-start-without-rules", false, "with --config-type xds or --xds-source, be ready before the first push, with no rules until it arrives (envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, health and /readyz report not serving until the first good push")
+	fs.StringVar(&c.rules.xds.ConfigType, "config-type", "file", "where the rules come from: file (--config) or xds (a management server's RateLimitConfig pushes, as envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW; see docs/xds.md)")
+	fs.StringVar(&c.rules.xds.Server, "xds-server", "localhost:18000", "xDS management server, host:port (Envoy Gateway: envoy-gateway:18001)")
+	fs.StringVar(&c.rules.xds.NodeID, "xds-node-id", "default", "node ID sent to the xDS server, which picks the node's snapshot by it (Envoy Gateway: envoy-ratelimit)")
+	fs.StringVar(&c.rules.xds.NodeMetadata, "xds-node-metadata", "", "node metadata sent to the xDS server: key=value,key=value, or a JSON object")
+	fs.StringVar(&c.rules.xds.Headers, "xds-headers", "", "gRPC headers sent to the xDS server when the stream opens: name:value,name:value")
+	fs.BoolVar(&c.rules.xds.TLS, "xds-tls", false, "use TLS to the xDS server (implied by the other --xds-tls-* flags)")
+	fs.StringVar(&c.rules.xds.TLSFiles.CAFile, "xds-tls-ca", "", "PEM file of CAs for the xDS server's certificate (default: system roots)")
+	fs.StringVar(&c.rules.xds.TLSFiles.CertFile, "xds-tls-cert", "", "PEM client certificate for the xDS server (mutual TLS); read again at every reconnect")
+	fs.StringVar(&c.rules.xds.TLSFiles.KeyFile, "xds-tls-key", "", "PEM key of --xds-tls-cert")
+	fs.StringVar(&c.rules.xds.TLSFiles.ServerName, "xds-tls-server-name", "", "name the xDS server's certificate must hold (default: the host of --xds-server)")
+	fs.StringVar(&c.rules.xds.OverlayPath, "xds-overlay", "", "YAML file that gives pushed rules our algorithms, windows, bursts, leases, extra limits and failure modes, matched by domain and descriptor path or limit name; reread when it changes (see docs/xds.md)")
+	fs.Var(&c.rules.xds.Sources, "xds-source", "one more xDS server to take rules from, beside --xds-server or the rule files: name=NAME,server=HOST:PORT,node-id=ID[,force-start=true,tls-ca=FILE,tls-cert=FILE,tls-key=FILE,tls-server-name=NAME]; repeat it, or separate several with ';'. A domain belongs to the first source that holds it; another's rules for it are refused (see docs/xds.md#several-rule-sources)")
+	fs.BoolVar(&c.rules.xds.StartWithoutRules, "force-start-without-rules", false, "with --config-type xds or --xds-source, be ready before the first push, with no rules until it arrives (envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, health and /readyz report not serving until the first good push")
 	c.tracing.define(fs)
 	c.push.define(fs)
 	c.defineRef(fs)
@@ -244,7 +240,7 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 		func() error { return c.finishMemory(getenv) },
 		c.bounds.check,
 		c.tls.check,
-		c.xds.finish,
+		c.rules.xds.Validate,
 		func() error { return c.tracing.check(getenv) },
 		func() error { return c.push.check(getenv) },
 		c.checkRequestLimits,

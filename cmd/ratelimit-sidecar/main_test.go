@@ -111,8 +111,8 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.grpcAddr != "127.0.0.1:9999" || !c.mergeDomains {
-		t.Errorf("environment not applied: grpc %q merge %v", c.grpcAddr, c.mergeDomains)
+	if c.grpcAddr != "127.0.0.1:9999" || !c.rules.config.MergeDomains {
+		t.Errorf("environment not applied: grpc %q merge %v", c.grpcAddr, c.rules.config.MergeDomains)
 	}
 	if c.httpAddr != "127.0.0.1:2" {
 		t.Errorf("http addr = %q, want the flag to win over RLS_HTTP_ADDR", c.httpAddr)

@@ -64,11 +64,11 @@ func TestRefEnvMapping(t *testing.T) {
 		{"LOG_FORMAT json", map[string]string{"LOG_FORMAT": "JSON"}, func(c *settings) any { return c.logFormat }, "json"},
 		{"LOG_FORMAT text", map[string]string{"LOG_FORMAT": "text"}, func(c *settings) any { return c.logFormat }, "console"},
 		{"RUNTIME_* without watching the root", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false"},
-			func(c *settings) any { return []string{c.configPath, c.ref.watchLink} }, []string{"/data/ratelimit/config", ""}},
+			func(c *settings) any { return []string{c.rules.path, c.ref.watchLink} }, []string{"/data/ratelimit/config", ""}},
 		{"RUNTIME_* watching the root", map[string]string{"RUNTIME_ROOT": "/srv/current/", "RUNTIME_SUBDIRECTORY": "rl", "RUNTIME_APPDIRECTORY": "rules"},
-			func(c *settings) any { return []string{c.configPath, c.ref.watchLink} }, []string{"/srv/current/rl/rules", "/srv/current"}},
-		{"MERGE_DOMAIN_CONFIG", map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, func(c *settings) any { return c.mergeDomains }, true},
-		{"USE_CALENDAR_MONTH_RATE_LIMIT", map[string]string{"USE_CALENDAR_MONTH_RATE_LIMIT": "true"}, func(c *settings) any { return c.calendarMonths }, true},
+			func(c *settings) any { return []string{c.rules.path, c.ref.watchLink} }, []string{"/srv/current/rl/rules", "/srv/current"}},
+		{"MERGE_DOMAIN_CONFIG", map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, func(c *settings) any { return c.rules.config.MergeDomains }, true},
+		{"USE_CALENDAR_MONTH_RATE_LIMIT", map[string]string{"USE_CALENDAR_MONTH_RATE_LIMIT": "true"}, func(c *settings) any { return c.rules.config.CalendarMonths }, true},
 		{"REDIS_URL over TCP", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379"}, func(c *settings) any { return c.store.redis.URL }, "redis://redis:6379"},
 		{"REDIS_URL host:port, no socket type", map[string]string{"REDIS_URL": "redis:6379"}, func(c *settings) any { return c.store.redis.URL }, "redis://redis:6379"},
 		{"REDIS_URL a socket", map[string]string{"REDIS_URL": "/var/run/redis.sock"}, func(c *settings) any { return c.store.redis.URL }, "unix:///var/run/redis.sock"},
@@ -168,7 +168,7 @@ func TestRefModeDefaults(t *testing.T) {
 		HealthRedis                            bool
 	}
 	see := func(c *settings) view {
-		return view{c.httpAddr, c.grpcAddr, c.ref.debugAddr, c.configPath, c.ref.watchLink, c.store.redis.URL,
+		return view{c.httpAddr, c.grpcAddr, c.ref.debugAddr, c.rules.path, c.ref.watchLink, c.store.redis.URL,
 			c.store.redis.PoolSize, c.store.denyCacheEntries, c.request.MaxDescriptors, c.request.MaxEntries, c.bounds.maxConnAge, c.ref.connGrace, c.store.redis.Timeout, c.logLevel, c.store.redis.KeyPrefix,
 			c.store.failureMode.String(), c.bounds.grpcMaxConns, c.ref.healthRequiresRedisConfig}
 	}
@@ -255,8 +255,8 @@ func TestRefEnvRedisPrecedence(t *testing.T) {
 
 	// --config from elsewhere: RUNTIME_ROOT's link is not watched.
 	c = mustParseEnv(t, "ratelimit", map[string]string{"RUNTIME_ROOT": "/srv/current", "RLS_CONFIG": "/rules"})
-	if c.configPath != "/rules" || c.ref.watchLink != "" {
-		t.Errorf("RLS_CONFIG and RUNTIME_ROOT: config %q, watch-link %q; want /rules and none", c.configPath, c.ref.watchLink)
+	if c.rules.path != "/rules" || c.ref.watchLink != "" {
+		t.Errorf("RLS_CONFIG and RUNTIME_ROOT: config %q, watch-link %q; want /rules and none", c.rules.path, c.ref.watchLink)
 	}
 
 	c = mustParseEnv(t, "ratelimit-sidecar", map[string]string{"REDIS_URL": "r:6379", "REDIS_AUTH": "u:ref", "RLS_REDIS_PASSWORD": "ours"})

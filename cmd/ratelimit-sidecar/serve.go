@@ -58,7 +58,7 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	logEnv(log, c)
 	c.gc.Apply()
 
-	opts := config.Options{MergeDomains: c.mergeDomains, AllowEmpty: c.allowEmptyRules, CalendarMonths: c.calendarMonths}
+	opts := c.rules.config
 	rs, err := loadFirstRules(c, opts, log)
 	if err != nil {
 		return err
@@ -93,7 +93,7 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 		}
 		m.Reloaded(rs, err)
 	}
-	rules, err := rulesFrom(c, opts, engine, log, m, onRules)
+	rules, err := rulesFrom(c.rules, engine, log, m, onRules)
 	if err != nil {
 		return err
 	}
@@ -199,7 +199,7 @@ func loadFirstRules(c *settings, opts config.Options, log *zap.Logger) (*limits.
 	// reload to no rules is still refused.
 	startOpts := opts
 	startOpts.AllowEmpty = opts.AllowEmpty || c.ref.healthRequiresRules
-	rs, err := startRules(c, startOpts)
+	rs, err := startRules(c.rules, startOpts)
 	if errors.Is(err, config.ErrNoRules) {
 		return nil, &rulesError{problems: []error{err}, hint: "; set --allow-empty-rules to start without rules"}
 	}
@@ -207,11 +207,11 @@ func loadFirstRules(c *settings, opts config.Options, log *zap.Logger) (*limits.
 		return nil, &rulesError{problems: config.Problems(err)}
 	}
 	switch {
-	case len(rs.Domains()) > 0 || c.xds.enabled:
-	case !c.allowEmptyRules:
-		log.Warn("starting without rules (--health-requires-rules): not serving until rules load", zap.String("config", c.configPath))
+	case len(rs.Domains()) > 0 || c.rules.xds.Enabled:
+	case !c.rules.config.AllowEmpty:
+		log.Warn("starting without rules (--health-requires-rules): not serving until rules load", zap.String("config", c.rules.path))
 	default:
-		log.Warn("starting without rules (--allow-empty-rules); every request gets OK", zap.String("config", c.configPath))
+		log.Warn("starting without rules (--allow-empty-rules); every request gets OK", zap.String("config", c.rules.path))
 	}
 	return rs, nil
 }
@@ -260,7 +260,7 @@ func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Met
 		Observer:       m,
 		OverrideKeys:   c.overrideKeys,
 		QuotaMode:      c.ref.quotaMode,
-		CalendarMonths: c.calendarMonths,
+		CalendarMonths: c.rules.config.CalendarMonths,
 	})
 }
 
@@ -292,22 +292,22 @@ func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, 
 		zap.String("admin_addr", adminLogAddr(c, lis)),
 		zap.String("store", st.name),
 		zap.String("failure_mode", c.store.failureMode.String()),
-		zap.String("config", c.configPath),
-		zap.String("config_type", c.xds.configType),
+		zap.String("config", c.rules.path),
+		zap.String("config_type", c.rules.xds.ConfigType),
 		zap.Strings("domains", rs.Domains()),
 		zap.Int("rules", countRules(rs)),
 		zap.String("checksum", rs.Checksum),
 		zap.Int64("gc_percent", gcPercent),
 		zap.Int64("memory_limit_bytes", memLimit),
 	)
-	if len(c.xds.sources) > 0 {
-		log.Info("rule sources", zap.Stringer("xds_sources", &c.xds.sources))
+	if len(c.rules.xds.Sources) > 0 {
+		log.Info("rule sources", zap.Stringer("xds_sources", &c.rules.xds.Sources))
 	}
-	if !c.xds.enabled {
+	if !c.rules.xds.Enabled {
 		return
 	}
-	fields := []zap.Field{zap.String("xds_server", c.xds.server), zap.String("xds_node_id", c.xds.nodeID)}
-	if c.xds.forceStart {
+	fields := []zap.Field{zap.String("xds_server", c.rules.xds.Server), zap.String("xds_node_id", c.rules.xds.NodeID)}
+	if c.rules.xds.StartWithoutRules {
 		log.Warn("serving before the xDS server has delivered rules (--force-start-without-rules): every request gets OK until it does; ratelimit_sidecar_xds_rules_received says when", fields...)
 	} else {
 		log.Info("not ready until the xDS server delivers rules", fields...)
