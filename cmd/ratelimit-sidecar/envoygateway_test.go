@@ -352,12 +352,12 @@ type xdsView struct {
 }
 
 func viewXDS(c *settings) xdsView {
-	x := c.xds
+	x := c.rules.xds
 	return xdsView{
-		Enabled: x.enabled, AllowEmpty: c.allowEmptyRules, ForceStart: x.forceStart,
-		Server: x.server, NodeID: x.nodeID, Metadata: x.metadata.AsMap(), Headers: x.header,
-		TLS: x.tls, CA: x.tlsCA, Cert: x.tlsCert, Key: x.tlsKey, ServerName: x.tlsServerName,
-		Initial: x.backoff.initial, Max: x.backoff.max, Jitter: x.backoff.jitter, MaxMessageBytes: x.maxMessageBytes,
+		Enabled: x.Enabled, AllowEmpty: c.rules.config.AllowEmpty, ForceStart: x.StartWithoutRules,
+		Server: x.Server, NodeID: x.NodeID, Metadata: x.Options.NodeMetadata.AsMap(), Headers: x.Options.Headers,
+		TLS: x.TLS, CA: x.TLSFiles.CAFile, Cert: x.TLSFiles.CertFile, Key: x.TLSFiles.KeyFile, ServerName: x.TLSFiles.ServerName,
+		Initial: x.BackoffInitial, Max: x.BackoffMax, Jitter: x.BackoffJitter, MaxMessageBytes: x.MaxMessageBytes,
 	}
 }
 

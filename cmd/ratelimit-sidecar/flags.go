@@ -28,7 +28,6 @@ import (
 
 // settings is every flag's value.
 type settings struct {
-	configPath      string
 	grpcAddr        string
 	grpcUDS         string // --grpc-uds: gRPC on a Unix socket instead
 	httpAddr        string
@@ -39,9 +38,6 @@ type settings struct {
 	refMetrics      bool // --reference-metrics: envoyproxy/ratelimit's metric names too
 	logLevel        string
 	logFormat       string
-	mergeDomains    bool
-	calendarMonths  bool
-	allowEmptyRules bool
 	drainDelay      time.Duration
 	shutdownTimeout time.Duration
 	connGrace       time.Duration // --grpc-max-connection-age-grace (0: shutdownTimeout)
@@ -54,24 +50,12 @@ type settings struct {
 	dynamicMetadata bool
 	headerNames     string            // --response-header-names
 	responseNames   envoy.HeaderNames // headerNames, parsed; zero for the default
-	reloadDebounce  time.Duration
-	watchLink       string // --watch-link: its replacement reloads the rules (config.WatchLink)
+	watchLink       string            // --watch-link: its replacement reloads the rules (config.WatchLink)
 	overrideKeys    limits.OverrideKeys
 
-	failureMode      limits.FailureMode
-	quotaMode        bool // every descriptor a quota_mode one (limits.EngineOptions)
-	localDivisor     uint64
-	denyCacheEntries int
-	memoryMaxKeys    int
+	quotaMode bool // every descriptor a quota_mode one (limits.EngineOptions)
 
-	redis             redis.Options
-	redisURLInArgs    bool // --redis-url is on the command line, for ps to show
-	redisHostPort     bool // --redis-url was host:port, taken as redis://host:port: redisurl.go
-	redisPasswordFile string
-	sentinelPassFile  string
-	redisAuth         redisAuthSettings // rediscreds.go
-	redisSentinels    string
-	redisCluster      string
+	store storeOptions // --redis-*, --failure-mode, ...: see store.go
 
 	bounds bounds.Server // what clients can make the servers hold
 
@@ -86,8 +70,8 @@ type settings struct {
 	gc          gctune.Settings
 	memoryLimit string // --memory-limit's text, for finish to parse
 
-	xds xdsSettings   // --config-type xds: see xds.go
-	env refenv.Report // where the settings came from: internal/refenv
+	rules rulesOptions  // --config, --config-type, --xds-*: see xds.go
+	env   refenv.Report // where the settings came from: internal/refenv
 
 	tracing tracing.Options     // --tracing*, and the reference's TRACING_SERVICE_*
 	statsd  statsd.Settings     // --statsd-*
@@ -138,11 +122,11 @@ func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool
 	if err != nil {
 		return nil, err
 	}
-	c.redisURLInArgs = env.OnCommandLine("redis-url")
+	c.store.urlInArgs = env.OnCommandLine("redis-url")
 	if err := c.finish(*failure, getenv); err != nil {
 		return nil, env.Explain(err)
 	}
-	env.Passwords(&c.redis.Password, &c.redis.SentinelPassword, c.redisPasswordFile, c.sentinelPassFile)
+	env.Passwords(&c.store.redis.Password, &c.store.redis.SentinelPassword, c.store.auth.PasswordFile, c.store.auth.SentinelPasswordFile)
 	c.env = env.Report(environ)
 	return c, nil
 }
@@ -158,7 +142,7 @@ func newSettings() *settings {
 // define defines every flag on fs, writing into c. It returns where
 // --failure-mode's text goes, for finish to parse.
 func (c *settings) define(fs *flag.FlagSet) *string {
-	fs.StringVar(&c.configPath, "config", "config/", "rule file or directory of *.yaml/*.yml rule files")
+	fs.StringVar(&c.rules.path, "config", "config/", "rule file or directory of *.yaml/*.yml rule files")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", "127.0.0.1:8081", "address for the RLS gRPC service, health and reflection")
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "address for /healthz, /readyz and /metrics (and the admin endpoints unless --admin-addr is set)")
 	fs.StringVar(&c.adminAddr, "admin-addr", "", "address for POST /json, /debug/config and /debug/counters; empty serves them on --http-addr. Set it to a loopback address when --http-addr must listen on the pod address, since /json spends quota")
@@ -168,9 +152,9 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.Float64Var(&c.rejections.Rate, "log-rejections-rate", 10, "most rejection lines per second, in bursts of as many; the rest are counted in ratelimit_sidecar_rejection_logs_suppressed_total and in the next line's not_logged")
 	fs.StringVar(&c.rejections.Values, "log-rejections-values", "hash", "how rejection lines and the counter reset's log line show descriptor values and counter keys, which may be secret: hash (sha256: and 12 hex digits) or plain")
 	fs.BoolVar(&c.counterReset, "admin-counter-reset", false, "allow POST /debug/counters/reset on the admin address, which deletes counters from the store")
-	fs.BoolVar(&c.mergeDomains, "merge-domains", false, "let several rule files add to one domain")
-	fs.BoolVar(&c.calendarMonths, "calendar-months", false, "count every fixed window of one month that sets no calendar of its own, and every month Envoy sends without an override, as a UTC calendar month, as envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT; without it a month is 30 days from the Unix epoch")
-	fs.BoolVar(&c.allowEmptyRules, "allow-empty-rules", false, "start, and accept reloads, with no rule files, answering OK to every request (logged at Warn); without it no rules is a config error")
+	fs.BoolVar(&c.rules.config.MergeDomains, "merge-domains", false, "let several rule files add to one domain")
+	fs.BoolVar(&c.rules.config.CalendarMonths, "calendar-months", false, "count every fixed window of one month that sets no calendar of its own, and every month Envoy sends without an override, as a UTC calendar month, as envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT; without it a month is 30 days from the Unix epoch")
+	fs.BoolVar(&c.rules.config.AllowEmpty, "allow-empty-rules", false, "start, and accept reloads, with no rule files, answering OK to every request (logged at Warn); without it no rules is a config error")
 	fs.DurationVar(&c.drainDelay, "drain-delay", 0, "on SIGTERM, how long to report NOT_SERVING before stopping, so Envoy and Kubernetes stop sending")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish at shutdown")
 	fs.IntVar(&c.request.MaxDescriptors, "max-descriptors", c.request.MaxDescriptors, "most descriptors in one request")
@@ -186,7 +170,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.DurationVar(&c.rlqsMargin, "rlqs-margin", time.Second, "RLQS: how long an assignment may take to reach Envoy; a window's grant ends this long before its window, so quota is never spent in the window after it was counted in (lower: shorter denials at window ends, if answers reach Envoy faster)")
 	fs.IntVar(&c.rlqsMaxBuckets, "rlqs-max-buckets", 10_000, "RLQS: most buckets one stream may hold; a bucket past it is answered by its domain's failure mode and not kept")
 	fs.DurationVar(&c.rlqsIdleAfter, "rlqs-idle-after", time.Minute, "RLQS: abandon a bucket that has reported no requests for this long; Envoy subscribes to it again at its next request")
-	fs.DurationVar(&c.reloadDebounce, "reload-debounce", 200*time.Millisecond, "how long file changes must settle before rules are reloaded")
+	fs.DurationVar(&c.rules.debounce, "reload-debounce", 200*time.Millisecond, "how long file changes must settle before rules are reloaded")
 	fs.IntVar(&c.gc.Percent, "gc-percent", gctune.DefaultPercent, "the Go garbage collector's GOGC, unless the GOGC environment variable is set")
 	fs.StringVar(&c.memoryLimit, "memory-limit", gctune.DefaultMemoryLimit, "the Go runtime's soft memory limit (64MiB, 1GiB, ...; 0: none), unless the GOMEMLIMIT environment variable is set")
 
@@ -208,48 +192,48 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 
 	failure := "local"
 	fs.StringVar(&failure, "failure-mode", failure, "what requests get while Redis cannot decide: open, closed, local or error; rule files may override it per domain")
-	fs.Uint64Var(&c.localDivisor, "local-fallback-divisor", 1, "with failure mode local, divide every limit by this (the number of sidecar replicas)")
-	fs.IntVar(&c.memoryMaxKeys, "memory-max-keys", memory.DefaultMaxKeys, "most keys a memory store (the store without Redis, and failure mode local's) holds; past it, least recently used keys are evicted, never so as to admit more than a limit (docs/memory-store.md). A key longer than 256 bytes counts once per 256")
-	fs.IntVar(&c.denyCacheEntries, "deny-cache-entries", store.DefaultDenyCacheEntries, "with Redis, how many over-limit keys to remember, so that requests that must be over their limit are rejected without a Redis call; 0 turns the cache off")
+	fs.Uint64Var(&c.store.localDivisor, "local-fallback-divisor", 1, "with failure mode local, divide every limit by this (the number of sidecar replicas)")
+	fs.IntVar(&c.store.memoryMaxKeys, "memory-max-keys", memory.DefaultMaxKeys, "most keys a memory store (the store without Redis, and failure mode local's) holds; past it, least recently used keys are evicted, never so as to admit more than a limit (docs/memory-store.md). A key longer than 256 bytes counts once per 256")
+	fs.IntVar(&c.store.denyCacheEntries, "deny-cache-entries", store.DefaultDenyCacheEntries, "with Redis, how many over-limit keys to remember, so that requests that must be over their limit are rejected without a Redis call; 0 turns the cache off")
 
-	fs.StringVar(&c.redis.URL, "redis-url", "", "standalone Redis: redis://[user[:password]@]host:port[/db], or rediss:// for TLS; empty uses the embedded memory store")
-	fs.StringVar(&c.redis.SentinelMaster, "redis-sentinel-master", "", "Redis Sentinel: the master's name (with --redis-sentinel-addrs)")
-	fs.StringVar(&c.redisSentinels, "redis-sentinel-addrs", "", "Redis Sentinel: comma-separated sentinel host:port list")
-	fs.StringVar(&c.redisCluster, "redis-cluster-addrs", "", "Redis Cluster: comma-separated seed host:port list")
-	fs.StringVar(&c.redis.Username, "redis-username", "", "Redis ACL user name")
-	fs.StringVar(&c.redis.SentinelUsername, "redis-sentinel-username", "", "Redis Sentinel: user name for the sentinels themselves")
-	fs.StringVar(&c.sentinelPassFile, "redis-sentinel-password-file", "", "Redis Sentinel: file holding the sentinels' own password, re-read as it changes (or set RLS_REDIS_SENTINEL_PASSWORD)")
-	fs.StringVar(&c.redisPasswordFile, "redis-password-file", "", "file holding the Redis password, re-read as it changes, for new connections (or set RLS_REDIS_PASSWORD; there is no password flag, so it never shows in ps)")
-	fs.StringVar(&c.redisAuth.userFile, "redis-username-file", "", "file holding the Redis ACL user name, re-read as it changes (instead of --redis-username)")
-	fs.StringVar(&c.redisAuth.sentinelUserFile, "redis-sentinel-username-file", "", "Redis Sentinel: file holding the sentinels' user name, re-read as it changes")
-	fs.DurationVar(&c.redis.ConnMaxLifetime, "redis-conn-max-lifetime", 0, redisConnMaxLifetimeHelp)
-	fs.StringVar(&c.redisAuth.aws, "redis-aws-iam", "", "authenticate with AWS IAM auth tokens from the AWS SDK's default credential chain: elasticache, elasticache-serverless or memorydb (needs --redis-username and --redis-aws-cache-name)")
-	fs.StringVar(&c.redisAuth.awsName, "redis-aws-cache-name", "", "with --redis-aws-iam: the ElastiCache replication group ID or serverless cache name, or the MemoryDB cluster name")
-	fs.StringVar(&c.redisAuth.awsRegion, "redis-aws-region", "", "with --redis-aws-iam: the cache's AWS region (default: the SDK's, from AWS_REGION or the profile)")
-	fs.BoolVar(&c.redisAuth.gcp, "redis-gcp-iam", false, "authenticate to Memorystore with IAM access tokens of Google's Application Default Credentials (GKE Workload Identity, GOOGLE_APPLICATION_CREDENTIALS, the metadata server)")
-	fs.BoolVar(&c.redis.TLS.Enabled, "redis-tls", false, "use TLS to Redis (implied by rediss://)")
-	fs.StringVar(&c.redis.TLS.CAFile, "redis-tls-ca", "", "PEM file of CAs for Redis's certificate (default: system roots)")
-	fs.StringVar(&c.redis.TLS.CertFile, "redis-tls-cert", "", "PEM client certificate for Redis")
-	fs.StringVar(&c.redis.TLS.KeyFile, "redis-tls-key", "", "PEM key of the client certificate")
-	fs.IntVar(&c.redis.PoolSize, "redis-pool-size", 0, "connections per Redis node (0: go-redis's default)")
-	fs.IntVar(&c.redis.MaxInflight, "redis-max-inflight", redis.DefaultMaxInflight, "request round trips to Redis (on Cluster: to each master) under way at once before requests wait to go together in the next; when Redis is 1 ms or more away the sidecar adds up to 16 more (docs/slow-redis.md)")
-	fs.DurationVar(&c.redis.Timeout, "redis-timeout", redis.DefaultTimeout, "bound on each Redis operation; the RPC's own deadline bounds it too")
-	fs.StringVar(&c.redis.KeyPrefix, "redis-key-prefix", redis.DefaultKeyPrefix, "prefix of every Redis key")
+	fs.StringVar(&c.store.redis.URL, "redis-url", "", "standalone Redis: redis://[user[:password]@]host:port[/db], or rediss:// for TLS; empty uses the embedded memory store")
+	fs.StringVar(&c.store.redis.SentinelMaster, "redis-sentinel-master", "", "Redis Sentinel: the master's name (with --redis-sentinel-addrs)")
+	fs.StringVar(&c.store.sentinels, "redis-sentinel-addrs", "", "Redis Sentinel: comma-separated sentinel host:port list")
+	fs.StringVar(&c.store.cluster, "redis-cluster-addrs", "", "Redis Cluster: comma-separated seed host:port list")
+	fs.StringVar(&c.store.redis.Username, "redis-username", "", "Redis ACL user name")
+	fs.StringVar(&c.store.redis.SentinelUsername, "redis-sentinel-username", "", "Redis Sentinel: user name for the sentinels themselves")
+	fs.StringVar(&c.store.auth.SentinelPasswordFile, "redis-sentinel-password-file", "", "Redis Sentinel: file holding the sentinels' own password, re-read as it changes (or set RLS_REDIS_SENTINEL_PASSWORD)")
+	fs.StringVar(&c.store.auth.PasswordFile, "redis-password-file", "", "file holding the Redis password, re-read as it changes, for new connections (or set RLS_REDIS_PASSWORD; there is no password flag, so it never shows in ps)")
+	fs.StringVar(&c.store.auth.UserFile, "redis-username-file", "", "file holding the Redis ACL user name, re-read as it changes (instead of --redis-username)")
+	fs.StringVar(&c.store.auth.SentinelUserFile, "redis-sentinel-username-file", "", "Redis Sentinel: file holding the sentinels' user name, re-read as it changes")
+	fs.DurationVar(&c.store.redis.ConnMaxLifetime, "redis-conn-max-lifetime", 0, redisConnMaxLifetimeHelp)
+	fs.StringVar(&c.store.auth.AWS, "redis-aws-iam", "", "authenticate with AWS IAM auth tokens from the AWS SDK's default credential chain: elasticache, elasticache-serverless or memorydb (needs --redis-username and --redis-aws-cache-name)")
+	fs.StringVar(&c.store.auth.AWSName, "redis-aws-cache-name", "", "with --redis-aws-iam: the ElastiCache replication group ID or serverless cache name, or the MemoryDB cluster name")
+	fs.StringVar(&c.store.auth.AWSRegion, "redis-aws-region", "", "with --redis-aws-iam: the cache's AWS region (default: the SDK's, from AWS_REGION or the profile)")
+	fs.BoolVar(&c.store.auth.GCP, "redis-gcp-iam", false, "authenticate to Memorystore with IAM access tokens of Google's Application Default Credentials (GKE Workload Identity, GOOGLE_APPLICATION_CREDENTIALS, the metadata server)")
+	fs.BoolVar(&c.store.redis.TLS.Enabled, "redis-tls", false, "use TLS to Redis (implied by rediss://)")
+	fs.StringVar(&c.store.redis.TLS.CAFile, "redis-tls-ca", "", "PEM file of CAs for Redis's certificate (default: system roots)")
+	fs.StringVar(&c.store.redis.TLS.CertFile, "redis-tls-cert", "", "PEM client certificate for Redis")
+	fs.StringVar(&c.store.redis.TLS.KeyFile, "redis-tls-key", "", "PEM key of the client certificate")
+	fs.IntVar(&c.store.redis.PoolSize, "redis-pool-size", 0, "connections per Redis node (0: go-redis's default)")
+	fs.IntVar(&c.store.redis.MaxInflight, "redis-max-inflight", redis.DefaultMaxInflight, "request round trips to Redis (on Cluster: to each master) under way at once before requests wait to go together in the next; when Redis is 1 ms or more away the sidecar adds up to 16 more (docs/slow-redis.md)")
+	fs.DurationVar(&c.store.redis.Timeout, "redis-timeout", redis.DefaultTimeout, "bound on each Redis operation; the RPC's own deadline bounds it too")
+	fs.StringVar(&c.store.redis.KeyPrefix, "redis-key-prefix", redis.DefaultKeyPrefix, "prefix of every Redis key")
 
 	// Rules over xDS: see xds.go.
-	fs.StringVar(&c.xds.configType, "config-type", "file", "where the rules come from: file (--config) or xds (a management server's RateLimitConfig pushes, as envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW; see docs/xds.md)")
-	fs.StringVar(&c.xds.server, "xds-server", "localhost:18000", "xDS management server, host:port (Envoy Gateway: envoy-gateway:18001)")
-	fs.StringVar(&c.xds.nodeID, "xds-node-id", "default", "node ID sent to the xDS server, which picks the node's snapshot by it (Envoy Gateway: envoy-ratelimit)")
-	fs.StringVar(&c.xds.nodeMetadata, "xds-node-metadata", "", "node metadata sent to the xDS server: key=value,key=value, or a JSON object")
-	fs.StringVar(&c.xds.headers, "xds-headers", "", "gRPC headers sent to the xDS server when the stream opens: name:value,name:value")
-	fs.BoolVar(&c.xds.tls, "xds-tls", false, "use TLS to the xDS server (implied by the other --xds-tls-* flags)")
-	fs.StringVar(&c.xds.tlsCA, "xds-tls-ca", "", "PEM file of CAs for the xDS server's certificate (default: system roots)")
-	fs.StringVar(&c.xds.tlsCert, "xds-tls-cert", "", "PEM client certificate for the xDS server (mutual TLS); read again at every reconnect")
-	fs.StringVar(&c.xds.tlsKey, "xds-tls-key", "", "PEM key of --xds-tls-cert")
-	fs.StringVar(&c.xds.tlsServerName, "xds-tls-server-name", "", "name the xDS server's certificate must hold (default: the host of --xds-server)")
-	fs.StringVar(&c.xds.overlay, "xds-overlay", "", "YAML file that gives pushed rules our algorithms, windows, bursts, leases, extra limits and failure modes, matched by domain and descriptor path or limit name; reread when it changes (see docs/xds.md)")
-	fs.Var(&c.xds.sources, "xds-source", "one more xDS server to take rules from, beside --xds-server or the rule files: name=NAME,server=HOST:PORT,node-id=ID[,force-start=true,tls-ca=FILE,tls-cert=FILE,tls-key=FILE,tls-server-name=NAME]; repeat it, or separate several with ';'. A domain belongs to the first source that holds it; another's rules for it are refused (see docs/xds.md#several-rule-sources)")
-	fs.BoolVar(&c.xds.forceStart, "force-start-without-rules", false, "with --config-type xds or --xds-source, be ready before the first push, with no rules until it arrives (envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, health and /readyz report not serving until the first good push")
+	fs.StringVar(&c.rules.xds.ConfigType, "config-type", "file", "where the rules come from: file (--config) or xds (a management server's RateLimitConfig pushes, as envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW; see docs/xds.md)")
+	fs.StringVar(&c.rules.xds.Server, "xds-server", "localhost:18000", "xDS management server, host:port (Envoy Gateway: envoy-gateway:18001)")
+	fs.StringVar(&c.rules.xds.NodeID, "xds-node-id", "default", "node ID sent to the xDS server, which picks the node's snapshot by it (Envoy Gateway: envoy-ratelimit)")
+	fs.StringVar(&c.rules.xds.NodeMetadata, "xds-node-metadata", "", "node metadata sent to the xDS server: key=value,key=value, or a JSON object")
+	fs.StringVar(&c.rules.xds.Headers, "xds-headers", "", "gRPC headers sent to the xDS server when the stream opens: name:value,name:value")
+	fs.BoolVar(&c.rules.xds.TLS, "xds-tls", false, "use TLS to the xDS server (implied by the other --xds-tls-* flags)")
+	fs.StringVar(&c.rules.xds.TLSFiles.CAFile, "xds-tls-ca", "", "PEM file of CAs for the xDS server's certificate (default: system roots)")
+	fs.StringVar(&c.rules.xds.TLSFiles.CertFile, "xds-tls-cert", "", "PEM client certificate for the xDS server (mutual TLS); read again at every reconnect")
+	fs.StringVar(&c.rules.xds.TLSFiles.KeyFile, "xds-tls-key", "", "PEM key of --xds-tls-cert")
+	fs.StringVar(&c.rules.xds.TLSFiles.ServerName, "xds-tls-server-name", "", "name the xDS server's certificate must hold (default: the host of --xds-server)")
+	fs.StringVar(&c.rules.xds.OverlayPath, "xds-overlay", "", "YAML file that gives pushed rules our algorithms, windows, bursts, leases, extra limits and failure modes, matched by domain and descriptor path or limit name; reread when it changes (see docs/xds.md)")
+	fs.Var(&c.rules.xds.Sources, "xds-source", "one more xDS server to take rules from, beside --xds-server or the rule files: name=NAME,server=HOST:PORT,node-id=ID[,force-start=true,tls-ca=FILE,tls-cert=FILE,tls-key=FILE,tls-server-name=NAME]; repeat it, or separate several with ';'. A domain belongs to the first source that holds it; another's rules for it are refused (see docs/xds.md#several-rule-sources)")
+	fs.BoolVar(&c.rules.xds.StartWithoutRules, "force-start-without-rules", false, "with --config-type xds or --xds-source, be ready before the first push, with no rules until it arrives (envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, health and /readyz report not serving until the first good push")
 	fs.BoolVar(&c.tracing.Enabled, "tracing", false, "send an OpenTelemetry span of each ShouldRateLimit call, and of its Redis round trip, to an OTLP receiver (docs/tracing.md)")
 	fs.StringVar(&c.tracing.Protocol, "tracing-protocol", "", "OTLP `protocol`: grpc or http (protobuf bodies); default: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL, else http")
 	fs.StringVar(&c.tracing.Endpoint, "tracing-endpoint", "", "OTLP receiver `URL`, http:// or https://, such as http://otel-collector:4318 (http adds /v1/traces to a URL without a path); empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else localhost")
@@ -284,7 +268,7 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.BoolVar(&c.quotaMode, "quota-mode", false, "count every descriptor as a quota_mode one, which rejects a request only when every quota_mode descriptor of it is over, as envoyproxy/ratelimit's QUOTA_MODE")
 	fs.BoolVar(&c.dynamicMetadata, "response-dynamic-metadata", false, "add the request's domain, descriptors and hits, and the metadata of the rules of the descriptors that passed, to each response's dynamic_metadata, as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA")
 	fs.StringVar(&c.headerNames, "response-header-names", defaultHeaderNames, "names of the limit, remaining and reset headers of --response-headers=draft03, comma-separated")
-	fs.BoolVar(&c.redis.TLS.SkipHostnameVerification, "redis-tls-skip-hostname-verification", false, "check Redis's certificate against the CAs but not its host name")
+	fs.BoolVar(&c.store.redis.TLS.SkipHostnameVerification, "redis-tls-skip-hostname-verification", false, "check Redis's certificate against the CAs but not its host name")
 	return &failure
 }
 
@@ -293,10 +277,10 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 // (refenv.Applied.Settings).
 func (c *settings) defineFlagless() *flag.FlagSet {
 	fs := flag.NewFlagSet("", flag.ContinueOnError)
-	fs.DurationVar(&c.xds.backoff.initial, refenv.XDSBackoffInitial, xds.DefaultBackoffInitial, "")
-	fs.DurationVar(&c.xds.backoff.max, refenv.XDSBackoffMax, xds.DefaultBackoffMax, "")
-	fs.Float64Var(&c.xds.backoff.jitter, refenv.XDSBackoffJitter, xds.DefaultBackoffJitter, "")
-	fs.IntVar(&c.xds.maxMessageBytes, refenv.XDSMaxMessageBytes, 0, "")
+	fs.DurationVar(&c.rules.xds.BackoffInitial, refenv.XDSBackoffInitial, xds.DefaultBackoffInitial, "")
+	fs.DurationVar(&c.rules.xds.BackoffMax, refenv.XDSBackoffMax, xds.DefaultBackoffMax, "")
+	fs.Float64Var(&c.rules.xds.BackoffJitter, refenv.XDSBackoffJitter, xds.DefaultBackoffJitter, "")
+	fs.IntVar(&c.rules.xds.MaxMessageBytes, refenv.XDSMaxMessageBytes, 0, "")
 	fs.StringVar(&c.tracing.ServiceName, refenv.TracingServiceName, "", "")
 	fs.StringVar(&c.tracing.ServiceNamespace, refenv.TracingServiceNamespace, "", "")
 	fs.StringVar(&c.tracing.ServiceInstanceID, refenv.TracingServiceInstanceID, "", "")
@@ -307,17 +291,17 @@ func (c *settings) defineFlagless() *flag.FlagSet {
 func (c *settings) finish(failure string, getenv func(string) (string, bool)) error {
 	for _, step := range []func() error{
 		func() error { return c.finishLogs(failure) },
-		func() error { return c.finishRedisAddrs(getenv) },
+		func() error { return c.store.finishRedis(getenv) },
 		func() error { return c.finishMemory(getenv) },
 		c.bounds.Check,
 		c.tls.Check,
-		c.xds.finish,
+		c.rules.xds.Validate,
 		func() error { return c.tracing.Check(getenv) },
 		func() error { return c.otlp.Check(getenv) },
 		func() error { return c.statsd.Check(getenv) },
 		c.checkRequestLimits,
 		c.checkRLQS,
-		c.checkRedis,
+		c.store.check,
 		c.checkServing,
 	} {
 		if err := step(); err != nil {
@@ -335,7 +319,7 @@ func (c *settings) finishLogs(failure string) error {
 	default:
 		return fmt.Errorf("--log-format: want json or console, got %q", c.logFormat)
 	}
-	if c.failureMode, err = limits.ParseFailureMode(failure); err != nil {
+	if c.store.failureMode, err = limits.ParseFailureMode(failure); err != nil {
 		return fmt.Errorf("--failure-mode: %w", err)
 	}
 	if err := c.rejections.Check(); err != nil {
@@ -347,33 +331,16 @@ func (c *settings) finishLogs(failure string) error {
 	return nil
 }
 
-// finishRedisAddrs reads Redis's URL, its address lists and its
-// passwords.
-func (c *settings) finishRedisAddrs(getenv func(string) (string, bool)) error {
-	var err error
-	if c.redis.URL, c.redisHostPort, err = redisURL(c.redis.URL); err != nil {
-		return err
-	}
-	c.redis.SentinelAddrs = splitList(c.redisSentinels)
-	c.redis.ClusterAddrs = splitList(c.redisCluster)
-	if c.redis.Password, err = secret(getenv, "RLS_REDIS_PASSWORD", "--redis-password-file", c.redisPasswordFile); err != nil {
-		return err
-	}
-	c.redis.SentinelPassword, err = secret(getenv, "RLS_REDIS_SENTINEL_PASSWORD", "--redis-sentinel-password-file", c.sentinelPassFile)
-	return err
-}
-
 // finishMemory checks what bounds the process's memory, and reads the
 // collector's settings unless GOGC and GOMEMLIMIT gave them.
 func (c *settings) finishMemory(getenv func(string) (string, bool)) error {
+	if err := c.store.checkMemory(); err != nil {
+		return err
+	}
 	var err error
 	switch {
-	case c.memoryMaxKeys < 1:
-		return fmt.Errorf("--memory-max-keys: want 1 or more, got %d", c.memoryMaxKeys)
 	case c.metricMaxValues < 0:
 		return fmt.Errorf("--metric-max-values: want 0 or more, got %d", c.metricMaxValues)
-	case c.denyCacheEntries < 0:
-		return fmt.Errorf("--deny-cache-entries: want 0 (off) or more, got %d", c.denyCacheEntries)
 	case c.gc.Percent < 1:
 		return fmt.Errorf("--gc-percent: want 1 or more, got %d; set GOGC=off to turn the collector off", c.gc.Percent)
 	}
@@ -400,27 +367,6 @@ func (c *settings) checkRLQS() error {
 		return fmt.Errorf("--rlqs-max-buckets: want 1 or more, got %d", c.rlqsMaxBuckets)
 	case c.rlqsIdleAfter <= 0:
 		return fmt.Errorf("--rlqs-idle-after: want more than 0, got %s", c.rlqsIdleAfter)
-	}
-	return nil
-}
-
-// checkRedis checks the Redis flags: a flag that names only part of a
-// topology is a mistake to report now, not a reason to run on the
-// memory store.
-func (c *settings) checkRedis() error {
-	if c.redis.PoolSize < 0 || c.redis.PoolSize > maxRedisPoolSize {
-		return fmt.Errorf("--redis-pool-size: want 0 (go-redis's default) to %d connections per Redis node, got %d", maxRedisPoolSize, c.redis.PoolSize)
-	}
-	if c.redis.Timeout != 0 && c.redis.Timeout < time.Millisecond {
-		return fmt.Errorf("--redis-timeout: want 1ms or more, got %v", c.redis.Timeout)
-	}
-	if err := c.checkRedisAuth(); err != nil {
-		return err
-	}
-	if c.redis.Configured() {
-		if err := c.redis.Validate(); err != nil {
-			return fmt.Errorf("redis flags (--redis-url, --redis-sentinel-master and --redis-sentinel-addrs, or --redis-cluster-addrs): %w", err)
-		}
 	}
 	return nil
 }
@@ -489,12 +435,6 @@ func validHeaderName(s string) bool {
 	}
 	return true
 }
-
-// maxRedisPoolSize is the most connections --redis-pool-size asks for
-// per Redis node: a tenth of Redis's default maxclients, so that ten
-// sidecars at it fill no node. Requests are pipelined, so a handful of
-// connections carries the load of thousands.
-const maxRedisPoolSize = 1000
 
 func splitList(s string) []string {
 	var out []string

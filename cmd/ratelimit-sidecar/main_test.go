@@ -111,8 +111,8 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.grpcAddr != "127.0.0.1:9999" || !c.mergeDomains {
-		t.Errorf("environment not applied: grpc %q merge %v", c.grpcAddr, c.mergeDomains)
+	if c.grpcAddr != "127.0.0.1:9999" || !c.rules.config.MergeDomains {
+		t.Errorf("environment not applied: grpc %q merge %v", c.grpcAddr, c.rules.config.MergeDomains)
 	}
 	if c.httpAddr != "127.0.0.1:2" {
 		t.Errorf("http addr = %q, want the flag to win over RLS_HTTP_ADDR", c.httpAddr)
@@ -147,14 +147,14 @@ func TestIncompleteRedisFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := chooseBackend(c); b.name != "memory" {
+	if b := chooseBackend(c.store); b.name != "memory" {
 		t.Errorf("no Redis flags: backend %q, want memory", b.name)
 	}
 	c, err = parseFlags([]string{"--redis-sentinel-addrs", "127.0.0.1:26379", "--redis-sentinel-master", "m"}, noEnv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := chooseBackend(c); b.name != "redis" {
+	if b := chooseBackend(c.store); b.name != "redis" {
 		t.Errorf("sentinel flags: backend %q, want redis", b.name)
 	}
 }

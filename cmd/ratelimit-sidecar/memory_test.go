@@ -13,12 +13,12 @@ func TestMemoryMaxKeysFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.memoryMaxKeys != memory.DefaultMaxKeys {
-		t.Errorf("default --memory-max-keys = %d, want memory.DefaultMaxKeys %d", c.memoryMaxKeys, memory.DefaultMaxKeys)
+	if c.store.memoryMaxKeys != memory.DefaultMaxKeys {
+		t.Errorf("default --memory-max-keys = %d, want memory.DefaultMaxKeys %d", c.store.memoryMaxKeys, memory.DefaultMaxKeys)
 	}
 	env := map[string]string{"RLS_MEMORY_MAX_KEYS": "5000"}
 	getenv := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	if c, err = parseFlags(nil, getenv, io.Discard); err != nil || c.memoryMaxKeys != 5000 {
+	if c, err = parseFlags(nil, getenv, io.Discard); err != nil || c.store.memoryMaxKeys != 5000 {
 		t.Errorf("RLS_MEMORY_MAX_KEYS=5000: got %v, err %v", c, err)
 	}
 	// There is no unbounded memory store: 0 is a mistake, not "no cap".

@@ -77,9 +77,9 @@ func TestRefEnvWiring(t *testing.T) {
 		Grace                                                                                       time.Duration
 		Quota, Shadow, RefMetrics, HealthRedis, URLInArgs                                           bool
 	}
-	got := view{c.grpcAddr, c.redis.URL, c.redis.Username, c.redis.Password, c.logLevel, c.metricsAddr, c.metricsPath, c.debugAddr,
-		c.watchLink, c.tracing.ServiceName, c.failureMode.String(), c.responseHeaders, c.responseNames, c.xds.maxMessageBytes,
-		c.bounds.GRPCMaxConns, c.connGrace, c.quotaMode, c.shadowMode, c.refMetrics, c.health.RequireStoreConfig, c.redisURLInArgs}
+	got := view{c.grpcAddr, c.store.redis.URL, c.store.redis.Username, c.store.redis.Password, c.logLevel, c.metricsAddr, c.metricsPath, c.debugAddr,
+		c.watchLink, c.tracing.ServiceName, c.store.failureMode.String(), c.responseHeaders, c.responseNames, c.rules.xds.MaxMessageBytes,
+		c.bounds.GRPCMaxConns, c.connGrace, c.quotaMode, c.shadowMode, c.refMetrics, c.health.RequireStoreConfig, c.store.urlInArgs}
 	want := view{
 		GRPC: "0.0.0.0:9001", Redis: "redis://r:6379", User: "app", Password: "pw", Level: "debug", MetricsAddr: ":19001", MetricsPath: "/metrics",
 		Debug: "0.0.0.0:6070", Link: "/srv/runtime_data/current", Service: "rl", Failure: "error", Headers: envoy.HeadersDraft03,
@@ -96,9 +96,9 @@ func TestRefEnvWiring(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "pw")
 	write(t, file, "fromfile\n")
 	c = mustParseEnv(t, "/bin/ratelimit", env, "--redis-password-file", file, "--redis-url=redis://other:6379", "--grpc-addr=:1")
-	if c.redis.Password != "fromfile" || c.env.PasswordFrom != "" || c.redis.URL != "redis://other:6379" || !c.redisURLInArgs || c.grpcAddr != ":1" {
+	if c.store.redis.Password != "fromfile" || c.env.PasswordFrom != "" || c.store.redis.URL != "redis://other:6379" || !c.store.urlInArgs || c.grpcAddr != ":1" {
 		t.Errorf("with the command line: password %q from %q, --redis-url %q (in args %v), --grpc-addr %q",
-			c.redis.Password, c.env.PasswordFrom, c.redis.URL, c.redisURLInArgs, c.grpcAddr)
+			c.store.redis.Password, c.env.PasswordFrom, c.store.redis.URL, c.store.urlInArgs, c.grpcAddr)
 	}
 }
 

@@ -60,7 +60,7 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	logEnv(log, c)
 	c.gc.Apply()
 
-	opts := config.Options{MergeDomains: c.mergeDomains, AllowEmpty: c.allowEmptyRules, CalendarMonths: c.calendarMonths}
+	opts := c.rules.config
 	rs, err := loadFirstRules(c, opts, log)
 	if err != nil {
 		return err
@@ -74,7 +74,7 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	}
 	defer tr.Stop(c.shutdownTimeout) // on a startup error; else below
 
-	st, err := openStore(ctx, c, log, m)
+	st, err := openStore(ctx, c.store, log, m)
 	if err != nil {
 		return err
 	}
@@ -100,7 +100,7 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 		}
 		m.Reloaded(rs, err)
 	}
-	rules, err := rulesFrom(c, opts, engine, log, m, onRules)
+	rules, err := rulesFrom(c.rules, engine, log, m, onRules)
 	if err != nil {
 		return err
 	}
@@ -207,7 +207,7 @@ func loadFirstRules(c *settings, opts config.Options, log *zap.Logger) (*limits.
 	// reload to no rules is still refused.
 	startOpts := opts
 	startOpts.AllowEmpty = opts.AllowEmpty || c.health.RequireRules
-	rs, err := startRules(c, startOpts)
+	rs, err := startRules(c.rules, startOpts)
 	if errors.Is(err, config.ErrNoRules) {
 		return nil, &rulesError{problems: []error{err}, hint: "; set --allow-empty-rules to start without rules"}
 	}
@@ -215,11 +215,11 @@ func loadFirstRules(c *settings, opts config.Options, log *zap.Logger) (*limits.
 		return nil, &rulesError{problems: config.Problems(err)}
 	}
 	switch {
-	case len(rs.Domains()) > 0 || c.xds.enabled:
-	case !c.allowEmptyRules:
-		log.Warn("starting without rules (--health-requires-rules): not serving until rules load", zap.String("config", c.configPath))
+	case len(rs.Domains()) > 0 || c.rules.xds.Enabled:
+	case !c.rules.config.AllowEmpty:
+		log.Warn("starting without rules (--health-requires-rules): not serving until rules load", zap.String("config", c.rules.path))
 	default:
-		log.Warn("starting without rules (--allow-empty-rules); every request gets OK", zap.String("config", c.configPath))
+		log.Warn("starting without rules (--allow-empty-rules); every request gets OK", zap.String("config", c.rules.path))
 	}
 	return rs, nil
 }
@@ -258,17 +258,17 @@ func newLogger(c *settings, w io.Writer) (*zap.Logger, error) {
 // newEngine builds the engine: the rules, decided on st, with a memory
 // store for failure mode local.
 func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Metrics) *limits.Engine {
-	local := memory.New(memory.Options{MaxKeys: c.memoryMaxKeys})
+	local := memory.New(memory.Options{MaxKeys: c.store.memoryMaxKeys})
 	m.MemoryStore("local", local)
 	return limits.NewEngine(rs, st, limits.EngineOptions{
 		Limits:         c.request,
-		FailureMode:    c.failureMode,
+		FailureMode:    c.store.failureMode,
 		Local:          local,
-		LocalDivisor:   c.localDivisor,
+		LocalDivisor:   c.store.localDivisor,
 		Observer:       m,
 		OverrideKeys:   c.overrideKeys,
 		QuotaMode:      c.quotaMode,
-		CalendarMonths: c.calendarMonths,
+		CalendarMonths: c.rules.config.CalendarMonths,
 	})
 }
 
@@ -276,17 +276,17 @@ func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Met
 // --redis-url that was host:port.
 func logEnv(log *zap.Logger, c *settings) {
 	envlog.Log(log, &c.env)
-	logRedisURL(log, c)
+	c.store.logURL(log)
 }
 
 // warnPasswordInArgs warns once if --redis-url on the command line holds
 // a password: ps shows it to every user of the host. The environment and
 // a password file do not.
 func warnPasswordInArgs(log *zap.Logger, c *settings) {
-	if !c.redisURLInArgs {
+	if !c.store.urlInArgs {
 		return
 	}
-	u, err := url.Parse(c.redis.URL)
+	u, err := url.Parse(c.store.redis.URL)
 	if err != nil || u.User == nil {
 		return // an invalid URL fails when the store opens
 	}
@@ -306,23 +306,23 @@ func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, 
 		zap.String("http_addr", lis.http.Addr().String()),
 		zap.String("admin_addr", adminLogAddr(c, lis)),
 		zap.String("store", st.name),
-		zap.String("failure_mode", c.failureMode.String()),
-		zap.String("config", c.configPath),
-		zap.String("config_type", c.xds.configType),
+		zap.String("failure_mode", c.store.failureMode.String()),
+		zap.String("config", c.rules.path),
+		zap.String("config_type", c.rules.xds.ConfigType),
 		zap.Strings("domains", rs.Domains()),
 		zap.Int("rules", countRules(rs)),
 		zap.String("checksum", rs.Checksum),
 		zap.Int64("gc_percent", gcPercent),
 		zap.Int64("memory_limit_bytes", memLimit),
 	)
-	if len(c.xds.sources) > 0 {
-		log.Info("rule sources", zap.Stringer("xds_sources", &c.xds.sources))
+	if len(c.rules.xds.Sources) > 0 {
+		log.Info("rule sources", zap.Stringer("xds_sources", &c.rules.xds.Sources))
 	}
-	if !c.xds.enabled {
+	if !c.rules.xds.Enabled {
 		return
 	}
-	fields := []zap.Field{zap.String("xds_server", c.xds.server), zap.String("xds_node_id", c.xds.nodeID)}
-	if c.xds.forceStart {
+	fields := []zap.Field{zap.String("xds_server", c.rules.xds.Server), zap.String("xds_node_id", c.rules.xds.NodeID)}
+	if c.rules.xds.StartWithoutRules {
 		log.Warn("serving before the xDS server has delivered rules (--force-start-without-rules): every request gets OK until it does; ratelimit_sidecar_xds_rules_received says when", fields...)
 	} else {
 		log.Info("not ready until the xDS server delivers rules", fields...)

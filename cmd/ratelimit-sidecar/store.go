@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redisauth"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redislog"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
@@ -18,15 +19,95 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
 )
 
+// storeOptions are the flags of the store the engine decides on and of
+// what decides while it cannot: the memory store, or Redis with its
+// credentials, and the middleware over it.
+type storeOptions struct {
+	redis     redis.Options
+	auth      redisauth.Options // credentials that change while the sidecar runs
+	sentinels string            // --redis-sentinel-addrs, for finish to split
+	cluster   string            // --redis-cluster-addrs, for finish to split
+	urlInArgs bool              // --redis-url is on the command line, for ps to show
+	hostPort  bool              // --redis-url was host:port, taken as redis://host:port
+
+	failureMode      limits.FailureMode
+	localDivisor     uint64
+	denyCacheEntries int
+	memoryMaxKeys    int
+}
+
+// maxRedisPoolSize is the most connections --redis-pool-size asks for
+// per Redis node: a tenth of Redis's default maxclients, so that ten
+// sidecars at it fill no node. Requests are pipelined, so a handful of
+// connections carries the load of thousands.
+const maxRedisPoolSize = 1000
+
+// finishRedis reads Redis's URL, its address lists and its passwords.
+func (o *storeOptions) finishRedis(getenv func(string) (string, bool)) error {
+	var err error
+	if o.redis.URL, o.hostPort, err = redis.HostPortURL(o.redis.URL); err != nil {
+		return err
+	}
+	o.redis.SentinelAddrs = splitList(o.sentinels)
+	o.redis.ClusterAddrs = splitList(o.cluster)
+	if o.redis.Password, err = secret(getenv, "RLS_REDIS_PASSWORD", "--redis-password-file", o.auth.PasswordFile); err != nil {
+		return err
+	}
+	o.redis.SentinelPassword, err = secret(getenv, "RLS_REDIS_SENTINEL_PASSWORD", "--redis-sentinel-password-file", o.auth.SentinelPasswordFile)
+	return err
+}
+
+// checkMemory checks the bounds of what the stores hold.
+func (o *storeOptions) checkMemory() error {
+	switch {
+	case o.memoryMaxKeys < 1:
+		return fmt.Errorf("--memory-max-keys: want 1 or more, got %d", o.memoryMaxKeys)
+	case o.denyCacheEntries < 0:
+		return fmt.Errorf("--deny-cache-entries: want 0 (off) or more, got %d", o.denyCacheEntries)
+	}
+	return nil
+}
+
+// check checks the Redis flags: a flag that names only part of a
+// topology is a mistake to report now, not a reason to run on the
+// memory store.
+func (o *storeOptions) check() error {
+	switch {
+	case o.redis.PoolSize < 0 || o.redis.PoolSize > maxRedisPoolSize:
+		return fmt.Errorf("--redis-pool-size: want 0 (go-redis's default) to %d connections per Redis node, got %d", maxRedisPoolSize, o.redis.PoolSize)
+	case o.redis.Timeout != 0 && o.redis.Timeout < time.Millisecond:
+		return fmt.Errorf("--redis-timeout: want 1ms or more, got %v", o.redis.Timeout)
+	}
+	if err := o.auth.Validate(o.redis); err != nil {
+		return err
+	}
+	if o.redis.Configured() {
+		if err := o.redis.Validate(); err != nil {
+			return fmt.Errorf("redis flags (--redis-url, --redis-sentinel-master and --redis-sentinel-addrs, or --redis-cluster-addrs): %w", err)
+		}
+	}
+	return nil
+}
+
+// redisConnMaxLifetimeHelp is --redis-conn-max-lifetime's help.
+const redisConnMaxLifetimeHelp = "close a Redis connection once it is this old, between requests, so none outlives rotated credentials (0: never; with --redis-aws-iam, 0 means 11h)"
+
+// logURL says, at start, that --redis-url was host:port.
+func (o *storeOptions) logURL(log *zap.Logger) {
+	if o.hostPort {
+		log.Info("--redis-url is host:port, as envoyproxy/ratelimit's REDIS_URL: taken as redis://host:port", zap.String("redis_url", o.redis.URL))
+	}
+}
+
 // backend is one kind of store the sidecar can decide on. Adding one
 // means writing its package and one entry in backends.
 type backend struct {
 	name string
 	// configured reports whether the flags ask for this backend.
-	configured func(*settings) bool
+	configured func(storeOptions) bool
 	// open builds it. A remote backend (one with a ping) is put behind a
 	// circuit breaker.
-	open func(ctx context.Context, c *settings, log *zap.Logger) (opened, error)
+	open func(ctx context.Context, o storeOptions, log *zap.Logger) (opened, error)
 }
 
 // opened is a backend's store and what the sidecar needs to run it.
@@ -52,7 +133,7 @@ type opened struct {
 	clientLog *redislog.Logger
 	// credentials keeps Redis credentials that change current; nil if
 	// they do not change.
-	credentials *credentialKeeper
+	credentials *redisauth.Keeper
 }
 
 // refusals is what a store reports of refusals for its configuration:
@@ -65,36 +146,36 @@ type refusals interface {
 // backends lists the backends, most specific first: the first that is
 // configured is used, and the memory store always is.
 var backends = []backend{
-	{name: "redis", configured: func(c *settings) bool { return c.redis.Configured() }, open: openRedis},
-	{name: "memory", configured: func(*settings) bool { return true }, open: openMemory},
+	{name: "redis", configured: func(o storeOptions) bool { return o.redis.Configured() }, open: openRedis},
+	{name: "memory", configured: func(storeOptions) bool { return true }, open: openMemory},
 }
 
 // chooseBackend returns the backend the flags ask for.
-func chooseBackend(c *settings) backend {
+func chooseBackend(o storeOptions) backend {
 	for _, b := range backends {
-		if b.configured(c) {
+		if b.configured(o) {
 			return b
 		}
 	}
 	panic("no backend configured: the memory store must accept every configuration")
 }
 
-func openMemory(_ context.Context, c *settings, _ *zap.Logger) (opened, error) {
-	return opened{Store: memory.New(memory.Options{MaxKeys: c.memoryMaxKeys})}, nil
+func openMemory(_ context.Context, o storeOptions, _ *zap.Logger) (opened, error) {
+	return opened{Store: memory.New(memory.Options{MaxKeys: o.memoryMaxKeys})}, nil
 }
 
-func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error) {
+func openRedis(ctx context.Context, so storeOptions, log *zap.Logger) (opened, error) {
 	clientLog := redislog.New(log)
 	goredis.SetLogger(clientLog)
 	// Size 1: a change not yet seen needs no second signal, since its
 	// reader reads the refusals as they are then.
 	changed := make(chan struct{}, 1)
-	ro := c.redis
-	keep, err := redisCredentials(ctx, c, &ro, log)
+	ro := so.redis
+	keep, err := so.auth.Credentials(ctx, &ro, log)
 	if err != nil {
 		return opened{}, err
 	}
-	stopKeeping := runAll(ctx, keep.run)
+	stopKeeping := keep.Start(ctx)
 	lazy, err := redis.Connect(ctx, ro, redis.LazyOptions{
 		OnConnect: func() { log.Info("redis connected") },
 		OnConfigError: func(e *redis.ConfigError, cleared bool) {
@@ -119,7 +200,7 @@ func openRedis(ctx context.Context, c *settings, log *zap.Logger) (opened, error
 	}
 	o := opened{Store: lazy, ping: lazy.Probe, probe: lazy.ProbeAny, close: closeAll, refusals: lazy, refusalChanged: changed,
 		clientLog: clientLog}
-	if len(keep.sources) > 0 {
+	if keep.Changing() {
 		o.credentials = keep
 	}
 	return o, nil
@@ -166,12 +247,6 @@ type sidecarStore struct {
 	follow func(context.Context)
 }
 
-// refundNotices is a shared store that tells of refunds that any
-// sidecar sends: redis.Lazy.
-type refundNotices interface {
-	Refunds(ctx context.Context, forget func(key string), lost func())
-}
-
 // refused returns the error of Redis refusing the sidecar's
 // configuration (admin.ErrMisconfigured), nil if it does not.
 func (s *sidecarStore) refused() error {
@@ -210,13 +285,11 @@ func (s *sidecarStore) rulesChanged() {
 }
 
 // openStore builds the configured backend, timed for metrics and, if it
-// is remote, behind a circuit breaker, a deny cache and leases: the
-// engine's batches go to the leases, then the deny cache, which answers
-// keys known to be over their limit even while the breaker is open, then
-// the breaker.
-func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Metrics) (*sidecarStore, error) {
-	b := chooseBackend(c)
-	o, err := b.open(ctx, c, log)
+// is remote, behind a circuit breaker, a deny cache and leases
+// (store.Shared).
+func openStore(ctx context.Context, so storeOptions, log *zap.Logger, m *metrics.Metrics) (*sidecarStore, error) {
+	b := chooseBackend(so)
+	o, err := b.open(ctx, so, log)
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +303,7 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 		m.RedisClientMessages(o.clientLog.Messages)
 	}
 	if o.credentials != nil {
-		m.RedisCredentials(o.credentials.changes, o.credentials.failures)
+		m.RedisCredentials(o.credentials.Changes, o.credentials.Failures)
 	}
 	s := &sidecarStore{
 		Store: store.Timed(o.Store, m.StoreCalls(b.name)),
@@ -245,69 +318,34 @@ func openStore(ctx context.Context, c *settings, log *zap.Logger, m *metrics.Met
 	if o.ping == nil {
 		return s, nil
 	}
-	s.shared = s.guard(b.name, o, log, m)
-	if c.denyCacheEntries > 0 {
-		s.deny = store.NewDenyCache(s.shared, store.DenyCacheOptions{MaxEntries: c.denyCacheEntries})
-		s.Store = s.deny
-		m.DenyCache(s.deny)
-		if r, ok := o.Store.(refundNotices); ok {
-			deny := s.deny
-			s.follow = func(ctx context.Context) {
-				r.Refunds(ctx, func(key string) { deny.Forget(key) }, deny.Clear)
-			}
-		}
+	shared := store.NewShared(s.Store, o.Store, store.SharedOptions{
+		Ping:             o.ping,
+		Probe:            o.probe,
+		Refused:          s.refused,
+		DenyCacheEntries: so.denyCacheEntries,
+		OnBreakerChange:  breakerChanged(b.name, o.clientLog, log, m),
+		Close:            o.close,
+	})
+	s.Store, s.shared, s.deny, s.leases = shared, shared.Breaker, shared.Deny, shared.Leases
+	if shared.Deny != nil {
+		m.DenyCache(shared.Deny)
 	}
-	// Leased limits (lease: N) admit from local leases before anything
-	// else; only a shared store can grant them. At shutdown, the hits
-	// they hold go back to the backend itself, past the breaker.
-	ret, _ := o.Store.(limits.Returner)
-	s.leases = store.NewLeases(s.Store, store.LeasesOptions{Return: ret})
-	s.Store = s.leases
+	s.ready, s.close, s.follow = shared.Ready, shared.Close, shared.FollowRefunds()
 	return s, nil
 }
 
-// guard puts a circuit breaker in front of s's shared backend o, named
-// name, and makes s's readiness and close go through it: ready probes
-// the backend while the circuit is closed, and reports a configuration
-// the backend refuses.
-func (s *sidecarStore) guard(name string, o opened, log *zap.Logger, m *metrics.Metrics) *store.Breaker {
-	probe := o.probe
-	if probe == nil {
-		probe = o.ping
-	}
-	breaker := store.NewBreaker(s.Store, probe, store.BreakerOptions{
-		OnChange: func(open bool, cause error) {
-			m.BreakerChanged(open, cause)
-			if open {
-				log.Error(name+" failing; circuit open, serving by the failure mode", zap.Error(cause))
-				return
-			}
-			log.Info(name + " answers again; circuit closed")
-			if o.clientLog != nil {
-				o.clientLog.Recovered()
-			}
-		},
-	})
-	s.Store = breaker
-	s.ready = func(ctx context.Context) error {
-		err := store.ErrBreakerOpen
-		if !breaker.Open() {
-			err = o.ping(ctx)
+// breakerChanged returns what logs and counts the circuit breaker of
+// backend name opening and closing.
+func breakerChanged(name string, clientLog *redislog.Logger, log *zap.Logger, m *metrics.Metrics) func(open bool, cause error) {
+	return func(open bool, cause error) {
+		m.BreakerChanged(open, cause)
+		if open {
+			log.Error(name+" failing; circuit open, serving by the failure mode", zap.Error(cause))
+			return
 		}
-		// After the probe, which may show a refusal over.
-		if o.refusals != nil {
-			if merr := misconfigured(o.refusals.ConfigErrors()); merr != nil {
-				return merr
-			}
+		log.Info(name + " answers again; circuit closed")
+		if clientLog != nil {
+			clientLog.Recovered()
 		}
-		return err
 	}
-	s.close = func() error {
-		breaker.Close()
-		if o.close == nil {
-			return nil
-		}
-		return o.close()
-	}
-	return breaker
 }

@@ -1,197 +1,143 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/metrics"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/config"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/sources"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/xds"
 )
 
-// ruleSource is where the rules in use come from: rule files
-// (*config.Reloader) or an xDS server (*xdsRules). Watch keeps them up to
-// date until its context ends; Reload answers SIGHUP; Ready is closed
-// once the source has its first rules (rule files have them from the
-// start), and Awaiting says what it waits for until then.
-type ruleSource interface {
-	Status() config.ReloadStatus
-	Watch(ctx context.Context) error
-	Reload() (bool, error)
-	Ready() <-chan struct{}
-	Awaiting() string
-}
+// ruleSource is where the rules in use come from: rule files, an xDS
+// server, or several of them (sources.Multi).
+type ruleSource = sources.RuleSource
 
-// xdsSettings are the flags of --config-type xds, defined with the others
-// in flags.go, and the reconnect waits and message bound that only the
-// reference's XDS_CLIENT_* set (setFlagless). Their defaults are
-// envoyproxy/ratelimit's for CONFIG_GRPC_XDS_* and XDS_CLIENT_BACKOFF_*.
-type xdsSettings struct {
-	configType    string
-	server        string
-	nodeID        string
-	nodeMetadata  string
-	headers       string
-	tls           bool
-	tlsCA         string
-	tlsCert       string
-	tlsKey        string
-	tlsServerName string
-	backoff       struct {
-		initial, max time.Duration
-		jitter       float64
-	}
-	maxMessageBytes int
-	forceStart      bool
-	overlay         string
-	sources         sourceList // --xds-source: more servers, beside the first or the rule files
-
-	// What finish derives.
-	enabled  bool // --config-type xds
-	metadata *structpb.Struct
-	header   map[string]string
-}
-
-// minXDSBackoff is the shortest first reconnect wait taken.
-const minXDSBackoff = 10 * time.Millisecond
-
-// finish checks the xDS flags and parses the metadata and headers.
-func (x *xdsSettings) finish() error {
-	switch strings.ToLower(x.configType) {
-	case "file":
-	case "xds", "grpc_xds_sotw":
-		x.enabled = true
-	default:
-		return fmt.Errorf("--config-type: want file or xds, got %q", x.configType)
-	}
-	if x.forceStart && !x.enabled && len(x.sources) == 0 {
-		return fmt.Errorf("--force-start-without-rules: only with --config-type xds or --xds-source")
-	}
-	if err := x.sources.check(); err != nil {
-		return err
-	}
-	if x.overlay != "" && !x.enabled {
-		return fmt.Errorf("--xds-overlay: only with --config-type xds (rule files say it all themselves)")
-	}
-	// A wait below minXDSBackoff would let a client hammer a server
-	// that refuses it. The mapping of XDS_CLIENT_BACKOFF_* keeps the
-	// longest wait at least the first, and the jitter and message size
-	// in range.
-	if x.backoff.initial < minXDSBackoff {
-		return fmt.Errorf("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL: want %v or more, got %v", minXDSBackoff, x.backoff.initial)
-	}
-	x.tls = x.tls || x.tlsCA != "" || x.tlsCert != "" || x.tlsKey != "" || x.tlsServerName != ""
-	var err error
-	if x.metadata, err = xds.ParseNodeMetadata(x.nodeMetadata); err != nil {
-		return fmt.Errorf("--xds-node-metadata: %w", err)
-	}
-	if x.header, err = xds.ParseHeaders(x.headers); err != nil {
-		return fmt.Errorf("--xds-headers: %w", err)
-	}
-	return nil
+// rulesOptions are the flags of the rules: their files, or the xDS
+// servers that push them. The xDS ones' reconnect waits and message
+// bound are set only by the reference's XDS_CLIENT_* (setFlagless), with
+// envoyproxy/ratelimit's defaults.
+type rulesOptions struct {
+	path     string         // --config
+	debounce time.Duration  // --reload-debounce
+	config   config.Options // --merge-domains, --allow-empty-rules, --calendar-months
+	xds      xds.SourceOptions
 }
 
 // startRules returns the rules to start with: the rule files' (read
 // with opts), or none for --config-type xds, whose rules arrive with its
 // first push: that is starting without rules on purpose.
-func startRules(c *settings, opts config.Options) (*limits.Ruleset, error) {
-	if c.xds.enabled {
+func startRules(o rulesOptions, opts config.Options) (*limits.Ruleset, error) {
+	if o.xds.Enabled {
 		return limits.NewRuleset(nil, nil, config.Checksum(nil)), nil
 	}
-	return config.Load(c.configPath, opts)
+	return config.Load(o.path, opts)
 }
 
-// rulesFrom returns the rule source of c: its rule files' reloader or
+// rulesFrom returns the rule source of o: its rule files' reloader or
 // an xDS client applying pushes to engine, reported to onApply as reloads
-// are; with --xds-source, those and every more xDS server, combined
-// (sources.go).
-func rulesFrom(c *settings, opts config.Options, engine *limits.Engine, log *zap.Logger, m *metrics.Metrics, onApply func(config.ReloadStatus, error)) (ruleSource, error) {
-	if len(c.xds.sources) > 0 {
-		return combinedRules(c, opts, engine, log, m, onApply)
+// are; with --xds-source, those and every more xDS server, combined.
+func rulesFrom(o rulesOptions, engine *limits.Engine, log *zap.Logger, m *metrics.Metrics, onApply func(config.ReloadStatus, error)) (ruleSource, error) {
+	if len(o.xds.Sources) > 0 {
+		return combinedRules(o, engine, log, m, onApply)
 	}
-	if !c.xds.enabled {
-		return newReloader(c, opts, engine, log, onApply), nil
+	if !o.xds.Enabled {
+		return o.reloader(engine, log, onApply), nil
 	}
-	x, err := newXDSRules(c, engine, log, onApply)
+	x, err := o.xdsRules(engine, log, onApply)
 	if err != nil {
 		return nil, err
 	}
-	m.XDS(x.metricsState)
+	m.XDS(func() metrics.XDSState { return xdsState(x.State()) })
 	return x, nil
 }
 
-// newReloader returns the reloader of c's rule files, keeping target's
+// combinedRules returns o's rule files or first xDS server, and each
+// --xds-source, as one rule source for engine.
+func combinedRules(o rulesOptions, engine *limits.Engine, log *zap.Logger, m *metrics.Metrics, onApply func(config.ReloadStatus, error)) (*sources.Multi, error) {
+	mr := sources.NewMulti(engine, log, onApply)
+	named := func(name string) *zap.Logger { return log.With(zap.String("source", name)) }
+	if o.xds.Enabled {
+		if _, err := mr.Add(xds.FirstSource, limits.NewRuleset(nil, nil, engine.Rules().Checksum), func(t sources.Target, report func(config.ReloadStatus, error)) (sources.RuleSource, error) {
+			return o.xdsRules(t, named(xds.FirstSource), report)
+		}); err != nil {
+			return nil, err
+		}
+	} else if _, err := mr.Add(xds.FilesSource, engine.Rules(), func(t sources.Target, report func(config.ReloadStatus, error)) (sources.RuleSource, error) {
+		return o.reloader(t, named(xds.FilesSource), report), nil
+	}); err != nil {
+		return nil, err
+	}
+	for _, s := range o.xds.Sources {
+		if _, err := mr.Add(s.Name, limits.NewRuleset(nil, nil, config.Checksum(nil)), func(t sources.Target, report func(config.ReloadStatus, error)) (sources.RuleSource, error) {
+			x, err := xds.NewRuleSource(t, named(s.Name), o.xdsOptions(report).SourceOptions(s))
+			if err != nil {
+				return nil, fmt.Errorf("--xds-source %s: %w", s.Name, err)
+			}
+			return x, nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	mr.Start()
+	m.Sources(func() []metrics.SourceState { return sourcesState(mr) })
+	// The engine's rules are now every source's together, whose checksum
+	// is not the rule files' that serve recorded.
+	m.Loaded(engine.Rules().Checksum, time.Now())
+	return mr, nil
+}
+
+// reloader returns the reloader of o's rule files, keeping target's
 // rules theirs.
-func newReloader(c *settings, opts config.Options, target config.Target, log *zap.Logger, onApply func(config.ReloadStatus, error)) *config.Reloader {
-	return config.NewReloader(c.configPath, target, log, config.ReloaderOptions{
-		Options:  opts,
-		Debounce: c.reloadDebounce,
+func (o rulesOptions) reloader(target config.Target, log *zap.Logger, onApply func(config.ReloadStatus, error)) *config.Reloader {
+	return config.NewReloader(o.path, target, log, config.ReloaderOptions{
+		Options:  o.config,
+		Debounce: o.debounce,
 		OnReload: onApply,
 	})
 }
 
-// xdsOptions are the options of c's first xDS server (--xds-server).
-func xdsOptions(c *settings, onApply func(config.ReloadStatus, error)) xds.Options {
-	o := xds.Options{
-		Server:            c.xds.server,
-		NodeID:            c.xds.nodeID,
-		NodeMetadata:      c.xds.metadata,
-		Headers:           c.xds.header,
-		BackoffInitial:    c.xds.backoff.initial,
-		BackoffMax:        c.xds.backoff.max,
-		BackoffJitter:     c.xds.backoff.jitter,
-		MaxMessageBytes:   c.xds.maxMessageBytes,
-		Rules:             config.Options{MergeDomains: c.mergeDomains, CalendarMonths: c.calendarMonths},
-		AllowEmpty:        c.allowEmptyRules,
-		StartWithoutRules: c.xds.forceStart,
-		OnApply:           onApply,
-		OverlayPath:       c.xds.overlay,
-		OverlayDebounce:   c.reloadDebounce,
-	}
-	if c.xds.tls {
-		o.TLS = &xds.TLSOptions{CAFile: c.xds.tlsCA, CertFile: c.xds.tlsCert, KeyFile: c.xds.tlsKey, ServerName: c.xds.tlsServerName}
-	}
-	return o
+// xdsOptions are the options of o's first xDS server (--xds-server).
+func (o rulesOptions) xdsOptions(onApply func(config.ReloadStatus, error)) xds.Options {
+	x := o.xds.Options
+	x.Rules = config.Options{MergeDomains: o.config.MergeDomains, CalendarMonths: o.config.CalendarMonths}
+	x.AllowEmpty = o.config.AllowEmpty
+	x.OnApply = onApply
+	x.OverlayDebounce = o.debounce
+	return x
 }
 
-// newXDSRules returns the client of c's first xDS server, keeping
-// target's rules its pushes'.
-func newXDSRules(c *settings, target xds.Target, log *zap.Logger, onApply func(config.ReloadStatus, error)) (*xdsRules, error) {
-	client, err := xds.New(target, log, xdsOptions(c, onApply))
+// xdsRules returns the client of o's first xDS server, keeping target's
+// rules its pushes'.
+func (o rulesOptions) xdsRules(target xds.Target, log *zap.Logger, onApply func(config.ReloadStatus, error)) (*xds.RuleSource, error) {
+	x, err := xds.NewRuleSource(target, log, o.xdsOptions(onApply))
 	if err != nil {
 		return nil, fmt.Errorf("--config-type xds: %w", err)
 	}
-	return &xdsRules{Client: client, log: log, server: c.xds.server, overlay: c.xds.overlay != ""}, nil
+	return x, nil
 }
 
-// xdsRules is an xDS client as a rule source.
-type xdsRules struct {
-	*xds.Client
-	log     *zap.Logger
-	server  string
-	overlay bool // --xds-overlay: SIGHUP reads it again
-}
-
-// metricsState is the client's state for the metrics.
-func (x *xdsRules) metricsState() metrics.XDSState {
-	st := x.State()
+// xdsState is an xDS client's state for the metrics.
+func xdsState(st xds.State) metrics.XDSState {
 	return metrics.XDSState{Connected: st.Connected, LastPush: st.LastPush, Applied: st.Applied, OverlayUnmatched: st.OverlayUnmatched}
 }
 
-// Reload answers SIGHUP: the rules are the server's last push, and only
-// the overlay, if any, is read again.
-func (x *xdsRules) Reload() (bool, error) {
-	if x.overlay {
-		return x.ReloadOverlay()
+// sourcesState is every source's state for the metrics.
+func sourcesState(mr *sources.Multi) []metrics.SourceState {
+	parts := mr.Parts()
+	out := make([]metrics.SourceState, len(parts))
+	for i, p := range parts {
+		out[i] = metrics.SourceState{Name: p.Name, Refused: mr.Refused(p.Name)}
+		if x, ok := p.RuleSource.(*xds.RuleSource); ok {
+			st := xdsState(x.State())
+			out[i].XDS = &st
+		}
 	}
-	x.log.Info("SIGHUP ignored: the rules come from the xDS server", zap.String("server", x.server))
-	return false, nil
+	return out
 }
 
 // pending returns a channel closed once src has rules, and the health
