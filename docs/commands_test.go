@@ -210,7 +210,9 @@ func sidecarCommand(line string) ([]string, bool) {
 }
 
 // TestDocsCommandsParse checks that every command in a sh block of
-// README.md and the docs that runs the sidecar's server parses as written.
+// README.md and the docs that runs the sidecar's server parses as written,
+// and passes the checks the server makes of its flags before it starts
+// (parseOnly).
 func TestDocsCommandsParse(t *testing.T) {
 	n := 0
 	for _, doc := range docFiles(t) {
@@ -422,8 +424,9 @@ func TestDocsRuleExamples(t *testing.T) {
 
 // TestREADMECounterCommands runs the curl commands of README.md and
 // docs/debugging.md that call /debug/counters against a sidecar on the
-// default rules, so that they stay true: each must answer 200 with JSON
-// about the descriptor it names.
+// default rules started with --admin-counter-reset, so that they stay
+// true: each, the reset too, must answer 200 with JSON about the
+// descriptor it names.
 func TestREADMECounterCommands(t *testing.T) {
 	var cmds []string
 	for _, doc := range []string{"README.md", "docs/debugging.md"} {
