@@ -17,6 +17,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -36,10 +37,18 @@ var (
 	buildErr  error
 )
 
+// TestMain removes the binary after the tests, and checks that none left
+// a goroutine behind (a sidecar's output reader, a gRPC connection).
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }
