@@ -81,40 +81,28 @@ func (s *sidecar) admin(t *testing.T, method, path string, descs ...string) (int
 	return r.StatusCode, string(b)
 }
 
-// TestCounterReset resets a counter on Redis that this sidecar's deny
-// cache rejects, and one it holds a lease of: both are read first, then
-// cleared with the counter, the next request is admitted, and the reset is
-// logged and counted. The endpoints are on --admin-addr only.
-func TestCounterReset(t *testing.T) {
+// TestCounterResetWiring: the sidecar wires /debug/counters to its Redis
+// store (with --redis-key-prefix), its deny cache and its leases, and
+// --admin-counter-reset, the reset metric, its log and
+// --log-rejections-values to the reset. internal/admin specifies what
+// the endpoints answer.
+func TestCounterResetWiring(t *testing.T) {
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), counterRules(t))
 	logs := &logtest.Buffer{}
 	s := startSidecarLog(t, logs, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--redis-key-prefix", "reset:",
 		"--admin-addr", "127.0.0.1:0", "--admin-counter-reset")
-	if code, _ := s.get(t, "/debug/counters?domain=edge&descriptor=user=alice"); code != http.StatusNotFound {
-		t.Errorf("GET /debug/counters on --http-addr = %d, want 404 with --admin-addr set", code)
+	for range 5 {
+		s.send(t, 1, "user", "alice") // the last from the deny cache
 	}
-	for range 3 {
-		s.send(t, 1, "user", "alice")
-	}
-	// The first rejection comes from Redis, the second from the cache.
-	s.send(t, 1, "user", "alice")
 	s.send(t, 1, "global", "x")
-	s.send(t, 1, "global", "x") // from the lease
 
 	v := s.counters(t, "user=alice", "global=x")
-	user := v.Descriptors[0].Counters[0]
-	if v.Store != "redis" || !strings.HasPrefix(user.Key, "reset:{") || *user.State.Hits != 3 || !*user.Over || user.DenyCache == nil || user.DenyCache.Probe != 1 {
-		t.Fatalf("user=alice before the reset: %+v, state %+v", user, user.State)
+	user, global := v.Descriptors[0].Counters[0], v.Descriptors[1].Counters[0]
+	if v.Store != "redis" || !strings.HasPrefix(user.Key, "reset:{") || user.DenyCache == nil || global.Lease == nil {
+		t.Fatalf("before the reset: store %q, user=alice %+v, global=x %+v", v.Store, user, global)
 	}
-	global := v.Descriptors[1].Counters[0]
-	// The first request took 1 and a lease of 10, the second 1 of the
-	// lease.
-	if *global.State.Hits != 11 || global.Lease == nil || global.Lease.Held != 9 {
-		t.Fatalf("global=x before the reset: %+v, state %+v, lease %+v", global, global.State, global.Lease)
-	}
-
 	code, body := s.admin(t, http.MethodPost, "/debug/counters/reset", "user=alice", "global=x")
 	if code != http.StatusOK {
 		t.Fatalf("POST /debug/counters/reset = %d %s", code, body)
@@ -123,31 +111,14 @@ func TestCounterReset(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &rv); err != nil {
 		t.Fatal(err)
 	}
-	ru, rg := rv.Descriptors[0].Counters[0], rv.Descriptors[1].Counters[0]
-	if !ru.Deleted || !ru.DenyCacheDropped || !rg.Deleted || rg.LeaseDropped == nil || *rg.LeaseDropped != 9 {
+	if ru, rg := rv.Descriptors[0].Counters[0], rv.Descriptors[1].Counters[0]; !ru.Deleted || !ru.DenyCacheDropped || !rg.Deleted || rg.LeaseDropped == nil {
 		t.Errorf("reset: %s", body)
 	}
-
-	v = s.counters(t, "user=alice", "global=x")
-	user, global = v.Descriptors[0].Counters[0], v.Descriptors[1].Counters[0]
-	if !user.State.Fresh || user.DenyCache != nil || !global.State.Fresh || global.Lease != nil {
-		t.Errorf("after the reset: user %+v (state %+v), global %+v (state %+v)", user, user.State, global, global.State)
-	}
-	if got := s.send(t, 1, "user", "alice"); got != rlsv3.RateLimitResponse_OK {
-		t.Errorf("after the reset: %v, want OK", got)
-	}
-
-	metrics := s.getBody(t, "/metrics")
-	if !strings.Contains(metrics, "ratelimit_sidecar_counter_resets_total 2") {
+	if metrics := s.getBody(t, "/metrics"); !strings.Contains(metrics, "ratelimit_sidecar_counter_resets_total 2") {
 		t.Errorf("/metrics lacks counter_resets_total 2")
 	}
-	lines := logs.Lines(t, "counters reset through the admin endpoint")
-	if len(lines) != 1 {
+	if lines := logs.Lines(t, "counters reset through the admin endpoint"); len(lines) != 1 {
 		t.Fatalf("%d reset lines in the log, want 1:\n%s", len(lines), logs)
-	}
-	l := lines[0]
-	if l["level"] != "warn" || l["domain"] != "edge" || l["counters"] != 2.0 || !strings.HasPrefix(l["remote_addr"].(string), "127.0.0.1:") {
-		t.Errorf("reset log line: %v", l)
 	}
 	if strings.Contains(logs.String(), "alice") {
 		t.Errorf("the log shows a descriptor value:\n%s", logs)
@@ -188,184 +159,5 @@ func TestRejectionLogInSidecar(t *testing.T) {
 	want := fmt.Sprintf("ratelimit_sidecar_rejection_logs_suppressed_total %d\n", 50-len(lines))
 	if !strings.Contains(metrics, want) {
 		t.Errorf("/metrics lacks %q", want)
-	}
-}
-
-// TestCountersCluster reads and resets a counter through a sidecar on a
-// Redis Cluster.
-func TestCountersCluster(t *testing.T) {
-	c := redistest.StartCluster(t)
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "rules.yaml"), counterRules(t))
-	// Failure mode error and a long timeout: on a busy machine a slow
-	// Cluster must fail the test's requests loudly, not send them to the
-	// local fallback, whose counts /debug/counters does not read.
-	s := startSidecar(t, "--config", dir, "--redis-cluster-addrs", strings.Join(c.Addrs, ","), "--admin-counter-reset",
-		"--failure-mode", "error", "--redis-timeout", "2s")
-	s.send(t, 4, "tenant", "acme")
-	s.send(t, 2, "path", "/x")
-	v := s.counters(t, "tenant=acme", "path=/x")
-	if v.Store != "redis" {
-		t.Errorf("store = %q, want redis", v.Store)
-	}
-	tenant, path := v.Descriptors[0].Counters, v.Descriptors[1].Counters[0]
-	if tenant[0].State.Hits == nil || tenant[1].State.Tokens == nil || tenant[2].State.Backlog == nil || path.State.Hits == nil {
-		t.Fatalf("counters without state: %+v %+v %+v %+v", tenant[0].State, tenant[1].State, tenant[2].State, path.State)
-	}
-	if *tenant[0].State.Hits != 4 || *tenant[1].State.Tokens != 6 || *tenant[2].State.Backlog != 4 || *path.State.Hits != 2 {
-		t.Fatalf("counters: %+v %+v %+v %+v", tenant[0].State, tenant[1].State, tenant[2].State, path.State)
-	}
-	if code, body := s.admin(t, http.MethodPost, "/debug/counters/reset", "tenant=acme", "path=/x"); code != http.StatusOK {
-		t.Fatalf("reset = %d %s", code, body)
-	}
-	v = s.counters(t, "tenant=acme", "path=/x")
-	for _, d := range v.Descriptors {
-		for _, c := range d.Counters {
-			if !c.State.Fresh {
-				t.Errorf("%s after the reset: %+v", c.Limit, c.State)
-			}
-		}
-	}
-}
-
-// TestREADMECounterCommands runs the curl commands of README.md and
-// docs/debugging.md that call /debug/counters against a sidecar on the
-// default rules, so that they stay true: each must answer 200 with JSON
-// about the descriptor it names.
-func TestREADMECounterCommands(t *testing.T) {
-	var cmds []string
-	for _, doc := range []string{"../../README.md", "../../docs/debugging.md"} {
-		found := curlCommands(t, doc, "/debug/counters")
-		if len(found) < 2 {
-			t.Fatalf("%s: %d curl commands for /debug/counters, want a read and a reset", doc, len(found))
-		}
-		cmds = append(cmds, found...)
-	}
-	s := startSidecar(t, "--config", "../../config/", "--admin-counter-reset")
-	s.send(t, 1, "tenant", "acme", "user", "42")
-	for _, cmd := range cmds {
-		req, err := curlRequest(cmd, s.adminAddr)
-		if err != nil {
-			t.Fatalf("%q: %v", cmd, err)
-		}
-		r, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(r.Body)
-		r.Body.Close()
-		var v struct {
-			Domain      string
-			Descriptors []struct{ Descriptor string }
-		}
-		if r.StatusCode != http.StatusOK || json.Unmarshal(b, &v) != nil || v.Domain != "edge" || len(v.Descriptors) == 0 || v.Descriptors[0].Descriptor != "tenant=acme,user=42" {
-			t.Errorf("%q: %d %s", cmd, r.StatusCode, b)
-		}
-	}
-}
-
-// curlCommands returns the curl commands in doc's sh blocks whose URL
-// holds path, each joined onto one line.
-func curlCommands(t *testing.T, doc, path string) []string {
-	t.Helper()
-	b, err := os.ReadFile(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	inSh := false
-	cmd := ""
-	for line := range strings.SplitSeq(string(b), "\n") {
-		switch {
-		case strings.HasPrefix(line, "```"):
-			inSh = line == "```sh"
-		case !inSh:
-		case cmd != "" || strings.HasPrefix(line, "curl "):
-			cmd += strings.TrimSuffix(strings.TrimSpace(line), "\\")
-			if strings.HasSuffix(line, "\\") {
-				continue
-			}
-			if strings.Contains(cmd, path) {
-				out = append(out, cmd)
-			}
-			cmd = ""
-		}
-	}
-	return out
-}
-
-// curlRequest turns the curl command cmd, of the options the docs use
-// (-s, -G, -d, --data-urlencode, single quotes), into a request to addr.
-func curlRequest(cmd, addr string) (*http.Request, error) {
-	var args []string
-	for _, f := range strings.Fields(cmd) {
-		args = append(args, strings.Trim(f, "'"))
-	}
-	var target string
-	get := false
-	var data []string
-	for i := 1; i < len(args); i++ {
-		switch a := args[i]; a {
-		case "-s":
-		case "-G":
-			get = true
-		case "-d", "--data-urlencode":
-			if i+1 == len(args) {
-				return nil, fmt.Errorf("%s without a value", a)
-			}
-			i++
-			v := args[i]
-			if a == "--data-urlencode" {
-				name, value, _ := strings.Cut(v, "=")
-				v = name + "=" + url.QueryEscape(value)
-			}
-			data = append(data, v)
-		default:
-			if strings.HasPrefix(a, "-") || target != "" {
-				return nil, fmt.Errorf("unexpected argument %q", a)
-			}
-			host, p, ok := strings.Cut(a, "/")
-			if !ok || !strings.Contains(host, ":") {
-				return nil, fmt.Errorf("URL %q is not host:port/path", a)
-			}
-			target = "http://" + addr + "/" + p
-		}
-	}
-	body := strings.Join(data, "&")
-	if get {
-		return http.NewRequest(http.MethodGet, target+"?"+body, nil)
-	}
-	req, err := http.NewRequest(http.MethodPost, target, strings.NewReader(body))
-	if err == nil {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	}
-	return req, err
-}
-
-// TestCountersStoreDown: with Redis down, a counter shows the error, and
-// a reset fails with 503 and keeps what the deny cache knows.
-func TestCountersStoreDown(t *testing.T) {
-	srv := redistest.StartServer(t)
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "rules.yaml"), counterRules(t))
-	s := startSidecar(t, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--admin-counter-reset")
-	for range 5 {
-		s.send(t, 1, "user", "alice")
-	}
-	srv.Kill()
-	c := s.counters(t, "user=alice").Descriptors[0].Counters[0]
-	if c.Error == "" || c.State != nil || c.DenyCache == nil {
-		t.Errorf("with Redis down: %+v; want an error, no state, and the deny cache entry", c)
-	}
-	code, body := s.admin(t, http.MethodPost, "/debug/counters/reset", "user=alice")
-	var rv admin.ResetView
-	if err := json.Unmarshal([]byte(body), &rv); err != nil {
-		t.Fatalf("%d %s: %v", code, body, err)
-	}
-	if r := rv.Descriptors[0].Counters[0]; code != http.StatusServiceUnavailable || r.Error == "" || r.Deleted || r.DenyCacheDropped {
-		t.Errorf("reset with Redis down = %d %s; want 503 with the error", code, body)
-	}
-	if c := s.counters(t, "user=alice").Descriptors[0].Counters[0]; c.DenyCache == nil {
-		t.Error("a failed reset dropped the deny cache entry")
 	}
 }

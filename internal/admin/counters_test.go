@@ -32,7 +32,7 @@ func counterRules(t testing.TB) string {
 	return string(b)
 }
 
-// counterSite is /debug/counters over a real engine on the memory store,
+// counterSite is /debug/counters over a real engine on a real store,
 // served by httptest.
 type counterSite struct {
 	engine *limits.Engine
@@ -41,22 +41,29 @@ type counterSite struct {
 	resets int
 }
 
-// newCounterSite serves the counter endpoints; o's Rules, Validate,
-// Store, StoreName and Log are filled in unless set.
+// newCounterSite serves the counter endpoints over the memory store; o's
+// Rules, Validate, Store, StoreName and Log are filled in unless set.
 func newCounterSite(t *testing.T, o admin.CountersOptions) *counterSite {
 	t.Helper()
 	now := time.Date(2026, 12, 2, 10, 30, 0, 0, time.UTC)
 	st := memory.New(memory.Options{Now: func() time.Time { return now }})
-	s := &counterSite{engine: limits.NewEngine(parse(t, counterRules(t)), st, limits.EngineOptions{})}
-	core, logs := observer.New(zap.InfoLevel)
-	s.logs = logs
-	o.Rules, o.Validate = s.engine.Rules, s.engine.Validate
 	if o.Store == nil {
 		o.Store = st
 	}
 	if o.StoreName == "" {
 		o.StoreName = "memory"
 	}
+	return serveCounters(t, limits.NewEngine(parse(t, counterRules(t)), st, limits.EngineOptions{}), o)
+}
+
+// serveCounters serves the counter endpoints of o over engine, with o's
+// Rules, Validate, Log and ResetDone filled in.
+func serveCounters(t *testing.T, engine *limits.Engine, o admin.CountersOptions) *counterSite {
+	t.Helper()
+	s := &counterSite{engine: engine}
+	core, logs := observer.New(zap.InfoLevel)
+	s.logs = logs
+	o.Rules, o.Validate = s.engine.Rules, s.engine.Validate
 	o.Log = zap.New(core)
 	o.ResetDone = func(n int) { s.resets += n }
 	a := admin.New(admin.Options{Rules: s.engine.Rules, Counters: o})

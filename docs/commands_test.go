@@ -1,10 +1,12 @@
-package main
+package docs_test
 
 import (
-	"bytes"
 	"context"
-	"flag"
+	"encoding/json"
+	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -103,28 +106,16 @@ func flagMentions(text string) []flagMention {
 }
 
 // sidecarFlagNames returns the names of every flag of the sidecar, and
-// of its check and explain subcommands.
+// of its check and explain subcommands, as help lists them.
 func sidecarFlagNames(t *testing.T) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
-	fs := flag.NewFlagSet("", flag.ContinueOnError)
-	newSettings().define(fs)
-	fs.VisitAll(func(f *flag.Flag) { names[f.Name] = true })
-	// The subcommands define their flags inside their run functions; -h
-	// prints them, one "  -name" line each.
-	for _, run := range []func([]string, io.Writer, io.Writer) error{runCheck, runExplain} {
-		var usage bytes.Buffer
-		run([]string{"-h"}, io.Discard, &usage) //nolint:errcheck // flag.ErrHelp
-		n := 0
-		for line := range strings.SplitSeq(usage.String(), "\n") {
-			if name, ok := strings.CutPrefix(line, "  -"); ok {
-				name, _, _ = strings.Cut(name, " ")
-				names[name] = true
-				n++
-			}
-		}
-		if n == 0 {
-			t.Fatalf("no flags in a subcommand's usage:\n%s", usage.String())
+	for name := range serverFlags(t) {
+		names[name] = true
+	}
+	for _, command := range []string{"check", "explain"} {
+		for name := range commandFlags(t, command) {
+			names[name] = true
 		}
 	}
 	for _, want := range []string{"config", "redis-url", "version", "domain", "descriptor"} {
@@ -219,7 +210,9 @@ func sidecarCommand(line string) ([]string, bool) {
 }
 
 // TestDocsCommandsParse checks that every command in a sh block of
-// README.md and the docs that runs the sidecar's server parses as written.
+// README.md and the docs that runs the sidecar's server parses as written,
+// and passes the checks the server makes of its flags before it starts
+// (parseOnly).
 func TestDocsCommandsParse(t *testing.T) {
 	n := 0
 	for _, doc := range docFiles(t) {
@@ -239,7 +232,7 @@ func TestDocsCommandsParse(t *testing.T) {
 				continue
 			}
 			n++
-			if _, err := parseFlags(args, noEnv, io.Discard); err != nil {
+			if err := parseOnly(t, args); err != nil {
 				t.Errorf("%s:%d: %s: %v", doc, l.n, strings.TrimSpace(line), err)
 			}
 		}
@@ -280,14 +273,13 @@ func TestDocsConsoleSessions(t *testing.T) {
 	if len(sessions) < 2 {
 		t.Fatalf("found %d check or explain sessions, want the two of the rules page", len(sessions))
 	}
-	t.Chdir(repoRoot)
 	for _, s := range sessions {
-		var stdout, stderr bytes.Buffer
-		if err := runAs(context.Background(), "ratelimit-sidecar", s.args, nil, &stdout, &stderr); err != nil {
-			t.Errorf("%s: %v\n%s", s.where, err, stderr.String())
+		stdout, stderr, err := runSidecar(t, repoRoot, s.args...)
+		if err != nil {
+			t.Errorf("%s: %v\n%s", s.where, err, stderr)
 			continue
 		}
-		if got, want := strings.TrimRight(stdout.String(), "\n"), strings.TrimRight(s.want, "\n"); got != want {
+		if got, want := strings.TrimRight(stdout, "\n"), strings.TrimRight(s.want, "\n"); got != want {
 			t.Errorf("%s: the command prints\n%s\nthe page shows\n%s", s.where, got, want)
 		}
 	}
@@ -367,7 +359,7 @@ func TestREADMEQuickStart(t *testing.T) {
 	// token (200 ms): on a machine so busy that the two calls are further
 	// apart, try again on a fresh sidecar, a few times at most.
 	for attempt := 1; ; attempt++ {
-		s := startSidecar(t, "--config", "../../config/")
+		s := startSidecar(t, "--config", "../config/")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		start := time.Now()
 		first, err := s.rls.ShouldRateLimit(ctx, &r)
@@ -428,4 +420,120 @@ func TestDocsRuleExamples(t *testing.T) {
 	if n < 2 {
 		t.Errorf("found %d rule files in yaml blocks; README.md and docs/rules.md show one each", n)
 	}
+}
+
+// TestREADMECounterCommands runs the curl commands of README.md and
+// docs/debugging.md that call /debug/counters against a sidecar on the
+// default rules started with --admin-counter-reset, so that they stay
+// true: each, the reset too, must answer 200 with JSON about the
+// descriptor it names.
+func TestREADMECounterCommands(t *testing.T) {
+	var cmds []string
+	for _, doc := range []string{"README.md", "docs/debugging.md"} {
+		found := curlCommands(t, doc, "/debug/counters")
+		if len(found) < 2 {
+			t.Fatalf("%s: %d curl commands for /debug/counters, want a read and a reset", doc, len(found))
+		}
+		cmds = append(cmds, found...)
+	}
+	s := startSidecar(t, "--config", "../config/", "--admin-counter-reset")
+	_, err := s.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{{
+		Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "tenant", Value: "acme"}, {Key: "user", Value: "42"}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range cmds {
+		req, err := curlRequest(cmd, s.adminAddr)
+		if err != nil {
+			t.Fatalf("%q: %v", cmd, err)
+		}
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		var v struct {
+			Domain      string
+			Descriptors []struct{ Descriptor string }
+		}
+		if r.StatusCode != http.StatusOK || json.Unmarshal(b, &v) != nil || v.Domain != "edge" || len(v.Descriptors) == 0 || v.Descriptors[0].Descriptor != "tenant=acme,user=42" {
+			t.Errorf("%q: %d %s", cmd, r.StatusCode, b)
+		}
+	}
+}
+
+// curlCommands returns the curl commands in doc's sh blocks whose URL
+// holds path, each joined onto one line.
+func curlCommands(t *testing.T, doc, path string) []string {
+	t.Helper()
+	var out []string
+	inSh := false
+	cmd := ""
+	for line := range strings.SplitSeq(readDoc(t, doc), "\n") {
+		switch {
+		case strings.HasPrefix(line, "```"):
+			inSh = line == "```sh"
+		case !inSh:
+		case cmd != "" || strings.HasPrefix(line, "curl "):
+			cmd += strings.TrimSuffix(strings.TrimSpace(line), "\\")
+			if strings.HasSuffix(line, "\\") {
+				continue
+			}
+			if strings.Contains(cmd, path) {
+				out = append(out, cmd)
+			}
+			cmd = ""
+		}
+	}
+	return out
+}
+
+// curlRequest turns the curl command cmd, of the options the docs use
+// (-s, -G, -d, --data-urlencode, single quotes), into a request to addr.
+func curlRequest(cmd, addr string) (*http.Request, error) {
+	var args []string
+	for _, f := range strings.Fields(cmd) {
+		args = append(args, strings.Trim(f, "'"))
+	}
+	var target string
+	get := false
+	var data []string
+	for i := 1; i < len(args); i++ {
+		switch a := args[i]; a {
+		case "-s":
+		case "-G":
+			get = true
+		case "-d", "--data-urlencode":
+			if i+1 == len(args) {
+				return nil, fmt.Errorf("%s without a value", a)
+			}
+			i++
+			v := args[i]
+			if a == "--data-urlencode" {
+				name, value, _ := strings.Cut(v, "=")
+				v = name + "=" + url.QueryEscape(value)
+			}
+			data = append(data, v)
+		default:
+			if strings.HasPrefix(a, "-") || target != "" {
+				return nil, fmt.Errorf("unexpected argument %q", a)
+			}
+			host, p, ok := strings.Cut(a, "/")
+			if !ok || !strings.Contains(host, ":") {
+				return nil, fmt.Errorf("URL %q is not host:port/path", a)
+			}
+			target = "http://" + addr + "/" + p
+		}
+	}
+	body := strings.Join(data, "&")
+	if get {
+		return http.NewRequest(http.MethodGet, target+"?"+body, nil)
+	}
+	req, err := http.NewRequest(http.MethodPost, target, strings.NewReader(body))
+	if err == nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	return req, err
 }

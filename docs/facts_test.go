@@ -1,8 +1,7 @@
-package main
+package docs_test
 
 import (
 	"encoding/json"
-	"flag"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -82,16 +81,14 @@ func TestDocsAdminEndpoints(t *testing.T) {
 		}
 	}
 
-	fs := flag.NewFlagSet("", flag.ContinueOnError)
-	newSettings().define(fs)
-	usage := fs.Lookup("admin-addr").Usage
+	usage := serverFlags(t)["admin-addr"].usage
 	for _, p := range adminPaths {
 		if !strings.Contains(usage, p) {
 			t.Errorf("--admin-addr's help does not name %s, which docs/flags.md places on it: %q", p, usage)
 		}
 	}
 
-	s := startSidecar(t, "--config", "../../config", "--admin-addr", "127.0.0.1:0")
+	s := startSidecar(t, "--config", "../config", "--admin-addr", "127.0.0.1:0")
 	served := func(addr, path string) bool {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
@@ -128,6 +125,44 @@ func TestDocsAdminEndpoints(t *testing.T) {
 	}
 }
 
+// flagRow is a row of docs/flags.md's tables: its first cell names one
+// or more flags, its second holds their default.
+var flagRow = regexp.MustCompile("(?m)^\\| (`--[a-z0-9-]+`(?:, `--[a-z0-9-]+`)*) \\|([^|]*)\\|")
+
+// flagName is a flag named in flagRow's first cell.
+var flagName = regexp.MustCompile("`--([a-z0-9-]+)`")
+
+// TestFlagsDocumented: docs/flags.md has a row for every flag of the
+// server (as help lists them) and for nothing else, and a bool flag's
+// default reads false or true there and no other flag's does. The k8s
+// tests read the flags from that page (their module cannot run this
+// one's code), so the page is the checked list of them.
+func TestFlagsDocumented(t *testing.T) {
+	defaults := map[string]string{}
+	for _, row := range flagRow.FindAllStringSubmatch(readDoc(t, "docs/flags.md"), -1) {
+		for _, n := range flagName.FindAllStringSubmatch(row[1], -1) {
+			defaults[n[1]] = row[2]
+		}
+	}
+	if len(defaults) < 50 {
+		t.Fatalf("read %d flags from docs/flags.md: the table's shape changed", len(defaults))
+	}
+	for name, f := range serverFlags(t) {
+		def, ok := defaults[name]
+		if !ok {
+			t.Errorf("docs/flags.md has no row for --%s", name)
+			continue
+		}
+		delete(defaults, name)
+		if got := def == " false " || def == " true "; got != f.isBool {
+			t.Errorf("docs/flags.md: --%s's default reads %q; a bool flag's, and only a bool flag's, reads false or true", name, def)
+		}
+	}
+	for name := range defaults {
+		t.Errorf("docs/flags.md has a row for --%s, which is no flag", name)
+	}
+}
+
 // TestDocsFlagDefaults: the default docs/flags.md gives each flag is the
 // one the flag has, as help prints it.
 func TestDocsFlagDefaults(t *testing.T) {
@@ -138,32 +173,30 @@ func TestDocsFlagDefaults(t *testing.T) {
 			documented[n[1]] = strings.TrimSpace(row[2])
 		}
 	}
-	fs := flag.NewFlagSet("", flag.ContinueOnError)
-	newSettings().define(fs)
 	checked := 0
-	fs.VisitAll(func(f *flag.Flag) {
-		def, ok := documented[f.Name]
+	for name, f := range serverFlags(t) {
+		def, ok := documented[name]
 		if !ok {
-			return // TestFlagsDocumented reports it
+			continue // TestFlagsDocumented reports it
 		}
 		checked++
-		if why, ok := defaultProse[f.Name]; ok {
+		if why, ok := defaultProse[name]; ok {
 			if def != why {
-				t.Errorf("docs/flags.md: --%s's default reads %q; the test expects %q (update both)", f.Name, def, why)
+				t.Errorf("docs/flags.md: --%s's default reads %q; the test expects %q (update both)", name, def, why)
 			}
-			return
+			continue
 		}
 		got := strings.Trim(def, "`")
-		if d, err := time.ParseDuration(f.DefValue); err == nil {
+		if d, err := time.ParseDuration(f.def); err == nil {
 			// Written as people write durations: 0, 1m, 30m.
 			if dd, err := time.ParseDuration(got); err == nil && dd == d || got == "0" && d == 0 {
-				return
+				continue
 			}
 		}
-		if got != f.DefValue {
-			t.Errorf("docs/flags.md: --%s's default reads %q; the flag's is %q", f.Name, def, f.DefValue)
+		if got != f.def {
+			t.Errorf("docs/flags.md: --%s's default reads %q; the flag's is %q", name, def, f.def)
 		}
-	})
+	}
 	if checked < 50 {
 		t.Errorf("checked %d defaults: docs/flags.md's table changed shape", checked)
 	}

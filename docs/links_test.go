@@ -1,4 +1,8 @@
-package main
+// Package docs_test keeps README.md, the pages under docs/ and the READMEs
+// of examples/, k8s/ and charts/ true to the code. It holds only tests,
+// beside the pages they check, and checks them against the sidecar's
+// binary (built once per run; see sidecar_test.go), as its users run it.
+package docs_test
 
 import (
 	"io/fs"
@@ -12,14 +16,12 @@ import (
 	"unicode"
 )
 
-// The tests in this file and in docs_commands_test.go keep README.md and
-// the pages under docs/ true to the code. This file reads the Markdown:
-// every relative link resolves to a file, and every #anchor to a heading
-// of it; README.md stays a front page that links the index of docs/,
-// which links every page.
+// This file reads the Markdown: every relative link resolves to a file,
+// and every #anchor to a heading of it; README.md stays a front page that
+// links the index of docs/, which links every page.
 
 // repoRoot is the repository's root, seen from this package.
-const repoRoot = "../.."
+const repoRoot = ".."
 
 // readmeMaxLines is the most lines README.md may have: it is the front
 // page, and long-form text belongs in docs/ (issue 18).
