@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,8 +10,6 @@ import (
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 )
 
 // The tests in this file replay Envoy's calls for a token budget that
@@ -20,17 +17,6 @@ import (
 // request's estimate as hits_addend; at stream end the same descriptor
 // with is_negative_hits (the estimate back), and [budget] with what the
 // answer used. Envoy sends the stream-end call for refused requests too.
-
-// reservationRules: 10,000 tokens an hour per tenant, each request's
-// estimate released 5 s after it was taken if its stream-end call never
-// comes.
-const reservationRules = `
-domain: llm
-descriptors:
-  - key: budget
-    hold_key: request_id
-    rate_limit: {unit: hour, requests_per_unit: 10000, release_after: 5s}
-`
 
 // reserveCall is request id's request-time call: its estimate.
 func reserveCall(tenant, id string, estimate uint64) *rlsv3.RateLimitRequest {
@@ -115,58 +101,12 @@ func runReservationCases(t *testing.T, s *sidecar) {
 	}
 }
 
-func reservationRulesDir(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "rules.yaml"), reservationRules)
-	return dir
-}
-
-func TestReservationsMemory(t *testing.T) {
-	runReservationCases(t, startSidecar(t, "--config", reservationRulesDir(t)))
-}
-
-func TestReservationsRedis(t *testing.T) {
-	srv := redistest.StartServer(t)
-	// The deny cache is on: c's refusal is remembered, and a's settlement
-	// must make it forget.
-	runReservationCases(t, startSidecar(t, "--config", reservationRulesDir(t), "--redis-url", "redis://"+srv.Addr, "--failure-mode", "error", "--redis-timeout", "2s"))
-}
-
-func TestReservationsRedisNoCache(t *testing.T) {
-	srv := redistest.StartServer(t)
-	runReservationCases(t, startSidecar(t, "--config", reservationRulesDir(t), "--redis-url", "redis://"+srv.Addr, "--failure-mode", "error", "--redis-timeout", "2s", "--deny-cache-entries", "0"))
-}
-
-func TestReservationsCluster(t *testing.T) {
-	c := redistest.StartCluster(t)
-	runReservationCases(t, startSidecar(t, "--config", reservationRulesDir(t), "--redis-cluster-addrs", strings.Join(c.Addrs, ","), "--failure-mode", "error", "--redis-timeout", "2s"))
-}
-
-// TestReservationsFailureModes: while Redis cannot decide, failure mode
-// local reserves and settles on the sidecar's memory store, so the cases
-// hold there; open and closed settle nothing (the refund is counted
-// lost) and never refuse a settlement.
-func TestReservationsFailureModes(t *testing.T) {
-	down := redistest.StartServer(t)
-	down.Kill()
-	args := func(mode string) []string {
-		return []string{"--config", reservationRulesDir(t), "--redis-url", "redis://" + down.Addr, "--failure-mode", mode, "--redis-timeout", "50ms"}
-	}
-	t.Run("local", func(t *testing.T) {
-		runReservationCases(t, startSidecar(t, args("local")...))
-	})
-	for _, mode := range []string{"open", "closed"} {
-		t.Run(mode, func(t *testing.T) {
-			s := startSidecar(t, args(mode)...)
-			resp, err := s.rls.ShouldRateLimit(context.Background(), settleCall("t", "a", 4000, 0))
-			if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
-				t.Errorf("a settlement in mode %s: %v, %v; want OK", mode, resp.GetOverallCode(), err)
-			}
-			want := `ratelimit_sidecar_rule_refund_lost_total{algorithm="fixed_window",domain="llm",rule="budget",window="1h0m0s"} 4000`
-			if body := s.getBody(t, "/metrics"); !strings.Contains(body, want) {
-				t.Errorf("/metrics lacks %s", want)
-			}
-		})
-	}
+// TestReservations replays Envoy's calls for four requests of one
+// tenant through the gRPC server on Redis, deny cache on: the hold_key
+// entry names each request's reservation, is_negative_hits settles it;
+// c's refusal is remembered by the deny cache, and a's settlement must
+// make it forget; b's estimate is released after release_after, which
+// metrics count.
+func TestReservations(t *testing.T) {
+	runReservationCases(t, startSidecar(t, onRedis(t)...))
 }

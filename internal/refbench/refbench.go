@@ -1,16 +1,20 @@
-// Package refbench is test support: it compares two RLS servers side by
-// side on one Redis: this project's sidecar and envoyproxy/ratelimit (the
-// reference), or two builds of the sidecar. It measures what a fleet pays per decision,
+// Package refbench is test support: the one harness for benchmarks of
+// server processes. It builds a binary, starts and stops a server
+// process, waits until it is ready, reads its metrics and what it and
+// Redis spent in CPU (process.go, cpu.go); BenchmarkFleet and
+// BenchmarkRLQS use it.
+//
+// It also compares two RLS servers side by side on one Redis: this
+// project's sidecar and envoyproxy/ratelimit (the reference), or two
+// builds of the sidecar. It measures what a fleet pays per decision,
 // Redis's CPU above all, since every sidecar of a fleet shares one Redis,
 // then the server's own CPU and its latency, in rounds that alternate the
 // servers (A B A B) so that a shared, noisy machine weighs on both alike.
-//
 // BenchmarkAgainstReference uses it, and its own test runs it with the
 // sidecar in both slots.
 package refbench
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -59,11 +63,11 @@ descriptors:
 // and user: three descriptors, one of 100 tenants, one of 10,000 users).
 var Workloads = []string{"hot", "users", "tiered"}
 
-// Server is one slot of a comparison: how to start it on a Redis and a
-// gRPC address, with Rules written to rulesDir.
+// Server is one slot of a comparison: the command that runs it on a
+// Redis and a gRPC address, with Rules written to rulesDir.
 type Server struct {
-	Name  string
-	Start func(redisAddr, grpcAddr, rulesDir string) (*exec.Cmd, error)
+	Name    string
+	Command func(redisAddr, grpcAddr, rulesDir string) (*exec.Cmd, error)
 }
 
 // Sidecar returns the slot of the sidecar binary bin, run as the
@@ -71,10 +75,9 @@ type Server struct {
 // store timeout of 100 ms, which a busy machine can reach (see
 // TimingFailure). Further flags, args, follow those.
 func Sidecar(name, bin string, args ...string) Server {
-	return Server{Name: name, Start: func(redisAddr, grpcAddr, rulesDir string) (*exec.Cmd, error) {
-		cmd := exec.Command(bin, append([]string{"--config", rulesDir, "--grpc-addr", grpcAddr, "--http-addr", "127.0.0.1:0",
-			"--redis-url", "redis://" + redisAddr, "--failure-mode", "error", "--redis-timeout", "100ms", "--log-level", "warn"}, args...)...)
-		return cmd, cmd.Start()
+	return Server{Name: name, Command: func(redisAddr, grpcAddr, rulesDir string) (*exec.Cmd, error) {
+		return exec.Command(bin, append([]string{"--config", rulesDir, "--grpc-addr", grpcAddr, "--http-addr", "127.0.0.1:0",
+			"--redis-url", "redis://" + redisAddr, "--failure-mode", "error", "--redis-timeout", "100ms", "--log-level", "warn"}, args...)...), nil
 	}}
 }
 
@@ -94,7 +97,7 @@ func TimingFailure(err error) bool {
 // its runtime directory under rulesDir's parent, statistics off, and its
 // HTTP and debug ports on free loopback ports.
 func Reference(bin string) Server {
-	return Server{Name: "reference", Start: func(redisAddr, grpcAddr, rulesDir string) (*exec.Cmd, error) {
+	return Server{Name: "reference", Command: func(redisAddr, grpcAddr, rulesDir string) (*exec.Cmd, error) {
 		root := filepath.Join(filepath.Dir(rulesDir), "runtime")
 		if err := os.MkdirAll(filepath.Join(root, "ratelimit", "config"), 0o755); err != nil {
 			return nil, err
@@ -116,18 +119,8 @@ func Reference(bin string) Server {
 			"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr, "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit",
 			"RUNTIME_WATCH_ROOT=false", "RUNTIME_IGNOREDOTFILES=true", "HOST=127.0.0.1", "PORT="+strconv.Itoa(httpPort),
 			"GRPC_HOST="+host, "GRPC_PORT="+port, "DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(debugPort))
-		return cmd, cmd.Start()
+		return cmd, nil
 	}}
-}
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Result is what one server cost for one round of one workload.
@@ -224,22 +217,25 @@ func Compare(ctx context.Context, redisAddr, rulesDir string, servers []Server, 
 // running is a started server and a connection to it.
 type running struct {
 	name string
-	cmd  *exec.Cmd
+	proc *Process
 	conn *grpc.ClientConn
 	rls  rlsv3.RateLimitServiceClient
 }
 
 func start(ctx context.Context, s Server, redisAddr, rulesDir string) (*running, error) {
-	port, err := FreePort()
+	addr, err := FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	cmd, err := s.Start(redisAddr, addr, rulesDir)
+	cmd, err := s.Command(redisAddr, addr, rulesDir)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", s.Name, err)
 	}
-	r := &running{name: s.Name, cmd: cmd}
+	proc, err := Start(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", s.Name, err)
+	}
+	r := &running{name: s.Name, proc: proc}
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		r.stop()
@@ -258,7 +254,7 @@ func start(ctx context.Context, s Server, redisAddr, rulesDir string) (*running,
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			r.stop()
-			return nil, fmt.Errorf("%s never answered on %s: %w", s.Name, addr, err)
+			return nil, fmt.Errorf("%s never answered on %s: %w; its output:\n%s", s.Name, addr, err, proc.Output())
 		}
 		time.Sleep(50 * time.Millisecond) // polling a process that is starting
 	}
@@ -268,10 +264,7 @@ func (r *running) stop() {
 	if r.conn != nil {
 		r.conn.Close()
 	}
-	if r.cmd.Process != nil {
-		_ = r.cmd.Process.Kill()
-		_ = r.cmd.Wait()
-	}
+	r.proc.Kill()
 }
 
 // round sends workload w at o.Concurrency for o.Duration (or
@@ -291,7 +284,7 @@ func (r *running) round(ctx context.Context, rdb *goredis.Client, w string, o Op
 	if l := r.load(ctx, w, warm); l.errs > 0 && !o.KeepFailures {
 		return res, fmt.Errorf("%s %s: %d requests of the warm-up failed, the first with: %w", r.name, w, l.errs, l.first)
 	}
-	cpu0, err := ProcessCPU(r.cmd.Process.Pid)
+	cpu0, err := ProcessCPU(r.proc.PID())
 	if err != nil {
 		return res, err
 	}
@@ -301,7 +294,7 @@ func (r *running) round(ctx context.Context, rdb *goredis.Client, w string, o Op
 	}
 	l := r.load(ctx, w, o)
 	lats, errs, first := l.lats, l.errs, l.first
-	cpu1, err := ProcessCPU(r.cmd.Process.Pid)
+	cpu1, err := ProcessCPU(r.proc.PID())
 	if err != nil {
 		return res, err
 	}
@@ -394,63 +387,6 @@ func request(w string, n int) *rlsv3.RateLimitRequest {
 			desc(entry("tenant", tenant)), desc(entry("tenant", tenant), entry("user", user)))
 	}
 	return req
-}
-
-// ProcessCPU returns the user plus system CPU time process pid has used, all
-// its threads included, from /proc/<pid>/stat. Its resolution is 10 ms.
-func ProcessCPU(pid int) (time.Duration, error) {
-	if pid <= 0 {
-		return 0, fmt.Errorf("no process (pid %d)", pid)
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name, field 2, is in parentheses and may hold spaces
-	// and parentheses itself; the fields after the last ')' start with
-	// field 3, so utime (field 14) and stime (15) are the 12th and 13th.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no ')' in %q", pid, stat)
-	}
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name, want at least 13", pid, len(f))
-	}
-	var ticks uint64
-	for _, field := range f[11:13] {
-		v, err := strconv.ParseUint(field, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-		}
-		ticks += v
-	}
-	return time.Duration(ticks) * time.Second / userHZ, nil
-}
-
-// userHZ is the unit of utime and stime in /proc/<pid>/stat: USER_HZ,
-// 100 on Linux whatever the kernel's HZ.
-const userHZ = 100
-
-// RedisCPU returns the CPU time Redis has used, user and system, from
-// INFO cpu (in µs).
-func RedisCPU(ctx context.Context, rdb goredis.UniversalClient) (time.Duration, error) {
-	info, err := rdb.Info(ctx, "cpu").Result()
-	if err != nil {
-		return 0, err
-	}
-	var total float64
-	for line := range strings.SplitSeq(info, "\n") {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if k == "used_cpu_sys" || k == "used_cpu_user" {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return 0, fmt.Errorf("INFO cpu %q: %w", line, err)
-			}
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second)), nil
 }
 
 // Row is the medians over the rounds of one server on one workload, and

@@ -5,9 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -167,19 +165,12 @@ func writeRules(t testing.TB) string {
 	return rules
 }
 
-// build builds the command pkg of the module in dir into a temporary
-// directory.
+// build builds the command pkg of the module in dir.
 func build(t testing.TB, dir, pkg string) string {
 	t.Helper()
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goTool); err != nil {
-		goTool = "go"
-	}
-	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
-	cmd := exec.Command(goTool, "build", "-o", bin, pkg)
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s in %s: %v\n%s", pkg, dir, err, out)
+	bin, err := refbench.Build(t, dir, pkg)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }

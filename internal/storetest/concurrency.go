@@ -1,6 +1,14 @@
 package storetest
 
 import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
@@ -54,5 +62,86 @@ func ConcurrencyCases() []Case {
 			{At: 0, Checks: []Check{take("k", in2, "b")}, Admitted: true, Want: []limits.Outcome{ok(1, 10*sec)}},
 			{At: 0, Checks: []Check{take("k", in2, "c")}, Admitted: true, Want: []limits.Outcome{ok(0, 10*sec)}},
 		}},
+	}
+}
+
+// RunInFlight checks a concurrency limit under concurrency, as a fleet
+// of sidecars sees it: goroutines spread over the stores (sidecars on one
+// backend) send requests of one user, each under a hold of its own, to a
+// store picked at random, and its stream-end call to another; a request
+// counts itself in flight from its admission until just before its
+// stream-end call, and the requests in flight never exceed the limit, 5.
+// Refused requests send their stream-end call too, as Envoy does; two
+// admitted ones never do, and since the clock stands still their slots
+// stay held: after the load, exactly those two are.
+func RunInFlight(t *testing.T, newStores MultiFactory, goroutines, each int) {
+	clk := NewClock(Epoch.Add(time.Second))
+	stores := newStores(t, clk)
+	const most = 5
+	l := mustLimit(limits.Concurrency, most, limits.UnitMinute, 1, 0)
+	key := Key("in-flight-"+t.Name(), "user", l)
+	work := mustLimit(limits.FixedWindow, 1, limits.UnitMinute, 1, 0)
+	workKey := Key("in-flight-"+t.Name(), "work", work)
+	apply := func(s limits.Store, c limits.Check) (*limits.Batch, error) {
+		b := &limits.Batch{Checks: []limits.Check{c}}
+		return b, s.Apply(context.Background(), b)
+	}
+	var (
+		inFlight, peak, admitted, lost atomic.Int64
+		losses                         atomic.Int64 // stream-end calls still to lose
+		wg                             sync.WaitGroup
+	)
+	losses.Store(2)
+	for g := range goroutines {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			for i := range each {
+				hold := fmt.Sprintf("g%d-%d", g, i)
+				b, err := apply(stores[rng.IntN(len(stores))], limits.Check{Key: key, Limit: l, Hits: 1, Hold: hold})
+				if err != nil {
+					t.Errorf("request %s: %v", hold, err)
+					return
+				}
+				if b.Admitted {
+					admitted.Add(1)
+					n := inFlight.Add(1)
+					for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+					}
+					// The request's work: calls that take real time while
+					// it is counted.
+					for range 1 + rng.IntN(3) {
+						if _, err := apply(stores[rng.IntN(len(stores))], limits.Check{Key: workKey, Limit: work}); err != nil {
+							t.Errorf("work of %s: %v", hold, err)
+							return
+						}
+					}
+					inFlight.Add(-1)
+					if rng.IntN(50) == 0 && losses.Add(-1) >= 0 {
+						lost.Add(1)
+						continue // its stream-end call never comes
+					}
+				}
+				if _, err := apply(stores[rng.IntN(len(stores))], limits.Check{Key: key, Limit: l, Hits: 1, Refund: true, Hold: hold}); err != nil {
+					t.Errorf("stream end of %s: %v", hold, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("admitted %d of %d, stream-end calls lost %d, most in flight %d", admitted.Load(), goroutines*each, lost.Load(), peak.Load())
+	if p := peak.Load(); p > most {
+		t.Errorf("%d requests in flight at once, counted by the clients; the limit is %d", p, most)
+	}
+	if admitted.Load() < most {
+		t.Errorf("only %d requests admitted: the test did not fill the limit", admitted.Load())
+	}
+	// Every slot is free but the lost ones'.
+	b, err := apply(stores[0], limits.Check{Key: key, Limit: l, Hits: 1, Hold: "probe"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64(most - 1 - lost.Load()); !b.Admitted || b.Outcomes[0].Remaining != want {
+		t.Errorf("after the load: admitted %v, %d left; want %d left (%d slots of lost calls held)", b.Admitted, b.Outcomes[0].Remaining, want, lost.Load())
 	}
 }

@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"slices"
+
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 )
 
@@ -46,7 +48,7 @@ func RefundCases() []Case {
 		}
 	}
 
-	return []Case{
+	return slices.Concat(envoyRefundCases(), []Case{
 		{Name: "refund/fixed_window/gives_back", Steps: []Step{
 			// Reserve 8 of 10, give 5 back: 7 are left.
 			{At: 0, Checks: one("k", fw10, 8), Admitted: true, Want: []limits.Outcome{ok(2, sec)}},
@@ -134,5 +136,5 @@ func RefundCases() []Case {
 		}},
 		{Name: "refund/token_bucket", Steps: bucket(tb)},
 		{Name: "refund/leaky_bucket", Steps: bucket(lb)},
-	}
+	})
 }

@@ -147,24 +147,28 @@ type Case struct {
 	Steps []Step
 }
 
-// Run runs every case of Cases, QuotaCases, UsageCases, RefundCases,
-// ConcurrencyCases, ReservationCases and CalendarCases against stores
-// from newStore.
+// All returns every case of Cases, QuotaCases, UsageCases, RefundCases,
+// ConcurrencyCases, ReservationCases and CalendarCases.
+func All() []Case {
+	return slices.Concat(Cases(), QuotaCases(), UsageCases(), RefundCases(), ConcurrencyCases(), ReservationCases(), CalendarCases())
+}
+
+// Run runs every case of All against stores from newStore.
 func Run(t *testing.T, newStore Factory) {
-	run(t, slices.Concat(Cases(), QuotaCases(), UsageCases(), RefundCases(), ConcurrencyCases(), ReservationCases(), CalendarCases()), newStore)
+	run(t, All(), newStore)
 }
 
 // RunHoldingOneKey runs the cases of Run that hold as well in a store
 // that keeps one key, evicting the rest to what it remembers of them
 // (memory.Options.MaxKeys 1): all but the refunds of keys that another
-// key evicted, which a store may lose to its eviction (see
-// docs/memory-store.md).
+// key evicted, which a store may lose to its eviction, and the usage
+// charges on several keys, where a store may remember an evicted key as
+// over (see docs/memory-store.md).
 func RunHoldingOneKey(t *testing.T, newStore Factory) {
-	cases := slices.Concat(Cases(), QuotaCases(), UsageCases(), RefundCases(), ConcurrencyCases(), ReservationCases(), CalendarCases())
-	cases = slices.DeleteFunc(cases, func(c Case) bool {
+	cases := slices.DeleteFunc(All(), func(c Case) bool {
 		// A ledger of reservations is a key of its own, which the
 		// counter's eviction may lose (docs/memory-store.md).
-		return strings.HasPrefix(c.Name, refundTwoKeys) || strings.HasPrefix(c.Name, "reservation/")
+		return strings.HasPrefix(c.Name, refundTwoKeys) || strings.HasPrefix(c.Name, usageManyKeys) || strings.HasPrefix(c.Name, "reservation/")
 	})
 	run(t, cases, newStore)
 }
@@ -181,17 +185,7 @@ func run(t *testing.T, cases []Case, newStore Factory) {
 			s := newStore(t, clk)
 			for i, step := range tt.Steps {
 				clk.Set(Epoch.Add(step.At))
-				b := &limits.Batch{QuotaGroups: step.QuotaGroups}
-				for j, c := range step.Checks {
-					key := Key(tt.Name, c.Key, c.Limit)
-					b.Checks = append(b.Checks, limits.Check{Key: key, Limit: c.Limit, Hits: c.Hits, Usage: c.Usage, Refund: c.Refund, Hold: c.Hold})
-					if j < len(step.Extra) {
-						b.Checks[j].Extra = step.Extra[j]
-					}
-					if j < len(step.Groups) {
-						b.Checks[j].Group = step.Groups[j]
-					}
-				}
+				b := step.Batch(tt.Name)
 				if err := s.Apply(context.Background(), b); err != nil {
 					t.Fatalf("step %d (at %v): Apply: %v", i, step.At, err)
 				}
@@ -205,6 +199,23 @@ func run(t *testing.T, cases []Case, newStore Factory) {
 			}
 		})
 	}
+}
+
+// Batch returns the step's request in case caseName, its keys built by
+// Key.
+func (s Step) Batch(caseName string) *limits.Batch {
+	b := &limits.Batch{QuotaGroups: s.QuotaGroups}
+	for j, c := range s.Checks {
+		key := Key(caseName, c.Key, c.Limit)
+		b.Checks = append(b.Checks, limits.Check{Key: key, Limit: c.Limit, Hits: c.Hits, Usage: c.Usage, Refund: c.Refund, Hold: c.Hold})
+		if j < len(s.Extra) {
+			b.Checks[j].Extra = s.Extra[j]
+		}
+		if j < len(s.Groups) {
+			b.Checks[j].Group = s.Groups[j]
+		}
+	}
+	return b
 }
 
 // checkBounds checks what holds of every outcome, whatever the state:

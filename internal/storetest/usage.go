@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"slices"
 	"time"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
@@ -38,7 +39,7 @@ func UsageCases() []Case {
 		}
 	}
 
-	return []Case{
+	return slices.Concat(envoyUsageCases(), []Case{
 		{Name: "usage/fixed_window/counts_past_the_limit", Steps: []Step{
 			{At: 0, Checks: []Check{use("k", fw10, 6)}, Admitted: true, Want: []limits.Outcome{ok(4, sec)}},
 			{At: 0, Checks: []Check{use("k", fw10, 0)}, Admitted: true, Want: []limits.Outcome{ok(4, sec)}},
@@ -116,7 +117,7 @@ func UsageCases() []Case {
 			{At: 0, Checks: []Check{use("k", shadow(fw10), 11)}, Admitted: true, Want: []limits.Outcome{over(0, sec)}},
 			{At: 0, Checks: []Check{use("k", shadow(fw10), 0)}, Admitted: true, Want: []limits.Outcome{over(0, sec)}},
 		}},
-	}
+	})
 }
 
 // saturatedWait is how long a bucket l whose backlog stopped at 2^52

@@ -34,6 +34,12 @@ func TestStoreExact(t *testing.T) {
 	}, 64, 10)
 }
 
+func TestStoreInFlight(t *testing.T) {
+	storetest.RunInFlight(t, func(t *testing.T, clk *storetest.Clock) []limits.Store {
+		return []limits.Store{newMemory(t, clk)}
+	}, 64, 20)
+}
+
 func TestStoreTiers(t *testing.T) {
 	storetest.RunTiers(t, func(t *testing.T, clk *storetest.Clock) []limits.Store {
 		return []limits.Store{newMemory(t, clk)}

@@ -53,6 +53,11 @@ func TestCluster(t *testing.T) {
 			return sharedStores(t, opts, 3, clk)
 		}, 3*64)
 	})
+	t.Run("in_flight", func(t *testing.T) {
+		storetest.RunInFlight(t, func(t *testing.T, clk *storetest.Clock) []limits.Store {
+			return sharedStores(t, opts, 3, clk)
+		}, 64, 10)
+	})
 	t.Run("slot", func(t *testing.T) { testSlot(t, c) })
 	t.Run("cross_slot_refund", func(t *testing.T) { testCrossSlotRefund(t, opts) })
 	t.Run("report_fails", func(t *testing.T) { testReportFails(t, opts) })

@@ -38,6 +38,15 @@ func TestStandaloneExact(t *testing.T) {
 	}, 3*64, 3)
 }
 
+// TestStandaloneInFlight is three sidecars on one Redis, requests in
+// flight under a concurrency limit.
+func TestStandaloneInFlight(t *testing.T) {
+	srv := redistest.StartServer(t)
+	storetest.RunInFlight(t, func(t *testing.T, clk *storetest.Clock) []limits.Store {
+		return sharedStores(t, redis.Options{URL: urlOf(srv.Addr)}, 3, clk)
+	}, 64, 10)
+}
+
 func TestStandaloneTiers(t *testing.T) {
 	srv := redistest.StartServer(t)
 	storetest.RunTiers(t, func(t *testing.T, clk *storetest.Clock) []limits.Store {

@@ -132,6 +132,7 @@ func TestDenyCacheSidecarsShareRedis(t *testing.T) {
 	}
 	t.Run("exact", func(t *testing.T) { storetest.RunExact(t, newStores, 64, 10) })
 	t.Run("tiers", func(t *testing.T) { storetest.RunTiers(t, newStores, 64) })
+	t.Run("in_flight", func(t *testing.T) { storetest.RunInFlight(t, newStores, 64, 10) })
 }
 
 // BenchmarkDenyCacheRedis compares a request on a key that is over its

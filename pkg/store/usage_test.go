@@ -141,3 +141,38 @@ func TestLeasesUsageChargeInARejectedRequest(t *testing.T) {
 		t.Errorf("the shared store has %d left, want 894 (1000 - 1 - the lease of 100 - the charge of 5): the charge was counted nowhere", got)
 	}
 }
+
+// TestLeasesRefunds: a refund (Envoy's is_negative_hits) on a leased
+// limit is never taken from a lease: it reaches the shared store, where
+// another sidecar whose lease ran dry finds it at its next refill. The
+// limit is Envoy's concurrency example, 2 in flight, with a lease of 1.
+func TestLeasesRefunds(t *testing.T) {
+	clk := storetest.NewClock(storetest.Epoch.Add(100 * time.Millisecond))
+	shared := memory.New(memory.Options{Now: clk.Now})
+	a := store.NewLeases(shared, store.LeasesOptions{Now: clk.Now})
+	b := store.NewLeases(shared, store.LeasesOptions{Now: clk.Now})
+	l := leased(t, limits.FixedWindow, 2, 1, limits.UnitHour)
+	key := storetest.Key(t.Name(), "in_flight", l)
+	ordinary := limits.Check{Key: key, Limit: l, Hits: 1}
+	for i, st := range []struct {
+		s      limits.Store
+		give   limits.Check
+		admit  bool
+		remain uint64
+	}{
+		{b, ordinary, true, 1},
+		{a, limits.Check{Key: key, Limit: l, Hits: 1, Usage: true}, true, 0},
+		{b, ordinary, false, 0},
+		{a, limits.Check{Key: key, Limit: l, Hits: 1, Refund: true}, true, 1},
+		{b, ordinary, true, 0},
+		{b, ordinary, false, 0},
+	} {
+		got := applyCheck(t, st.s, st.give)
+		if got.Admitted != st.admit || got.Outcomes[0].Remaining != st.remain {
+			t.Errorf("step %d: admitted %v, %+v; want admitted %v, %d left", i, got.Admitted, got.Outcomes[0], st.admit, st.remain)
+		}
+	}
+	if held := a.Held(key); held != 0 {
+		t.Errorf("sidecar a holds a lease of %d: its charge and refund went through a lease", held)
+	}
+}

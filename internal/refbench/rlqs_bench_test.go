@@ -1,18 +1,14 @@
 //go:build linux
 
-package main
+package refbench_test
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/refbench"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rlqstest"
 )
 
@@ -120,7 +117,7 @@ func BenchmarkRLQS(b *testing.B) {
 		b.Fatalf("-rlqsbench.run %v: want whole seconds, at least one", run)
 	}
 	n := int(float64(*rlqsBenchRate) * run.Seconds())
-	inScripts, err := scriptCommands(filepath.Join(repoRoot, "pkg", "redis", "scripts"))
+	inScripts, err := refbench.ScriptCommands(filepath.Join(repoRoot(b), "pkg", "redis", "scripts"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -131,19 +128,19 @@ func BenchmarkRLQS(b *testing.B) {
 	if err := os.WriteFile(rules, []byte(rlqsBenchRules), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	sc := startFleetSidecar(b, bin, []string{
+	sc := refbench.StartSidecar(b, bin,
 		"--config", rules,
-		"--redis-url", "redis://" + srv.Addr,
+		"--redis-url", "redis://"+srv.Addr,
 		"--failure-mode", "error",
 		"--log-level", "error",
-	})
+	)
 
 	// The streams live as long as the benchmark; each phase has its own
 	// deadline.
 	base, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dial := func() *grpc.ClientConn {
-		conn, err := grpc.NewClient(sc.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(sc.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -177,13 +174,13 @@ func BenchmarkRLQS(b *testing.B) {
 	if _, err := withDeadline(func(ctx context.Context) (int, error) {
 		return driveRLS(ctx, clients, 100*rlqsBenchClients)
 	})(); err != nil {
-		b.Fatalf("RLS warm-up: %v%s", err, logsOf([]*fleetSidecar{sc}))
+		b.Fatalf("RLS warm-up: %v%s", err, logsOf([]*refbench.Process{sc}))
 	}
 	warm := int(float64(*rlqsBenchRate) * rlqsBenchWarm.Seconds())
 	if _, err := withDeadline(func(ctx context.Context) (int, error) {
 		return driveRLQS(ctx, envoys, warm, rlqsBenchWarm)
 	})(); err != nil {
-		b.Fatalf("RLQS warm-up: %v%s", err, logsOf([]*fleetSidecar{sc}))
+		b.Fatalf("RLQS warm-up: %v%s", err, logsOf([]*refbench.Process{sc}))
 	}
 
 	// In the idle phase the Envoys report from goroutines of their own.
@@ -221,19 +218,19 @@ func BenchmarkRLQS(b *testing.B) {
 			p := &phases[i]
 			if p.before != nil {
 				if err := p.before(); err != nil {
-					b.Fatalf("round %d, before %s: %v%s", round, p.name, err, logsOf([]*fleetSidecar{sc}))
+					b.Fatalf("round %d, before %s: %v%s", round, p.name, err, logsOf([]*refbench.Process{sc}))
 				}
 			}
 			c, err := measurePhase(sc, rdb, inScripts, p.requests, p.drive)
 			if err != nil {
-				b.Fatalf("round %d, %s: %v%s", round, p.name, err, logsOf([]*fleetSidecar{sc}))
+				b.Fatalf("round %d, %s: %v%s", round, p.name, err, logsOf([]*refbench.Process{sc}))
 			}
 			b.Logf("round %d %-4s: %s", round, p.name, c)
 			p.cost.add(c)
 		}
 	}
 	if err := rep.end(); err != nil {
-		b.Fatalf("reports after the last round: %v%s", err, logsOf([]*fleetSidecar{sc}))
+		b.Fatalf("reports after the last round: %v%s", err, logsOf([]*refbench.Process{sc}))
 	}
 	rls, rlqs, idle := &phases[0].cost, &phases[1].cost, &phases[2].cost
 	for _, p := range []struct {
@@ -311,13 +308,13 @@ func (c phaseCost) String() string {
 // measurePhase runs drive, a phase of requests, and returns what the
 // sidecar's process and Redis spent meanwhile; inScripts are the commands that count as run by
 // scripts. drive returns the requests denied.
-func measurePhase(sc *fleetSidecar, rdb *goredis.Client, inScripts map[string]bool, requests int, drive func() (int, error)) (phaseCost, error) {
-	pid := sc.cmd.Process.Pid
-	cpu0, err := procCPU(pid)
+func measurePhase(sc *refbench.Process, rdb *goredis.Client, inScripts map[string]bool, requests int, drive func() (int, error)) (phaseCost, error) {
+	pid := sc.PID()
+	cpu0, err := refbench.ProcessCPU(pid)
 	if err != nil {
 		return phaseCost{}, err
 	}
-	sched0, err := threadRunTimes(pid)
+	sched0, err := refbench.ThreadRunTimes(pid)
 	if err != nil {
 		return phaseCost{}, err
 	}
@@ -331,11 +328,11 @@ func measurePhase(sc *fleetSidecar, rdb *goredis.Client, inScripts map[string]bo
 	if err != nil {
 		return phaseCost{}, err
 	}
-	cpu1, err := procCPU(pid)
+	cpu1, err := refbench.ProcessCPU(pid)
 	if err != nil {
 		return phaseCost{}, err
 	}
-	sched1, err := threadRunTimes(pid)
+	sched1, err := refbench.ThreadRunTimes(pid)
 	if err != nil {
 		return phaseCost{}, err
 	}
@@ -367,60 +364,6 @@ func measurePhase(sc *fleetSidecar, rdb *goredis.Client, inScripts map[string]bo
 	}
 	c.evalsha = c.commands["evalsha"]
 	return c, nil
-}
-
-// threadRunTimes returns the time each thread of process pid has run on a
-// CPU, by thread id, from /proc/<pid>/task/<tid>/schedstat (nanoseconds).
-func threadRunTimes(pid int) (map[string]time.Duration, error) {
-	dir := fmt.Sprintf("/proc/%d/task", pid)
-	tasks, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	times := make(map[string]time.Duration, len(tasks))
-	for _, t := range tasks {
-		data, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // the thread ended meanwhile
-		}
-		if err != nil {
-			return nil, err
-		}
-		f := strings.Fields(string(data))
-		if len(f) == 0 {
-			return nil, fmt.Errorf("%s/%s/schedstat: empty", dir, t.Name())
-		}
-		ns, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("%s/%s/schedstat: %w", dir, t.Name(), err)
-		}
-		times[t.Name()] = time.Duration(ns)
-	}
-	return times, nil
-}
-
-// scriptCommands returns the commands, in lower case, that the Lua
-// scripts in dir run (redis.call or redis.pcall of a literal name).
-func scriptCommands(dir string) (map[string]bool, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.lua"))
-	if err != nil {
-		return nil, err
-	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("no *.lua in %s", dir)
-	}
-	call := regexp.MustCompile(`redis\.p?call\('([A-Za-z]+)'`)
-	cmds := map[string]bool{}
-	for _, f := range files {
-		src, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		for _, m := range call.FindAllSubmatch(src, -1) {
-			cmds[strings.ToLower(string(m[1]))] = true
-		}
-	}
-	return cmds, nil
 }
 
 // reporting is the Envoys reporting every rlqsBenchInterval with no
