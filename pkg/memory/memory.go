@@ -157,7 +157,19 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 		if held != nil {
 			h = held[i]
 		}
-		out, nst := s.evaluate(c, hashes[i], h, st, now)
+		var out limits.Outcome
+		nst := st
+		switch {
+		case c.Refund || c.Usage || h != 0:
+			out, nst = s.evaluateSettled(c, hashes[i], h, st, now)
+		default: // the common case, taken here on the hot path
+			if out, nst = c.Take(st, now); out.Over {
+				nst = st
+				if c.Ledgered() {
+					out.Reset = s.soonerRelease(hashes[i], c, now, out.Reset)
+				}
+			}
+		}
 		if out.Over && c.Enforced() {
 			b.Admitted = false
 		}
@@ -210,11 +222,12 @@ func (s *Store) settleLedgers(b *limits.Batch, hashes []uint64, now int64) []uin
 	return held
 }
 
-// evaluate decides check c on st, its key's working copy, and returns
-// its outcome and the state it leaves if the batch is admitted (st
-// itself when it takes nothing). held is what settleLedgers said of c:
-// 0, heldAgain or ledgerFull. Requires c's shard locked.
-func (s *Store) evaluate(c *limits.Check, hash uint64, held uint8, st limits.State, now int64) (out limits.Outcome, nst limits.State) {
+// evaluateSettled decides check c on st, its key's working copy, when
+// it is a refund, usage, or a reservation settleLedgers found held
+// (held is heldAgain or ledgerFull), and returns its outcome and the
+// state it leaves if the batch is admitted (st itself when it takes
+// nothing). Requires c's shard locked.
+func (s *Store) evaluateSettled(c *limits.Check, hash uint64, held uint8, st limits.State, now int64) (out limits.Outcome, nst limits.State) {
 	nst = st
 	switch {
 	case c.Refund:
@@ -227,13 +240,6 @@ func (s *Store) evaluate(c *limits.Check, hash uint64, held uint8, st limits.Sta
 		// A retried reservation holds what it took: never over.
 		if out = probe(c, st, now); out.Over {
 			out.Over, out.Reset = false, s.soonerRelease(hash, c, now, out.Reset)
-		}
-	default:
-		if out, nst = c.Take(st, now); out.Over {
-			nst = st
-			if c.Ledgered() {
-				out.Reset = s.soonerRelease(hash, c, now, out.Reset)
-			}
 		}
 	}
 	return out, nst

@@ -96,23 +96,49 @@ func (r *replyReader) feed(b []byte) error {
 	}
 	mark := 0 // where the current reply starts in b
 	var err error
-	for i := 0; i < len(b) && err == nil; {
+	for i := 0; i < len(b); {
 		switch r.st {
 		case stBulk:
 			i, mark = r.bulk(b, i, mark)
 		case stLine:
-			i, mark, err = r.line(b, i, mark)
+			if i, mark, err = r.line(b, i, mark); err != nil {
+				return err
+			}
 		case stType:
-			i, mark, err = r.value(b, i, mark)
+			// Read here, not in a step of its own: most values are simple
+			// lines (apply.lua's integers), each a type byte and its line.
+			c := b[i]
+			i++
+			switch c {
+			case '+', '-', ':', ',', '#', '(', '_':
+				// Read one whole here when b holds its line.
+				j := bytes.IndexByte(b[i:], '\n')
+				if j < 0 {
+					r.st, r.n = stLine, 0
+					continue
+				}
+				if j > maxReplyLine {
+					return r.fail("a line of bytes:", int64(j), maxReplyLine)
+				}
+				i += j + 1
+				if r.ended() {
+					mark = i
+				}
+			case '$', '=', '!', '*', '~', '>', '%', '|':
+				r.st, r.kind, r.n, r.neg, r.width = stLength, c, 0, false, 0
+			default:
+				return r.malformed(fmt.Sprintf("type byte %q", c))
+			}
 		case stLength:
-			err = r.lengthByte(b[i])
+			if err := r.lengthByte(b[i]); err != nil {
+				return err
+			}
 			i++
 		case stLF:
-			i, mark, err = r.lengthEnd(b, i, mark)
+			if i, mark, err = r.lengthEnd(b, i, mark); err != nil {
+				return err
+			}
 		}
-	}
-	if err != nil {
-		return err
 	}
 	r.bytes += int64(len(b) - mark)
 	if r.bytes > maxReplyBytes {
@@ -121,8 +147,8 @@ func (r *replyReader) feed(b []byte) error {
 	return nil
 }
 
-// The steps of feed: each reads from b[i] on, in its state, and returns
-// where it stopped, and mark moved past a reply it ended.
+// The other steps of feed: each reads from b[i] on, in its state, and
+// returns where it stopped, and mark moved past a reply it ended.
 
 // bulk reads a string's bytes and its CRLF, as many of them as b holds.
 func (r *replyReader) bulk(b []byte, i, mark int) (int, int) {
@@ -159,35 +185,6 @@ func (r *replyReader) line(b []byte, i, mark int) (int, int, error) {
 		if r.ended() {
 			mark = i
 		}
-	}
-	return i, mark, nil
-}
-
-// value reads a value's type byte, and the whole of a simple value when
-// b holds its line.
-func (r *replyReader) value(b []byte, i, mark int) (int, int, error) {
-	c := b[i]
-	i++
-	switch c {
-	case '+', '-', ':', ',', '#', '(', '_':
-		// Most values are such lines (apply.lua's integers): read one
-		// whole here when it is.
-		j := bytes.IndexByte(b[i:], '\n')
-		if j < 0 {
-			r.st, r.n = stLine, 0
-			return i, mark, nil
-		}
-		if j > maxReplyLine {
-			return i, mark, r.fail("a line of bytes:", int64(j), maxReplyLine)
-		}
-		i += j + 1
-		if r.ended() {
-			mark = i
-		}
-	case '$', '=', '!', '*', '~', '>', '%', '|':
-		r.st, r.kind, r.n, r.neg, r.width = stLength, c, 0, false, 0
-	default:
-		return i, mark, r.malformed(fmt.Sprintf("type byte %q", c))
 	}
 	return i, mark, nil
 }
