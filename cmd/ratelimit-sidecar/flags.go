@@ -22,6 +22,7 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/limits"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/memory"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/redis"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/store"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/xds"
 )
@@ -77,10 +78,7 @@ type settings struct {
 	statsd  statsd.Settings     // --statsd-*
 	otlp    otlpmetrics.Options // --otlp-metrics*
 
-	rlqsBucketTTL  time.Duration // --rlqs-bucket-ttl
-	rlqsIdleAfter  time.Duration // --rlqs-idle-after
-	rlqsMaxBuckets int           // --rlqs-max-buckets
-	rlqsMargin     time.Duration // --rlqs-margin
+	rlqs rlqs.Options // --rlqs-*: its BucketTTL, IdleAfter, MaxBuckets and Margin
 
 	// onReady, if set, is called with the listeners' addresses once the
 	// servers are about to serve. Tests use it to find ports chosen by :0.
@@ -166,10 +164,10 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", 0.8, "share of a limit past which admitted hits count as near the limit in metrics")
 	fs.Var(&c.overrideKeys, "override-keys", "`mode` of the counters of Envoy's per-request limits (descriptor.limit): shared with the rules' fixed windows of the same window, as envoyproxy/ratelimit, or separate, one per override's requests and unit; not for those a rule's override counts (default shared)")
 	fs.IntVar(&c.metricMaxValues, "metric-max-values", metrics.DefaultMaxValues, "how many distinct value names each detailed_metric or value_to_metric rule gets series for; later ones share the rule's rule=\"_other.<rule>\" series (0: all do)")
-	fs.DurationVar(&c.rlqsBucketTTL, "rlqs-bucket-ttl", 6*time.Second, "RLQS: the longest time to live of a quota assignment on a token or leaky bucket, in whole seconds; set Envoy's reporting_interval to at most this, and the same on every sidecar (see docs/rlqs.md)")
-	fs.DurationVar(&c.rlqsMargin, "rlqs-margin", time.Second, "RLQS: how long an assignment may take to reach Envoy; a window's grant ends this long before its window, so quota is never spent in the window after it was counted in (lower: shorter denials at window ends, if answers reach Envoy faster)")
-	fs.IntVar(&c.rlqsMaxBuckets, "rlqs-max-buckets", 10_000, "RLQS: most buckets one stream may hold; a bucket past it is answered by its domain's failure mode and not kept")
-	fs.DurationVar(&c.rlqsIdleAfter, "rlqs-idle-after", time.Minute, "RLQS: abandon a bucket that has reported no requests for this long; Envoy subscribes to it again at its next request")
+	fs.DurationVar(&c.rlqs.BucketTTL, "rlqs-bucket-ttl", 6*time.Second, "RLQS: the longest time to live of a quota assignment on a token or leaky bucket, in whole seconds; set Envoy's reporting_interval to at most this, and the same on every sidecar (see docs/rlqs.md)")
+	fs.DurationVar(&c.rlqs.Margin, "rlqs-margin", time.Second, "RLQS: how long an assignment may take to reach Envoy; a window's grant ends this long before its window, so quota is never spent in the window after it was counted in (lower: shorter denials at window ends, if answers reach Envoy faster)")
+	fs.IntVar(&c.rlqs.MaxBuckets, "rlqs-max-buckets", 10_000, "RLQS: most buckets one stream may hold; a bucket past it is answered by its domain's failure mode and not kept")
+	fs.DurationVar(&c.rlqs.IdleAfter, "rlqs-idle-after", time.Minute, "RLQS: abandon a bucket that has reported no requests for this long; Envoy subscribes to it again at its next request")
 	fs.DurationVar(&c.rules.debounce, "reload-debounce", 200*time.Millisecond, "how long file changes must settle before rules are reloaded")
 	fs.IntVar(&c.gc.Percent, "gc-percent", gctune.DefaultPercent, "the Go garbage collector's GOGC, unless the GOGC environment variable is set")
 	fs.StringVar(&c.memoryLimit, "memory-limit", gctune.DefaultMemoryLimit, "the Go runtime's soft memory limit (64MiB, 1GiB, ...; 0: none), unless the GOMEMLIMIT environment variable is set")
@@ -300,9 +298,8 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 		func() error { return c.otlp.Check(getenv) },
 		func() error { return c.statsd.Check(getenv) },
 		c.checkRequestLimits,
-		c.checkRLQS,
+		c.rlqs.Validate,
 		c.store.check,
-		c.checkServing,
 	} {
 		if err := step(); err != nil {
 			return err
@@ -353,21 +350,6 @@ func (c *settings) finishMemory(getenv func(string) (string, bool)) error {
 	_, gogc := getenv("GOGC")
 	_, gomemlimit := getenv("GOMEMLIMIT")
 	c.gc.SetPercent, c.gc.SetLimit = !gogc, !gomemlimit
-	return nil
-}
-
-// checkRLQS checks the RLQS flags.
-func (c *settings) checkRLQS() error {
-	switch {
-	case c.rlqsBucketTTL < time.Second || c.rlqsBucketTTL%time.Second != 0:
-		return fmt.Errorf("--rlqs-bucket-ttl: want whole seconds, at least 1s (Envoy reads an assignment's time to live in whole seconds), got %s", c.rlqsBucketTTL)
-	case c.rlqsMargin < 10*time.Millisecond || c.rlqsMargin > time.Minute:
-		return fmt.Errorf("--rlqs-margin: want 10ms to 1m, got %s", c.rlqsMargin)
-	case c.rlqsMaxBuckets < 1:
-		return fmt.Errorf("--rlqs-max-buckets: want 1 or more, got %d", c.rlqsMaxBuckets)
-	case c.rlqsIdleAfter <= 0:
-		return fmt.Errorf("--rlqs-idle-after: want more than 0, got %s", c.rlqsIdleAfter)
-	}
 	return nil
 }
 

@@ -13,8 +13,8 @@ func TestRLQSBucketTTLWholeSeconds(t *testing.T) {
 	if err != nil {
 		t.Fatalf("--rlqs-bucket-ttl 7s: %v", err)
 	}
-	if c.rlqsBucketTTL.Seconds() != 7 {
-		t.Errorf("--rlqs-bucket-ttl 7s read as %s", c.rlqsBucketTTL)
+	if c.rlqs.BucketTTL.Seconds() != 7 {
+		t.Errorf("--rlqs-bucket-ttl 7s read as %s", c.rlqs.BucketTTL)
 	}
 }
 

@@ -401,7 +401,10 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	rls := envoy.NewServer(engine, log, rlsOpts)
 	rls.Register(s.grpc)
 	names := healthNames
-	if registerRLQS(s.grpc, c, engine, st, m, tr, log) {
+	if st.shared == nil { // a local store has no fleet to share quota with: Envoy gets Unimplemented
+		log.Info("rlqs not served: quota is shared through Redis; set --redis-url (or Sentinel or Cluster) to serve Envoy's rate_limit_quota filter")
+	} else {
+		rlqs.Register(s.grpc, engine, st.shared, log.Named("rlqs"), rlqsOptions(c.rlqs, st, m, tr))
 		names = append(slices.Clip(healthNames), rlqs.ServiceName)
 	}
 	s.health = newHealth(ctx, c.health, engine.Rules, reloader, st, names)
@@ -435,6 +438,15 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	adminMux.Handle("/json", rls.JSONHandler()) // any method: the handler answers 405 itself
 	s.http = c.bounds.HTTPServer(mux)
 	return s
+}
+
+// rlqsOptions completes the RLQS flags' options with what else RLQS is
+// given: the backend to return unassigned quota to, its metrics (which
+// exist from this call on, so only when RLQS is served) and its tracer.
+func rlqsOptions(o rlqs.Options, st *sidecarStore, m *metrics.Metrics, tr *tracing.Provider) rlqs.Options {
+	o.Return, _ = st.counters.(limits.Returner)
+	o.Metrics, o.Tracer = m.RLQS(), tr.Tracer("github.com/ratelimit-sidecar/ratelimit-sidecar/pkg/rlqs")
+	return o
 }
 
 // adminServed reports whether the admin endpoints (/debug/config,

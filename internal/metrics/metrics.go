@@ -278,43 +278,54 @@ func (m *Metrics) Observe(req *limits.Request, d *limits.Decision, took time.Dur
 			vs.overflowed.Inc()
 			counted = owner
 		}
-		hits := float64(c.Hits)
-		if decided && j < len(outs) && outs[j].Released > 0 {
-			rc.released.Add(float64(outs[j].Released))
+		var out *limits.Outcome // nil: no store decided c
+		if decided && j < len(outs) {
+			out = &outs[j]
 		}
-		if c.Refund {
-			if decided {
-				rc.refund.Add(hits)
-			} else {
-				rc.refundLost.Add(hits)
-			}
-			continue
+		m.countCheck(rc, c, out, decided, d.Admitted())
+	}
+}
+
+// countCheck counts one check's hits in its limit's counters rc: as a
+// refund, as usage, or by out, its outcome (nil if no store decided it;
+// decided is whether the store or failure mode local decided the
+// request), and admitted, the request's verdict.
+func (m *Metrics) countCheck(rc *ruleCounters, c *limits.Check, out *limits.Outcome, decided, admitted bool) {
+	hits := float64(c.Hits)
+	if out != nil && out.Released > 0 {
+		rc.released.Add(float64(out.Released))
+	}
+	if c.Refund {
+		if decided {
+			rc.refund.Add(hits)
+		} else {
+			rc.refundLost.Add(hits)
 		}
-		rc.hits.Add(hits)
-		usage := c.Usage && c.Hits > 0
-		if usage && !decided {
-			rc.usageLost.Add(hits)
+		return
+	}
+	rc.hits.Add(hits)
+	usage := c.Usage && c.Hits > 0
+	if usage && !decided {
+		rc.usageLost.Add(hits)
+	}
+	if out == nil {
+		return
+	}
+	switch {
+	case usage:
+		// Counted whatever the verdict: served, not rejected.
+		rc.usage.Add(hits)
+		if out.Over && !out.Unknown {
+			rc.usageOver.Add(hits)
 		}
-		if !decided || j >= len(outs) {
-			continue
-		}
-		out := &outs[j]
-		switch {
-		case usage:
-			// Counted whatever the verdict: served, not rejected.
-			rc.usage.Add(hits)
-			if out.Over && !out.Unknown {
-				rc.usageOver.Add(hits)
-			}
-		case out.Over && c.Limit.Shadow:
-			rc.shadow.Add(hits)
-		case out.Over:
-			rc.over.Add(hits)
-		case d.Admitted():
-			rc.within.Add(hits)
-			if c.Limit.Requests > 0 && float64(c.Limit.Requests-out.Remaining) >= m.nearRatio*float64(c.Limit.Requests) {
-				rc.near.Add(hits)
-			}
+	case out.Over && c.Limit.Shadow:
+		rc.shadow.Add(hits)
+	case out.Over:
+		rc.over.Add(hits)
+	case admitted:
+		rc.within.Add(hits)
+		if c.Limit.Requests > 0 && float64(c.Limit.Requests-out.Remaining) >= m.nearRatio*float64(c.Limit.Requests) {
+			rc.near.Add(hits)
 		}
 	}
 }

@@ -142,27 +142,7 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 		}
 	}()
 
-	// Refunds first, whatever the verdict (limits.Store), and with them
-	// what reservations owe: those due are released, a refund under a
-	// hold settles its reservation, and a reservation under a hold that
-	// holds one already takes nothing (held).
-	var held []uint8 // heldAgain or ledgerFull
-	for i := range b.Checks {
-		c := &b.Checks[i]
-		switch {
-		case c.Ledgered():
-			released, h := s.reservation(hashes[i], c, now)
-			if released > 0 || h != 0 {
-				if held == nil {
-					held = make([]uint8, n)
-				}
-				held[i] = h
-				b.Outcomes[i].Released = released
-			}
-		case c.Refunds():
-			s.refund(hashes[i], c, now)
-		}
-	}
+	held := s.settleLedgers(b, hashes, now)
 
 	// Evaluate in order on working copies, so checks that share a key see
 	// each other's hits, then write back if the request is admitted, or
@@ -173,21 +153,16 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 		c := &b.Checks[i]
 		st, slot := s.lookup(hashes[i], c, b.Checks[:i], next, slots, now)
 		slots = append(slots, slot)
+		var h uint8
+		if held != nil {
+			h = held[i]
+		}
 		var out limits.Outcome
 		nst := st
 		switch {
-		case c.Refund:
-			out = refunded(c, st, now)
-		case c.Usage:
-			out, nst = c.Limit.EvaluateUsage(st, now, c.Hits)
-		case held != nil && held[i] == ledgerFull:
-			out = limits.Outcome{Over: true, Reset: s.soonerRelease(hashes[i], c, now, time.Duration(math.MaxInt64))}
-		case held != nil && held[i] == heldAgain:
-			// A retried reservation holds what it took: never over.
-			if out = probe(c, st, now); out.Over {
-				out.Over, out.Reset = false, s.soonerRelease(hashes[i], c, now, out.Reset)
-			}
-		default:
+		case c.Refund || c.Usage || h != 0:
+			out, nst = s.evaluateSettled(c, hashes[i], h, st, now)
+		default: // the common case, taken here on the hot path
 			if out, nst = c.Take(st, now); out.Over {
 				nst = st
 				if c.Ledgered() {
@@ -211,16 +186,74 @@ func (s *Store) Apply(_ context.Context, b *limits.Batch) error {
 	}
 	s.commit(b, hashes, slots, next, now)
 	if b.Admitted {
-		for i := range b.Checks {
-			if c := &b.Checks[i]; c.Reserves() && !c.Refund && !c.Usage && c.Hits > 0 && (held == nil || held[i] == 0) {
-				s.reserve(hashes[i], c, now)
-			}
-		}
+		s.reserveAdmitted(b, hashes, held, now)
 	}
 	for _, i := range order {
 		s.shards[i].sweep(now)
 	}
 	return nil
+}
+
+// settleLedgers applies a batch's refunds, first and whatever its
+// verdict (limits.Store), and with them what reservations owe: those due
+// are released (their hits in b.Outcomes[i].Released), a refund under a
+// hold settles its reservation, and a reservation under a hold that
+// holds one already takes nothing. It returns, by check, heldAgain or
+// ledgerFull for such reservations, or nil if there are none.
+// Requires the checks' shards locked.
+func (s *Store) settleLedgers(b *limits.Batch, hashes []uint64, now int64) []uint8 {
+	var held []uint8
+	for i := range b.Checks {
+		c := &b.Checks[i]
+		switch {
+		case c.Ledgered():
+			released, h := s.reservation(hashes[i], c, now)
+			if released > 0 || h != 0 {
+				if held == nil {
+					held = make([]uint8, len(b.Checks))
+				}
+				held[i] = h
+				b.Outcomes[i].Released = released
+			}
+		case c.Refunds():
+			s.refund(hashes[i], c, now)
+		}
+	}
+	return held
+}
+
+// evaluateSettled decides check c on st, its key's working copy, when
+// it is a refund, usage, or a reservation settleLedgers found held
+// (held is heldAgain or ledgerFull), and returns its outcome and the
+// state it leaves if the batch is admitted (st itself when it takes
+// nothing). Requires c's shard locked.
+func (s *Store) evaluateSettled(c *limits.Check, hash uint64, held uint8, st limits.State, now int64) (out limits.Outcome, nst limits.State) {
+	nst = st
+	switch {
+	case c.Refund:
+		out = refunded(c, st, now)
+	case c.Usage:
+		out, nst = c.Limit.EvaluateUsage(st, now, c.Hits)
+	case held == ledgerFull:
+		out = limits.Outcome{Over: true, Reset: s.soonerRelease(hash, c, now, time.Duration(math.MaxInt64))}
+	case held == heldAgain:
+		// A retried reservation holds what it took: never over.
+		if out = probe(c, st, now); out.Over {
+			out.Over, out.Reset = false, s.soonerRelease(hash, c, now, out.Reset)
+		}
+	}
+	return out, nst
+}
+
+// reserveAdmitted records the reservations of an admitted batch: each
+// check that reserves and took hits, unless settleLedgers found it
+// held. Requires the checks' shards locked.
+func (s *Store) reserveAdmitted(b *limits.Batch, hashes []uint64, held []uint8, now int64) {
+	for i := range b.Checks {
+		if c := &b.Checks[i]; c.Reserves() && !c.Refund && !c.Usage && c.Hits > 0 && (held == nil || held[i] == 0) {
+			s.reserve(hashes[i], c, now)
+		}
+	}
 }
 
 // settleRejected sets the outcomes and working copies of a rejected

@@ -95,46 +95,23 @@ func (r *replyReader) feed(b []byte) error {
 		return r.err
 	}
 	mark := 0 // where the current reply starts in b
+	var err error
 	for i := 0; i < len(b); {
 		switch r.st {
 		case stBulk:
-			k := int64(len(b) - i)
-			if k > r.n {
-				k = r.n
-			}
-			i += int(k)
-			r.n -= k
-			if r.n == 0 {
-				r.st = stType
-				if r.ended() {
-					mark = i
-				}
-			}
+			i, mark = r.bulk(b, i, mark)
 		case stLine:
-			j := bytes.IndexByte(b[i:], '\n')
-			if j < 0 {
-				r.n += int64(len(b) - i)
-				i = len(b)
-			} else {
-				r.n += int64(j)
-				i += j + 1
-			}
-			if r.n > maxReplyLine {
-				return r.fail("a line of bytes:", r.n, maxReplyLine)
-			}
-			if j >= 0 {
-				r.st = stType
-				if r.ended() {
-					mark = i
-				}
+			if i, mark, err = r.line(b, i, mark); err != nil {
+				return err
 			}
 		case stType:
+			// Read here, not in a step of its own: most values are simple
+			// lines (apply.lua's integers), each a type byte and its line.
 			c := b[i]
 			i++
 			switch c {
 			case '+', '-', ':', ',', '#', '(', '_':
-				// Most values are such lines (apply.lua's integers):
-				// read one whole here when it is.
+				// Read one whole here when b holds its line.
 				j := bytes.IndexByte(b[i:], '\n')
 				if j < 0 {
 					r.st, r.n = stLine, 0
@@ -153,36 +130,13 @@ func (r *replyReader) feed(b []byte) error {
 				return r.malformed(fmt.Sprintf("type byte %q", c))
 			}
 		case stLength:
-			c := b[i]
-			i++
-			r.width++
-			switch {
-			case c >= '0' && c <= '9':
-				r.n = r.n*10 + int64(c-'0')
-				if max := r.maxLength(); r.n > max {
-					return r.fail(r.lengthName(), r.n, max)
-				}
-			case c == '-' && r.width == 1:
-				r.neg = true
-			case c == '\r' && r.width > 1:
-				r.st = stLF
-			default:
-				return r.malformed(fmt.Sprintf("byte %q in a length", c))
-			}
-			if r.width > maxHeaderDigits {
-				return r.fail("a length of characters:", int64(r.width), maxHeaderDigits)
-			}
-		case stLF:
-			if b[i] != '\n' {
-				return r.malformed(fmt.Sprintf("byte %q after a length", b[i]))
-			}
-			i++
-			whole, err := r.header(int64(i-mark) + r.bytes)
-			if err != nil {
+			if err := r.lengthByte(b[i]); err != nil {
 				return err
 			}
-			if whole && r.ended() {
-				mark = i
+			i++
+		case stLF:
+			if i, mark, err = r.lengthEnd(b, i, mark); err != nil {
+				return err
 			}
 		}
 	}
@@ -191,6 +145,87 @@ func (r *replyReader) feed(b []byte) error {
 		return r.fail("bytes in the reply:", r.bytes, maxReplyBytes)
 	}
 	return nil
+}
+
+// The other steps of feed: each reads from b[i] on, in its state, and
+// returns where it stopped, and mark moved past a reply it ended.
+
+// bulk reads a string's bytes and its CRLF, as many of them as b holds.
+func (r *replyReader) bulk(b []byte, i, mark int) (int, int) {
+	k := int64(len(b) - i)
+	if k > r.n {
+		k = r.n
+	}
+	i += int(k)
+	r.n -= k
+	if r.n == 0 {
+		r.st = stType
+		if r.ended() {
+			mark = i
+		}
+	}
+	return i, mark
+}
+
+// line reads a simple value's line up to its '\n', or to the end of b.
+func (r *replyReader) line(b []byte, i, mark int) (int, int, error) {
+	j := bytes.IndexByte(b[i:], '\n')
+	if j < 0 {
+		r.n += int64(len(b) - i)
+		i = len(b)
+	} else {
+		r.n += int64(j)
+		i += j + 1
+	}
+	if r.n > maxReplyLine {
+		return i, mark, r.fail("a line of bytes:", r.n, maxReplyLine)
+	}
+	if j >= 0 {
+		r.st = stType
+		if r.ended() {
+			mark = i
+		}
+	}
+	return i, mark, nil
+}
+
+// lengthByte reads c, a byte of a length: a digit, its '-', or the '\r'
+// that ends it.
+func (r *replyReader) lengthByte(c byte) error {
+	r.width++
+	switch {
+	case c >= '0' && c <= '9':
+		r.n = r.n*10 + int64(c-'0')
+		if max := r.maxLength(); r.n > max {
+			return r.fail(r.lengthName(), r.n, max)
+		}
+	case c == '-' && r.width == 1:
+		r.neg = true
+	case c == '\r' && r.width > 1:
+		r.st = stLF
+	default:
+		return r.malformed(fmt.Sprintf("byte %q in a length", c))
+	}
+	if r.width > maxHeaderDigits {
+		return r.fail("a length of characters:", int64(r.width), maxHeaderDigits)
+	}
+	return nil
+}
+
+// lengthEnd reads the '\n' that ends a length, and acts on the length.
+func (r *replyReader) lengthEnd(b []byte, i, mark int) (int, int, error) {
+	if b[i] != '\n' {
+		return i, mark, r.malformed(fmt.Sprintf("byte %q after a length", b[i]))
+	}
+	i++
+	whole, err := r.header(int64(i-mark) + r.bytes)
+	if err != nil {
+		return i, mark, err
+	}
+	if whole && r.ended() {
+		mark = i
+	}
+	return i, mark, nil
 }
 
 // header acts on a length just read, seen after so bytes of the reply,

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rlqstest"
@@ -49,8 +50,8 @@ func startSidecar(t *testing.T, rules string, o redis.Options, clk *storetest.Cl
 	t.Cleanup(func() { _ = st.Close() })
 	engine := limits.NewEngine(rs, st, limits.EngineOptions{})
 	m := &rlqstest.Metrics{}
-	srv := rlqs.NewServer(engine, st, zaptest.NewLogger(t), rlqs.Options{Now: clk.Now, Return: st, Metrics: m, AfterFunc: clk.AfterFunc})
-	return rlqstest.Serve(t, srv.Register), m
+	ro := rlqs.Options{Now: clk.Now, Return: st, Metrics: m, AfterFunc: clk.AfterFunc}
+	return rlqstest.Serve(t, func(g *grpc.Server) { rlqs.Register(g, engine, st, zaptest.NewLogger(t), ro) }), m
 }
 
 // fleetCase is one limit that three Envoys, each on its own sidecar, all

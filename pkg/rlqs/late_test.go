@@ -46,7 +46,7 @@ func startCustom(t *testing.T, rules string, clk *storetest.Clock, st limits.Sto
 	if o.AfterFunc == nil {
 		o.AfterFunc = clk.AfterFunc
 	}
-	return rlqstest.Serve(t, rlqs.NewServer(engine, st, zaptest.NewLogger(t), o).Register), m
+	return rlqstest.Serve(t, func(g *grpc.Server) { rlqs.Register(g, engine, st, zaptest.NewLogger(t), o) }), m
 }
 
 func rawStream(t *testing.T, addr string) rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient {

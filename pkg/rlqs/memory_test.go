@@ -190,7 +190,7 @@ func startFar(t *testing.T, l limits.RequestLimits, o rlqs.Options) *server {
 	st := farStore{now: s.clk.Now}
 	engine := limits.NewEngine(rs, st, limits.EngineOptions{Limits: l})
 	o.Now, o.Metrics, o.AfterFunc = s.clk.Now, s.m, s.clk.AfterFunc
-	s.addr = rlqstest.Serve(t, rlqs.NewServer(engine, st, zaptest.NewLogger(t), o).Register)
+	s.addr = rlqstest.Serve(t, func(g *grpc.Server) { rlqs.Register(g, engine, st, zaptest.NewLogger(t), o) })
 	return s
 }
 

@@ -3,6 +3,7 @@ package rlqs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -214,6 +215,25 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// Validate reports the first of BucketTTL, Margin, MaxBuckets and
+// IdleAfter out of the range the sidecar's --rlqs-* flags allow, naming
+// the flag. It checks o as given, before defaults: a zero that NewServer
+// would replace by its default is refused, as the flags are never zero
+// unless set so.
+func (o *Options) Validate() error {
+	switch {
+	case o.BucketTTL < time.Second || o.BucketTTL%time.Second != 0:
+		return fmt.Errorf("--rlqs-bucket-ttl: want whole seconds, at least 1s (Envoy reads an assignment's time to live in whole seconds), got %s", o.BucketTTL)
+	case o.Margin < 10*time.Millisecond || o.Margin > time.Minute:
+		return fmt.Errorf("--rlqs-margin: want 10ms to 1m, got %s", o.Margin)
+	case o.MaxBuckets < 1:
+		return fmt.Errorf("--rlqs-max-buckets: want 1 or more, got %d", o.MaxBuckets)
+	case o.IdleAfter <= 0:
+		return fmt.Errorf("--rlqs-idle-after: want more than 0, got %s", o.IdleAfter)
+	}
+	return nil
+}
+
 // NewServer returns a Server that assigns quota taken from st, a shared
 // store that grants hits for leases (limits.Check.Extra), under the rules
 // rules holds.
@@ -229,9 +249,14 @@ func NewServer(rules Rules, st limits.Store, log *zap.Logger, o Options) *Server
 // ServiceName is the service's full name, for gRPC health checks.
 const ServiceName = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
 
-// Register registers the service on g.
-func (s *Server) Register(g *grpc.Server) {
+// Register serves RLQS on g: a Server (see NewServer) that assigns quota
+// taken from st under the rules rules holds, tuned by o. It returns the
+// server, which holds no goroutine of its own: a stream's state and
+// timers end with the stream, so stopping g is all shutdown must do.
+func Register(g *grpc.Server, rules Rules, st limits.Store, log *zap.Logger, o Options) *Server {
+	s := NewServer(rules, st, log, o)
 	rlqspb.RegisterRateLimitQuotaServiceServer(g, s)
+	return s
 }
 
 // StreamRateLimitQuotas serves one Envoy's stream: it answers every

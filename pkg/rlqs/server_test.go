@@ -67,7 +67,7 @@ func startServer(t testing.TB, rules string, eo limits.EngineOptions, o rlqs.Opt
 	}
 	engine := limits.NewEngine(rs, s.shared, eo)
 	o.Now, o.Metrics, o.AfterFunc = s.clk.Now, s.m, s.clk.AfterFunc
-	s.addr = rlqstest.Serve(t, rlqs.NewServer(engine, s.shared, zaptest.NewLogger(t), o).Register)
+	s.addr = rlqstest.Serve(t, func(g *grpc.Server) { rlqs.Register(g, engine, s.shared, zaptest.NewLogger(t), o) })
 	return s
 }
 
@@ -294,7 +294,7 @@ func TestSidecarRestart(t *testing.T) {
 	serve := func() (*grpc.Server, string) {
 		g := grpc.NewServer()
 		engine := limits.NewEngine(rs, shared, limits.EngineOptions{})
-		rlqs.NewServer(engine, shared, zaptest.NewLogger(t), rlqs.Options{Now: clk.Now}).Register(g)
+		rlqs.Register(g, engine, shared, zaptest.NewLogger(t), rlqs.Options{Now: clk.Now})
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
