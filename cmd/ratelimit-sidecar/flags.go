@@ -300,6 +300,7 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 		c.checkRequestLimits,
 		c.rlqs.Validate,
 		c.store.check,
+		c.checkServing,
 	} {
 		if err := step(); err != nil {
 			return err
