@@ -29,20 +29,17 @@ import (
 
 // settings is every flag's value.
 type settings struct {
-	grpcAddr        string
-	grpcUDS         string // --grpc-uds: gRPC on a Unix socket instead
-	httpAddr        string
-	adminAddr       string
-	debugAddr       string // --debug-addr: /rlconfig, as the reference's debug port
-	metricsAddr     string // --metrics-addr: the metrics on a listener of their own
+	addrs    listenAddrs     // --*-addr, --grpc-uds: see listen.go
+	log      logOptions      // --log-level, --log-format
+	shutdown shutdownOptions // --drain-delay, --shutdown-timeout
+	// engine holds the request's bounds, --failure-mode,
+	// --local-fallback-divisor, --override-keys and --quota-mode;
+	// newEngine sets the rest.
+	engine limits.EngineOptions
+
 	metricsPath     string
-	refMetrics      bool // --reference-metrics: envoyproxy/ratelimit's metric names too
-	logLevel        string
-	logFormat       string
-	drainDelay      time.Duration
-	shutdownTimeout time.Duration
-	connGrace       time.Duration // --grpc-max-connection-age-grace (0: shutdownTimeout)
-	request         limits.RequestLimits
+	refMetrics      bool          // --reference-metrics: envoyproxy/ratelimit's metric names too
+	connGrace       time.Duration // --grpc-max-connection-age-grace (0: shutdown.timeout)
 	version         bool
 	nearLimitRatio  float64
 	metricMaxValues int
@@ -52,11 +49,8 @@ type settings struct {
 	headerNames     string            // --response-header-names
 	responseNames   envoy.HeaderNames // headerNames, parsed; zero for the default
 	watchLink       string            // --watch-link: its replacement reloads the rules (config.WatchLink)
-	overrideKeys    limits.OverrideKeys
 
-	quotaMode bool // every descriptor a quota_mode one (limits.EngineOptions)
-
-	store storeOptions // --redis-*, --failure-mode, ...: see store.go
+	store storeOptions // --redis-*, --memory-max-keys, --deny-cache-entries: see store.go
 
 	bounds bounds.Server // what clients can make the servers hold
 
@@ -65,8 +59,10 @@ type settings struct {
 	// health holds --health-requires-*; newHealth sets the rest.
 	health admin.HealthOptions
 
-	rejections   rejectlog.Settings // --log-rejections*
-	counterReset bool               // --admin-counter-reset
+	rejections rejectlog.Settings // --log-rejections*
+	// counters holds --admin-counter-reset, and --log-rejections-values
+	// parsed; adminOptions sets the rest.
+	counters admin.CountersOptions
 
 	gc          gctune.Settings
 	memoryLimit string // --memory-limit's text, for finish to parse
@@ -80,12 +76,30 @@ type settings struct {
 
 	rlqs rlqs.Options // --rlqs-*: its BucketTTL, IdleAfter, MaxBuckets and Margin
 
-	// onReady, if set, is called with the listeners' addresses once the
-	// servers are about to serve. Tests use it to find ports chosen by :0.
-	onReady func(grpcAddr, httpAddr, adminAddr string)
-	// onListen, if set, is called with the debug and metrics listeners'
-	// addresses ("" for none) once the servers are about to serve.
-	onListen func(debugAddr, metricsAddr string)
+	// onReady, if set, is called with the listeners' addresses ("" for
+	// none) once the servers are about to serve. Tests use it to find
+	// ports chosen by :0.
+	onReady func(listenAddrs)
+}
+
+// logOptions are the log's flags.
+type logOptions struct {
+	level, format string
+}
+
+// check checks the log's format; newLogger reads the level.
+func (o logOptions) check() error {
+	switch o.format {
+	case "json", "console":
+		return nil
+	}
+	return fmt.Errorf("--log-format: want json or console, got %q", o.format)
+}
+
+// shutdownOptions are how the servers stop.
+type shutdownOptions struct {
+	drainDelay time.Duration // reporting NOT_SERVING before stopping
+	timeout    time.Duration // for calls in flight to finish
 }
 
 // parseFlags parses args, taking a flag's default from the environment
@@ -105,7 +119,7 @@ func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool
 	// the usage.
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	failure := c.define(fs)
+	c.define(fs)
 	// The command line is parsed once, first; the variables then set only
 	// the flags it left alone, so it wins whatever order they are set in.
 	if err := fs.Parse(args); err != nil {
@@ -116,12 +130,12 @@ func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool
 	}
 	// The variables set only the flags the command line left alone:
 	// their RLS_ variables, then envoyproxy/ratelimit's.
-	env, err := refenv.Load(fs, c.defineFlagless(), refenv.IsRefMode(argv0), getenv)
+	env, err := refenv.Load(fs, defineFlagless(&c.rules.xds, &c.tracing), refenv.IsRefMode(argv0), getenv)
 	if err != nil {
 		return nil, err
 	}
 	c.store.urlInArgs = env.OnCommandLine("redis-url")
-	if err := c.finish(*failure, getenv); err != nil {
+	if err := c.finish(getenv); err != nil {
 		return nil, env.Explain(err)
 	}
 	env.Passwords(&c.store.redis.Password, &c.store.redis.SentinelPassword, c.store.auth.PasswordFile, c.store.auth.SentinelPasswordFile)
@@ -133,36 +147,35 @@ func parseFlagsAs(argv0 string, args []string, getenv func(string) (string, bool
 // flag takes from a field rather than a literal (the request's bounds)
 // set, so that parsing and help show the same ones.
 func newSettings() *settings {
-	return &settings{request: limits.DefaultRequestLimits, tracing: tracing.Options{ServiceVersion: version},
+	return &settings{engine: limits.EngineOptions{Limits: limits.DefaultRequestLimits, FailureMode: limits.FailLocal}, tracing: tracing.Options{ServiceVersion: version},
 		otlp: otlpmetrics.Options{ServiceVersion: version}}
 }
 
-// define defines every flag on fs, writing into c. It returns where
-// --failure-mode's text goes, for finish to parse.
-func (c *settings) define(fs *flag.FlagSet) *string {
+// define defines every flag on fs, writing into c.
+func (c *settings) define(fs *flag.FlagSet) {
 	fs.StringVar(&c.rules.path, "config", "config/", "rule file or directory of *.yaml/*.yml rule files")
-	fs.StringVar(&c.grpcAddr, "grpc-addr", "127.0.0.1:8081", "address for the RLS gRPC service, health and reflection")
-	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8080", "address for /healthz, /readyz and /metrics (and the admin endpoints unless --admin-addr is set)")
-	fs.StringVar(&c.adminAddr, "admin-addr", "", "address for POST /json, /debug/config and /debug/counters; empty serves them on --http-addr. Set it to a loopback address when --http-addr must listen on the pod address, since /json spends quota")
-	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&c.logFormat, "log-format", "json", "json or console")
+	fs.StringVar(&c.addrs.grpc, "grpc-addr", "127.0.0.1:8081", "address for the RLS gRPC service, health and reflection")
+	fs.StringVar(&c.addrs.http, "http-addr", "127.0.0.1:8080", "address for /healthz, /readyz and /metrics (and the admin endpoints unless --admin-addr is set)")
+	fs.StringVar(&c.addrs.admin, "admin-addr", "", "address for POST /json, /debug/config and /debug/counters; empty serves them on --http-addr. Set it to a loopback address when --http-addr must listen on the pod address, since /json spends quota")
+	fs.StringVar(&c.log.level, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.log.format, "log-format", "json", "json or console")
 	fs.StringVar(&c.rejections.Level, "log-rejections", "debug", "`level` of one log line per request answered OVER_LIMIT, saying why (domain, descriptors, rule, limit, key, remaining, reset) and what decided (redis, memory, deny_cache or a failure mode): off, debug (shown only with --log-level debug) or info")
 	fs.Float64Var(&c.rejections.Rate, "log-rejections-rate", 10, "most rejection lines per second, in bursts of as many; the rest are counted in ratelimit_sidecar_rejection_logs_suppressed_total and in the next line's not_logged")
 	fs.StringVar(&c.rejections.Values, "log-rejections-values", "hash", "how rejection lines and the counter reset's log line show descriptor values and counter keys, which may be secret: hash (sha256: and 12 hex digits) or plain")
-	fs.BoolVar(&c.counterReset, "admin-counter-reset", false, "allow POST /debug/counters/reset on the admin address, which deletes counters from the store")
+	fs.BoolVar(&c.counters.AllowReset, "admin-counter-reset", false, "allow POST /debug/counters/reset on the admin address, which deletes counters from the store")
 	fs.BoolVar(&c.rules.config.MergeDomains, "merge-domains", false, "let several rule files add to one domain")
 	fs.BoolVar(&c.rules.config.CalendarMonths, "calendar-months", false, "count every fixed window of one month that sets no calendar of its own, and every month Envoy sends without an override, as a UTC calendar month, as envoyproxy/ratelimit's USE_CALENDAR_MONTH_RATE_LIMIT; without it a month is 30 days from the Unix epoch")
 	fs.BoolVar(&c.rules.config.AllowEmpty, "allow-empty-rules", false, "start, and accept reloads, with no rule files, answering OK to every request (logged at Warn); without it no rules is a config error")
-	fs.DurationVar(&c.drainDelay, "drain-delay", 0, "on SIGTERM, how long to report NOT_SERVING before stopping, so Envoy and Kubernetes stop sending")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish at shutdown")
-	fs.IntVar(&c.request.MaxDescriptors, "max-descriptors", c.request.MaxDescriptors, "most descriptors in one request")
-	fs.IntVar(&c.request.MaxEntries, "max-entries", c.request.MaxEntries, "most entries in one descriptor")
-	fs.IntVar(&c.request.MaxValueBytes, "max-value-bytes", c.request.MaxValueBytes, "longest domain, entry key or entry value, in bytes")
-	fs.Uint64Var(&c.request.MaxHits, "max-hits-addend", c.request.MaxHits, "largest hits_addend accepted")
+	fs.DurationVar(&c.shutdown.drainDelay, "drain-delay", 0, "on SIGTERM, how long to report NOT_SERVING before stopping, so Envoy and Kubernetes stop sending")
+	fs.DurationVar(&c.shutdown.timeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish at shutdown")
+	fs.IntVar(&c.engine.Limits.MaxDescriptors, "max-descriptors", c.engine.Limits.MaxDescriptors, "most descriptors in one request")
+	fs.IntVar(&c.engine.Limits.MaxEntries, "max-entries", c.engine.Limits.MaxEntries, "most entries in one descriptor")
+	fs.IntVar(&c.engine.Limits.MaxValueBytes, "max-value-bytes", c.engine.Limits.MaxValueBytes, "longest domain, entry key or entry value, in bytes")
+	fs.Uint64Var(&c.engine.Limits.MaxHits, "max-hits-addend", c.engine.Limits.MaxHits, "largest hits_addend accepted")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	fs.Var(&c.responseHeaders, "response-headers", "`mode` of rate-limit headers for Envoy to add to responses: none, draft03 (RateLimit-Limit, -Remaining, -Reset) or ietf (RateLimit-Policy and RateLimit); both add Retry-After when over limit")
 	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", 0.8, "share of a limit past which admitted hits count as near the limit in metrics")
-	fs.Var(&c.overrideKeys, "override-keys", "`mode` of the counters of Envoy's per-request limits (descriptor.limit): shared with the rules' fixed windows of the same window, as envoyproxy/ratelimit, or separate, one per override's requests and unit; not for those a rule's override counts (default shared)")
+	fs.Var(&c.engine.OverrideKeys, "override-keys", "`mode` of the counters of Envoy's per-request limits (descriptor.limit): shared with the rules' fixed windows of the same window, as envoyproxy/ratelimit, or separate, one per override's requests and unit; not for those a rule's override counts (default shared)")
 	fs.IntVar(&c.metricMaxValues, "metric-max-values", metrics.DefaultMaxValues, "how many distinct value names each detailed_metric or value_to_metric rule gets series for; later ones share the rule's rule=\"_other.<rule>\" series (0: all do)")
 	fs.DurationVar(&c.rlqs.BucketTTL, "rlqs-bucket-ttl", 6*time.Second, "RLQS: the longest time to live of a quota assignment on a token or leaky bucket, in whole seconds; set Envoy's reporting_interval to at most this, and the same on every sidecar (see docs/rlqs.md)")
 	fs.DurationVar(&c.rlqs.Margin, "rlqs-margin", time.Second, "RLQS: how long an assignment may take to reach Envoy; a window's grant ends this long before its window, so quota is never spent in the window after it was counted in (lower: shorter denials at window ends, if answers reach Envoy faster)")
@@ -188,9 +201,8 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	fs.StringVar(&c.tls.MinVersion, "grpc-tls-min-version", "1.2", "least TLS version of the gRPC listener: 1.2 or 1.3")
 	fs.Float64Var(&c.tls.HandshakeRate, "grpc-tls-handshake-rate", 500, "most TLS handshakes the gRPC listener starts a second, in bursts of as many (0: no limit); one that would wait past --grpc-request-timeout for its turn fails")
 
-	failure := "local"
-	fs.StringVar(&failure, "failure-mode", failure, "what requests get while Redis cannot decide: open, closed, local or error; rule files may override it per domain")
-	fs.Uint64Var(&c.store.localDivisor, "local-fallback-divisor", 1, "with failure mode local, divide every limit by this (the number of sidecar replicas)")
+	fs.Var(&c.engine.FailureMode, "failure-mode", "`mode` of what requests get while Redis cannot decide: open, closed, local or error; rule files may override it per domain")
+	fs.Uint64Var(&c.engine.LocalDivisor, "local-fallback-divisor", 1, "with failure mode local, divide every limit by this (the number of sidecar replicas)")
 	fs.IntVar(&c.store.memoryMaxKeys, "memory-max-keys", memory.DefaultMaxKeys, "most keys a memory store (the store without Redis, and failure mode local's) holds; past it, least recently used keys are evicted, never so as to admit more than a limit (docs/memory-store.md). A key longer than 256 bytes counts once per 256")
 	fs.IntVar(&c.store.denyCacheEntries, "deny-cache-entries", store.DefaultDenyCacheEntries, "with Redis, how many over-limit keys to remember, so that requests that must be over their limit are rejected without a Redis call; 0 turns the cache off")
 
@@ -253,54 +265,65 @@ func (c *settings) define(fs *flag.FlagSet) *string {
 	// Listeners and what is served beside the RLS decision, and the
 	// RLS responses, as envoyproxy/ratelimit's deployments rely on them
 	// (internal/refenv maps its variables onto these).
-	fs.StringVar(&c.debugAddr, "debug-addr", "", "address for /rlconfig (the rules in use as text, as on envoyproxy/ratelimit's debug port) and /debug/config; empty: no debug listener")
-	fs.StringVar(&c.grpcUDS, "grpc-uds", "", "path of a Unix socket to serve the RLS gRPC service, health and reflection on instead of --grpc-addr; a stale socket left there is removed")
+	fs.StringVar(&c.addrs.debug, "debug-addr", "", "address for /rlconfig (the rules in use as text, as on envoyproxy/ratelimit's debug port) and /debug/config; empty: no debug listener")
+	fs.StringVar(&c.addrs.grpcUDS, "grpc-uds", "", "path of a Unix socket to serve the RLS gRPC service, health and reflection on instead of --grpc-addr; a stale socket left there is removed")
 	fs.DurationVar(&c.connGrace, "grpc-max-connection-age-grace", 0, "how long calls in flight on a connection past --grpc-max-connection-age may take before it is closed (0: --shutdown-timeout)")
-	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "address for the Prometheus metrics on a listener of their own; empty serves them on --http-addr")
+	fs.StringVar(&c.addrs.metrics, "metrics-addr", "", "address for the Prometheus metrics on a listener of their own; empty serves them on --http-addr")
 	fs.StringVar(&c.metricsPath, "metrics-path", "/metrics", "path of the Prometheus metrics")
 	fs.BoolVar(&c.refMetrics, "reference-metrics", false, "serve envoyproxy/ratelimit's metric names too (ratelimit_service_*, as its default Prometheus mapping names them), derived from ours at each scrape")
 	fs.StringVar(&c.watchLink, "watch-link", "", "a symbolic link at or above --config whose replacement reloads the rules, as envoyproxy/ratelimit's RUNTIME_ROOT with RUNTIME_WATCH_ROOT")
 	fs.BoolVar(&c.health.RequireRules, "health-requires-rules", false, "report gRPC health, /healthcheck and /readyz as not serving while no rule is loaded")
 	fs.BoolVar(&c.health.RequireStoreConfig, "health-requires-redis-config", false, "report gRPC health and /healthcheck as not serving while Redis refuses the sidecar's configuration (password, ACL or TLS), as /readyz does; on by default run as ratelimit, whose requests then all fail")
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "answer OK to every request whatever its limits say (descriptor statuses and metrics still say OVER_LIMIT), as envoyproxy/ratelimit's SHADOW_MODE")
-	fs.BoolVar(&c.quotaMode, "quota-mode", false, "count every descriptor as a quota_mode one, which rejects a request only when every quota_mode descriptor of it is over, as envoyproxy/ratelimit's QUOTA_MODE")
+	fs.BoolVar(&c.engine.QuotaMode, "quota-mode", false, "count every descriptor as a quota_mode one, which rejects a request only when every quota_mode descriptor of it is over, as envoyproxy/ratelimit's QUOTA_MODE")
 	fs.BoolVar(&c.dynamicMetadata, "response-dynamic-metadata", false, "add the request's domain, descriptors and hits, and the metadata of the rules of the descriptors that passed, to each response's dynamic_metadata, as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA")
 	fs.StringVar(&c.headerNames, "response-header-names", defaultHeaderNames, "names of the limit, remaining and reset headers of --response-headers=draft03, comma-separated")
 	fs.BoolVar(&c.store.redis.TLS.SkipHostnameVerification, "redis-tls-skip-hostname-verification", false, "check Redis's certificate against the CAs but not its host name")
-	return &failure
 }
 
 // defineFlagless defines, on a flag set of their own, the settings that
 // only envoyproxy/ratelimit's variables set, which have no flag
-// (refenv.Applied.Settings).
-func (c *settings) defineFlagless() *flag.FlagSet {
+// (refenv.Applied.Settings): the xDS client's and the tracer's.
+func defineFlagless(x *xds.SourceOptions, t *tracing.Options) *flag.FlagSet {
 	fs := flag.NewFlagSet("", flag.ContinueOnError)
-	fs.DurationVar(&c.rules.xds.BackoffInitial, refenv.XDSBackoffInitial, xds.DefaultBackoffInitial, "")
-	fs.DurationVar(&c.rules.xds.BackoffMax, refenv.XDSBackoffMax, xds.DefaultBackoffMax, "")
-	fs.Float64Var(&c.rules.xds.BackoffJitter, refenv.XDSBackoffJitter, xds.DefaultBackoffJitter, "")
-	fs.IntVar(&c.rules.xds.MaxMessageBytes, refenv.XDSMaxMessageBytes, 0, "")
-	fs.StringVar(&c.tracing.ServiceName, refenv.TracingServiceName, "", "")
-	fs.StringVar(&c.tracing.ServiceNamespace, refenv.TracingServiceNamespace, "", "")
-	fs.StringVar(&c.tracing.ServiceInstanceID, refenv.TracingServiceInstanceID, "", "")
+	fs.DurationVar(&x.BackoffInitial, refenv.XDSBackoffInitial, xds.DefaultBackoffInitial, "")
+	fs.DurationVar(&x.BackoffMax, refenv.XDSBackoffMax, xds.DefaultBackoffMax, "")
+	fs.Float64Var(&x.BackoffJitter, refenv.XDSBackoffJitter, xds.DefaultBackoffJitter, "")
+	fs.IntVar(&x.MaxMessageBytes, refenv.XDSMaxMessageBytes, 0, "")
+	fs.StringVar(&t.ServiceName, refenv.TracingServiceName, "", "")
+	fs.StringVar(&t.ServiceNamespace, refenv.TracingServiceNamespace, "", "")
+	fs.StringVar(&t.ServiceInstanceID, refenv.TracingServiceInstanceID, "", "")
 	return fs
 }
 
 // finish checks the parsed flags and derives what they imply.
-func (c *settings) finish(failure string, getenv func(string) (string, bool)) error {
+func (c *settings) finish(getenv func(string) (string, bool)) error {
+	c.engine.CalendarMonths = c.rules.config.CalendarMonths
 	for _, step := range []func() error{
-		func() error { return c.finishLogs(failure) },
+		c.log.check,
+		c.rejections.Check,
+		func() (err error) {
+			c.counters.Values, err = rejectlog.ParseValues(c.rejections.Values)
+			return err
+		},
+		func() error { return checkNearLimit(c.nearLimitRatio) },
 		func() error { return c.store.finishRedis(getenv) },
-		func() error { return c.finishMemory(getenv) },
+		c.store.checkMemory,
+		func() error { return checkMetricValues(c.metricMaxValues) },
+		func() error { return finishGC(&c.gc, c.memoryLimit, getenv) },
 		c.bounds.Check,
 		c.tls.Check,
 		c.rules.xds.Validate,
 		func() error { return c.tracing.Check(getenv) },
 		func() error { return c.otlp.Check(getenv) },
 		func() error { return c.statsd.Check(getenv) },
-		c.checkRequestLimits,
+		func() error { return checkRequestLimits(c.engine.Limits) },
 		c.rlqs.Validate,
 		c.store.check,
-		c.checkServing,
+		func() (err error) {
+			c.responseNames, err = checkServing(c.metricsPath, c.connGrace, c.headerNames)
+			return err
+		},
 	} {
 		if err := step(); err != nil {
 			return err
@@ -309,67 +332,58 @@ func (c *settings) finish(failure string, getenv func(string) (string, bool)) er
 	return nil
 }
 
-// finishLogs checks the log's flags and reads the failure mode.
-func (c *settings) finishLogs(failure string) error {
-	var err error
-	switch c.logFormat {
-	case "json", "console":
-	default:
-		return fmt.Errorf("--log-format: want json or console, got %q", c.logFormat)
-	}
-	if c.store.failureMode, err = limits.ParseFailureMode(failure); err != nil {
-		return fmt.Errorf("--failure-mode: %w", err)
-	}
-	if err := c.rejections.Check(); err != nil {
-		return err
-	}
-	if !(c.nearLimitRatio > 0 && c.nearLimitRatio <= 1) { // NaN too
-		return fmt.Errorf("--near-limit-ratio: want a number above 0 and at most 1, got %v", c.nearLimitRatio)
+// checkNearLimit checks --near-limit-ratio.
+func checkNearLimit(r float64) error {
+	if !(r > 0 && r <= 1) { // NaN too
+		return fmt.Errorf("--near-limit-ratio: want a number above 0 and at most 1, got %v", r)
 	}
 	return nil
 }
 
-// finishMemory checks what bounds the process's memory, and reads the
-// collector's settings unless GOGC and GOMEMLIMIT gave them.
-func (c *settings) finishMemory(getenv func(string) (string, bool)) error {
-	if err := c.store.checkMemory(); err != nil {
-		return err
+// checkMetricValues checks --metric-max-values.
+func checkMetricValues(n int) error {
+	if n < 0 {
+		return fmt.Errorf("--metric-max-values: want 0 or more, got %d", n)
+	}
+	return nil
+}
+
+// finishGC checks the collector's flags and reads them into gc
+// (memoryLimit is --memory-limit's text), each unless GOGC or
+// GOMEMLIMIT gave it.
+func finishGC(gc *gctune.Settings, memoryLimit string, getenv func(string) (string, bool)) error {
+	if gc.Percent < 1 {
+		return fmt.Errorf("--gc-percent: want 1 or more, got %d; set GOGC=off to turn the collector off", gc.Percent)
 	}
 	var err error
-	switch {
-	case c.metricMaxValues < 0:
-		return fmt.Errorf("--metric-max-values: want 0 or more, got %d", c.metricMaxValues)
-	case c.gc.Percent < 1:
-		return fmt.Errorf("--gc-percent: want 1 or more, got %d; set GOGC=off to turn the collector off", c.gc.Percent)
-	}
-	if c.gc.Limit, err = gctune.ParseBytes(c.memoryLimit); err != nil {
+	if gc.Limit, err = gctune.ParseBytes(memoryLimit); err != nil {
 		return fmt.Errorf("--memory-limit: %w", err)
 	}
-	if c.gc.Limit != 0 && c.gc.Limit < gctune.MinMemoryLimit {
-		return fmt.Errorf("--memory-limit: want 0 (none) or 16MiB or more, got %q: below the live heap the collector never stops", c.memoryLimit)
+	if gc.Limit != 0 && gc.Limit < gctune.MinMemoryLimit {
+		return fmt.Errorf("--memory-limit: want 0 (none) or 16MiB or more, got %q: below the live heap the collector never stops", memoryLimit)
 	}
 	_, gogc := getenv("GOGC")
 	_, gomemlimit := getenv("GOMEMLIMIT")
-	c.gc.SetPercent, c.gc.SetLimit = !gogc, !gomemlimit
+	gc.SetPercent, gc.SetLimit = !gogc, !gomemlimit
 	return nil
 }
 
 // checkRequestLimits reports the first of the request's bounds out of
 // range.
-func (c *settings) checkRequestLimits() error {
+func checkRequestLimits(r limits.RequestLimits) error {
 	for _, f := range []struct {
 		name string
 		n    int
 	}{
-		{"--max-descriptors", c.request.MaxDescriptors},
-		{"--max-entries", c.request.MaxEntries},
-		{"--max-value-bytes", c.request.MaxValueBytes},
+		{"--max-descriptors", r.MaxDescriptors},
+		{"--max-entries", r.MaxEntries},
+		{"--max-value-bytes", r.MaxValueBytes},
 	} {
 		if f.n < 1 {
 			return fmt.Errorf("%s: want 1 or more, got %d", f.name, f.n)
 		}
 	}
-	if h := c.request.MaxHits; h < 1 || h > limits.MaxHitsAddend {
+	if h := r.MaxHits; h < 1 || h > limits.MaxHitsAddend {
 		return fmt.Errorf("--max-hits-addend: want 1 to %d (2^52, so that counters in debt stay exact), got %d", uint64(limits.MaxHitsAddend), h)
 	}
 	return nil
@@ -381,27 +395,28 @@ const defaultHeaderNames = "RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset"
 
 // checkServing checks the flags of what the servers serve beside the
 // decision: the metrics' path, the connection age's grace and the
-// response headers' names, which it parses.
-func (c *settings) checkServing() error {
-	if !strings.HasPrefix(c.metricsPath, "/") || strings.ContainsAny(c.metricsPath, " \t{}") {
-		return fmt.Errorf("--metrics-path: want a path starting with /, without spaces or braces, got %q", c.metricsPath)
+// response headers' names, which it returns parsed (zero for the
+// default).
+func checkServing(metricsPath string, grace time.Duration, headerNames string) (envoy.HeaderNames, error) {
+	if !strings.HasPrefix(metricsPath, "/") || strings.ContainsAny(metricsPath, " \t{}") {
+		return envoy.HeaderNames{}, fmt.Errorf("--metrics-path: want a path starting with /, without spaces or braces, got %q", metricsPath)
 	}
-	if c.connGrace < 0 {
-		return fmt.Errorf("--grpc-max-connection-age-grace: want 0 or more, got %v", c.connGrace)
+	if grace < 0 {
+		return envoy.HeaderNames{}, fmt.Errorf("--grpc-max-connection-age-grace: want 0 or more, got %v", grace)
 	}
-	names := strings.Split(c.headerNames, ",")
+	names := strings.Split(headerNames, ",")
 	if len(names) != 3 {
-		return fmt.Errorf("--response-header-names: want three comma-separated names, got %q", c.headerNames)
+		return envoy.HeaderNames{}, fmt.Errorf("--response-header-names: want three comma-separated names, got %q", headerNames)
 	}
 	for _, n := range names {
 		if !validHeaderName(n) {
-			return fmt.Errorf("--response-header-names: %q is not a valid header name", n)
+			return envoy.HeaderNames{}, fmt.Errorf("--response-header-names: %q is not a valid header name", n)
 		}
 	}
-	if c.headerNames != defaultHeaderNames {
-		c.responseNames = envoy.HeaderNames{Limit: names[0], Remaining: names[1], Reset: names[2]}
+	if headerNames == defaultHeaderNames {
+		return envoy.HeaderNames{}, nil
 	}
-	return nil
+	return envoy.HeaderNames{Limit: names[0], Remaining: names[1], Reset: names[2]}, nil
 }
 
 // validHeaderName reports whether s is an HTTP field name (RFC 9110

@@ -20,21 +20,13 @@ type listeners struct {
 	debug, metrics    net.Listener
 }
 
-// listenAddrs are where the sidecar listens, from its flags: grpcUDS
-// (--grpc-uds) is used instead of grpc (--grpc-addr) when set; admin,
-// debug and metrics are empty when they have no listener of their own.
+// listenAddrs are where the sidecar listens, its flags: grpcUDS
+// (--grpc-uds) is used instead of grpc (--grpc-addr) when set; admin and
+// debug are empty when they have no listener of their own, and metrics
+// (--metrics-addr) has one only when it is not http (separateMetrics).
 type listenAddrs struct {
 	grpc, grpcUDS, http, admin string
 	debug, metrics             string
-}
-
-// listenAddrs returns where c says to listen.
-func (c *settings) listenAddrs() listenAddrs {
-	a := listenAddrs{grpc: c.grpcAddr, grpcUDS: c.grpcUDS, http: c.httpAddr, admin: c.adminAddr, debug: c.debugAddr}
-	if c.separateMetrics() {
-		a.metrics = c.metricsAddr
-	}
-	return a
 }
 
 // listen opens every listener, or none, each capped at its number of
@@ -77,6 +69,13 @@ func (l *listeners) capped() map[string]metrics.CappedListener {
 	return out
 }
 
+// addrs are the listeners' addresses, "" for those not open; admin is
+// where the admin endpoints are served.
+func (l *listeners) addrs() listenAddrs {
+	return listenAddrs{grpc: l.grpc.Addr().String(), http: l.http.Addr().String(), admin: l.adminAddr(),
+		debug: addrOf(l.debug), metrics: addrOf(l.metrics)}
+}
+
 // adminAddr is where the admin endpoints are served.
 func (l *listeners) adminAddr() string {
 	if l.admin != nil {
@@ -87,8 +86,8 @@ func (l *listeners) adminAddr() string {
 
 // separateMetrics reports whether the metrics have a listener of their
 // own: --metrics-addr is set and is not --http-addr.
-func (c *settings) separateMetrics() bool {
-	return c.metricsAddr != "" && !sameAddr(c.metricsAddr, c.httpAddr)
+func (a listenAddrs) separateMetrics() bool {
+	return a.metrics != "" && !sameAddr(a.metrics, a.http)
 }
 
 // sameAddr reports whether two listen addresses are the same port on the
@@ -144,7 +143,7 @@ func (l *listeners) listenRef(a listenAddrs, b *bounds.Server) error {
 		}
 		l.debug = b.CapHTTP(l.debug)
 	}
-	if a.metrics != "" {
+	if a.separateMetrics() {
 		if l.metrics, err = net.Listen("tcp", a.metrics); err != nil {
 			closeAll()
 			return fmt.Errorf("listen --metrics-addr: %w", err)

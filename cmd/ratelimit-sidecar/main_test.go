@@ -53,7 +53,7 @@ func TestServesUntilCancelled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.onReady = func(g, h, _ string) { ready <- [2]string{g, h} }
+	c.onReady = func(a listenAddrs) { ready <- [2]string{a.grpc, a.http} }
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, c, io.Discard) }()
 	var addrs [2]string
@@ -114,11 +114,11 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.grpcAddr != "127.0.0.1:9999" || !c.rules.config.MergeDomains {
-		t.Errorf("environment not applied: grpc %q merge %v", c.grpcAddr, c.rules.config.MergeDomains)
+	if c.addrs.grpc != "127.0.0.1:9999" || !c.rules.config.MergeDomains {
+		t.Errorf("environment not applied: grpc %q merge %v", c.addrs.grpc, c.rules.config.MergeDomains)
 	}
-	if c.httpAddr != "127.0.0.1:2" {
-		t.Errorf("http addr = %q, want the flag to win over RLS_HTTP_ADDR", c.httpAddr)
+	if c.addrs.http != "127.0.0.1:2" {
+		t.Errorf("http addr = %q, want the flag to win over RLS_HTTP_ADDR", c.addrs.http)
 	}
 	env["RLS_MAX_HITS_ADDEND"] = "lots"
 	if _, err := parseFlags(nil, getenv, io.Discard); err == nil || !strings.Contains(err.Error(), "RLS_MAX_HITS_ADDEND") {

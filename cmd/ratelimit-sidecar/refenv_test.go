@@ -48,7 +48,7 @@ func TestRefEnvFlagsDefined(t *testing.T) {
 			t.Errorf("refenv maps onto --%s, which is not defined", name)
 		}
 	}
-	flagless := c.defineFlagless()
+	flagless := defineFlagless(&c.rules.xds, &c.tracing)
 	for _, name := range []string{refenv.XDSBackoffInitial, refenv.XDSBackoffMax, refenv.XDSBackoffJitter, refenv.XDSMaxMessageBytes,
 		refenv.TracingServiceName, refenv.TracingServiceNamespace, refenv.TracingServiceInstanceID} {
 		if flagless.Lookup(name) == nil || fs.Lookup(name) != nil {
@@ -77,9 +77,9 @@ func TestRefEnvWiring(t *testing.T) {
 		Grace                                                                                       time.Duration
 		Quota, Shadow, RefMetrics, HealthRedis, URLInArgs                                           bool
 	}
-	got := view{c.grpcAddr, c.store.redis.URL, c.store.redis.Username, c.store.redis.Password, c.logLevel, c.metricsAddr, c.metricsPath, c.debugAddr,
-		c.watchLink, c.tracing.ServiceName, c.store.failureMode.String(), c.responseHeaders, c.responseNames, c.rules.xds.MaxMessageBytes,
-		c.bounds.GRPCMaxConns, c.connGrace, c.quotaMode, c.shadowMode, c.refMetrics, c.health.RequireStoreConfig, c.store.urlInArgs}
+	got := view{c.addrs.grpc, c.store.redis.URL, c.store.redis.Username, c.store.redis.Password, c.log.level, c.addrs.metrics, c.metricsPath, c.addrs.debug,
+		c.watchLink, c.tracing.ServiceName, c.engine.FailureMode.String(), c.responseHeaders, c.responseNames, c.rules.xds.MaxMessageBytes,
+		c.bounds.GRPCMaxConns, c.connGrace, c.engine.QuotaMode, c.shadowMode, c.refMetrics, c.health.RequireStoreConfig, c.store.urlInArgs}
 	want := view{
 		GRPC: "0.0.0.0:9001", Redis: "redis://r:6379", User: "app", Password: "pw", Level: "debug", MetricsAddr: ":19001", MetricsPath: "/metrics",
 		Debug: "0.0.0.0:6070", Link: "/srv/runtime_data/current", Service: "rl", Failure: "error", Headers: envoy.HeadersDraft03,
@@ -96,9 +96,9 @@ func TestRefEnvWiring(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "pw")
 	write(t, file, "fromfile\n")
 	c = mustParseEnv(t, "/bin/ratelimit", env, "--redis-password-file", file, "--redis-url=redis://other:6379", "--grpc-addr=:1")
-	if c.store.redis.Password != "fromfile" || c.env.PasswordFrom != "" || c.store.redis.URL != "redis://other:6379" || !c.store.urlInArgs || c.grpcAddr != ":1" {
+	if c.store.redis.Password != "fromfile" || c.env.PasswordFrom != "" || c.store.redis.URL != "redis://other:6379" || !c.store.urlInArgs || c.addrs.grpc != ":1" {
 		t.Errorf("with the command line: password %q from %q, --redis-url %q (in args %v), --grpc-addr %q",
-			c.store.redis.Password, c.env.PasswordFrom, c.store.redis.URL, c.store.urlInArgs, c.grpcAddr)
+			c.store.redis.Password, c.env.PasswordFrom, c.store.redis.URL, c.store.urlInArgs, c.addrs.grpc)
 	}
 }
 

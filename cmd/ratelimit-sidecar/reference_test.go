@@ -45,9 +45,8 @@ func startAs(t *testing.T, argv0 string, env map[string]string, args ...string) 
 	}
 	s := &refSidecar{log: &logtest.Buffer{}}
 	ready := make(chan struct{}, 1)
-	c.onReady = func(g, h, a string) { s.grpcAddr, s.httpAddr, s.adminAddr = g, h, a }
-	c.onListen = func(d, m string) {
-		s.debugAddr, s.metricsAddr = d, m
+	c.onReady = func(a listenAddrs) {
+		s.grpcAddr, s.httpAddr, s.adminAddr, s.debugAddr, s.metricsAddr = a.grpc, a.http, a.admin, a.debug, a.metrics
 		ready <- struct{}{}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -74,7 +73,7 @@ func startAs(t *testing.T, argv0 string, env map[string]string, args ...string) 
 		return serr
 	}
 	target := s.grpcAddr
-	if c.grpcUDS != "" {
+	if c.addrs.grpcUDS != "" {
 		target = "unix://" + s.grpcAddr
 	}
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -280,7 +279,7 @@ func TestGRPCUDS(t *testing.T) {
 	}
 
 	writeAll(t, sock, "not a socket")
-	if _, err := listenGRPC(mustParseEnv(t, "ratelimit-sidecar", env, "--redis-url=").listenAddrs()); err == nil || !strings.Contains(err.Error(), "exists and is not a socket") {
+	if _, err := listenGRPC(mustParseEnv(t, "ratelimit-sidecar", env, "--redis-url=").addrs); err == nil || !strings.Contains(err.Error(), "exists and is not a socket") {
 		t.Errorf("a file in the way: %v", err)
 	}
 }
@@ -438,7 +437,7 @@ func TestSameAddr(t *testing.T) {
 		}
 	}
 	c := mustParseEnv(t, "ratelimit", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":8080"})
-	if c.separateMetrics() {
+	if c.addrs.separateMetrics() {
 		t.Error("PROMETHEUS_ADDR=:8080 with PORT 8080: a listener of its own")
 	}
 }

@@ -13,7 +13,7 @@ import (
 // counts itself, all get through.
 func TestRejectionLinesAreNotSampled(t *testing.T) {
 	buf := &logtest.Buffer{}
-	log, err := newLogger(&settings{logLevel: "info", logFormat: "json"}, buf)
+	log, err := newLogger(logOptions{level: "info", format: "json"}, buf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestRejectionFlagsDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (rejectlog.Settings{Level: "debug", Rate: 10, Values: "hash"}); c.rejections != want || c.counterReset {
-		t.Errorf("defaults: %+v, reset %v; want %+v, reset off", c.rejections, c.counterReset, want)
+	if want := (rejectlog.Settings{Level: "debug", Rate: 10, Values: "hash"}); c.rejections != want || c.counters.AllowReset {
+		t.Errorf("defaults: %+v, reset %v; want %+v, reset off", c.rejections, c.counters.AllowReset, want)
 	}
 }

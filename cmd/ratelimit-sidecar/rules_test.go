@@ -85,7 +85,7 @@ func TestStartWithAllowEmptyRules(t *testing.T) {
 	}
 	var logs lockedBuffer
 	ready := make(chan struct{}, 1)
-	c.onReady = func(string, string, string) { ready <- struct{}{} }
+	c.onReady = func(listenAddrs) { ready <- struct{}{} }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, c, &logs) }()

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"runtime"
@@ -42,13 +41,13 @@ import (
 // health NOT_SERVING, drain delay, graceful gRPC stop (falling back to a
 // hard stop), HTTP shutdown, store close.
 func serve(ctx context.Context, c *settings, logw io.Writer) error {
-	log, err := newLogger(c, logw)
+	log, err := newLogger(c.log, logw)
 	if err != nil {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do if the log cannot flush
 	if err := serveLogged(ctx, c, log); err != nil {
-		return logFatal(log, c, err)
+		return logFatal(log, c.log.format, err)
 	}
 	log.Info("stopped")
 	return nil
@@ -56,12 +55,12 @@ func serve(ctx context.Context, c *settings, logw io.Writer) error {
 
 // serveLogged is serve once the log is open.
 func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
-	warnPasswordInArgs(log, c)
-	logEnv(log, c)
+	c.store.warnPasswordInArgs(log)
+	envlog.Log(log, &c.env)
+	c.store.logURL(log)
 	c.gc.Apply()
 
-	opts := c.rules.config
-	rs, err := loadFirstRules(c, opts, log)
+	rs, err := loadFirstRules(c.rules, c.health.RequireRules, log)
 	if err != nil {
 		return err
 	}
@@ -72,19 +71,19 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer tr.Stop(c.shutdownTimeout) // on a startup error; else below
+	defer tr.Stop(c.shutdown.timeout) // on a startup error; else below
 
 	st, err := openStore(ctx, c.store, log, m)
 	if err != nil {
 		return err
 	}
 	defer st.closeLogged(log)
-	engine := newEngine(rs, st, c, m)
+	engine := newEngine(rs, st, c.engine, c.store.memoryMaxKeys, m)
 	otlp, err := otlpmetrics.Start(ctx, c.otlp, m.Registry, m.PushErrors("otlp"), log)
 	if err != nil {
 		return err
 	}
-	defer otlp.Stop(c.shutdownTimeout) // on a startup error; else below
+	defer otlp.Stop(c.shutdown.timeout) // on a startup error; else below
 	sd, err := c.statsd.Start(metrics.NewReference(m.Registry, engine.Rules), m.PushErrors("statsd"), log)
 	if err != nil {
 		return err
@@ -109,19 +108,16 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	lis, err := listen(c.listenAddrs(), &c.bounds)
+	lis, err := listen(c.addrs, &c.bounds)
 	if err != nil {
 		return err
 	}
 	m.Listeners(lis.capped())
 	srv = newServers(ctx, c, log, engine, rules, st, m, certs, tr)
 	m.Messages(srv.bounds.Messages)
-	logStarted(log, c, lis, st, rs)
+	logStarted(log, lis, st, rs, c.engine.FailureMode, c.rules, adminServed(c.env.RefMode, c.addrs.admin))
 	if c.onReady != nil {
-		c.onReady(lis.grpc.Addr().String(), lis.http.Addr().String(), lis.adminAddr())
-	}
-	if c.onListen != nil {
-		c.onListen(addrOf(lis.debug), addrOf(lis.metrics))
+		c.onReady(lis.addrs())
 	}
 	err = srv.run(ctx, lis, rules)
 	// No request is being decided any more: give what leases hold back,
@@ -129,10 +125,10 @@ func serveLogged(ctx context.Context, c *settings, log *zap.Logger) error {
 	st.releaseLeases(ctx, time.Second, log)
 	// The calls have ended, and their spans with them: send what is
 	// queued before the store closes.
-	tr.Stop(c.shutdownTimeout)
+	tr.Stop(c.shutdown.timeout)
 	// The last stats, counted until the servers stopped.
 	sd.Stop()
-	otlp.Stop(c.shutdownTimeout)
+	otlp.Stop(c.shutdown.timeout)
 	return err
 }
 
@@ -145,7 +141,7 @@ func (e loggedError) Unwrap() error { return e.error }
 // With --log-format json it returns err as a loggedError, so that main
 // writes no plain line among the JSON ones; a console log keeps the
 // plain line, for whoever reads the terminal.
-func logFatal(log *zap.Logger, c *settings, err error) error {
+func logFatal(log *zap.Logger, format string, err error) error {
 	if re := (*rulesError)(nil); errors.As(err, &re) {
 		// A line for each problem: one error of many lines is one
 		// unreadable line of \n escapes in either log format.
@@ -156,7 +152,7 @@ func logFatal(log *zap.Logger, c *settings, err error) error {
 	} else {
 		log.Error("ratelimit-sidecar stopped on an error", zap.Error(err))
 	}
-	if c.logFormat == "console" {
+	if format == "console" {
 		return err
 	}
 	return loggedError{err}
@@ -200,14 +196,14 @@ func problemFields(p error) []zap.Field {
 
 // loadFirstRules loads the rules the sidecar starts with, and says at
 // Warn when it starts without any.
-func loadFirstRules(c *settings, opts config.Options, log *zap.Logger) (*limits.Ruleset, error) {
+func loadFirstRules(o rulesOptions, requireRules bool, log *zap.Logger) (*limits.Ruleset, error) {
 	// With --health-requires-rules (envoyproxy/ratelimit's
 	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED), starting without rules is
 	// meant: the sidecar says it is not serving until rules arrive. A
 	// reload to no rules is still refused.
-	startOpts := opts
-	startOpts.AllowEmpty = opts.AllowEmpty || c.health.RequireRules
-	rs, err := startRules(c.rules, startOpts)
+	startOpts := o.config
+	startOpts.AllowEmpty = o.config.AllowEmpty || requireRules
+	rs, err := startRules(o, startOpts)
 	if errors.Is(err, config.ErrNoRules) {
 		return nil, &rulesError{problems: []error{err}, hint: "; set --allow-empty-rules to start without rules"}
 	}
@@ -215,11 +211,11 @@ func loadFirstRules(c *settings, opts config.Options, log *zap.Logger) (*limits.
 		return nil, &rulesError{problems: config.Problems(err)}
 	}
 	switch {
-	case len(rs.Domains()) > 0 || c.rules.xds.Enabled:
-	case !c.rules.config.AllowEmpty:
-		log.Warn("starting without rules (--health-requires-rules): not serving until rules load", zap.String("config", c.rules.path))
+	case len(rs.Domains()) > 0 || o.xds.Enabled:
+	case !o.config.AllowEmpty:
+		log.Warn("starting without rules (--health-requires-rules): not serving until rules load", zap.String("config", o.path))
 	default:
-		log.Warn("starting without rules (--allow-empty-rules); every request gets OK", zap.String("config", c.rules.path))
+		log.Warn("starting without rules (--allow-empty-rules); every request gets OK", zap.String("config", o.path))
 	}
 	return rs, nil
 }
@@ -235,15 +231,16 @@ func (st *sidecarStore) closeLogged(log *zap.Logger) {
 	}
 }
 
-func newLogger(c *settings, w io.Writer) (*zap.Logger, error) {
-	level, err := zapcore.ParseLevel(c.logLevel)
+// newLogger returns the log o asks for, written to w.
+func newLogger(o logOptions, w io.Writer) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(o.level)
 	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
 	var encoder zapcore.Encoder
-	if c.logFormat == "console" {
+	if o.format == "console" {
 		encoder = zapcore.NewConsoleEncoder(enc)
 	} else {
 		encoder = zapcore.NewJSONEncoder(enc)
@@ -255,74 +252,44 @@ func newLogger(c *settings, w io.Writer) (*zap.Logger, error) {
 	return zap.New(rejectlog.Unsampled(sampled, core)), nil
 }
 
-// newEngine builds the engine: the rules, decided on st, with a memory
-// store for failure mode local.
-func newEngine(rs *limits.Ruleset, st *sidecarStore, c *settings, m *metrics.Metrics) *limits.Engine {
-	local := memory.New(memory.Options{MaxKeys: c.store.memoryMaxKeys})
+// newEngine builds the engine of o: the rules, decided on st, with a
+// memory store of at most maxKeys keys for failure mode local.
+func newEngine(rs *limits.Ruleset, st *sidecarStore, o limits.EngineOptions, maxKeys int, m *metrics.Metrics) *limits.Engine {
+	local := memory.New(memory.Options{MaxKeys: maxKeys})
 	m.MemoryStore("local", local)
-	return limits.NewEngine(rs, st, limits.EngineOptions{
-		Limits:         c.request,
-		FailureMode:    c.store.failureMode,
-		Local:          local,
-		LocalDivisor:   c.store.localDivisor,
-		Observer:       m,
-		OverrideKeys:   c.overrideKeys,
-		QuotaMode:      c.quotaMode,
-		CalendarMonths: c.rules.config.CalendarMonths,
-	})
+	o.Local, o.Observer = local, m
+	return limits.NewEngine(rs, st, o)
 }
 
-// logEnv logs where the settings came from (see envlog.Log), and a
-// --redis-url that was host:port.
-func logEnv(log *zap.Logger, c *settings) {
-	envlog.Log(log, &c.env)
-	c.store.logURL(log)
-}
-
-// warnPasswordInArgs warns once if --redis-url on the command line holds
-// a password: ps shows it to every user of the host. The environment and
-// a password file do not.
-func warnPasswordInArgs(log *zap.Logger, c *settings) {
-	if !c.store.urlInArgs {
-		return
-	}
-	u, err := url.Parse(c.store.redis.URL)
-	if err != nil || u.User == nil {
-		return // an invalid URL fails when the store opens
-	}
-	if pw, ok := u.User.Password(); !ok || pw == "" {
-		return
-	}
-	log.Warn("--redis-url holds a password, which ps shows to every user of the host; set the URL in RLS_REDIS_URL, or the password in --redis-password-file, instead",
-		zap.String("redis_url", u.Redacted()))
-}
-
-func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, rs *limits.Ruleset) {
+// logStarted says the sidecar started: where it listens (the admin
+// endpoints only where served says), on which store and failure mode,
+// with which rules, from where (o).
+func logStarted(log *zap.Logger, lis *listeners, st *sidecarStore, rs *limits.Ruleset, mode limits.FailureMode, o rulesOptions, served bool) {
 	gcPercent, memLimit := gctune.Current()
 	log.Info("ratelimit-sidecar started",
 		zap.String("version", buildInfo().Version),
 		zap.String("revision", buildInfo().Revision),
 		zap.String("grpc_addr", lis.grpc.Addr().String()),
 		zap.String("http_addr", lis.http.Addr().String()),
-		zap.String("admin_addr", adminLogAddr(c, lis)),
+		zap.String("admin_addr", adminLogAddr(served, lis)),
 		zap.String("store", st.name),
-		zap.String("failure_mode", c.store.failureMode.String()),
-		zap.String("config", c.rules.path),
-		zap.String("config_type", c.rules.xds.ConfigType),
+		zap.String("failure_mode", mode.String()),
+		zap.String("config", o.path),
+		zap.String("config_type", o.xds.ConfigType),
 		zap.Strings("domains", rs.Domains()),
 		zap.Int("rules", countRules(rs)),
 		zap.String("checksum", rs.Checksum),
 		zap.Int64("gc_percent", gcPercent),
 		zap.Int64("memory_limit_bytes", memLimit),
 	)
-	if len(c.rules.xds.Sources) > 0 {
-		log.Info("rule sources", zap.Stringer("xds_sources", &c.rules.xds.Sources))
+	if len(o.xds.Sources) > 0 {
+		log.Info("rule sources", zap.Stringer("xds_sources", &o.xds.Sources))
 	}
-	if !c.rules.xds.Enabled {
+	if !o.xds.Enabled {
 		return
 	}
-	fields := []zap.Field{zap.String("xds_server", c.rules.xds.Server), zap.String("xds_node_id", c.rules.xds.NodeID)}
-	if c.rules.xds.StartWithoutRules {
+	fields := []zap.Field{zap.String("xds_server", o.xds.Server), zap.String("xds_node_id", o.xds.NodeID)}
+	if o.xds.StartWithoutRules {
 		log.Warn("serving before the xDS server has delivered rules (--force-start-without-rules): every request gets OK until it does; ratelimit_sidecar_xds_rules_received says when", fields...)
 	} else {
 		log.Info("not ready until the xDS server delivers rules", fields...)
@@ -330,8 +297,8 @@ func logStarted(log *zap.Logger, c *settings, lis *listeners, st *sidecarStore, 
 }
 
 // adminLogAddr is where the start log says the admin endpoints are.
-func adminLogAddr(c *settings, lis *listeners) string {
-	if !adminServed(c) {
+func adminLogAddr(served bool, lis *listeners) string {
+	if !served {
 		return "none (run as " + refenv.Name + ": set --admin-addr to serve /debug/config and /debug/counters)"
 	}
 	return lis.adminAddr()
@@ -343,13 +310,15 @@ const streamWorkers = 128
 
 // servers are the sidecar's gRPC and HTTP servers.
 type servers struct {
-	c      *settings
-	log    *zap.Logger
-	grpc   *grpc.Server
-	health *admin.Health   // what gRPC health and the probes say (health.go)
-	http   *http.Server    // health probes and metrics
-	admin  *http.Server    // nil: the admin endpoints are on http
-	certs  *grpctls.Server // nil: gRPC is plaintext
+	stop           shutdownOptions
+	watchLink      string        // --watch-link (config.WatchLink)
+	requestTimeout time.Duration // bounds.Server.RequestTimeout
+	log            *zap.Logger
+	grpc           *grpc.Server
+	health         *admin.Health   // what gRPC health and the probes say (health.go)
+	http           *http.Server    // health probes and metrics
+	admin          *http.Server    // nil: the admin endpoints are on http
+	certs          *grpctls.Server // nil: gRPC is plaintext
 	// bounds are the gRPC server's bounds: its messages on their way,
 	// and its streaming calls whose handlers run (bounds.Handlers).
 	bounds *bounds.GRPC
@@ -368,7 +337,7 @@ type servers struct {
 // says the sidecar is shutting down. certs is nil unless gRPC is served
 // over TLS, and tr without --tracing.
 func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limits.Engine, reloader ruleSource, st *sidecarStore, m *metrics.Metrics, certs *grpctls.Server, tr *tracing.Provider) *servers {
-	s := &servers{c: c, log: log, certs: certs, follow: st.follow}
+	s := &servers{stop: c.shutdown, watchLink: c.watchLink, requestTimeout: c.bounds.RequestTimeout, log: log, certs: certs, follow: st.follow}
 	stopping, stopStreams := context.WithCancel(context.Background())
 	s.stopStreams = stopStreams
 	s.bounds = c.bounds.NewGRPC(stopping)
@@ -383,11 +352,11 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	// every connection's messages bounded after its handshakes, are set
 	// by the bounds' Options.
 	opts := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(max(4*runtime.GOMAXPROCS(0), streamWorkers)))}
-	grace := c.shutdownTimeout
+	grace := c.shutdown.timeout
 	if c.connGrace > 0 {
 		grace = c.connGrace
 	}
-	s.grpc = grpc.NewServer(append(opts, s.bounds.Options(certs.Creds(), grace, bounds.IDBounds{Entries: c.request.MaxEntries, EntryBytes: c.request.MaxValueBytes})...)...)
+	s.grpc = grpc.NewServer(append(opts, s.bounds.Options(certs.Creds(), grace, bounds.IDBounds{Entries: c.engine.Limits.MaxEntries, EntryBytes: c.engine.Limits.MaxValueBytes})...)...)
 	rlsOpts := envoy.Options{Headers: c.responseHeaders,
 		Shadow: c.shadowMode, HeaderNames: c.responseNames, DynamicMetadata: c.dynamicMetadata}
 	rej := c.rejections.New(log, st.name, time.Now)
@@ -412,11 +381,11 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 	reflection.Register(s.grpc)
 	s.bounds.Registered(s.grpc)
 
-	adm := admin.New(adminOptions(c, log, engine, reloader, st, m, s.health))
+	adm := admin.New(adminOptions(adminServed(c.env.RefMode, c.addrs.admin), c.counters, log, engine, reloader, st, m, s.health))
 	mux := http.NewServeMux()
 	adm.Health(mux)
 	prom := metrics.Handler(m.Registry, engine.Rules, c.refMetrics)
-	if c.separateMetrics() {
+	if c.addrs.separateMetrics() {
 		mm := http.NewServeMux()
 		mm.Handle("GET "+c.metricsPath, prom)
 		s.metrics = c.bounds.HTTPServer(mm)
@@ -424,14 +393,14 @@ func newServers(ctx context.Context, c *settings, log *zap.Logger, engine *limit
 		mux.Handle("GET "+c.metricsPath, prom)
 	}
 	adminMux := mux
-	if c.adminAddr != "" {
+	if c.addrs.admin != "" {
 		adminMux = http.NewServeMux()
 		s.admin = c.bounds.HTTPServer(adminMux)
 	}
-	if adminServed(c) {
+	if adminServed(c.env.RefMode, c.addrs.admin) {
 		adm.Debug(adminMux)
 	}
-	if c.debugAddr != "" {
+	if c.addrs.debug != "" {
 		// The reference's debug port has no /debug/config.
 		s.debug = c.bounds.HTTPServer(adm.DebugPort(!c.env.RefMode))
 	}
@@ -455,11 +424,11 @@ func rlqsOptions(o rlqs.Options, st *sidecarStore, m *metrics.Metrics, tr *traci
 // every address, where /debug/counters would show anyone who reaches it
 // any counter they can name. /json stays on --http-addr there, as the
 // reference has it.
-func adminServed(c *settings) bool { return !c.env.RefMode || c.adminAddr != "" }
+func adminServed(refMode bool, adminAddr string) bool { return !refMode || adminAddr != "" }
 
 // adminOptions are what the admin endpoints read of the sidecar; the
 // probes answer from health.
-func adminOptions(c *settings, log *zap.Logger, engine *limits.Engine, rules ruleSource, st *sidecarStore, m *metrics.Metrics, health *admin.Health) admin.Options {
+func adminOptions(served bool, co admin.CountersOptions, log *zap.Logger, engine *limits.Engine, rules ruleSource, st *sidecarStore, m *metrics.Metrics, health *admin.Health) admin.Options {
 	o := admin.Options{
 		Health:         health,
 		Rules:          engine.Rules,
@@ -467,15 +436,11 @@ func adminOptions(c *settings, log *zap.Logger, engine *limits.Engine, rules rul
 		StoreReady:     st.ready,
 		FailingDomains: engine.FailingDomains,
 	}
-	if !adminServed(c) {
+	if !served {
 		return o
 	}
-	values, _ := rejectlog.ParseValues(c.rejections.Values) // checked with the flags
-	o.Counters = admin.CountersOptions{
-		Rules: engine.Rules, Validate: engine.Validate,
-		StoreName: st.name, AllowReset: c.counterReset, Log: log, Values: values,
-		ResetDone: m.CounterResets(),
-	}
+	co.Rules, co.Validate, co.StoreName, co.Log, co.ResetDone = engine.Rules, engine.Validate, st.name, log, m.CounterResets()
+	o.Counters = co
 	if st.counters != nil {
 		o.Counters.Store = st.counters
 	}
@@ -547,10 +512,10 @@ func (s *servers) run(ctx context.Context, lis *listeners, reloader ruleSource) 
 	if s.metrics != nil {
 		serveHTTP(g, s.metrics, lis.metrics)
 	}
-	if s.c.watchLink != "" {
+	if s.watchLink != "" {
 		g.Go(func() error {
 			reload := func() { reloader.Reload() } //nolint:errcheck // Reload logs its own errors
-			if err := config.WatchLink(gctx, s.c.watchLink, reload, s.log); err != nil {
+			if err := config.WatchLink(gctx, s.watchLink, reload, s.log); err != nil {
 				s.log.Error("--watch-link watch failed; reload with SIGHUP", zap.Error(err))
 			}
 			return nil
@@ -575,7 +540,7 @@ const flushGrace = time.Second
 // began at most.
 func (s *servers) flushed(stopped <-chan struct{}) <-chan struct{} {
 	out := make(chan struct{})
-	unary := time.NewTimer(s.c.bounds.RequestTimeout)
+	unary := time.NewTimer(s.requestTimeout)
 	streams := s.bounds.Streams.Running.Done()
 	go func() {
 		defer unary.Stop()
@@ -611,10 +576,10 @@ func serveHTTP(g *errgroup.Group, srv *http.Server, lis net.Listener) {
 // shutdown stops serving in order. drain is false when a server failed, so
 // there is no point waiting for clients to go away.
 func (s *servers) shutdown(drain bool) error {
-	s.log.Info("shutting down", zap.Duration("drain_delay", s.c.drainDelay))
+	s.log.Info("shutting down", zap.Duration("drain_delay", s.stop.drainDelay))
 	s.health.Shutdown() // every service NOT_SERVING
-	if drain && s.c.drainDelay > 0 {
-		t := time.NewTimer(s.c.drainDelay)
+	if drain && s.stop.drainDelay > 0 {
+		t := time.NewTimer(s.stop.drainDelay)
 		<-t.C
 	}
 	// Unary calls still waiting for their request end within
@@ -625,7 +590,7 @@ func (s *servers) shutdown(drain bool) error {
 		s.grpc.GracefulStop()
 		close(stopped)
 	}()
-	t := time.NewTimer(s.c.shutdownTimeout)
+	t := time.NewTimer(s.stop.timeout)
 	defer t.Stop()
 	select {
 	case <-stopped:
@@ -641,7 +606,7 @@ func (s *servers) shutdown(drain bool) error {
 		s.grpc.Stop()
 		<-stopped
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), s.c.shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), s.stop.timeout)
 	defer cancel()
 	var errs []error
 	for _, srv := range []*http.Server{s.http, s.admin, s.debug, s.metrics} {

@@ -54,7 +54,7 @@ func startSidecarEnv(t testing.TB, logw io.Writer, env map[string]string, args .
 		t.Fatal(err)
 	}
 	ready := make(chan [3]string, 1)
-	c.onReady = func(g, h, a string) { ready <- [3]string{g, h, a} }
+	c.onReady = func(a listenAddrs) { ready <- [3]string{a.grpc, a.http, a.admin} }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, c, logw) }()
@@ -489,7 +489,7 @@ func TestRedisPasswordOnCommandLine(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
-			c.onReady = func(string, string, string) { cancel() } // start, then stop
+			c.onReady = func(listenAddrs) { cancel() } // start, then stop
 			var log bytes.Buffer
 			if err := serve(ctx, c, &log); err != nil {
 				t.Fatal(err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/url"
 	"errors"
 	"fmt"
 	"time"
@@ -97,6 +98,24 @@ func (o *storeOptions) logURL(log *zap.Logger) {
 	if o.hostPort {
 		log.Info("--redis-url is host:port, as envoyproxy/ratelimit's REDIS_URL: taken as redis://host:port", zap.String("redis_url", o.redis.URL))
 	}
+}
+
+// warnPasswordInArgs warns once if --redis-url on the command line holds
+// a password: ps shows it to every user of the host. The environment and
+// a password file do not.
+func (o *storeOptions) warnPasswordInArgs(log *zap.Logger) {
+	if !o.urlInArgs {
+		return
+	}
+	u, err := url.Parse(o.redis.URL)
+	if err != nil || u.User == nil {
+		return // an invalid URL fails when the store opens
+	}
+	if pw, ok := u.User.Password(); !ok || pw == "" {
+		return
+	}
+	log.Warn("--redis-url holds a password, which ps shows to every user of the host; set the URL in RLS_REDIS_URL, or the password in --redis-password-file, instead",
+		zap.String("redis_url", u.Redacted()))
 }
 
 // backend is one kind of store the sidecar can decide on. Adding one

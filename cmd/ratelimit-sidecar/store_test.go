@@ -52,7 +52,7 @@ func TestRedisURLHostPortLogged(t *testing.T) {
 			t.Fatal(err)
 		}
 		core, logs := observer.New(zapcore.InfoLevel)
-		logEnv(zap.New(core), c)
+		c.store.logURL(zap.New(core))
 		if n := logs.FilterMessageSnippet("taken as redis://host:port").FilterField(zap.String("redis_url", "redis://redis:6379")).Len(); n != tt.want {
 			t.Errorf("--redis-url %s: %d log lines, want %d: %v", tt.give, n, tt.want, logs.All())
 		}

@@ -48,7 +48,7 @@ func startTLS(t *testing.T, env map[string]string, args ...string) *tlsSidecar {
 	}
 	s := &tlsSidecar{logs: &lockedBuffer{}}
 	ready := make(chan [2]string, 1)
-	c.onReady = func(g, h, _ string) { ready <- [2]string{g, h} }
+	c.onReady = func(a listenAddrs) { ready <- [2]string{a.grpc, a.http} }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, c, s.logs) }()

@@ -53,6 +53,17 @@ func ParseFailureMode(s string) (FailureMode, error) {
 	return FailDefault, fmt.Errorf("unknown failure mode %q (want %s)", s, oneOf(FailureModes))
 }
 
+// Set parses s as ParseFailureMode does, so that a *FailureMode is a
+// flag.Value.
+func (m *FailureMode) Set(s string) error {
+	v, err := ParseFailureMode(s)
+	if err != nil {
+		return err
+	}
+	*m = v
+	return nil
+}
+
 func (m FailureMode) String() string {
 	if int(m) < len(failureNames) && m != FailDefault {
 		return failureNames[m]

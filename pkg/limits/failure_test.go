@@ -3,7 +3,10 @@ package limits_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"strings"
 	"testing"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/storetest"
@@ -112,4 +115,27 @@ func parseRules(t *testing.T, yaml string) *limits.Ruleset {
 		t.Fatal(err)
 	}
 	return rs
+}
+
+// TestFailureModeFlag: a *FailureMode is a flag.Value: it takes each
+// mode's name, keeps its value on a bad one, and shows its default.
+func TestFailureModeFlag(t *testing.T) {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	m := limits.FailLocal
+	fs.Var(&m, "failure-mode", "")
+	if got := fs.Lookup("failure-mode").DefValue; got != "local" {
+		t.Errorf("default shown as %q, want local", got)
+	}
+	for _, want := range limits.FailureModes {
+		if err := fs.Set("failure-mode", want.String()); err != nil || m != want {
+			t.Errorf("Set(%q) = %v, mode %v", want, err, m)
+		}
+	}
+	if err := fs.Parse([]string{"--failure-mode=shut"}); err == nil || !strings.Contains(err.Error(), `unknown failure mode "shut"`) {
+		t.Errorf("--failure-mode=shut: error %v, want it to name the mode", err)
+	}
+	if m != limits.FailError {
+		t.Errorf("mode after a bad value = %v, want the last good one, error", m)
+	}
 }
