@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rlqstest"
@@ -120,6 +121,6 @@ func startSidecar(t *testing.T, rs *limits.Ruleset, srv *redistest.Server, clk *
 	t.Cleanup(func() { _ = st.Close() })
 	engine := limits.NewEngine(rs, st, limits.EngineOptions{})
 	m := &rlqstest.Metrics{}
-	q := rlqs.NewServer(engine, st, zaptest.NewLogger(t), rlqs.Options{Now: clk.Now, Return: st, Metrics: m, AfterFunc: clk.AfterFunc})
-	return rlqstest.Serve(t, q.Register), m
+	o := rlqs.Options{Now: clk.Now, Return: st, Metrics: m, AfterFunc: clk.AfterFunc}
+	return rlqstest.Serve(t, func(g *grpc.Server) { rlqs.Register(g, engine, st, zaptest.NewLogger(t), o) }), m
 }
