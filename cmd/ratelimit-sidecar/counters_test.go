@@ -91,8 +91,8 @@ func TestCounterResetWiring(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), counterRules(t))
 	logs := &logtest.Buffer{}
-	s := startSidecarLog(t, logs, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--redis-key-prefix", "reset:",
-		"--admin-addr", "127.0.0.1:0", "--admin-counter-reset")
+	s := startSidecar(t, sidecarOpts{log: logs, args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr, "--redis-key-prefix", "reset:",
+		"--admin-addr", "127.0.0.1:0", "--admin-counter-reset"}})
 	for range 5 {
 		s.send(t, 1, "user", "alice") // the last from the deny cache
 	}
@@ -134,8 +134,8 @@ func TestRejectionLogInSidecar(t *testing.T) {
 	logs := &logtest.Buffer{}
 	// A Redis call past the default 15 ms on a busy machine would be
 	// admitted by the failure mode, and not counted as a rejection.
-	s := startSidecarLog(t, logs, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--redis-timeout", "5s", "--failure-mode", "error",
-		"--log-rejections", "info", "--log-rejections-rate", "2", "--log-rejections-values", "plain")
+	s := startSidecar(t, sidecarOpts{log: logs, args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr, "--redis-timeout", "5s", "--failure-mode", "error",
+		"--log-rejections", "info", "--log-rejections-rate", "2", "--log-rejections-values", "plain"}})
 	for range 3 {
 		s.send(t, 1, "user", "alice")
 	}

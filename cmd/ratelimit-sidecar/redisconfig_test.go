@@ -37,7 +37,7 @@ func TestRedisWrongPassword(t *testing.T) {
 	pwFile := filepath.Join(t.TempDir(), "pw")
 	write(t, pwFile, sidecarPass+"\n")
 	var log logtest.Buffer
-	s := startSidecarLog(t, &log, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--redis-password-file", pwFile)
+	s := startSidecar(t, sidecarOpts{log: &log, args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr, "--redis-password-file", pwFile}})
 
 	var bodies []string
 	waitReadyz := func(wantCode int, want string) {
@@ -217,7 +217,7 @@ func TestRedisACLRefusal(t *testing.T) {
 	pwFile := filepath.Join(t.TempDir(), "pw")
 	write(t, pwFile, "app-pass\n")
 	var log logtest.Buffer
-	s := startSidecarLog(t, &log, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--redis-username", "app", "--redis-password-file", pwFile)
+	s := startSidecar(t, sidecarOpts{log: &log, args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr, "--redis-username", "app", "--redis-password-file", pwFile}})
 	refusalSeen(t, s, &log, "acl", "redis", srv.Addr, "NOPERM this user has no permissions to run the 'evalsha' command", func() {
 		if err := admin.Do(ctx, "ACL", "SETUSER", "app", "+evalsha", "+eval").Err(); err != nil {
 			t.Fatal(err)
@@ -245,7 +245,7 @@ func TestRedisClusterMasterRefuses(t *testing.T) {
 	pwFile := filepath.Join(t.TempDir(), "pw")
 	write(t, pwFile, "app-pass\n")
 	var log logtest.Buffer
-	s := startSidecarLog(t, &log, "--config", dir, "--redis-cluster-addrs", strings.Join(c.Addrs, ","), "--redis-username", "app", "--redis-password-file", pwFile)
+	s := startSidecar(t, sidecarOpts{log: &log, args: []string{"--config", dir, "--redis-cluster-addrs", strings.Join(c.Addrs, ","), "--redis-username", "app", "--redis-password-file", pwFile}})
 	refusalSeen(t, s, &log, "auth", "cluster node", c.Addrs[2], "WRONGPASS invalid username-password pair or user is disabled.", func() {
 		if err := c.Nodes[2].Client(t).Do(ctx, "ACL", "SETUSER", "app", ">app-pass").Err(); err != nil {
 			t.Fatal(err)

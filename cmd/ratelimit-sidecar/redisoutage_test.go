@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 )
 
@@ -18,8 +19,8 @@ func TestRedisOutageLogsOnce(t *testing.T) {
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), userRules)
-	logs := &lockedBuffer{}
-	s := startSidecarLog(t, logs, "--config", dir, "--redis-url", "redis://"+srv.Addr)
+	logs := &logtest.Buffer{}
+	s := startSidecar(t, sidecarOpts{log: logs, args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr}})
 	s.code(t, "alice")
 	lines := func() int { return strings.Count(logs.String(), `"msg":"go-redis"`) }
 	const series = "ratelimit_sidecar_redis_client_messages_total"

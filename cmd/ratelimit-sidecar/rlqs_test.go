@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certtest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/otlptest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/rlqstest"
@@ -43,16 +44,6 @@ import (
 const rlqsRules = "domain: edge\n%sdescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 1000, lease: 8}\n"
 
 var alice = map[string]string{"user": "alice"}
-
-// startRLQS starts a sidecar on Redis srv with rules in a temporary
-// directory, whose path it returns, and the extra args.
-func startRLQS(t *testing.T, srv *redistest.Server, rules string, args ...string) (*sidecar, string) {
-	t.Helper()
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "rules.yaml"), rules)
-	args = append([]string{"--config", dir, "--redis-url", "redis://" + srv.Addr}, args...)
-	return startSidecar(t, args...), dir
-}
 
 // grpcConn returns a client of addr over TLS with cfg, or plaintext if
 // cfg is nil, closed when the test ends.
@@ -190,7 +181,7 @@ func TestRLQSOverTLS(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, _ := startRLQS(t, srv, fmt.Sprintf(rlqsRules, ""), append(tt.args, "--redis-key-prefix", fmt.Sprintf("rlqs-tls-%d:", i))...)
+			s := startSidecar(t, sidecarOpts{rules: fmt.Sprintf(rlqsRules, ""), args: append([]string{"--redis-url", "redis://" + srv.Addr}, append(tt.args, "--redis-key-prefix", fmt.Sprintf("rlqs-tls-%d:", i))...)})
 			conn := grpcConn(t, s.grpcAddr, tt.client)
 			e, err := rlqsEnvoy(t, conn, "edge", nil)
 			if err != nil {
@@ -231,7 +222,7 @@ func TestRLQSOverTLS(t *testing.T) {
 func TestRLQSOnTheMemoryStore(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), fmt.Sprintf(rlqsRules, ""))
-	s := startSidecar(t, "--config", dir)
+	s := startSidecar(t, sidecarOpts{args: []string{"--config", dir}})
 	e, err := rlqsEnvoy(t, grpcConn(t, s.grpcAddr, nil), "edge", nil)
 	if err == nil {
 		_, err = subscribe(e, alice)
@@ -279,7 +270,7 @@ func TestRLQSRedisDown(t *testing.T) {
 			if tt.domain != "" {
 				mode = "failure_mode: " + tt.domain + "\n"
 			}
-			s, _ := startRLQS(t, srv, fmt.Sprintf(rlqsRules, mode), "--failure-mode", tt.flag, "--local-fallback-divisor", "4")
+			s := startSidecar(t, sidecarOpts{rules: fmt.Sprintf(rlqsRules, mode), args: []string{"--redis-url", "redis://" + srv.Addr, "--failure-mode", tt.flag, "--local-fallback-divisor", "4"}})
 			clk := storetest.NewClock(time.Now())
 			e, err := rlqsEnvoy(t, grpcConn(t, s.grpcAddr, nil), "edge", clk)
 			if err != nil {
@@ -351,7 +342,8 @@ func TestRLQSRedisDown(t *testing.T) {
 func TestRLQSRulesReload(t *testing.T) {
 	srv := redistest.StartServer(t)
 	const rules = "domain: edge\ndescriptors:\n  - key: %s\n    rate_limit: {unit: day, requests_per_unit: %d}\n"
-	s, dir := startRLQS(t, srv, fmt.Sprintf(rules, "user", 1000), "--reload-debounce", "10ms")
+	s := startSidecar(t, sidecarOpts{rules: fmt.Sprintf(rules, "user", 1000), args: []string{"--redis-url", "redis://" + srv.Addr, "--reload-debounce", "10ms"}})
+	dir := s.dir
 	const reloads = `ratelimit_sidecar_config_reloads_total{result="success"}`
 	reload := func(t *testing.T, data string) {
 		t.Helper()
@@ -424,9 +416,9 @@ func TestRLQSBuckets(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), fmt.Sprintf(rlqsRules, ""))
 	write(t, filepath.Join(dir, "open.yaml"), "domain: opened\nfailure_mode: open\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 1000, lease: 8}\n")
-	logs := &lockedBuffer{}
-	s := startSidecarLog(t, logs, "--config", dir, "--redis-url", "redis://"+srv.Addr,
-		"--failure-mode", "closed", "--max-value-bytes", "16", "--max-entries", "2")
+	logs := &logtest.Buffer{}
+	s := startSidecar(t, sidecarOpts{log: logs, args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr,
+		"--failure-mode", "closed", "--max-value-bytes", "16", "--max-entries", "2"}})
 	conn := grpcConn(t, s.grpcAddr, nil)
 
 	assigned := []struct {
@@ -594,7 +586,7 @@ func TestRLQSBuckets(t *testing.T) {
 // the timeout: Envoy keeps one stream open for as long as it runs.
 func TestRLQSStreamsAreStreams(t *testing.T) {
 	srv := redistest.StartServer(t)
-	s, _ := startRLQS(t, srv, fmt.Sprintf(rlqsRules, ""), "--grpc-request-timeout", "100ms")
+	s := startSidecar(t, sidecarOpts{rules: fmt.Sprintf(rlqsRules, ""), args: []string{"--redis-url", "redis://" + srv.Addr, "--grpc-request-timeout", "100ms"}})
 	e, err := rlqsEnvoy(t, grpcConn(t, s.grpcAddr, nil), "edge", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -615,8 +607,8 @@ func TestRLQSShutdown(t *testing.T) {
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), fmt.Sprintf(rlqsRules, ""))
-	logs := &lockedBuffer{}
-	s := startSidecarLog(t, logs, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--drain-delay", "0s", "--shutdown-timeout", "3s", "--grpc-request-timeout", "1m")
+	logs := &logtest.Buffer{}
+	s := startSidecar(t, sidecarOpts{log: logs, args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr, "--drain-delay", "0s", "--shutdown-timeout", "3s", "--grpc-request-timeout", "1m"}})
 	e, err := rlqsEnvoy(t, grpcConn(t, s.grpcAddr, nil), "edge", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -647,13 +639,13 @@ func TestRLQSHealth(t *testing.T) {
 		return resp.GetStatus(), err
 	}
 	srv := redistest.StartServer(t)
-	s, _ := startRLQS(t, srv, fmt.Sprintf(rlqsRules, ""))
+	s := startSidecar(t, sidecarOpts{rules: fmt.Sprintf(rlqsRules, ""), args: []string{"--redis-url", "redis://" + srv.Addr}})
 	if got, err := check(t, s); err != nil || got != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("health of %s with Redis: %v, %v; want SERVING", rlqs.ServiceName, got, err)
 	}
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), fmt.Sprintf(rlqsRules, ""))
-	mem := startSidecar(t, "--config", dir)
+	mem := startSidecar(t, sidecarOpts{args: []string{"--config", dir}})
 	if _, err := check(t, mem); status.Code(err) != codes.NotFound {
 		t.Errorf("health of %s on the memory store: %v; want NotFound", rlqs.ServiceName, err)
 	}
@@ -666,8 +658,8 @@ func TestRLQSHealth(t *testing.T) {
 func TestRLQSTracing(t *testing.T) {
 	srv := redistest.StartServer(t)
 	r := otlptest.StartGRPC(t)
-	s, _ := startRLQS(t, srv, fmt.Sprintf(rlqsRules, ""), "--tracing", "--tracing-protocol", "grpc",
-		"--tracing-endpoint", r.URL, "--tracing-sampling-rate", "1")
+	s := startSidecar(t, sidecarOpts{rules: fmt.Sprintf(rlqsRules, ""), args: []string{"--redis-url", "redis://" + srv.Addr, "--tracing", "--tracing-protocol", "grpc",
+		"--tracing-endpoint", r.URL, "--tracing-sampling-rate", "1"}})
 	e, err := rlqsEnvoy(t, grpcConn(t, s.grpcAddr, nil), "edge", nil)
 	if err != nil {
 		t.Fatal(err)

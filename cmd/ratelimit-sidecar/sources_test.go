@@ -68,9 +68,9 @@ func TestSeveralRuleSources(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log logtest.Buffer
-	s := startSidecarEnv(t, &log, fastXDS, "--config", dir,
-		"--xds-source", "name=eg,server="+eg.Addr+",node-id=envoy-ratelimit",
-		"--xds-source", "name=aigw,server="+aigw.Addr+",node-id="+aigwNode)
+	s := startSidecar(t, sidecarOpts{log: &log, env: fastXDS, args: []string{"--config", dir,
+		"--xds-source", "name=eg,server=" + eg.Addr + ",node-id=envoy-ratelimit",
+		"--xds-source", "name=aigw,server=" + aigw.Addr + ",node-id=" + aigwNode}})
 
 	// Neither server has pushed: not ready, waiting for both.
 	if st := s.healthNow(t); st != healthpb.HealthCheckResponse_NOT_SERVING {
@@ -152,8 +152,8 @@ func TestXDSSourceForceStartAndEmptyPush(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(userRules), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := startSidecarEnv(t, &logtest.Buffer{}, fastXDS, "--config", dir,
-		"--xds-source", "name=aigw,server="+aigw.Addr+",node-id="+aigwNode+",force-start=true")
+	s := startSidecar(t, sidecarOpts{log: &logtest.Buffer{}, env: fastXDS, args: []string{"--config", dir,
+		"--xds-source", "name=aigw,server=" + aigw.Addr + ",node-id=" + aigwNode + ",force-start=true"}})
 	if st := s.healthNow(t); st != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("health with force-start=true before aigw's push: %v, want SERVING", st)
 	}
@@ -184,8 +184,8 @@ func TestRuleFilesHoldTheirDomain(t *testing.T) {
 	if err := os.WriteFile(file, []byte(userRules), 0o600); err != nil { // edge: 3 an hour
 		t.Fatal(err)
 	}
-	s := startSidecarEnv(t, &logtest.Buffer{}, fastXDS, "--config", dir, "--reload-debounce", "10ms",
-		"--xds-source", "name=eg,server="+eg.Addr+",node-id=envoy-ratelimit")
+	s := startSidecar(t, sidecarOpts{log: &logtest.Buffer{}, env: fastXDS, args: []string{"--config", dir, "--reload-debounce", "10ms",
+		"--xds-source", "name=eg,server=" + eg.Addr + ",node-id=envoy-ratelimit"}})
 	eg.Set(t, "envoy-ratelimit", "1",
 		xdstest.RateLimitConfig("edge", "user", 1, rlsconf.RateLimitUnit_HOUR),
 		xdstest.RateLimitConfig("other", "user", 1, rlsconf.RateLimitUnit_HOUR))
@@ -220,7 +220,7 @@ func TestEnvoyGatewayWithAIGateway(t *testing.T) {
 	env := pod.envFor(t)
 	env["RLS_XDS_SOURCE"] = "name=aigw,server=" + aigw.Addr + ",node-id=" + aigwNode
 	maps.Copy(env, fastXDS)
-	s := startAs(t, "/bin/ratelimit", env)
+	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: env})
 	s.rls, s.health = dialRLS(t, s.grpcAddr, ca.ClientConfig(t, nil))
 
 	eg.Set(t, "envoy-ratelimit", "1", xdstest.RateLimitConfig("edge", "user", 1, rlsconf.RateLimitUnit_HOUR))

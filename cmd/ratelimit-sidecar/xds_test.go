@@ -18,16 +18,15 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xdstest"
 )
 
-// startXDS starts a sidecar taking its rules from srv as node
+// xdsOpts starts a sidecar taking its rules from srv as node
 // envoy-ratelimit, reconnecting quickly (the reference's
 // XDS_CLIENT_BACKOFF_* alone set the waits), with the flags more.
-func startXDS(t *testing.T, logw io.Writer, srv *xdstest.Server, more ...string) *sidecar {
-	t.Helper()
+func xdsOpts(srv *xdstest.Server, more ...string) sidecarOpts {
 	env := map[string]string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "20ms", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "100ms",
 		"XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "2"}
-	return startSidecarEnv(t, logw, env, append([]string{
+	return sidecarOpts{env: env, args: append([]string{
 		"--config-type", "xds", "--xds-server", srv.Addr, "--xds-node-id", "envoy-ratelimit",
-	}, more...)...)
+	}, more...)}
 }
 
 // awaitHealth waits, at most xdstest.Wait, for the RLS service's health
@@ -99,7 +98,7 @@ func TestXDS(t *testing.T) {
 	ca := certtest.NewCA(t, dir, "ca")
 	srv := xdstest.Start(t, xdstest.WithTLS(ca.ServerConfig(t, ca.Issue(t, "server"), true)))
 	client := ca.Issue(t, "client")
-	s := startXDS(t, io.Discard, srv, "--xds-tls-ca", ca.File, "--xds-tls-cert", client.CertFile, "--xds-tls-key", client.KeyFile)
+	s := startSidecar(t, xdsOpts(srv, "--xds-tls-ca", ca.File, "--xds-tls-cert", client.CertFile, "--xds-tls-key", client.KeyFile))
 
 	// No snapshot for the node yet: not ready.
 	if st := s.healthNow(t); st != healthpb.HealthCheckResponse_NOT_SERVING {
@@ -175,7 +174,7 @@ func TestXDSServerDownAtStart(t *testing.T) {
 			if tt.force {
 				args = append(args, "--force-start-without-rules")
 			}
-			s := startXDS(t, io.Discard, srv, args...)
+			s := startSidecar(t, xdsOpts(srv, args...))
 			if code, body := s.get(t, "/readyz"); code != tt.wantReady {
 				t.Errorf("/readyz with the server down: %d %s, want %d", code, body, tt.wantReady)
 			}
@@ -213,7 +212,7 @@ func TestXDSEmptyPush(t *testing.T) {
 			if allow {
 				args = append(args, "--allow-empty-rules")
 			}
-			s := startXDS(t, io.Discard, srv, args...)
+			s := startSidecar(t, xdsOpts(srv, args...))
 			_, n := srv.Await(t, 0, "ACKing version 1", isACK("1"))
 			s.code(t, "alice")
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -66,7 +65,7 @@ func TestXDSOverlayFlag(t *testing.T) {
 	write("2")
 	srv := xdstest.Start(t)
 	srv.Set(t, "envoy-ratelimit", "1", egAPIConfig())
-	s := startXDS(t, io.Discard, srv, "--xds-overlay", overlay, "--reload-debounce", "20ms")
+	s := startSidecar(t, xdsOpts(srv, "--xds-overlay", overlay, "--reload-debounce", "20ms"))
 	s.awaitHealth(t, healthpb.HealthCheckResponse_SERVING)
 	_, n := srv.Await(t, 0, "ACKing version 1", isACK("1"))
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
@@ -103,7 +102,7 @@ func TestXDSOverlayOverride(t *testing.T) {
 	write(t, overlay, "overlays:\n  - domain: default/eg/http\n    path:\n      - {key: "+egAPIRoute+", value: "+egAPIRoute+"}\n      - {key: "+egUserHeader+"}\n    override: {algorithm: token_bucket}\n")
 	srv := xdstest.Start(t)
 	srv.Set(t, "envoy-ratelimit", "1", egAPIConfig())
-	s := startXDS(t, io.Discard, srv, "--xds-overlay", overlay)
+	s := startSidecar(t, xdsOpts(srv, "--xds-overlay", overlay))
 	s.awaitHealth(t, healthpb.HealthCheckResponse_SERVING)
 	srv.Await(t, 0, "ACKing version 1", isACK("1"))
 	sent := func(requests uint32) rlsv3.RateLimitResponse_Code {
