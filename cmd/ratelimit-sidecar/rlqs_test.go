@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -127,23 +126,6 @@ func describe(s *typev3.RateLimitStrategy) string {
 // tokens is the size of s's token bucket, 0 if s is not one.
 func tokens(s *typev3.RateLimitStrategy) uint32 {
 	return s.GetTokenBucket().GetMaxTokens()
-}
-
-// metricValue returns the value of the sample line that starts with
-// series on s's /metrics, -1 if there is none.
-func metricValue(t *testing.T, s *sidecar, series string) float64 {
-	t.Helper()
-	sc := bufio.NewScanner(strings.NewReader(s.getBody(t, "/metrics")))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", series, err)
-			}
-			return f
-		}
-	}
-	return -1
 }
 
 // TestRLQSOverTLS: RLQS is served on the RLS listener and under its TLS:

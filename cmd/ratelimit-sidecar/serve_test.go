@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -142,6 +144,35 @@ func (s *sidecar) get(t *testing.T, path string) (int, string) {
 	return r.StatusCode, string(b)
 }
 
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// metricValue returns the value of the sample line that starts with
+// series on s's /metrics, -1 if there is none.
+func metricValue(t *testing.T, s *sidecar, series string) float64 {
+	t.Helper()
+	sc := bufio.NewScanner(strings.NewReader(s.getBody(t, "/metrics")))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", series, err)
+			}
+			return f
+		}
+	}
+	return -1
+}
+
 func userRequest(user string, hits uint32) *rlsv3.RateLimitRequest {
 	return &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: hits, Descriptors: []*rlscommon.RateLimitDescriptor{
 		{Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "user", Value: user}}},
@@ -215,18 +246,6 @@ func TestMetricsDebugConfigAndSIGHUP(t *testing.T) {
 func (s *sidecar) getBody(t *testing.T, path string) string {
 	_, b := s.get(t, path)
 	return b
-}
-
-// waitFor polls cond for up to 5 s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestShutdownUnderLoad cancels the sidecar while clients send requests.
@@ -435,31 +454,6 @@ func TestJSONEndpointWithHeaders(t *testing.T) {
 	}
 	if r.Header.Get("Retry-After") == "" {
 		t.Errorf("no Retry-After on 429; headers %v", r.Header)
-	}
-}
-
-// TestAdminAddr moves /json and /debug/config off --http-addr, which in a
-// pod listens on the pod address for the kubelet and Prometheus.
-func TestAdminAddr(t *testing.T) {
-	s := startSidecar(t, sidecarOpts{args: []string{"--config", "../../config/", "--admin-addr", "127.0.0.1:0"}})
-	if s.adminAddr == s.httpAddr {
-		t.Fatal("admin endpoints share the HTTP address")
-	}
-	for _, path := range []string{"/debug/config", "/json"} {
-		if code, _ := s.get(t, path); code != http.StatusNotFound {
-			t.Errorf("GET %s on --http-addr = %d, want 404", path, code)
-		}
-	}
-	r, err := http.Get("http://" + s.adminAddr + "/debug/config")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Body.Close()
-	if r.StatusCode != http.StatusOK {
-		t.Errorf("GET /debug/config on --admin-addr = %d", r.StatusCode)
-	}
-	if code, _ := s.get(t, "/metrics"); code != http.StatusOK {
-		t.Errorf("/metrics on --http-addr = %d", code)
 	}
 }
 
