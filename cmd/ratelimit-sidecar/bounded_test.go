@@ -20,7 +20,7 @@ descriptors:
     detailed_metric: true
     rate_limit: {unit: minute, requests_per_unit: 10}
 `)
-	s := startSidecar(t, "--config", dir, "--metric-max-values", "1", "--override-keys", "separate")
+	s := startSidecar(t, sidecarOpts{args: []string{"--config", dir, "--metric-max-values", "1", "--override-keys", "separate"}})
 	ctx := context.Background()
 	tenant := func(value string, override *rlscommon.RateLimitDescriptor_RateLimitOverride) *rlsv3.RateLimitResponse {
 		t.Helper()

@@ -33,7 +33,7 @@ func TestBoundFlagsReachServers(t *testing.T) {
 	if c.bounds != want {
 		t.Errorf("flags parsed to %+v, want %+v", c.bounds, want)
 	}
-	s := startSidecar(t, args...)
+	s := startSidecar(t, sidecarOpts{args: args})
 
 	// The gRPC server's options: its SETTINGS say --grpc-max-streams.
 	if got := maxStreams(t, s.grpcAddr); got != 7 {

@@ -65,7 +65,7 @@ func TestCalendarDurationUntilReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := redistest.StartServer(t)
-	s := startSidecar(t, "--config", dir, "--redis-url", "redis://"+srv.Addr)
+	s := startSidecar(t, sidecarOpts{args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr}})
 	midnight := func(t time.Time) time.Time {
 		y, m, d := t.In(ny).Date()
 		return time.Date(y, m, d+1, 0, 0, 0, 0, ny)
@@ -108,7 +108,7 @@ func TestCalendarMonthReferenceEnv(t *testing.T) {
 				env["USE_CALENDAR_MONTH_RATE_LIMIT"] = tt.give
 			}
 			env["CACHE_KEY_PREFIX"] = tt.name + "_"
-			s := startAs(t, "/bin/ratelimit", env)
+			s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: env})
 			resetWithin(t, s.rls, userRequest("alice", 1), tt.window)
 			// A limit Envoy sends (descriptor.limit) of a month counts as
 			// the reference counts it: as the rules' months.

@@ -72,7 +72,7 @@ func runInFlightCases(t *testing.T, s *sidecar) {
 // without the entry that names the request is refused as invalid, with
 // the field named.
 func TestInFlight(t *testing.T) {
-	s := startSidecar(t, onRedis(t)...)
+	s := startSidecar(t, sidecarOpts{args: onRedis(t)})
 	runInFlightCases(t, s)
 	req := &rlsv3.RateLimitRequest{Domain: "llm", Descriptors: []*rlscommon.RateLimitDescriptor{{
 		Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "user", Value: "u"}},

@@ -154,7 +154,7 @@ func TestEnvoyGateway(t *testing.T) {
 	xsrv := xdstest.Start(t, xdstest.WithTLS(ca.ServerConfig(t, ca.Issue(t, "envoy-gateway"), true)))
 	rsrv := redistest.StartServer(t)
 	pod := newEGPod(t, ca, xsrv.Addr, rsrv.Addr)
-	s := startAs(t, "/bin/ratelimit", pod.envFor(t))
+	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: pod.envFor(t)})
 	if err := healthErr(s.health); status.Code(err) != codes.Unavailable {
 		t.Errorf("health over plaintext: %v, want Unavailable", err)
 	}
@@ -297,7 +297,7 @@ func TestEnvoyGatewayMutualTLS(t *testing.T) {
 	env := pod.envFor(t)
 	env["GRPC_CLIENT_TLS_CACERT"] = env["GRPC_SERVER_TLS_CA_CERT"]
 	env["GRPC_CLIENT_TLS_SAN"] = "envoy.envoy-gateway-system"
-	s := startAs(t, "/bin/ratelimit", env)
+	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: env})
 
 	other := certtest.NewCA(t, t.TempDir(), "other")
 	envoy := ca.IssueWith(t, "envoy", certtest.Options{DNSNames: []string{"envoy.envoy-gateway-system"}})

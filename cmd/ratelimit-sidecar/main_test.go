@@ -9,13 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/gctune"
@@ -47,34 +44,15 @@ func TestInvalidConfigListsEveryProblem(t *testing.T) {
 }
 
 func TestServesUntilCancelled(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan [2]string, 1)
-	c, err := parseFlags([]string{"--config", "../../config/", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, noEnv, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.onReady = func(a listenAddrs) { ready <- [2]string{a.grpc, a.http} }
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, c, io.Discard) }()
-	var addrs [2]string
-	select {
-	case addrs = <-ready:
-	case err := <-done:
-		t.Fatalf("serve returned early: %v", err)
-	}
-
-	conn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	s := startSidecar(t, sidecarOpts{args: []string{"--config", "../../config/"}})
+	ctx := context.Background()
 	for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
-		h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		h, err := s.health.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
 		if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
 			t.Errorf("health(%q) = %v, %v; want SERVING", svc, h, err)
 		}
 	}
-	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+	resp, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
 		Domain:      "edge",
 		HitsAddend:  10,
 		Descriptors: []*rlscommon.RateLimitDescriptor{{Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "tenant", Value: "t1"}, {Key: "user", Value: "u1"}}}},
@@ -86,24 +64,12 @@ func TestServesUntilCancelled(t *testing.T) {
 		t.Errorf("first burst of 10 = %v, want OK with 0 remaining (config/rules.yaml user burst is 10)", resp)
 	}
 	for _, path := range []string{"/healthz", "/readyz"} {
-		r, err := http.Get("http://" + addrs[1] + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Body.Close()
-		if r.StatusCode != http.StatusOK {
-			t.Errorf("GET %s = %d, want 200", path, r.StatusCode)
+		if code, _ := s.get(t, path); code != http.StatusOK {
+			t.Errorf("GET %s = %d, want 200", path, code)
 		}
 	}
-
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not stop within 10s of cancellation")
+	if err := s.stop(); err != nil {
+		t.Errorf("serve: %v", err)
 	}
 }
 
@@ -164,7 +130,7 @@ func TestIncompleteRedisFlags(t *testing.T) {
 
 func noEnv(string) (string, bool) { return "", false }
 
-func write(t *testing.T, path, data string) {
+func write(t testing.TB, path, data string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
 		t.Fatal(err)

@@ -16,8 +16,8 @@ func TestOTLPMetrics(t *testing.T) {
 	rcv := otlptest.StartGRPC(t)
 	dir := t.TempDir()
 	writeAll(t, filepath.Join(dir, "rules.yaml"), statsdRules)
-	s := startAs(t, "ratelimit-sidecar", nil, "--config", dir, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0",
-		"--otlp-metrics", "--otlp-metrics-protocol", "grpc", "--otlp-metrics-endpoint", rcv.BaseURL, "--otlp-metrics-interval=50ms")
+	s := startSidecar(t, sidecarOpts{argv0: "ratelimit-sidecar", args: []string{"--config", dir, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0",
+		"--otlp-metrics", "--otlp-metrics-protocol", "grpc", "--otlp-metrics-endpoint", rcv.BaseURL, "--otlp-metrics-interval=50ms"}})
 	for range 3 {
 		if _, err := s.rls.ShouldRateLimit(context.Background(), userRequest("alice", 0)); err != nil {
 			t.Fatal(err)

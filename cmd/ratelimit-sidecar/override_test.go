@@ -47,7 +47,7 @@ func TestOverrideAlgorithmsGRPC(t *testing.T) {
 	}
 	for name, args := range stores {
 		t.Run(name, func(t *testing.T) {
-			s := startSidecar(t, append([]string{"--config", dir}, args...)...)
+			s := startSidecar(t, sidecarOpts{args: append([]string{"--config", dir}, args...)})
 			send := func(key, value string, requests uint32) (*rlsv3.RateLimitResponse, error) {
 				return s.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "ai", Descriptors: []*rlscommon.RateLimitDescriptor{{
 					Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: key, Value: value}},

@@ -37,7 +37,7 @@ func TestRedisWrongPassword(t *testing.T) {
 	pwFile := filepath.Join(t.TempDir(), "pw")
 	write(t, pwFile, sidecarPass+"\n")
 	var log logtest.Buffer
-	s := startSidecarLog(t, &log, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--redis-password-file", pwFile)
+	s := startSidecar(t, sidecarOpts{log: &log, args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr, "--redis-password-file", pwFile}})
 
 	var bodies []string
 	waitReadyz := func(wantCode int, want string) {
@@ -152,103 +152,4 @@ func logLines(t *testing.T, log *logtest.Buffer, level, text string) []map[strin
 		}
 	}
 	return out
-}
-
-// refusalSeen waits until the sidecar has logged one Error line for a
-// refusal of kind by addr saying msg, /readyz answers 503 saying msg and
-// the gauge of kind is 1; then, after fix, until one Info line says it
-// ended, /readyz answers 200 and the gauge is 0.
-func refusalSeen(t *testing.T, s *sidecar, log *logtest.Buffer, kind, role, addr, msg string, fix func()) {
-	t.Helper()
-	readyz := func(wantCode int, want string) {
-		t.Helper()
-		var code int
-		var body string
-		for range 1000 { // 10 s
-			if code, body = s.get(t, "/readyz"); code == wantCode && strings.Contains(body, want) {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		t.Fatalf("/readyz = %d %q; want %d with %q\nlog:\n%s", code, body, wantCode, want, log.String())
-	}
-	metric := func(want string) {
-		t.Helper()
-		if m := s.getBody(t, "/metrics"); !strings.Contains(m, want) {
-			t.Errorf("/metrics lacks %s", want)
-		}
-	}
-	// Requests meet the refusal, the breaker's probe and readiness too.
-	for range 10 {
-		if _, err := s.rls.ShouldRateLimit(context.Background(), userRequest("carol", 1)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	readyz(http.StatusServiceUnavailable, msg)
-	errs := logLines(t, log, "error", `"redis_message"`)
-	if len(errs) != 1 || errs[0]["kind"] != kind || errs[0]["redis_role"] != role || errs[0]["redis_addr"] != addr || errs[0]["redis_message"] != msg {
-		t.Errorf("Error lines with a Redis message: %v; want one of kind %s by %s %s saying %q", errs, kind, role, addr, msg)
-	}
-	metric(`ratelimit_sidecar_redis_config_error{kind="` + kind + `"} 1`)
-	metric(`ratelimit_sidecar_redis_config_errors_total{kind="` + kind + `"} 1`)
-
-	fix()
-	readyz(http.StatusOK, "ok\n")
-	oks := logLines(t, log, "info", `"kind":"`+kind+`"`)
-	if len(oks) != 1 || oks[0]["redis_addr"] != addr {
-		t.Errorf("Info lines of kind %s: %v; want one, by %s", kind, oks, addr)
-	}
-	metric(`ratelimit_sidecar_redis_config_error{kind="` + kind + `"} 0`)
-	metric(`ratelimit_sidecar_redis_config_errors_total{kind="` + kind + `"} 1`)
-}
-
-// TestRedisACLRefusal: a sidecar whose ACL user may not run EVALSHA
-// connects, but every decision is refused: logged once, not ready, and
-// ready again once the ACL allows it.
-func TestRedisACLRefusal(t *testing.T) {
-	srv := redistest.StartServer(t)
-	admin := srv.Client(t)
-	ctx := context.Background()
-	if err := admin.Do(ctx, "ACL", "SETUSER", "app", "on", ">app-pass", "~*", "&*", "+@all", "-evalsha", "-eval").Err(); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "rules.yaml"), userRules)
-	pwFile := filepath.Join(t.TempDir(), "pw")
-	write(t, pwFile, "app-pass\n")
-	var log logtest.Buffer
-	s := startSidecarLog(t, &log, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--redis-username", "app", "--redis-password-file", pwFile)
-	refusalSeen(t, s, &log, "acl", "redis", srv.Addr, "NOPERM this user has no permissions to run the 'evalsha' command", func() {
-		if err := admin.Do(ctx, "ACL", "SETUSER", "app", "+evalsha", "+eval").Err(); err != nil {
-			t.Fatal(err)
-		}
-	})
-}
-
-// TestRedisClusterMasterRefuses: one master of a Cluster refuses the
-// password the others take: logged naming that master, not ready, and
-// ready once it takes the password.
-func TestRedisClusterMasterRefuses(t *testing.T) {
-	c := redistest.StartCluster(t)
-	ctx := context.Background()
-	for i, n := range c.Nodes {
-		pass := ">app-pass"
-		if i == 2 {
-			pass = ">other-pass"
-		}
-		if err := n.Client(t).Do(ctx, "ACL", "SETUSER", "app", "on", pass, "~*", "&*", "+@all").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "rules.yaml"), userRules)
-	pwFile := filepath.Join(t.TempDir(), "pw")
-	write(t, pwFile, "app-pass\n")
-	var log logtest.Buffer
-	s := startSidecarLog(t, &log, "--config", dir, "--redis-cluster-addrs", strings.Join(c.Addrs, ","), "--redis-username", "app", "--redis-password-file", pwFile)
-	refusalSeen(t, s, &log, "auth", "cluster node", c.Addrs[2], "WRONGPASS invalid username-password pair or user is disabled.", func() {
-		if err := c.Nodes[2].Client(t).Do(ctx, "ACL", "SETUSER", "app", ">app-pass").Err(); err != nil {
-			t.Fatal(err)
-		}
-	})
 }

@@ -61,7 +61,7 @@ func testPasswordFileRotates(t *testing.T, userArgs func(userFile string) []stri
 	var log logtest.Buffer
 	args := []string{"--config", dir, "--redis-url", "redis://" + srv.Addr, "--failure-mode", "error", "--redis-timeout", "5s",
 		"--redis-password-file", pwFile, "--redis-conn-max-lifetime", "1ms"}
-	s := startSidecarLog(t, &log, append(args, userArgs(userFile)...)...)
+	s := startSidecar(t, sidecarOpts{log: &log, args: append(args, userArgs(userFile)...)})
 
 	reached := make([]chan struct{}, rotations)
 	for i := range reached {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,86 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 )
-
-// refSidecar is a serve() started as the reference's image starts it: by
-// name and environment.
-type refSidecar struct {
-	grpcAddr, httpAddr, debugAddr, metricsAddr string
-	adminAddr                                  string // --http-addr's unless --admin-addr is set
-	rls                                        rlsv3.RateLimitServiceClient
-	health                                     healthpb.HealthClient
-	log                                        *logtest.Buffer
-	cancel                                     context.CancelFunc
-	stop                                       func() error // cancels and waits for serve to return
-}
-
-// startAs starts serve() for the program run as argv0 in env, with args.
-func startAs(t *testing.T, argv0 string, env map[string]string, args ...string) *refSidecar {
-	t.Helper()
-	c, err := parseEnv(argv0, env, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &refSidecar{log: &logtest.Buffer{}}
-	ready := make(chan struct{}, 1)
-	c.onReady = func(a listenAddrs) {
-		s.grpcAddr, s.httpAddr, s.adminAddr, s.debugAddr, s.metricsAddr = a.grpc, a.http, a.admin, a.debug, a.metrics
-		ready <- struct{}{}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, c, s.log) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("serve returned early: %v\n%s", err, s.log)
-	}
-	var once sync.Once
-	var serr error
-	s.stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case serr = <-done:
-			case <-time.After(15 * time.Second):
-				serr = errors.New("serve did not stop within 15s")
-			}
-		})
-		return serr
-	}
-	target := s.grpcAddr
-	if c.addrs.grpcUDS != "" {
-		target = "unix://" + s.grpcAddr
-	}
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.rls = rlsv3.NewRateLimitServiceClient(conn)
-	s.health = healthpb.NewHealthClient(conn)
-	t.Cleanup(func() {
-		if err := s.stop(); err != nil {
-			t.Errorf("serve: %v", err)
-		}
-		conn.Close()
-	})
-	return s
-}
 
 // httpDo sends a request to addr and returns the status and body.
 func httpDo(t *testing.T, method, addr, path, body string) (int, string) {
@@ -160,8 +87,8 @@ func TestIstioSample(t *testing.T) {
 	}
 	swapConfigMap(t, dir, "01", map[string]string{"config.yaml": istioRules(1)})
 	env := istioEnv(root, srv.Addr)
-	a := startAs(t, "/bin/ratelimit", env, "--reload-debounce=50ms")
-	b := startAs(t, "/bin/ratelimit", env, "--reload-debounce=50ms")
+	a := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: env, args: []string{"--reload-debounce=50ms"}})
+	b := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: env, args: []string{"--reload-debounce=50ms"}})
 
 	if !strings.Contains(a.log.String(), `"store":"redis"`) {
 		t.Errorf("start log does not say the store is Redis:\n%s", a.log)
@@ -174,7 +101,7 @@ func TestIstioSample(t *testing.T) {
 	}
 
 	// The reference's surface.
-	for _, s := range []*refSidecar{a, b} {
+	for _, s := range []*sidecar{a, b} {
 		if st := healthOf(t, s.health, "ratelimit"); st != healthpb.HealthCheckResponse_SERVING {
 			t.Errorf("gRPC health of ratelimit: %v", st)
 		}
@@ -194,14 +121,14 @@ func TestIstioSample(t *testing.T) {
 	// The ConfigMap changes: 3 a minute. Counters are kept, so alice has
 	// 2 left (/json's request was rejected and took nothing).
 	swapConfigMap(t, dir, "02", map[string]string{"config.yaml": istioRules(3)})
-	for _, s := range []*refSidecar{a, b} {
+	for _, s := range []*sidecar{a, b} {
 		waitFor(t, func() bool {
 			_, body := httpDo(t, "GET", s.debugAddr, "/rlconfig", "")
 			return strings.Contains(body, "requests_per_unit=3")
 		})
 	}
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsOK, rlsOK, rlsOver} {
-		s := []*refSidecar{a, b}[i%2]
+		s := []*sidecar{a, b}[i%2]
 		if got := code(t, s.rls, userRequest("alice", 0)); got != want {
 			t.Errorf("after the swap, request %d: %v, want %v", i, got, want)
 		}
@@ -219,11 +146,11 @@ func TestHealthWiring(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "config"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s := startAs(t, "/bin/ratelimit", map[string]string{
+	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: map[string]string{
 		"RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true",
 		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
 		"USE_STATSD": "false",
-	}, "--redis-url=", "--reload-debounce=50ms", "--drain-delay=3s")
+	}, args: []string{"--redis-url=", "--reload-debounce=50ms", "--drain-delay=3s"}})
 	if status, _ := httpDo(t, "GET", s.httpAddr, "/healthcheck", ""); status != http.StatusInternalServerError {
 		t.Errorf("/healthcheck without rules: %d, want 500", status)
 	}
@@ -264,7 +191,7 @@ func TestGRPCUDS(t *testing.T) {
 	stale.Close()
 	writeAll(t, filepath.Join(dir, "config", "rules.yaml"), istioRules(1))
 	env := map[string]string{"GRPC_UDS": sock, "RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "HOST": "127.0.0.1", "PORT": "0"}
-	s := startAs(t, "ratelimit-sidecar", env, "--redis-url=")
+	s := startSidecar(t, sidecarOpts{argv0: "ratelimit-sidecar", env: env, args: []string{"--redis-url="}})
 	if s.grpcAddr != sock {
 		t.Errorf("gRPC listens on %q, want %q", s.grpcAddr, sock)
 	}
@@ -290,11 +217,11 @@ func TestGRPCUDS(t *testing.T) {
 func TestPrometheusAddr(t *testing.T) {
 	dir := t.TempDir()
 	writeAll(t, filepath.Join(dir, "config", "rules.yaml"), istioRules(1))
-	s := startAs(t, "/bin/ratelimit", map[string]string{
+	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: map[string]string{
 		"RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "USE_STATSD": "false", "USE_PROMETHEUS": "true",
 		"PROMETHEUS_ADDR": "127.0.0.1:0", "PROMETHEUS_PATH": "/stats/prometheus",
 		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
-	}, "--redis-url=")
+	}, args: []string{"--redis-url="}})
 	if s.metricsAddr == "" {
 		t.Fatal("no metrics listener")
 	}
@@ -318,10 +245,10 @@ func TestWatchRoot(t *testing.T) {
 	if err := os.Symlink("v1", current); err != nil {
 		t.Fatal(err)
 	}
-	s := startAs(t, "/bin/ratelimit", map[string]string{
+	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: map[string]string{
 		"RUNTIME_ROOT": current, "RUNTIME_SUBDIRECTORY": "ratelimit", "USE_STATSD": "false",
 		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
-	}, "--redis-url=")
+	}, args: []string{"--redis-url="}})
 	if _, body := httpDo(t, "GET", s.debugAddr, "/rlconfig", ""); !strings.Contains(body, "requests_per_unit=1,") {
 		t.Fatalf("/rlconfig before the swap: %q", body)
 	}
@@ -360,7 +287,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 3}
 `)
 	writeAll(t, filepath.Join(dir, "a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 7}\n")
-	s := startAs(t, "ratelimit-sidecar", nil, "--config", dir, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0", "--debug-addr=127.0.0.1:0")
+	s := startSidecar(t, sidecarOpts{argv0: "ratelimit-sidecar", args: []string{"--config", dir, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0", "--debug-addr=127.0.0.1:0"}})
 	status, body := httpDo(t, "GET", s.debugAddr, "/rlconfig", "")
 	want := `a.k: unit=DAY requests_per_unit=7, shadow_mode: false, quota_mode: false
 b.tenant_acme: unit=SECOND requests_per_unit=10, shadow_mode: true, quota_mode: false
@@ -467,8 +394,8 @@ func TestRefRedisTopologies(t *testing.T) {
 				"REDIS_TYPE": typ, "REDIS_URL": url, "RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "USE_STATSD": "false",
 				"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
 			}
-			a := startAs(t, "/bin/ratelimit", env)
-			b := startAs(t, "/bin/ratelimit", env)
+			a := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: env})
+			b := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: env})
 			// Failure mode error (the reference's behaviour): a request
 			// Redis did not decide fails, so these are Redis's answers.
 			if got := code(t, a.rls, userRequest("carol", 0)); got != rlsOK {
@@ -495,7 +422,7 @@ func TestQuotaModeEnv(t *testing.T) {
 		{nil, rlsOver},
 		{map[string]string{"QUOTA_MODE": "true"}, rlsOK},
 	} {
-		s := startAs(t, "ratelimit-sidecar", tt.env, "--config", dir, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0")
+		s := startSidecar(t, sidecarOpts{argv0: "ratelimit-sidecar", env: tt.env, args: []string{"--config", dir, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0"}})
 		desc := func(k string) *rlscommon.RateLimitDescriptor {
 			return &rlscommon.RateLimitDescriptor{Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: k, Value: "x"}}}
 		}

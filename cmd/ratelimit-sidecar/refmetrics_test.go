@@ -28,7 +28,7 @@ descriptors:
   - key: ip
     rate_limit: {unit: minute, requests_per_unit: 5}
 `)
-	s := startAs(t, "ratelimit-sidecar", nil, "--config", dir, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0", "--reference-metrics")
+	s := startSidecar(t, sidecarOpts{argv0: "ratelimit-sidecar", args: []string{"--config", dir, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0", "--reference-metrics"}})
 	ctx := context.Background()
 	for range 3 {
 		if _, err := s.rls.ShouldRateLimit(ctx, userRequest("alice", 0)); err != nil {
@@ -70,7 +70,7 @@ descriptors:
 		}
 	}
 
-	plain := startAs(t, "ratelimit-sidecar", nil, "--config", dir, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0")
+	plain := startSidecar(t, sidecarOpts{argv0: "ratelimit-sidecar", args: []string{"--config", dir, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0"}})
 	if _, body := httpDo(t, "GET", plain.httpAddr, "/metrics", ""); strings.Contains(body, "ratelimit_service_") {
 		t.Error("without --reference-metrics, /metrics has the reference's names")
 	}

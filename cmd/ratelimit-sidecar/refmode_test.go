@@ -10,7 +10,6 @@ import (
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xdstest"
 )
@@ -38,7 +37,7 @@ func refModeEnv(root string, more ...string) map[string]string {
 func TestRefModeAdminNotPublic(t *testing.T) {
 	root := t.TempDir()
 	writeAll(t, filepath.Join(root, "config", "rules.yaml"), istioRules(5))
-	s := startAs(t, "/bin/ratelimit", refModeEnv(root), "--redis-url=")
+	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: refModeEnv(root), args: []string{"--redis-url="}})
 	for _, tt := range []struct{ method, addr, path string }{
 		{"GET", s.httpAddr, "/debug/counters?domain=edge&descriptor=user=alice"},
 		{"POST", s.httpAddr, "/debug/counters/reset?domain=edge&descriptor=user=alice"},
@@ -65,7 +64,7 @@ func TestRefModeAdminNotPublic(t *testing.T) {
 		t.Errorf("start log does not say the admin endpoints are not served:\n%s", s.log)
 	}
 
-	asked := startAs(t, "/bin/ratelimit", refModeEnv(root, "RLS_ADMIN_ADDR", "127.0.0.1:0"), "--redis-url=")
+	asked := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: refModeEnv(root, "RLS_ADMIN_ADDR", "127.0.0.1:0"), args: []string{"--redis-url="}})
 	if asked.adminAddr == asked.httpAddr {
 		t.Fatalf("admin address %s is the HTTP address", asked.adminAddr)
 	}
@@ -92,7 +91,7 @@ func TestRefModeRedisRefusalHealth(t *testing.T) {
 	}
 	root := t.TempDir()
 	writeAll(t, filepath.Join(root, "config", "rules.yaml"), istioRules(5))
-	s := startAs(t, "/bin/ratelimit", refModeEnv(root, "REDIS_SOCKET_TYPE", "tcp", "REDIS_URL", srv.Addr, "REDIS_AUTH", sidecarPass))
+	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: refModeEnv(root, "REDIS_SOCKET_TYPE", "tcp", "REDIS_URL", srv.Addr, "REDIS_AUTH", sidecarPass)})
 
 	awaitRefHealth(t, s, healthpb.HealthCheckResponse_NOT_SERVING)
 	status, body := httpDo(t, "GET", s.httpAddr, "/healthcheck", "")
@@ -124,7 +123,7 @@ func TestRefModeRedisRefusalHealth(t *testing.T) {
 
 // awaitRefHealth waits, at most xdstest.Wait, for the health of the
 // reference's service name to be want, by the health Watch's updates.
-func awaitRefHealth(t *testing.T, s *refSidecar, want healthpb.HealthCheckResponse_ServingStatus) {
+func awaitRefHealth(t *testing.T, s *sidecar, want healthpb.HealthCheckResponse_ServingStatus) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Wait)
 	defer cancel()
@@ -148,8 +147,7 @@ func awaitRefHealth(t *testing.T, s *refSidecar, want healthpb.HealthCheckRespon
 // metrics and its start log, and the metrics follow the first push.
 func TestXDSStateMetrics(t *testing.T) {
 	srv := xdstest.Start(t)
-	var log logtest.Buffer
-	s := startXDS(t, &log, srv, "--force-start-without-rules", "--allow-empty-rules")
+	s := startSidecar(t, xdsOpts(srv, "--force-start-without-rules", "--allow-empty-rules"))
 	waitFor(t, func() bool { return metricValue(t, s, "ratelimit_sidecar_xds_connected") == 1 })
 	_, body := s.get(t, "/metrics")
 	for _, want := range []string{"ratelimit_sidecar_xds_rules_received 0", "ratelimit_sidecar_xds_last_push_timestamp_seconds 0"} {
@@ -157,8 +155,8 @@ func TestXDSStateMetrics(t *testing.T) {
 			t.Errorf("/metrics before any push lacks %s", want)
 		}
 	}
-	if !strings.Contains(log.String(), "serving before the xDS server has delivered rules") {
-		t.Errorf("start log does not warn of serving without rules:\n%s", log.String())
+	if !strings.Contains(s.log.String(), "serving before the xDS server has delivered rules") {
+		t.Errorf("start log does not warn of serving without rules:\n%s", s.log)
 	}
 
 	srv.Set(t, "envoy-ratelimit", "1", xdstest.RateLimitConfig("edge", "user", 2, rlsconf.RateLimitUnit_MINUTE))

@@ -24,7 +24,7 @@ func giveBack(key, value string, n uint64) usageDesc {
 func TestRefunds(t *testing.T) {
 	var log logtest.Buffer
 	args := onRedis(t)
-	a, b := startSidecarLog(t, &log, append(args, "--log-rejections", "info")...), startSidecar(t, args...)
+	a, b := startSidecar(t, sidecarOpts{log: &log, args: append(args, "--log-rejections", "info")}), startSidecar(t, sidecarOpts{args: args})
 	// One stream-end call gives back one descriptor's estimate and
 	// charges another's use; a refund in a call that another descriptor
 	// refuses counts.

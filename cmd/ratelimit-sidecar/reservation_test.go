@@ -108,5 +108,5 @@ func runReservationCases(t *testing.T, s *sidecar) {
 // make it forget; b's estimate is released after release_after, which
 // metrics count.
 func TestReservations(t *testing.T) {
-	runReservationCases(t, startSidecar(t, onRedis(t)...))
+	runReservationCases(t, startSidecar(t, sidecarOpts{args: onRedis(t)}))
 }

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,16 +40,6 @@ import (
 const rlqsRules = "domain: edge\n%sdescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 1000, lease: 8}\n"
 
 var alice = map[string]string{"user": "alice"}
-
-// startRLQS starts a sidecar on Redis srv with rules in a temporary
-// directory, whose path it returns, and the extra args.
-func startRLQS(t *testing.T, srv *redistest.Server, rules string, args ...string) (*sidecar, string) {
-	t.Helper()
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "rules.yaml"), rules)
-	args = append([]string{"--config", dir, "--redis-url", "redis://" + srv.Addr}, args...)
-	return startSidecar(t, args...), dir
-}
 
 // grpcConn returns a client of addr over TLS with cfg, or plaintext if
 // cfg is nil, closed when the test ends.
@@ -120,23 +107,6 @@ func tokens(s *typev3.RateLimitStrategy) uint32 {
 	return s.GetTokenBucket().GetMaxTokens()
 }
 
-// metricValue returns the value of the sample line that starts with
-// series on s's /metrics, -1 if there is none.
-func metricValue(t *testing.T, s *sidecar, series string) float64 {
-	t.Helper()
-	sc := bufio.NewScanner(strings.NewReader(s.getBody(t, "/metrics")))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", series, err)
-			}
-			return f
-		}
-	}
-	return -1
-}
-
 // TestRLQSServed: how the sidecar wires RLQS. On Redis it serves it on
 // the gRPC port, under its TLS and beside RLS on one connection, with
 // the --rlqs-* flags (--rlqs-max-buckets 1: a second bucket of a rule is
@@ -151,9 +121,9 @@ func TestRLQSServed(t *testing.T) {
 		ca := certtest.NewCA(t, t.TempDir(), "ca")
 		server := ca.Issue(t, "server")
 		r := otlptest.StartGRPC(t)
-		s, _ := startRLQS(t, srv, fmt.Sprintf(rlqsRules, ""), "--grpc-tls-cert", server.CertFile, "--grpc-tls-key", server.KeyFile,
+		s := startSidecar(t, sidecarOpts{rules: fmt.Sprintf(rlqsRules, ""), args: []string{"--redis-url", "redis://" + srv.Addr, "--grpc-tls-cert", server.CertFile, "--grpc-tls-key", server.KeyFile,
 			"--rlqs-max-buckets", "1", "--failure-mode", "closed", "--redis-timeout", "5s",
-			"--tracing", "--tracing-protocol", "grpc", "--tracing-endpoint", r.URL, "--tracing-sampling-rate", "1")
+			"--tracing", "--tracing-protocol", "grpc", "--tracing-endpoint", r.URL, "--tracing-sampling-rate", "1"}})
 		conn := grpcConn(t, s.grpcAddr, ca.ClientConfig(t, nil))
 		e, err := rlqsEnvoy(t, conn, "edge", nil)
 		if err != nil {
@@ -200,10 +170,7 @@ func TestRLQSServed(t *testing.T) {
 	})
 
 	t.Run("memory", func(t *testing.T) {
-		dir := t.TempDir()
-		write(t, filepath.Join(dir, "rules.yaml"), fmt.Sprintf(rlqsRules, ""))
-		logs := &lockedBuffer{}
-		s := startSidecarLog(t, logs, "--config", dir)
+		s := startSidecar(t, sidecarOpts{rules: fmt.Sprintf(rlqsRules, "")})
 		conn := grpcConn(t, s.grpcAddr, nil)
 		e, err := rlqsEnvoy(t, conn, "edge", nil)
 		if err == nil {
@@ -223,7 +190,7 @@ func TestRLQSServed(t *testing.T) {
 		if resp, err := s.rls.ShouldRateLimit(ctx, userRequest("bob", 1)); err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 			t.Errorf("RLS on the memory store: %v, %v; want OK", resp, err)
 		}
-		if l := logs.String(); !strings.Contains(l, "rlqs not served: quota is shared through Redis") {
+		if l := s.log.String(); !strings.Contains(l, "rlqs not served: quota is shared through Redis") {
 			t.Errorf("the log does not say why RLQS is not served:\n%s", l)
 		}
 	})
@@ -235,7 +202,7 @@ func TestRLQSServed(t *testing.T) {
 // the timeout: Envoy keeps one stream open for as long as it runs.
 func TestRLQSStreamsAreStreams(t *testing.T) {
 	srv := redistest.StartServer(t)
-	s, _ := startRLQS(t, srv, fmt.Sprintf(rlqsRules, ""), "--grpc-request-timeout", "100ms")
+	s := startSidecar(t, sidecarOpts{rules: fmt.Sprintf(rlqsRules, ""), args: []string{"--redis-url", "redis://" + srv.Addr, "--grpc-request-timeout", "100ms"}})
 	e, err := rlqsEnvoy(t, grpcConn(t, s.grpcAddr, nil), "edge", nil)
 	if err != nil {
 		t.Fatal(err)

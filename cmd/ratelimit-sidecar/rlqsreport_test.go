@@ -28,7 +28,7 @@ import (
 // tenant-length ones) lost its stream at every report.
 func TestRLQSLargeReports(t *testing.T) {
 	srv := redistest.StartServer(t)
-	s, _ := startRLQS(t, srv, fmt.Sprintf(rlqsRules, ""))
+	s := startSidecar(t, sidecarOpts{rules: fmt.Sprintf(rlqsRules, ""), args: []string{"--redis-url", "redis://" + srv.Addr}})
 	conn := grpcConn(t, s.grpcAddr, nil)
 	report := func(n int) (*rlqspb.RateLimitQuotaResponse, int, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -96,11 +96,11 @@ func TestRLQSReportIDsBounded(t *testing.T) {
 		defer stream.CloseSend() //nolint:errcheck // the stream is done
 		return stream.Recv()
 	}
-	s, _ := startRLQS(t, srv, fmt.Sprintf(rlqsRules, ""))
+	s := startSidecar(t, sidecarOpts{rules: fmt.Sprintf(rlqsRules, ""), args: []string{"--redis-url", "redis://" + srv.Addr}})
 	if _, err := report(s); status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "more than 128 entries") {
 		t.Errorf("an id of 200 entries at --max-entries 32: %v; want it refused before decoding", err)
 	}
-	s, _ = startRLQS(t, srv, fmt.Sprintf(rlqsRules, ""), "--max-entries", "64")
+	s = startSidecar(t, sidecarOpts{rules: fmt.Sprintf(rlqsRules, ""), args: []string{"--redis-url", "redis://" + srv.Addr, "--max-entries", "64"}})
 	resp, err := report(s)
 	if err != nil || len(resp.GetBucketAction()) != 1 {
 		t.Errorf("an id of 200 entries at --max-entries 64: %v, %v; want its bucket answered", resp, err)

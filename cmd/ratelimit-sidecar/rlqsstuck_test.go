@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 )
 
@@ -26,8 +27,8 @@ func TestRLQSStuckClientShutdown(t *testing.T) {
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), fmt.Sprintf(rlqsRules, ""))
-	logs := &lockedBuffer{}
-	s := startSidecarLog(t, logs, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--drain-delay", "0s", "--shutdown-timeout", "30s")
+	logs := &logtest.Buffer{}
+	s := startSidecar(t, sidecarOpts{log: logs, args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr, "--drain-delay", "0s", "--shutdown-timeout", "30s"}})
 
 	// Fixed windows turn off grpc-go's growing of them: the client reads
 	// no more than 64 KiB of answers it does not take.

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -51,71 +49,26 @@ func TestStartRefusesNoRules(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer that a test may read while serve logs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestStartWithAllowEmptyRules: RLS_ALLOW_EMPTY_RULES (or the flag) starts
 // without rules, says so at Warn, and answers OK.
 func TestStartWithAllowEmptyRules(t *testing.T) {
 	dir := t.TempDir()
-	env := func(k string) (string, bool) {
-		if k == "RLS_ALLOW_EMPTY_RULES" {
-			return "true", true
+	for _, o := range []sidecarOpts{
+		{args: []string{"--config", dir}, env: map[string]string{"RLS_ALLOW_EMPTY_RULES": "true"}},
+		{args: []string{"--config", dir, "--allow-empty-rules"}},
+	} {
+		s := startSidecar(t, o)
+		var warned bool
+		for _, line := range strings.Split(s.log.String(), "\n") {
+			warned = warned || strings.Contains(line, `"level":"warn"`) && strings.Contains(line, "without rules") && strings.Contains(line, dir)
 		}
-		return "", false
-	}
-	c, err := parseFlags([]string{"--config", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, env, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs lockedBuffer
-	ready := make(chan struct{}, 1)
-	c.onReady = func(listenAddrs) { ready <- struct{}{} }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, c, &logs) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("serve returned early: %v", err)
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("serve: %v", err)
+		if !warned {
+			t.Errorf("%v: no Warn about starting without rules naming %s:\n%s", o, dir, s.log)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not stop within 10s")
-	}
-	var warned bool
-	for _, line := range strings.Split(logs.String(), "\n") {
-		warned = warned || strings.Contains(line, `"level":"warn"`) && strings.Contains(line, "without rules") && strings.Contains(line, dir)
-	}
-	if !warned {
-		t.Errorf("no Warn about starting without rules naming %s:\n%s", dir, logs.String())
-	}
-
-	s := startSidecar(t, "--config", dir, "--allow-empty-rules")
-	resp, err := s.rls.ShouldRateLimit(context.Background(), userRequest("alice", 0))
-	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
-		t.Errorf("without rules: %v, %v; want OK", resp, err)
+		resp, err := s.rls.ShouldRateLimit(context.Background(), userRequest("alice", 0))
+		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Errorf("%v: without rules: %v, %v; want OK", o, resp, err)
+		}
 	}
 }
 
@@ -130,7 +83,7 @@ func TestReloadFailureClearedThroughSidecar(t *testing.T) {
 	write(t, path, userRules)
 	// Only SIGHUP reloads: the watcher may not watch yet when the test
 	// first changes the files.
-	s := startSidecar(t, "--config", dir, "--reload-debounce", "1h")
+	s := startSidecar(t, sidecarOpts{args: []string{"--config", dir, "--reload-debounce", "1h"}})
 	ctx := context.Background()
 	if resp, err := s.rls.ShouldRateLimit(ctx, userRequest("alice", 3)); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("alice's 3 hits: %v, %v", resp, err)

@@ -1,14 +1,16 @@
 package main
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,48 +25,80 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 )
 
 // sidecar is a running serve() for a test.
 type sidecar struct {
-	grpcAddr, httpAddr, adminAddr string
-	rls                           rlsv3.RateLimitServiceClient
-	health                        healthpb.HealthClient
-	stop                          func() error // cancels and waits for serve to return
+	grpcAddr, httpAddr string
+	adminAddr          string // httpAddr unless --admin-addr is set
+	debugAddr          string // "" without a debug listener
+	metricsAddr        string // "" without a metrics listener of its own
+	dir                string // the rules directory sidecarOpts.rules was written to
+	rls                rlsv3.RateLimitServiceClient
+	health             healthpb.HealthClient
+	log                *logtest.Buffer    // everything serve logged
+	cancel             context.CancelFunc // as SIGTERM does
+	stop               func() error       // cancels and waits for serve to return
 }
 
-func startSidecar(t testing.TB, args ...string) *sidecar {
-	t.Helper()
-	return startSidecarLog(t, io.Discard, args...)
+// sidecarOpts says how startSidecar starts serve().
+type sidecarOpts struct {
+	// args is the command line. Unless argv0 is set, it follows
+	// --grpc-addr and --http-addr on 127.0.0.1:0.
+	args []string
+	env  map[string]string // the environment; nil: empty
+	// argv0 is the program run (os.Args[0]); "" is ratelimit-sidecar.
+	// When set, listeners come from args and env alone, and serve sees
+	// env as the whole environment (its start report lists it).
+	argv0 string
+	// rules, if set, is written to rules.yaml in a new directory (s.dir),
+	// which the command line then starts with as --config.
+	rules string
+	log   io.Writer // if set, also gets the log
 }
 
-// startSidecarLog is startSidecar with the sidecar's log written to logw.
-func startSidecarLog(t testing.TB, logw io.Writer, args ...string) *sidecar {
+// startSidecar starts serve() as o says, waits for it to listen, and stops
+// it when the test ends.
+func startSidecar(t testing.TB, o sidecarOpts) *sidecar {
 	t.Helper()
-	return startSidecarEnv(t, logw, nil, args...)
-}
-
-// startSidecarEnv is startSidecarLog in the environment env.
-func startSidecarEnv(t testing.TB, logw io.Writer, env map[string]string, args ...string) *sidecar {
-	t.Helper()
-	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
-	c, err := parseFlags(args, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, io.Discard)
+	s := &sidecar{log: &logtest.Buffer{}}
+	args := o.args
+	if o.rules != "" {
+		s.dir = t.TempDir()
+		write(t, filepath.Join(s.dir, "rules.yaml"), o.rules)
+		args = append([]string{"--config", s.dir}, args...)
+	}
+	var c *settings
+	var err error
+	if o.argv0 == "" {
+		args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
+		c, err = parseFlags(args, func(k string) (string, bool) { v, ok := o.env[k]; return v, ok }, io.Discard)
+	} else {
+		c, err = parseEnv(o.argv0, o.env, args...)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	ready := make(chan [3]string, 1)
-	c.onReady = func(a listenAddrs) { ready <- [3]string{a.grpc, a.http, a.admin} }
+	var logw io.Writer = s.log
+	if o.log != nil {
+		logw = io.MultiWriter(s.log, o.log)
+	}
+	ready := make(chan struct{}, 1)
+	c.onReady = func(a listenAddrs) {
+		s.grpcAddr, s.httpAddr, s.adminAddr, s.debugAddr, s.metricsAddr = a.grpc, a.http, a.admin, a.debug, a.metrics
+		ready <- struct{}{}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, c, logw) }()
-	s := &sidecar{}
 	select {
-	case a := <-ready:
-		s.grpcAddr, s.httpAddr, s.adminAddr = a[0], a[1], a[2]
+	case <-ready:
 	case err := <-done:
 		cancel()
-		t.Fatalf("serve returned early: %v", err)
+		t.Fatalf("serve returned early: %v\n%s", err, s.log)
 	}
 	var once sync.Once
 	var serr error
@@ -74,12 +108,16 @@ func startSidecarEnv(t testing.TB, logw io.Writer, env map[string]string, args .
 			select {
 			case serr = <-done:
 			case <-time.After(15 * time.Second):
-				serr = fmt.Errorf("serve did not stop within 15s")
+				serr = errors.New("serve did not stop within 15s")
 			}
 		})
 		return serr
 	}
-	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	target := s.grpcAddr
+	if c.addrs.grpcUDS != "" {
+		target = "unix://" + s.grpcAddr
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +143,35 @@ func (s *sidecar) get(t *testing.T, path string) (int, string) {
 	return r.StatusCode, string(b)
 }
 
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// metricValue returns the value of the sample line that starts with
+// series on s's /metrics, -1 if there is none.
+func metricValue(t *testing.T, s *sidecar, series string) float64 {
+	t.Helper()
+	sc := bufio.NewScanner(strings.NewReader(s.getBody(t, "/metrics")))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", series, err)
+			}
+			return f
+		}
+	}
+	return -1
+}
+
 func userRequest(user string, hits uint32) *rlsv3.RateLimitRequest {
 	return &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: hits, Descriptors: []*rlscommon.RateLimitDescriptor{
 		{Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "user", Value: user}}},
@@ -120,7 +187,7 @@ const userRules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {u
 func TestMetricsDebugConfigAndSIGHUP(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), userRules)
-	s := startSidecar(t, "--config", dir, "--reload-debounce", "1h") // only SIGHUP reloads here
+	s := startSidecar(t, sidecarOpts{args: []string{"--config", dir, "--reload-debounce", "1h"}}) // only SIGHUP reloads here
 	ctx := context.Background()
 	for range 4 {
 		if _, err := s.rls.ShouldRateLimit(ctx, userRequest("alice", 0)); err != nil {
@@ -180,23 +247,11 @@ func (s *sidecar) getBody(t *testing.T, path string) string {
 	return b
 }
 
-// waitFor polls cond for up to 5 s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestShutdownUnderLoad cancels the sidecar while clients send requests.
 // Clients stop sending once health says NOT_SERVING, as Envoy would; every
 // request they sent must succeed.
 func TestShutdownUnderLoad(t *testing.T) {
-	s := startSidecar(t, "--config", "../../config/", "--drain-delay", "300ms")
+	s := startSidecar(t, sidecarOpts{args: []string{"--config", "../../config/", "--drain-delay", "300ms"}})
 	ctx := context.Background()
 	var sent, failed atomic.Int64
 	var draining atomic.Bool
@@ -237,7 +292,7 @@ func TestRedisStore(t *testing.T) {
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), userRules)
-	s := startSidecar(t, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--redis-key-prefix", "t1:")
+	s := startSidecar(t, sidecarOpts{args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr, "--redis-key-prefix", "t1:"}})
 	resp, err := s.rls.ShouldRateLimit(context.Background(), userRequest("alice", 2))
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +316,7 @@ func TestDenyCache(t *testing.T) {
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), userRules)
-	s := startSidecar(t, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--reload-debounce", "10ms")
+	s := startSidecar(t, sidecarOpts{args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr, "--reload-debounce", "10ms"}})
 	rdb := srv.Client(t)
 	evals := func() int64 {
 		stats, err := rdb.Info(context.Background(), "commandstats").Result()
@@ -317,7 +372,7 @@ func TestRedisDownAtStartup(t *testing.T) {
 	srv.Kill()
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), userRules)
-	s := startSidecar(t, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--failure-mode", "closed")
+	s := startSidecar(t, sidecarOpts{args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr, "--failure-mode", "closed"}})
 	resp, err := s.rls.ShouldRateLimit(context.Background(), userRequest("alice", 0))
 	if err != nil {
 		t.Fatal(err)
@@ -359,7 +414,7 @@ func TestReadyzFollowsEachDomainsFailureMode(t *testing.T) {
 			for i, f := range tt.files {
 				write(t, filepath.Join(dir, fmt.Sprintf("rules%d.yaml", i)), f)
 			}
-			s := startSidecar(t, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--failure-mode", tt.flag)
+			s := startSidecar(t, sidecarOpts{args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr, "--failure-mode", tt.flag}})
 			if code, body := s.get(t, "/readyz"); code != tt.wantCode || !strings.Contains(body, tt.wantBody) {
 				t.Errorf("/readyz = %d %q; want %d with %q", code, body, tt.wantCode, tt.wantBody)
 			}
@@ -373,7 +428,7 @@ func TestReadyzFollowsEachDomainsFailureMode(t *testing.T) {
 func TestJSONEndpointWithHeaders(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), userRules)
-	s := startSidecar(t, "--config", dir, "--response-headers", "ietf")
+	s := startSidecar(t, sidecarOpts{args: []string{"--config", dir, "--response-headers", "ietf"}})
 	post := func() (*http.Response, string) {
 		t.Helper()
 		body := `{"domain":"edge","hitsAddend":3,"descriptors":[{"entries":[{"key":"user","value":"carol"}]}]}`
@@ -401,31 +456,6 @@ func TestJSONEndpointWithHeaders(t *testing.T) {
 	}
 }
 
-// TestAdminAddr moves /json and /debug/config off --http-addr, which in a
-// pod listens on the pod address for the kubelet and Prometheus.
-func TestAdminAddr(t *testing.T) {
-	s := startSidecar(t, "--config", "../../config/", "--admin-addr", "127.0.0.1:0")
-	if s.adminAddr == s.httpAddr {
-		t.Fatal("admin endpoints share the HTTP address")
-	}
-	for _, path := range []string{"/debug/config", "/json"} {
-		if code, _ := s.get(t, path); code != http.StatusNotFound {
-			t.Errorf("GET %s on --http-addr = %d, want 404", path, code)
-		}
-	}
-	r, err := http.Get("http://" + s.adminAddr + "/debug/config")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Body.Close()
-	if r.StatusCode != http.StatusOK {
-		t.Errorf("GET /debug/config on --admin-addr = %d", r.StatusCode)
-	}
-	if code, _ := s.get(t, "/metrics"); code != http.StatusOK {
-		t.Errorf("/metrics on --http-addr = %d", code)
-	}
-}
-
 // TestLeasesGivenBackAtShutdown: a sidecar that stops holding part of a
 // lease gives it back to Redis, so the next sidecar sees only the hits
 // admitted.
@@ -437,7 +467,7 @@ func TestLeasesGivenBackAtShutdown(t *testing.T) {
 	write(t, filepath.Join(plainDir, "rules.yaml"), fmt.Sprintf(rules, ""))
 	redisURL := "redis://" + srv.Addr
 
-	s := startSidecar(t, "--config", leasedDir, "--redis-url", redisURL)
+	s := startSidecar(t, sidecarOpts{args: []string{"--config", leasedDir, "--redis-url", redisURL}})
 	for range 3 {
 		resp, err := s.rls.ShouldRateLimit(context.Background(), userRequest("alice", 1))
 		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
@@ -448,7 +478,7 @@ func TestLeasesGivenBackAtShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	p := startSidecar(t, "--config", plainDir, "--redis-url", redisURL)
+	p := startSidecar(t, sidecarOpts{args: []string{"--config", plainDir, "--redis-url", redisURL}})
 	resp, err := p.rls.ShouldRateLimit(context.Background(), userRequest("alice", 1))
 	if err != nil {
 		t.Fatal(err)
@@ -482,18 +512,11 @@ func TestRedisPasswordOnCommandLine(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			getenv := func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok }
-			args := append([]string{"--config", "../../config/", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, tt.args...)
-			c, err := parseFlags(args, getenv, io.Discard)
-			if err != nil {
+			s := startSidecar(t, sidecarOpts{args: append([]string{"--config", "../../config/"}, tt.args...), env: tt.env})
+			if err := s.stop(); err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			c.onReady = func(listenAddrs) { cancel() } // start, then stop
-			var log bytes.Buffer
-			if err := serve(ctx, c, &log); err != nil {
-				t.Fatal(err)
-			}
+			log := s.log
 			if strings.Contains(log.String(), "s3cret") {
 				t.Errorf("the log holds the password:\n%s", log.String())
 			}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,9 +13,7 @@ import (
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certtest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xdstest"
 )
 
@@ -58,9 +55,9 @@ func (s *sidecar) hits(t *testing.T, domain, key, value string, want ...rlsv3.Ra
 // snapshot cache) feed one sidecar. It is ready only once both servers
 // have pushed; each source's domains decide; a domain the second server
 // claims too stays the first's, and the refusal is logged, counted per
-// source and shown in /debug/config; each server has its own metrics;
-// and with one server gone, the other's updates still apply while the
-// gone one's rules keep deciding.
+// source and shown in /debug/config; and each server has its own
+// metrics. What a source does alone is pkg/xds's and pkg/sources' to
+// test (TestServerDown, TestCombiner, TestMultiWaitsForEverySource).
 func TestSeveralRuleSources(t *testing.T) {
 	eg, aigw := xdstest.Start(t), xdstest.Start(t)
 	dir := t.TempDir()
@@ -68,9 +65,9 @@ func TestSeveralRuleSources(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log logtest.Buffer
-	s := startSidecarEnv(t, &log, fastXDS, "--config", dir,
-		"--xds-source", "name=eg,server="+eg.Addr+",node-id=envoy-ratelimit",
-		"--xds-source", "name=aigw,server="+aigw.Addr+",node-id="+aigwNode)
+	s := startSidecar(t, sidecarOpts{log: &log, env: fastXDS, args: []string{"--config", dir,
+		"--xds-source", "name=eg,server=" + eg.Addr + ",node-id=envoy-ratelimit",
+		"--xds-source", "name=aigw,server=" + aigw.Addr + ",node-id=" + aigwNode}})
 
 	// Neither server has pushed: not ready, waiting for both.
 	if st := s.healthNow(t); st != healthpb.HealthCheckResponse_NOT_SERVING {
@@ -119,127 +116,6 @@ func TestSeveralRuleSources(t *testing.T) {
 			if got := metricValue(t, s, `ratelimit_sidecar_`+m+`{source="`+src+`"}`); got != 1 {
 				t.Errorf("%s of %s: %v, want 1", m, src, got)
 			}
-		}
-	}
-
-	// Envoy Gateway's server goes away: its rules, and their counters,
-	// keep deciding, and AI Gateway's next push applies.
-	eg.Stop()
-	waitFor(t, func() bool { return metricValue(t, s, `ratelimit_sidecar_xds_connected{source="eg"}`) == 0 })
-	aigw.Set(t, aigwNode, "2",
-		xdstest.RateLimitConfig(aigwDomain, "backend_name", 1, rlsconf.RateLimitUnit_HOUR),
-		xdstest.RateLimitConfig(aigwDomain+"-2", "backend_name", 1, rlsconf.RateLimitUnit_HOUR))
-	aigw.Await(t, 0, "ACKing version 2", isACK("2"))
-	s.hits(t, aigwDomain+"-2", "backend_name", "openai", rlsOK, rlsOver)
-	s.hits(t, "edge", "user", "alice", rlsOver)
-	s.hits(t, "edge", "user", "bob", rlsOK, rlsOK, rlsOver)
-	if got := metricValue(t, s, `ratelimit_sidecar_rule_source_refused_domains{source="aigw"}`); got != 0 {
-		t.Errorf("refused_domains of aigw once it dropped edge: %v, want 0", got)
-	}
-	if st := s.healthNow(t); st != healthpb.HealthCheckResponse_SERVING {
-		t.Errorf("health with eg's server gone: %v, want SERVING on the rules it pushed", st)
-	}
-}
-
-// TestXDSSourceForceStartAndEmptyPush: a source with force-start=true
-// does not hold readiness back (AI Gateway's controller pushes nothing
-// until the first QuotaPolicy exists), and its push of no resources,
-// which it sends when the last QuotaPolicy goes, is ACKed and ends that
-// source's domains, while the rule files' stay.
-func TestXDSSourceForceStartAndEmptyPush(t *testing.T) {
-	aigw := xdstest.Start(t)
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(userRules), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := startSidecarEnv(t, &logtest.Buffer{}, fastXDS, "--config", dir,
-		"--xds-source", "name=aigw,server="+aigw.Addr+",node-id="+aigwNode+",force-start=true")
-	if st := s.healthNow(t); st != healthpb.HealthCheckResponse_SERVING {
-		t.Errorf("health with force-start=true before aigw's push: %v, want SERVING", st)
-	}
-	// config_info names the rules in use: the file's and aigw's (none
-	// yet) together, as /debug/config does.
-	if sum := s.debugConfig(t).Checksum; metricValue(t, s, `ratelimit_sidecar_config_info{checksum="`+sum+`"}`) != 1 {
-		t.Errorf("config_info does not name the rules in use, %s", sum)
-	}
-
-	aigw.Set(t, aigwNode, "1", xdstest.RateLimitConfig(aigwDomain, "backend_name", 1, rlsconf.RateLimitUnit_HOUR))
-	_, n := aigw.Await(t, 0, "ACKing version 1", isACK("1"))
-	s.hits(t, aigwDomain, "backend_name", "openai", rlsOK, rlsOver)
-
-	aigw.Set(t, aigwNode, "2")
-	aigw.Await(t, n, "ACKing version 2, of no resources", isACK("2"))
-	s.hits(t, aigwDomain, "backend_name", "openai", rlsOK, rlsOK)
-	s.hits(t, "edge", "user", "alice", rlsOK, rlsOK, rlsOK, rlsOver)
-}
-
-// TestRuleFilesHoldTheirDomain: a domain that a rule file holds stays
-// the file's when a server pushes it too, and the server's other domains
-// apply; once an edit of the files drops it, the server's rules for it
-// take over, without a push.
-func TestRuleFilesHoldTheirDomain(t *testing.T) {
-	eg := xdstest.Start(t)
-	dir := t.TempDir()
-	file := filepath.Join(dir, "edge.yaml")
-	if err := os.WriteFile(file, []byte(userRules), 0o600); err != nil { // edge: 3 an hour
-		t.Fatal(err)
-	}
-	s := startSidecarEnv(t, &logtest.Buffer{}, fastXDS, "--config", dir, "--reload-debounce", "10ms",
-		"--xds-source", "name=eg,server="+eg.Addr+",node-id=envoy-ratelimit")
-	eg.Set(t, "envoy-ratelimit", "1",
-		xdstest.RateLimitConfig("edge", "user", 1, rlsconf.RateLimitUnit_HOUR),
-		xdstest.RateLimitConfig("other", "user", 1, rlsconf.RateLimitUnit_HOUR))
-	eg.Await(t, 0, "ACKing version 1", isACK("1"))
-	s.awaitHealth(t, healthpb.HealthCheckResponse_SERVING)
-	s.hits(t, "edge", "user", "alice", rlsOK, rlsOK, rlsOK, rlsOver) // the file's 3, not eg's 1
-	s.hits(t, "other", "user", "alice", rlsOK, rlsOver)
-	if got := metricValue(t, s, `ratelimit_sidecar_rule_source_refused_domains{source="eg"}`); got != 1 {
-		t.Errorf("refused_domains of eg: %v, want 1", got)
-	}
-
-	if err := os.WriteFile(file, []byte("domain: local\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, func() bool {
-		return metricValue(t, s, `ratelimit_sidecar_rule_source_refused_domains{source="eg"}`) == 0
-	})
-	s.hits(t, "edge", "user", "bob", rlsOK, rlsOver) // eg's 1 an hour now
-	s.hits(t, "local", "user", "bob", rlsOK, rlsOver)
-}
-
-// TestEnvoyGatewayWithAIGateway: Envoy Gateway's rate-limit deployment,
-// run as /bin/ratelimit on its own environment (mutual TLS to its xDS
-// server, Redis), takes AI Gateway's rate-limit xDS server from
-// RLS_XDS_SOURCE, the one variable a user adds to it, and serves both
-// gateways' domains on Redis, with the metrics of each server.
-func TestEnvoyGatewayWithAIGateway(t *testing.T) {
-	ca := certtest.NewCA(t, t.TempDir(), "ca")
-	eg := xdstest.Start(t, xdstest.WithTLS(ca.ServerConfig(t, ca.Issue(t, "envoy-gateway"), true)))
-	aigw := xdstest.Start(t) // plaintext, as AI Gateway's controller serves it
-	pod := newEGPod(t, ca, eg.Addr, redistest.StartServer(t).Addr)
-	env := pod.envFor(t)
-	env["RLS_XDS_SOURCE"] = "name=aigw,server=" + aigw.Addr + ",node-id=" + aigwNode
-	maps.Copy(env, fastXDS)
-	s := startAs(t, "/bin/ratelimit", env)
-	s.rls, s.health = dialRLS(t, s.grpcAddr, ca.ClientConfig(t, nil))
-
-	eg.Set(t, "envoy-ratelimit", "1", xdstest.RateLimitConfig("edge", "user", 1, rlsconf.RateLimitUnit_HOUR))
-	aigw.Set(t, aigwNode, "1", xdstest.RateLimitConfig(aigwDomain, "backend_name", 1, rlsconf.RateLimitUnit_HOUR))
-	eg.Await(t, 0, "ACKing version 1", isACK("1"))
-	aigw.Await(t, 0, "ACKing version 1", isACK("1"))
-	for _, tt := range []struct{ domain, key string }{{"edge", "user"}, {aigwDomain, "backend_name"}} {
-		req := &rlsv3.RateLimitRequest{Domain: tt.domain, HitsAddend: 1, Descriptors: []*rlscommon.RateLimitDescriptor{
-			{Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: tt.key, Value: "x"}}}}}
-		for i, want := range []rlsv3.RateLimitResponse_Code{rlsOK, rlsOver} {
-			if got := code(t, s.rls, req); got != want {
-				t.Errorf("%s hit %d: %v, want %v", tt.domain, i+1, got, want)
-			}
-		}
-	}
-	_, body := httpDo(t, "GET", s.metricsAddr, "/metrics", "")
-	for _, want := range []string{`ratelimit_sidecar_xds_rules_received{source="xds"} 1`, `ratelimit_sidecar_xds_rules_received{source="aigw"} 1`} {
-		if !strings.Contains(body, want+"\n") {
-			t.Errorf("metrics lack %s", want)
 		}
 	}
 }

@@ -31,10 +31,10 @@ func TestStatsdReferenceDefault(t *testing.T) {
 	host, port, _ := net.SplitHostPort(rcv.Addr)
 	dir := t.TempDir()
 	writeAll(t, filepath.Join(dir, "config", "rules.yaml"), statsdRules)
-	s := startAs(t, "/bin/ratelimit", map[string]string{
+	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: map[string]string{
 		"RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "STATSD_HOST": host, "STATSD_PORT": port, "STATS_FLUSH_INTERVAL": "50ms",
 		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
-	}, "--redis-url=")
+	}, args: []string{"--redis-url="}})
 	for range 3 {
 		if _, err := s.rls.ShouldRateLimit(context.Background(), userRequest("alice", 0)); err != nil {
 			t.Fatal(err)
@@ -72,7 +72,7 @@ func TestDogStatsDReferenceEnv(t *testing.T) {
 	host, port, _ := net.SplitHostPort(rcv.Addr)
 	dir := t.TempDir()
 	writeAll(t, filepath.Join(dir, "config", "rules.yaml"), statsdRules)
-	s := startAs(t, "/bin/ratelimit", map[string]string{
+	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: map[string]string{
 		"RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "USE_STATSD": "false", "USE_DOG_STATSD": "true",
 		"STATSD_HOST": host, "STATSD_PORT": port, "STATS_FLUSH_INTERVAL": "50ms", "EXTRA_TAGS": "cluster:eu-west",
 		"USE_DOG_STATSD_MOGRIFIERS":         "hits",
@@ -81,7 +81,7 @@ func TestDogStatsDReferenceEnv(t *testing.T) {
 		"DOG_STATSD_MOGRIFIER_HITS_TAGS":    "domain:$1,descriptor:$2",
 		"DD_ENV":                            "prod",
 		"HOST":                              "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
-	}, "--redis-url=")
+	}, args: []string{"--redis-url="}})
 	for range 3 {
 		if _, err := s.rls.ShouldRateLimit(context.Background(), userRequest("alice", 0)); err != nil {
 			t.Fatal(err)

@@ -29,53 +29,12 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certtest"
 )
 
-// tlsSidecar is a sidecar serving gRPC over TLS, whose log a test reads.
-type tlsSidecar struct {
-	grpcAddr, httpAddr string
-	logs               *lockedBuffer
-}
-
-// startTLS starts serve with userRules, the environment env and args.
-func startTLS(t *testing.T, env map[string]string, args ...string) *tlsSidecar {
-	t.Helper()
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "rules.yaml"), strings.Replace(userRules, "requests_per_unit: 3", "requests_per_unit: 1000", 1))
-	args = append([]string{"--config", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
-	getenv := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	c, err := parseFlags(args, getenv, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &tlsSidecar{logs: &lockedBuffer{}}
-	ready := make(chan [2]string, 1)
-	c.onReady = func(a listenAddrs) { ready <- [2]string{a.grpc, a.http} }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, c, s.logs) }()
-	select {
-	case a := <-ready:
-		s.grpcAddr, s.httpAddr = a[0], a[1]
-	case err := <-done:
-		cancel()
-		t.Fatalf("serve returned early: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Error("serve did not stop within 15s")
-		}
-	})
-	return s
-}
+// tlsRules are userRules with room for every call a TLS test makes.
+var tlsRules = strings.Replace(userRules, "requests_per_unit: 3", "requests_per_unit: 1000", 1)
 
 // dial returns a gRPC client of s over TLS with cfg, or plaintext if cfg
 // is nil.
-func (s *tlsSidecar) dial(t *testing.T, cfg *tls.Config) *grpc.ClientConn {
+func (s *sidecar) dial(t *testing.T, cfg *tls.Config) *grpc.ClientConn {
 	t.Helper()
 	creds := insecure.NewCredentials()
 	if cfg != nil {
@@ -112,7 +71,7 @@ func decide(t *testing.T, conn *grpc.ClientConn) (*big.Int, error) {
 
 // served makes a new TLS connection to s with cfg and returns the serial
 // of the certificate the server presented.
-func (s *tlsSidecar) served(t *testing.T, cfg *tls.Config) (*big.Int, error) {
+func (s *sidecar) served(t *testing.T, cfg *tls.Config) (*big.Int, error) {
 	t.Helper()
 	cfg = cfg.Clone()
 	cfg.NextProtos = []string{"h2"}
@@ -129,7 +88,7 @@ func hasSample(body, line string) bool {
 	return strings.Contains(body, "\n"+line+"\n")
 }
 
-func (s *tlsSidecar) metrics(t *testing.T) string {
+func (s *sidecar) metrics(t *testing.T) string {
 	t.Helper()
 	client := &http.Client{Timeout: 5 * time.Second}
 	r, err := client.Get("http://" + s.httpAddr + "/metrics")
@@ -153,11 +112,11 @@ func TestTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca := certtest.NewCA(t, dir, "ca")
 	pair := ca.Issue(t, "server")
-	s := startTLS(t, map[string]string{
+	s := startSidecar(t, sidecarOpts{rules: tlsRules, env: map[string]string{
 		"RLS_GRPC_TLS_CERT":       pair.CertFile,
 		"RLS_GRPC_TLS_KEY":        pair.KeyFile,
 		"GRPC_SERVER_TLS_CA_CERT": ca.File,
-	})
+	}})
 	conn := s.dial(t, ca.ClientConfig(t, nil))
 	serial, err := decide(t, conn)
 	if err != nil {
@@ -209,7 +168,7 @@ func TestTLS(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-	logs := s.logs.String()
+	logs := s.log.String()
 	for _, want := range []string{"first record does not look like a TLS handshake", "remote error: tls: bad certificate"} {
 		if !strings.Contains(logs, `"msg":"tls handshake failed"`) || !strings.Contains(logs, want) {
 			t.Errorf("no Warn about a failed handshake with %q:\n%s", want, logs)
@@ -227,7 +186,7 @@ func TestTLSBounds(t *testing.T) {
 	flags := []string{"--grpc-tls-cert", pair.CertFile, "--grpc-tls-key", pair.KeyFile}
 
 	t.Run("handshake", func(t *testing.T) {
-		s := startTLS(t, nil, append(flags, "--grpc-request-timeout", "300ms")...)
+		s := startSidecar(t, sidecarOpts{rules: tlsRules, args: append(flags, "--grpc-request-timeout", "300ms")})
 		shapes := []struct {
 			name string
 			send func(t *testing.T, conn net.Conn) net.Conn // returns the connection to read from
@@ -285,7 +244,7 @@ func TestTLSBounds(t *testing.T) {
 		// TLS client is still served. Before the listener reclaimed
 		// connections, it waited for the handshake bound.
 		const max = 2
-		s := startTLS(t, nil, append(flags, "--grpc-max-conns", fmt.Sprint(max), "--grpc-request-timeout", "1m")...)
+		s := startSidecar(t, sidecarOpts{rules: tlsRules, args: append(flags, "--grpc-max-conns", fmt.Sprint(max), "--grpc-request-timeout", "1m")})
 		var held []net.Conn
 		for range 3 * max {
 			conn, err := net.DialTimeout("tcp", s.grpcAddr, 5*time.Second)
@@ -331,7 +290,7 @@ func TestTLSReloadOnSIGHUP(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := startTLS(t, nil, "--grpc-tls-cert", filepath.Join(linked, "tls.crt"), "--grpc-tls-key", filepath.Join(linked, "tls.key"))
+	s := startSidecar(t, sidecarOpts{rules: tlsRules, args: []string{"--grpc-tls-cert", filepath.Join(linked, "tls.crt"), "--grpc-tls-key", filepath.Join(linked, "tls.key")}})
 	// A call answered: the server runs, and so SIGHUP is caught.
 	if _, err := decide(t, s.dial(t, ca.ClientConfig(t, nil))); err != nil {
 		t.Fatal(err)
@@ -364,7 +323,7 @@ func TestTLSFromReferenceEnv(t *testing.T) {
 		"GRPC_SERVER_TLS_KEY":     server.KeyFile,
 		"GRPC_SERVER_TLS_CA_CERT": ca.File,
 	}
-	s := startTLS(t, env)
+	s := startSidecar(t, sidecarOpts{rules: tlsRules, env: env})
 	if _, err := decide(t, s.dial(t, ca.ClientConfig(t, nil))); err != nil {
 		t.Errorf("Envoy Gateway's settings, no client certificate: %v", err)
 	}
@@ -373,7 +332,7 @@ func TestTLSFromReferenceEnv(t *testing.T) {
 	}
 
 	env["GRPC_CLIENT_TLS_CACERT"] = ca.File
-	s = startTLS(t, env)
+	s = startSidecar(t, sidecarOpts{rules: tlsRules, env: env})
 	if _, err := decide(t, s.dial(t, ca.ClientConfig(t, &envoy))); err != nil {
 		t.Errorf("GRPC_CLIENT_TLS_CACERT, a client certificate of the CA: %v", err)
 	}

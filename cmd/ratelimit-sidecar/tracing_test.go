@@ -76,8 +76,8 @@ func TestTracingExport(t *testing.T) {
 	} {
 		t.Run(tt.protocol, func(t *testing.T) {
 			r := tt.start(t)
-			s := startSidecar(t, "--config", dir, "--redis-url", "redis://"+srv.Addr, "--redis-key-prefix", "trace-"+tt.protocol+":",
-				"--tracing", "--tracing-protocol", tt.protocol, "--tracing-endpoint", r.URL, "--tracing-sampling-rate", "0")
+			s := startSidecar(t, sidecarOpts{args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr, "--redis-key-prefix", "trace-" + tt.protocol + ":",
+				"--tracing", "--tracing-protocol", tt.protocol, "--tracing-endpoint", r.URL, "--tracing-sampling-rate", "0"}})
 			s.callWith(t, "w3c", "traceparent", "00-"+traceW3C+"-"+callerSpan+"-01")
 			s.callWith(t, "b3", "b3", traceB3+"-"+callerSpan+"-1")
 			s.callWith(t, "b3multi", "x-b3-traceid", traceB3Hdr, "x-b3-spanid", callerSpan, "x-b3-sampled", "1")

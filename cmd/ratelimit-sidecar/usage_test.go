@@ -173,7 +173,7 @@ var tenantAndModelSteps = []replayStep{
 // and /debug/counters shows the debt.
 func TestUsageCharges(t *testing.T) {
 	var log logtest.Buffer
-	s := startSidecarLog(t, &log, append(onRedis(t), "--log-rejections", "info")...)
+	s := startSidecar(t, sidecarOpts{log: &log, args: append(onRedis(t), "--log-rejections", "info")})
 	s.replay(t, tenantAndModelSteps)
 	_, body := s.get(t, "/metrics")
 	for _, want := range []string{
@@ -220,7 +220,7 @@ func TestChargesFailureModes(t *testing.T) {
 		return []string{"--config", chargeRulesDir(t), "--redis-url", "redis://" + down.Addr, "--failure-mode", mode, "--redis-timeout", "50ms"}
 	}
 	t.Run("local", func(t *testing.T) {
-		startSidecar(t, args("local")...).replay(t, tenantAndModelSteps)
+		startSidecar(t, sidecarOpts{args: args("local")}).replay(t, tenantAndModelSteps)
 	})
 	for _, tt := range []struct {
 		mode, want string
@@ -229,7 +229,7 @@ func TestChargesFailureModes(t *testing.T) {
 		{"closed", "OVER_LIMIT OVER_LIMIT/0"},
 	} {
 		t.Run(tt.mode, func(t *testing.T) {
-			s := startSidecar(t, args(tt.mode)...)
+			s := startSidecar(t, sidecarOpts{args: args(tt.mode)})
 			if got := statuses(s.call(t, charge("tenant", "t", 500))); got != tt.want {
 				t.Errorf("charge in mode %s: %q, want %q", tt.mode, got, tt.want)
 			}
@@ -253,7 +253,7 @@ func TestChargesFailureModes(t *testing.T) {
 		})
 	}
 	t.Run("error", func(t *testing.T) {
-		s := startSidecar(t, args("error")...)
+		s := startSidecar(t, sidecarOpts{args: args("error")})
 		req := &rlsv3.RateLimitRequest{Domain: "llm", Descriptors: []*rlscommon.RateLimitDescriptor{{
 			Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "tenant", Value: "t"}}, HitsAddend: wrapperspb.UInt64(500),
 		}}}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -18,16 +17,15 @@ import (
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xdstest"
 )
 
-// startXDS starts a sidecar taking its rules from srv as node
+// xdsOpts starts a sidecar taking its rules from srv as node
 // envoy-ratelimit, reconnecting quickly (the reference's
 // XDS_CLIENT_BACKOFF_* alone set the waits), with the flags more.
-func startXDS(t *testing.T, logw io.Writer, srv *xdstest.Server, more ...string) *sidecar {
-	t.Helper()
+func xdsOpts(srv *xdstest.Server, more ...string) sidecarOpts {
 	env := map[string]string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "20ms", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "100ms",
 		"XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "2"}
-	return startSidecarEnv(t, logw, env, append([]string{
+	return sidecarOpts{env: env, args: append([]string{
 		"--config-type", "xds", "--xds-server", srv.Addr, "--xds-node-id", "envoy-ratelimit",
-	}, more...)...)
+	}, more...)}
 }
 
 // awaitHealth waits, at most xdstest.Wait, for the RLS service's health
@@ -99,7 +97,7 @@ func TestXDS(t *testing.T) {
 	ca := certtest.NewCA(t, dir, "ca")
 	srv := xdstest.Start(t, xdstest.WithTLS(ca.ServerConfig(t, ca.Issue(t, "server"), true)))
 	client := ca.Issue(t, "client")
-	s := startXDS(t, io.Discard, srv, "--xds-tls-ca", ca.File, "--xds-tls-cert", client.CertFile, "--xds-tls-key", client.KeyFile)
+	s := startSidecar(t, xdsOpts(srv, "--xds-tls-ca", ca.File, "--xds-tls-cert", client.CertFile, "--xds-tls-key", client.KeyFile))
 
 	// No snapshot for the node yet: not ready.
 	if st := s.healthNow(t); st != healthpb.HealthCheckResponse_NOT_SERVING {
@@ -152,86 +150,6 @@ func TestXDS(t *testing.T) {
 	}
 	if metricValue(t, s, "ratelimit_sidecar_config_last_reload_successful") != 1 {
 		t.Errorf("/metrics after the good push lacks config_last_reload_successful 1")
-	}
-}
-
-// TestXDSServerDownAtStart: without --force-start-without-rules the
-// sidecar is not ready until the server comes and pushes; with it, it
-// is ready at once, with no rules, until then.
-func TestXDSServerDownAtStart(t *testing.T) {
-	tests := []struct {
-		name      string
-		force     bool
-		wantReady int
-	}{
-		{name: "waits for rules", wantReady: http.StatusServiceUnavailable},
-		{name: "force start", force: true, wantReady: http.StatusOK},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			srv := xdstest.Start(t)
-			srv.Stop()
-			var args []string
-			if tt.force {
-				args = append(args, "--force-start-without-rules")
-			}
-			s := startXDS(t, io.Discard, srv, args...)
-			if code, body := s.get(t, "/readyz"); code != tt.wantReady {
-				t.Errorf("/readyz with the server down: %d %s, want %d", code, body, tt.wantReady)
-			}
-			for range 2 {
-				if got := s.code(t, "alice"); got != rlsv3.RateLimitResponse_OK {
-					t.Errorf("alice with no rules: %v, want OK", got)
-				}
-			}
-
-			srv.Restart(t, true)
-			srv.Set(t, "envoy-ratelimit", "1", xdstest.RateLimitConfig("edge", "user", 1, rlsconf.RateLimitUnit_MINUTE))
-			srv.Await(t, 0, "ACKing version 1", isACK("1"))
-			s.awaitHealth(t, healthpb.HealthCheckResponse_SERVING)
-			if code, body := s.get(t, "/readyz"); code != http.StatusOK {
-				t.Errorf("/readyz after the first push: %d %s", code, body)
-			}
-			if got := s.code(t, "bob"); got != rlsv3.RateLimitResponse_OK {
-				t.Errorf("bob's first hit: %v", got)
-			}
-			if got := s.code(t, "bob"); got != rlsv3.RateLimitResponse_OVER_LIMIT {
-				t.Errorf("bob's second hit under a limit of 1: %v", got)
-			}
-		})
-	}
-}
-
-// TestXDSEmptyPush: a push of no resources is refused, as a config with
-// no rule files is, unless --allow-empty-rules.
-func TestXDSEmptyPush(t *testing.T) {
-	for _, allow := range []bool{false, true} {
-		t.Run(fmt.Sprintf("allow %v", allow), func(t *testing.T) {
-			srv := xdstest.Start(t)
-			srv.Set(t, "envoy-ratelimit", "1", xdstest.RateLimitConfig("edge", "user", 1, rlsconf.RateLimitUnit_MINUTE))
-			var args []string
-			if allow {
-				args = append(args, "--allow-empty-rules")
-			}
-			s := startXDS(t, io.Discard, srv, args...)
-			_, n := srv.Await(t, 0, "ACKing version 1", isACK("1"))
-			s.code(t, "alice")
-
-			srv.Set(t, "envoy-ratelimit", "2")
-			r, _ := srv.Await(t, n, "answering version 2", func(r xdstest.Request) bool { return r.NACK() || r.GetVersionInfo() == "2" })
-			want := rlsv3.RateLimitResponse_OVER_LIMIT // the rules in use
-			if allow {
-				want = rlsv3.RateLimitResponse_OK // no rules
-				if r.NACK() {
-					t.Errorf("NACKed with --allow-empty-rules: %s", r.GetErrorDetail().GetMessage())
-				}
-			} else if msg := r.GetErrorDetail().GetMessage(); !strings.Contains(msg, "the push holds no RateLimitConfig resource") {
-				t.Errorf("answer to an empty push: version %q, error_detail %q; want a NACK", r.GetVersionInfo(), msg)
-			}
-			if got := s.code(t, "alice"); got != want {
-				t.Errorf("alice's second hit: %v, want %v", got, want)
-			}
-		})
 	}
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -66,7 +65,7 @@ func TestXDSOverlayFlag(t *testing.T) {
 	write("2")
 	srv := xdstest.Start(t)
 	srv.Set(t, "envoy-ratelimit", "1", egAPIConfig())
-	s := startXDS(t, io.Discard, srv, "--xds-overlay", overlay, "--reload-debounce", "20ms")
+	s := startSidecar(t, xdsOpts(srv, "--xds-overlay", overlay, "--reload-debounce", "20ms"))
 	s.awaitHealth(t, healthpb.HealthCheckResponse_SERVING)
 	_, n := srv.Await(t, 0, "ACKing version 1", isACK("1"))
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
@@ -90,40 +89,4 @@ func TestXDSOverlayFlag(t *testing.T) {
 	srv.Set(t, "envoy-ratelimit", "2", cfg)
 	srv.Await(t, n, "ACKing version 2", isACK("2"))
 	waitFor(t, func() bool { return metricValue(t, s, "ratelimit_sidecar_xds_overlay_unmatched_entries") == 1 })
-}
-
-// TestXDSOverlayOverride: Envoy Gateway pushes its rule for
-// limit.fromMetadata (1000 an hour, the default when the metadata is
-// absent) and Envoy sends each user's own limit with the descriptor; the
-// overlay counts it by a token bucket. 3 an hour admits 3; raised to 6,
-// the emptied bucket stays empty (one token refills in 10 minutes),
-// where the reference's fixed window would admit 3 more.
-func TestXDSOverlayOverride(t *testing.T) {
-	overlay := filepath.Join(t.TempDir(), "overlay.yaml")
-	write(t, overlay, "overlays:\n  - domain: default/eg/http\n    path:\n      - {key: "+egAPIRoute+", value: "+egAPIRoute+"}\n      - {key: "+egUserHeader+"}\n    override: {algorithm: token_bucket}\n")
-	srv := xdstest.Start(t)
-	srv.Set(t, "envoy-ratelimit", "1", egAPIConfig())
-	s := startXDS(t, io.Discard, srv, "--xds-overlay", overlay)
-	s.awaitHealth(t, healthpb.HealthCheckResponse_SERVING)
-	srv.Await(t, 0, "ACKing version 1", isACK("1"))
-	sent := func(requests uint32) rlsv3.RateLimitResponse_Code {
-		t.Helper()
-		resp, err := s.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "default/eg/http", Descriptors: []*rlscommon.RateLimitDescriptor{{
-			Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: egAPIRoute, Value: egAPIRoute}, {Key: egUserHeader, Value: "alice"}},
-			Limit:   &rlscommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: requests, Unit: 3}, // HOUR
-		}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.OverallCode
-	}
-	ok, over := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
-	for i, want := range []rlsv3.RateLimitResponse_Code{ok, ok, ok, over} {
-		if got := sent(3); got != want {
-			t.Fatalf("alice's hit %d under a sent 3 an hour: %v, want %v", i+1, got, want)
-		}
-	}
-	if got := sent(6); got != over {
-		t.Errorf("alice under a sent 6 an hour: %v, want OVER_LIMIT (the bucket keeps its level)", got)
-	}
 }
