@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/tracing"
 	"go.uber.org/zap"
 )
 
@@ -19,7 +20,7 @@ func (o *Options) Check(getenv func(string) (string, bool)) error {
 	}
 	if o.Protocol == "" {
 		var err error
-		if o.Protocol, err = envProtocol(getenv); err != nil {
+		if o.Protocol, err = tracing.EnvProtocol(getenv, "METRICS"); err != nil {
 			return err
 		}
 	}
@@ -27,25 +28,6 @@ func (o *Options) Check(getenv func(string) (string, bool)) error {
 		return fmt.Errorf("--otlp-metrics flags: %w", err)
 	}
 	return nil
-}
-
-// envProtocol is the protocol the standard variables ask for, as the
-// OpenTelemetry specification names it; http by default.
-func envProtocol(getenv func(string) (string, bool)) (string, error) {
-	for _, name := range []string{"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
-		v, ok := getenv(name)
-		if !ok || v == "" {
-			continue
-		}
-		switch v {
-		case "grpc":
-			return ProtocolGRPC, nil
-		case "http/protobuf":
-			return ProtocolHTTP, nil
-		}
-		return "", fmt.Errorf("%s: want grpc or http/protobuf, got %q", name, v)
-	}
-	return ProtocolHTTP, nil
 }
 
 // Start starts pushing the metrics of g as o asks, counting failed

@@ -24,7 +24,7 @@ func (o *Options) Check(getenv func(string) (string, bool)) error {
 		return nil
 	}
 	if o.Protocol == "" {
-		p, err := envProtocol(getenv)
+		p, err := EnvProtocol(getenv, "TRACES")
 		if err != nil {
 			return err
 		}
@@ -36,11 +36,13 @@ func (o *Options) Check(getenv func(string) (string, bool)) error {
 	return nil
 }
 
-// envProtocol is the protocol the standard variables ask for, as the
-// OpenTelemetry specification names it; http by default, as
-// envoyproxy/ratelimit's TRACING_EXPORTER_PROTOCOL.
-func envProtocol(getenv func(string) (string, bool)) (string, error) {
-	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
+// EnvProtocol is the OTLP protocol the standard variables ask for a
+// signal (TRACES, METRICS), as the OpenTelemetry specification names
+// them: OTEL_EXPORTER_OTLP_<signal>_PROTOCOL, else
+// OTEL_EXPORTER_OTLP_PROTOCOL; http by default, as envoyproxy/ratelimit's
+// TRACING_EXPORTER_PROTOCOL.
+func EnvProtocol(getenv func(string) (string, bool), signal string) (string, error) {
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_" + signal + "_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
 		v, ok := getenv(name)
 		if !ok || v == "" {
 			continue
