@@ -89,19 +89,6 @@ func subscribe(e *rlqstest.Envoy, id map[string]string) (*typev3.RateLimitStrate
 	return e.Strategy(id), nil
 }
 
-// describe names a strategy for messages and comparisons.
-func describe(s *typev3.RateLimitStrategy) string {
-	switch {
-	case s == nil:
-		return "no assignment"
-	case s.GetTokenBucket() != nil:
-		return fmt.Sprintf("token_bucket of %d tokens", s.GetTokenBucket().GetMaxTokens())
-	case s.GetStrategy() == nil:
-		return "an empty strategy"
-	}
-	return s.GetBlanketRule().String()
-}
-
 // tokens is the size of s's token bucket, 0 if s is not one.
 func tokens(s *typev3.RateLimitStrategy) uint32 {
 	return s.GetTokenBucket().GetMaxTokens()
@@ -134,10 +121,10 @@ func TestRLQSServed(t *testing.T) {
 			t.Fatalf("RLQS over TLS: %v", err)
 		}
 		if n := tokens(got); n < 1 || n > 8 {
-			t.Errorf("RLQS over TLS assigned %s; want a token bucket of 1 to 8 tokens (the lease)", describe(got))
+			t.Errorf("RLQS over TLS assigned %s; want a token bucket of 1 to 8 tokens (the lease)", rlqstest.Describe(got))
 		}
-		if got, err := subscribe(e, map[string]string{"user": "bob"}); err != nil || describe(got) != "DENY_ALL" {
-			t.Errorf("a second bucket past --rlqs-max-buckets 1: %s, %v; want DENY_ALL", describe(got), err)
+		if got, err := subscribe(e, map[string]string{"user": "bob"}); err != nil || rlqstest.Describe(got) != "DENY_ALL" {
+			t.Errorf("a second bucket past --rlqs-max-buckets 1: %s, %v; want DENY_ALL", rlqstest.Describe(got), err)
 		}
 		const refused = `ratelimit_sidecar_rlqs_assignments_total{action="deny_all",domain="edge",reason="refused"}`
 		if n := metricValue(t, s, refused); n != 1 {
@@ -208,7 +195,7 @@ func TestRLQSStreamsAreStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got, err := subscribe(e, alice); err != nil || tokens(got) == 0 {
-		t.Fatalf("subscription: %s, %v; want a token bucket", describe(got), err)
+		t.Fatalf("subscription: %s, %v; want a token bucket", rlqstest.Describe(got), err)
 	}
 	time.Sleep(300 * time.Millisecond) // three request timeouts
 	if err := e.Report(); err != nil {

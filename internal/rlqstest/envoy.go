@@ -397,3 +397,18 @@ func (b *bucket) refill(now time.Time) {
 func Key(id map[string]string) string {
 	return (&rlqspb.BucketId{Bucket: id}).String()
 }
+
+// Describe names a strategy for test messages and comparisons: "no
+// assignment", "token_bucket of N tokens", "an empty strategy", or the
+// blanket rule (ALLOW_ALL, DENY_ALL).
+func Describe(s *typev3.RateLimitStrategy) string {
+	switch {
+	case s == nil:
+		return "no assignment"
+	case s.GetTokenBucket() != nil:
+		return fmt.Sprintf("token_bucket of %d tokens", s.GetTokenBucket().GetMaxTokens())
+	case s.GetStrategy() == nil:
+		return "an empty strategy"
+	}
+	return s.GetBlanketRule().String()
+}

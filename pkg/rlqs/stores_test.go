@@ -125,19 +125,6 @@ func spendAll(t *testing.T, e *rlqstest.Envoy, id map[string]string) {
 	}
 }
 
-// describe names a strategy for messages and comparisons.
-func describe(s *typev3.RateLimitStrategy) string {
-	switch {
-	case s == nil:
-		return "no assignment"
-	case s.GetTokenBucket() != nil:
-		return fmt.Sprintf("token_bucket of %d tokens", s.GetTokenBucket().GetMaxTokens())
-	case s.GetStrategy() == nil:
-		return "an empty strategy"
-	}
-	return s.GetBlanketRule().String()
-}
-
 // tokens is the size of s's token bucket, 0 if s is not one.
 func tokens(s *typev3.RateLimitStrategy) uint32 {
 	return s.GetTokenBucket().GetMaxTokens()
@@ -155,7 +142,7 @@ func TestRedisDown(t *testing.T) {
 		name   string
 		domain string // the rule file's failure_mode, or empty
 		engine limits.FailureMode
-		want   string // describe() of the assignment while Redis is down
+		want   string // rlqstest.Describe() of the assignment while Redis is down
 	}{
 		{name: "domain open", domain: "open", engine: limits.FailClosed, want: "ALLOW_ALL"},
 		{name: "engine open", engine: limits.FailOpen, want: "ALLOW_ALL"},
@@ -174,7 +161,7 @@ func TestRedisDown(t *testing.T) {
 				limits.EngineOptions{FailureMode: tt.engine}, rlqs.Options{})
 			e := dialEnvoy(t, s.addr, "edge", clk.Now)
 			if got := subscribe(t, e, alice); tokens(got) == 0 {
-				t.Fatalf("with Redis up: %s; want a token bucket", describe(got))
+				t.Fatalf("with Redis up: %s; want a token bucket", rlqstest.Describe(got))
 			}
 
 			srv.Kill()
@@ -182,20 +169,20 @@ func TestRedisDown(t *testing.T) {
 			if err := e.Report(); err != nil {
 				t.Fatalf("report after Redis died: %v; want the stream to survive", err)
 			}
-			if got := e.Strategy(alice); describe(got) != tt.want {
-				t.Fatalf("with Redis down: %s; want %s", describe(got), tt.want)
+			if got := e.Strategy(alice); rlqstest.Describe(got) != tt.want {
+				t.Fatalf("with Redis down: %s; want %s", rlqstest.Describe(got), tt.want)
 			}
 			clk.Advance(9 * time.Second)
-			if got := e.Strategy(alice); describe(got) != tt.want {
-				t.Errorf("9 s after the report: %s in force; want %s, for 10 s", describe(got), tt.want)
+			if got := e.Strategy(alice); rlqstest.Describe(got) != tt.want {
+				t.Errorf("9 s after the report: %s in force; want %s, for 10 s", rlqstest.Describe(got), tt.want)
 			}
 			clk.Advance(time.Second)
 			if got := e.Strategy(alice); got != nil {
-				t.Errorf("10 s after the report: %s still in force; want a time to live of at most 10 s", describe(got))
+				t.Errorf("10 s after the report: %s still in force; want a time to live of at most 10 s", rlqstest.Describe(got))
 			}
 			mustReport(t, e)
-			if got := e.Strategy(alice); describe(got) != tt.want {
-				t.Errorf("second report with Redis down: %s; want %s again", describe(got), tt.want)
+			if got := e.Strategy(alice); rlqstest.Describe(got) != tt.want {
+				t.Errorf("second report with Redis down: %s; want %s again", rlqstest.Describe(got), tt.want)
 			}
 
 			granted := s.m.Count("token_bucket/grant")
@@ -203,7 +190,7 @@ func TestRedisDown(t *testing.T) {
 			// go-redis may fail a call or two on connections Redis closed.
 			for i := 0; tokens(e.Strategy(alice)) == 0 || s.m.Count("token_bucket/grant") == granted; i++ {
 				if i == 20 {
-					t.Fatalf("20 reports after Redis came back: %s; want a grant", describe(e.Strategy(alice)))
+					t.Fatalf("20 reports after Redis came back: %s; want a grant", rlqstest.Describe(e.Strategy(alice)))
 				}
 				if tokens(e.Strategy(alice)) > 0 {
 					spendAll(t, e, alice)
@@ -226,7 +213,7 @@ func TestRulesReload(t *testing.T) {
 		e := dialEnvoy(t, s.addr, "edge", clk.Now)
 		// 1000 a day leases a tenth, 100; a first grant takes a quarter: 25.
 		if got := subscribe(t, e, alice); tokens(got) != 25 {
-			t.Fatalf("subscription under 1000 a day: %s; want a token bucket of 25 tokens", describe(got))
+			t.Fatalf("subscription under 1000 a day: %s; want a token bucket of 25 tokens", rlqstest.Describe(got))
 		}
 		// Without a change, the unspent grant stands: no new assignment.
 		_, _, assigned := e.Counts()
@@ -238,7 +225,7 @@ func TestRulesReload(t *testing.T) {
 		s.engine.SetRules(parseRules(t, fmt.Sprintf(rules, "user", 40))) // leases a tenth: 4
 		mustReport(t, e)
 		if got := e.Strategy(alice); tokens(got) < 1 || tokens(got) > 4 {
-			t.Errorf("after the limit was lowered to 40 a day: %s; want a token bucket of 1 to 4 tokens", describe(got))
+			t.Errorf("after the limit was lowered to 40 a day: %s; want a token bucket of 1 to 4 tokens", rlqstest.Describe(got))
 		}
 
 		s.engine.SetRules(parseRules(t, fmt.Sprintf(rules, "path", 40))) // no rule for user any more
@@ -246,15 +233,15 @@ func TestRulesReload(t *testing.T) {
 		// at a report without any it is abandoned.
 		mustRequest(t, e, alice)
 		mustReport(t, e)
-		if got := e.Strategy(alice); describe(got) != "ALLOW_ALL" {
-			t.Errorf("after the rule was removed: %s; want ALLOW_ALL", describe(got))
+		if got := e.Strategy(alice); rlqstest.Describe(got) != "ALLOW_ALL" {
+			t.Errorf("after the rule was removed: %s; want ALLOW_ALL", rlqstest.Describe(got))
 		}
 
 		s.engine.SetRules(parseRules(t, fmt.Sprintf(rules, "user", 1000)))
 		mustRequest(t, e, alice)
 		mustReport(t, e)
 		if got := e.Strategy(alice); tokens(got) < 1 {
-			t.Errorf("after the rule came back: %s; want a token bucket", describe(got))
+			t.Errorf("after the rule came back: %s; want a token bucket", rlqstest.Describe(got))
 		}
 	})
 }
@@ -282,15 +269,15 @@ func TestBucketIDs(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				e := dialEnvoy(t, s.addr, tt.domain, clk.Now)
-				if got := subscribe(t, e, tt.id); describe(got) != tt.want {
-					t.Fatalf("bucket %v of domain %s: %s; want %s", tt.id, tt.domain, describe(got), tt.want)
+				if got := subscribe(t, e, tt.id); rlqstest.Describe(got) != tt.want {
+					t.Fatalf("bucket %v of domain %s: %s; want %s", tt.id, tt.domain, rlqstest.Describe(got), tt.want)
 				}
 				if tt.want != "ALLOW_ALL" {
 					return
 				}
 				clk.Advance(10 * time.Second)
 				if got := e.Strategy(tt.id); got != nil {
-					t.Errorf("10 s later: %s still in force; want a time to live of at most 10 s", describe(got))
+					t.Errorf("10 s later: %s still in force; want a time to live of at most 10 s", rlqstest.Describe(got))
 				}
 			})
 		}
@@ -326,19 +313,19 @@ func TestBucketsRefused(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				counted := s.m.Count(strings.ToLower(tt.want) + "/refused")
 				e := dialEnvoy(t, s.addr, tt.domain, clk.Now)
-				if got := subscribe(t, e, tt.id); describe(got) != tt.want {
-					t.Fatalf("bucket %q of domain %q: %s; want %s", tt.id, tt.domain, describe(got), tt.want)
+				if got := subscribe(t, e, tt.id); rlqstest.Describe(got) != tt.want {
+					t.Fatalf("bucket %q of domain %q: %s; want %s", tt.id, tt.domain, rlqstest.Describe(got), tt.want)
 				}
 				if got := subscribe(t, e, alice); tokens(got) == 0 {
-					t.Fatalf("a good bucket on the stream after the refusal: %s; want a token bucket", describe(got))
+					t.Fatalf("a good bucket on the stream after the refusal: %s; want a token bucket", rlqstest.Describe(got))
 				}
 				mustRequest(t, e, tt.id)
 				mustReport(t, e)
-				if got := e.Strategy(tt.id); describe(got) != tt.want {
-					t.Errorf("refused bucket at the next report with a request: %s; want %s again", describe(got), tt.want)
+				if got := e.Strategy(tt.id); rlqstest.Describe(got) != tt.want {
+					t.Errorf("refused bucket at the next report with a request: %s; want %s again", rlqstest.Describe(got), tt.want)
 				}
 				if got := e.Strategy(alice); tokens(got) == 0 {
-					t.Errorf("good bucket at the next report: %s; want its token bucket", describe(got))
+					t.Errorf("good bucket at the next report: %s; want its token bucket", rlqstest.Describe(got))
 				}
 				if n := s.m.Count(strings.ToLower(tt.want)+"/refused") - counted; n != 2 {
 					t.Errorf("%d refusals counted; want 2 (the subscription and the report)", n)
@@ -382,7 +369,7 @@ func TestUnkeptBucketsTakeNoRoom(t *testing.T) {
 	}
 	got := map[string]int{}
 	for _, a := range resp.GetBucketAction() {
-		s := describe(a.GetQuotaAssignmentAction().GetRateLimitStrategy())
+		s := rlqstest.Describe(a.GetQuotaAssignmentAction().GetRateLimitStrategy())
 		if a.GetBucketId().GetBucket()["path"] == strconv.Itoa(most) {
 			s = "last: " + s
 		}
