@@ -146,7 +146,7 @@ var refMappings = []refMapping{
 				out.set("reference-metrics", "true")
 			}
 		}},
-	// Stats pushed to statsd or DogStatsD (push.go, internal/statsd);
+	// Stats pushed to statsd or DogStatsD (internal/statsd);
 	// Prometheus metrics are served either way.
 	{vars: []string{"USE_STATSD", "USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS",
 		"STATS_FLUSH_INTERVAL", "DISABLE_STATS"},
