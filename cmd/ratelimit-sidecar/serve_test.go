@@ -390,38 +390,6 @@ func TestRedisDownAtStartup(t *testing.T) {
 	})
 }
 
-// TestReadyzFollowsEachDomainsFailureMode checks /readyz with Redis down
-// against every domain's failure mode, not only --failure-mode: it once
-// consulted only the flag.
-func TestReadyzFollowsEachDomainsFailureMode(t *testing.T) {
-	srv := redistest.StartServer(t)
-	srv.Kill()
-	const local = "domain: a\nfailure_mode: local\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 4}\n"
-	const failing = "domain: b\nfailure_mode: error\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 4}\n"
-	tests := []struct {
-		name     string
-		files    []string
-		flag     string
-		wantCode int
-		wantBody string
-	}{
-		{"flag error, every domain local", []string{local}, "error", http.StatusOK, "every domain is served by its failure mode"},
-		{"flag local, one domain error", []string{local, failing}, "local", http.StatusServiceUnavailable, "failure mode error for domains b"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			for i, f := range tt.files {
-				write(t, filepath.Join(dir, fmt.Sprintf("rules%d.yaml", i)), f)
-			}
-			s := startSidecar(t, sidecarOpts{args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr, "--failure-mode", tt.flag}})
-			if code, body := s.get(t, "/readyz"); code != tt.wantCode || !strings.Contains(body, tt.wantBody) {
-				t.Errorf("/readyz = %d %q; want %d with %q", code, body, tt.wantCode, tt.wantBody)
-			}
-		})
-	}
-}
-
 // TestJSONEndpointWithHeaders posts to /json on a sidecar started with
 // --response-headers ietf: 200 with the policy and state, then 429 with
 // Retry-After.
