@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -49,31 +48,6 @@ func resetWithin(t *testing.T, c rlsv3.RateLimitServiceClient, req *rlsv3.RateLi
 // epoch that holds t: the reference's month, without its variable.
 func epochEnd(w time.Duration) func(time.Time) time.Time {
 	return func(t time.Time) time.Time { return time.Unix(0, 0).Add(t.Sub(time.Unix(0, 0)).Truncate(w) + w) }
-}
-
-// TestCalendarDurationUntilReset: a day limit calendar-aligned in New
-// York reports, through the gRPC server, the time until the next
-// midnight in New York, as Go's time package has it.
-func TestCalendarDurationUntilReset(t *testing.T) {
-	ny, err := time.LoadLocation("America/New_York")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	rules := "domain: edge\ntime_zone: America/New_York\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 100, calendar: true}\n"
-	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(rules), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	srv := redistest.StartServer(t)
-	s := startSidecar(t, sidecarOpts{args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr}})
-	midnight := func(t time.Time) time.Time {
-		y, m, d := t.In(ny).Date()
-		return time.Date(y, m, d+1, 0, 0, 0, 0, ny)
-	}
-	if midnight(time.Now()).Equal(epochEnd(24 * time.Hour)(time.Now())) {
-		t.Skip("New York's midnight is UTC's: cannot tell them apart") // never: New York is never at UTC
-	}
-	resetWithin(t, s.rls, userRequest("alice", 1), midnight)
 }
 
 // TestCalendarMonthReferenceEnv: the reference's environment with

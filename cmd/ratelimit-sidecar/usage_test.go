@@ -12,8 +12,6 @@ import (
 
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/admin"
@@ -206,59 +204,4 @@ func TestUsageCharges(t *testing.T) {
 	if c := v.Descriptors[0].Counters[0]; c.State == nil || c.State.Debt == nil || *c.State.Debt != 300 {
 		t.Errorf("/debug/counters for tenant=t: %+v, want a debt of 300", c.State)
 	}
-}
-
-// TestChargesFailureModes: while Redis cannot decide, failure mode local
-// counts charges on the sidecar's memory store; open and closed answer
-// as they answer any request, never refuse a refund or a settlement, and
-// count what they lose (rule_usage_lost_total, rule_refund_lost_total);
-// error fails the call.
-func TestChargesFailureModes(t *testing.T) {
-	down := redistest.StartServer(t)
-	down.Kill()
-	args := func(mode string) []string {
-		return []string{"--config", chargeRulesDir(t), "--redis-url", "redis://" + down.Addr, "--failure-mode", mode, "--redis-timeout", "50ms"}
-	}
-	t.Run("local", func(t *testing.T) {
-		startSidecar(t, sidecarOpts{args: args("local")}).replay(t, tenantAndModelSteps)
-	})
-	for _, tt := range []struct {
-		mode, want string
-	}{
-		{"open", "OK OK/?"},
-		{"closed", "OVER_LIMIT OVER_LIMIT/0"},
-	} {
-		t.Run(tt.mode, func(t *testing.T) {
-			s := startSidecar(t, sidecarOpts{args: args(tt.mode)})
-			if got := statuses(s.call(t, charge("tenant", "t", 500))); got != tt.want {
-				t.Errorf("charge in mode %s: %q, want %q", tt.mode, got, tt.want)
-			}
-			if got := statuses(s.call(t, giveBack("tokens", "t", 5))); got != "OK OK/?" {
-				t.Errorf("refund in mode %s: %q, want OK OK/?", tt.mode, got)
-			}
-			resp, err := s.rls.ShouldRateLimit(context.Background(), settleCall("t", "a", 4000, 0))
-			if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
-				t.Errorf("a settlement in mode %s: %v, %v; want OK", tt.mode, resp.GetOverallCode(), err)
-			}
-			_, body := s.get(t, "/metrics")
-			for _, want := range []string{
-				`ratelimit_sidecar_rule_usage_lost_total{algorithm="fixed_window",domain="llm",rule="tenant",window="1h0m0s"} 500`,
-				`ratelimit_sidecar_rule_refund_lost_total{algorithm="fixed_window",domain="llm",rule="tokens",window="1h0m0s"} 5`,
-				`ratelimit_sidecar_rule_refund_lost_total{algorithm="fixed_window",domain="llm",rule="budget",window="1h0m0s"} 4000`,
-			} {
-				if !strings.Contains(body, want) {
-					t.Errorf("/metrics lacks %s", want)
-				}
-			}
-		})
-	}
-	t.Run("error", func(t *testing.T) {
-		s := startSidecar(t, sidecarOpts{args: args("error")})
-		req := &rlsv3.RateLimitRequest{Domain: "llm", Descriptors: []*rlscommon.RateLimitDescriptor{{
-			Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "tenant", Value: "t"}}, HitsAddend: wrapperspb.UInt64(500),
-		}}}
-		if _, err := s.rls.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.Unavailable {
-			t.Errorf("charge in mode error: %v, want Unavailable", err)
-		}
-	})
 }
