@@ -58,8 +58,10 @@ b.quota: unit=MINUTE requests_per_unit=3, shadow_mode: false, quota_mode: true
 func TestDebugPort(t *testing.T) {
 	rs := parse(t, "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 7}\n")
 	a := admin.New(admin.Options{
-		Rules:  func() *limits.Ruleset { return rs },
-		Status: func() config.ReloadStatus { return config.ReloadStatus{Checksum: rs.Checksum, Files: rs.Files, Successes: 1} },
+		Rules: func() *limits.Ruleset { return rs },
+		Status: func() config.ReloadStatus {
+			return config.ReloadStatus{Checksum: rs.Checksum, Files: rs.Files, Successes: 1}
+		},
 	})
 	for _, withConfig := range []bool{true, false} {
 		mux := a.DebugPort(withConfig)
