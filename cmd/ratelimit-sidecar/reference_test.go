@@ -264,9 +264,10 @@ func TestWatchRoot(t *testing.T) {
 	})
 }
 
-// TestDebugAddr: --debug-addr serves the debug port (internal/admin
-// specifies its endpoints), with /debug/config when not run as the
-// reference.
+// TestDebugAddr: run under its own name, --debug-addr serves the debug
+// port (internal/admin specifies its endpoints) with /debug/config, and
+// without --reference-metrics /metrics has none of the reference's names
+// (internal/metrics specifies them).
 func TestDebugAddr(t *testing.T) {
 	dir := t.TempDir()
 	writeAll(t, filepath.Join(dir, "a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 7}\n")
@@ -276,6 +277,9 @@ func TestDebugAddr(t *testing.T) {
 	}
 	if status, body := httpDo(t, "GET", s.debugAddr, "/debug/config", ""); status != http.StatusOK || !strings.Contains(body, `"checksum"`) {
 		t.Errorf("/debug/config on the debug listener: %d", status)
+	}
+	if _, body := httpDo(t, "GET", s.httpAddr, "/metrics", ""); strings.Contains(body, "ratelimit_service_") {
+		t.Error("without --reference-metrics, /metrics has the reference's names")
 	}
 }
 
