@@ -143,9 +143,11 @@ func healthErr(h healthpb.HealthClient) error {
 // ACKed, as the reference ACKs it; a bad push is NACKed, naming the
 // resource, the field and the reason, while the rules in use decide; the
 // health name ratelimit, /healthcheck and the metrics on PROMETHEUS_ADDR
-// are served. gRPC is served over TLS, to a client without a certificate
-// too (Envoy Gateway's GRPC_SERVER_TLS_CA_CERT is not the reference's
-// GRPC_CLIENT_TLS_CACERT), and plaintext is refused.
+// (the reference's names and the xDS state among them) are served, and
+// the start log warns of serving before the first push. gRPC is served
+// over TLS, to a client without a certificate too (Envoy Gateway's
+// GRPC_SERVER_TLS_CA_CERT is not the reference's GRPC_CLIENT_TLS_CACERT),
+// and plaintext is refused.
 func TestEnvoyGateway(t *testing.T) {
 	ca := certtest.NewCA(t, t.TempDir(), "ca")
 	xsrv := xdstest.Start(t, xdstest.WithTLS(ca.ServerConfig(t, ca.Issue(t, "envoy-gateway"), true)))
@@ -160,6 +162,9 @@ func TestEnvoyGateway(t *testing.T) {
 	log := s.log.String()
 	if !strings.Contains(log, `"store":"redis"`) || !strings.Contains(log, `"config_type":"xds"`) {
 		t.Errorf("start log does not say the store is Redis and the rules come over xDS:\n%s", log)
+	}
+	if !strings.Contains(log, "serving before the xDS server has delivered rules") {
+		t.Errorf("start log does not warn of serving without rules:\n%s", log)
 	}
 	if strings.Contains(log, "GRPC_SERVER_TLS_CA_CERT") {
 		t.Errorf("the log names GRPC_SERVER_TLS_CA_CERT, which the reference never reads:\n%s", log)
@@ -257,6 +262,8 @@ func TestEnvoyGateway(t *testing.T) {
 		`ratelimit_service_rate_limit_over_limit{domain="edge",key1="user",key2=""}`,
 		`ratelimit_service_rate_limit_total_hits{domain="edge",key1="user",key2=""}`,
 		"ratelimit_service_config_load_error 1\n",
+		"ratelimit_sidecar_xds_connected 1\n",
+		"ratelimit_sidecar_xds_rules_received 1\n",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics on PROMETHEUS_ADDR lacks %s", want)
