@@ -55,28 +55,27 @@ var egEnv = map[string]string{
 	"PROMETHEUS_MAPPER_YAML":             "/etc/statsd-exporter/conf.yaml",
 }
 
-// egPod is what a test puts where Envoy Gateway's pod has it.
-type egPod struct {
-	certs, data, xds, redis, mapper string
-}
-
-// envFor is egEnv in this test's world: the paths moved under temporary
-// directories, the xDS server and Redis at their loopback addresses, and
-// every listener, which the reference defaults to 0.0.0.0 and fixed ports
-// (PROMETHEUS_ADDR :19001 too), on a free loopback port; and
-// REDIS_TIMEOUT (see below). Nothing else changes: each replaced value
-// must be found, and the names stay.
-func (p egPod) envFor(t *testing.T) map[string]string {
+// egPodEnv is egEnv in this test's world: the Secret envoy-rate-limit
+// (one certificate, for the gRPC listener and for the xDS client, and
+// the CA) signed by ca and mounted as the kubelet mounts it, the other
+// paths under temporary directories, the xDS server and Redis at their
+// loopback addresses, and every listener, which the reference defaults
+// to 0.0.0.0 and fixed ports (PROMETHEUS_ADDR :19001 too), on a free
+// loopback port; and REDIS_TIMEOUT (see below). Nothing else changes:
+// each replaced value must be found, and the names stay.
+func egPodEnv(t *testing.T, ca *certtest.CA, xdsAddr, redisAddr string) map[string]string {
 	t.Helper()
+	certs := t.TempDir()
+	certtest.NewSecretDir(t, certs, ca.Issue(t, "envoy-ratelimit").Secret(t, ca))
 	replace := map[string]string{
-		"/certs/ca.crt":                  filepath.Join(p.certs, "ca.crt"),
-		"/certs/tls.crt":                 filepath.Join(p.certs, "tls.crt"),
-		"/certs/tls.key":                 filepath.Join(p.certs, "tls.key"),
-		"/data":                          p.data,
-		"envoy-gateway:18001":            p.xds,
-		"redis.redis.svc:6379":           p.redis,
+		"/certs/ca.crt":                  filepath.Join(certs, "ca.crt"),
+		"/certs/tls.crt":                 filepath.Join(certs, "tls.crt"),
+		"/certs/tls.key":                 filepath.Join(certs, "tls.key"),
+		"/data":                          t.TempDir(),
+		"envoy-gateway:18001":            xdsAddr,
+		"redis.redis.svc:6379":           redisAddr,
 		":19001":                         "127.0.0.1:0",
-		"/etc/statsd-exporter/conf.yaml": p.mapper,
+		"/etc/statsd-exporter/conf.yaml": filepath.Join(t.TempDir(), "conf.yaml"),
 	}
 	env := maps.Clone(egEnv)
 	used := map[string]bool{}
@@ -102,16 +101,6 @@ func (p egPod) envFor(t *testing.T) map[string]string {
 	// reference's own default is 10 s.
 	env["REDIS_TIMEOUT"] = "5s"
 	return env
-}
-
-// newEGPod makes what Envoy Gateway's pod holds: the Secret
-// envoy-rate-limit (one certificate, for the gRPC listener and for the
-// xDS client, and the CA) signed by ca, mounted as the kubelet mounts it.
-func newEGPod(t *testing.T, ca *certtest.CA, xdsAddr, redisAddr string) egPod {
-	t.Helper()
-	p := egPod{certs: t.TempDir(), data: t.TempDir(), xds: xdsAddr, redis: redisAddr, mapper: filepath.Join(t.TempDir(), "conf.yaml")}
-	certtest.NewSecretDir(t, p.certs, ca.Issue(t, "envoy-ratelimit").Secret(t, ca))
-	return p
 }
 
 // dialRLS connects to the RLS service and health at addr over TLS with
@@ -152,8 +141,7 @@ func TestEnvoyGateway(t *testing.T) {
 	ca := certtest.NewCA(t, t.TempDir(), "ca")
 	xsrv := xdstest.Start(t, xdstest.WithTLS(ca.ServerConfig(t, ca.Issue(t, "envoy-gateway"), true)))
 	rsrv := redistest.StartServer(t)
-	pod := newEGPod(t, ca, xsrv.Addr, rsrv.Addr)
-	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: pod.envFor(t)})
+	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: egPodEnv(t, ca, xsrv.Addr, rsrv.Addr)})
 	if err := healthErr(s.health); status.Code(err) != codes.Unavailable {
 		t.Errorf("health over plaintext: %v, want Unavailable", err)
 	}

@@ -144,11 +144,8 @@ func TestHealthWiring(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "config"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: map[string]string{
-		"RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true",
-		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
-		"USE_STATSD": "false",
-	}, args: []string{"--redis-url=", "--reload-debounce=50ms", "--drain-delay=3s"}})
+	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: refModeEnv(dir, "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true"),
+		args: []string{"--redis-url=", "--reload-debounce=50ms", "--drain-delay=3s"}})
 	if status, _ := httpDo(t, "GET", s.httpAddr, "/healthcheck", ""); status != http.StatusInternalServerError {
 		t.Errorf("/healthcheck without rules: %d, want 500", status)
 	}
@@ -203,11 +200,8 @@ func TestGRPCUDS(t *testing.T) {
 func TestPrometheusAddr(t *testing.T) {
 	dir := t.TempDir()
 	writeAll(t, filepath.Join(dir, "config", "rules.yaml"), istioRules(1))
-	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: map[string]string{
-		"RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "USE_STATSD": "false", "USE_PROMETHEUS": "true",
-		"PROMETHEUS_ADDR": "127.0.0.1:0", "PROMETHEUS_PATH": "/stats/prometheus",
-		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
-	}, args: []string{"--redis-url="}})
+	env := refModeEnv(dir, "USE_PROMETHEUS", "true", "PROMETHEUS_ADDR", "127.0.0.1:0", "PROMETHEUS_PATH", "/stats/prometheus")
+	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: env, args: []string{"--redis-url="}})
 	if s.metricsAddr == "" {
 		t.Fatal("no metrics listener")
 	}
@@ -231,10 +225,9 @@ func TestWatchRoot(t *testing.T) {
 	if err := os.Symlink("v1", current); err != nil {
 		t.Fatal(err)
 	}
-	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: map[string]string{
-		"RUNTIME_ROOT": current, "RUNTIME_SUBDIRECTORY": "ratelimit", "USE_STATSD": "false",
-		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
-	}, args: []string{"--redis-url="}})
+	env := refModeEnv(current, "RUNTIME_SUBDIRECTORY", "ratelimit")
+	delete(env, "RUNTIME_WATCH_ROOT") // the reference's default: true
+	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: env, args: []string{"--redis-url="}})
 	if _, body := httpDo(t, "GET", s.debugAddr, "/rlconfig", ""); !strings.Contains(body, "requests_per_unit=1,") {
 		t.Fatalf("/rlconfig before the swap: %q", body)
 	}
