@@ -6,14 +6,12 @@ import (
 	"maps"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
-	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -21,7 +19,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certtest"
-	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/grpctls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/xdstest"
 )
@@ -58,28 +55,27 @@ var egEnv = map[string]string{
 	"PROMETHEUS_MAPPER_YAML":             "/etc/statsd-exporter/conf.yaml",
 }
 
-// egPod is what a test puts where Envoy Gateway's pod has it.
-type egPod struct {
-	certs, data, xds, redis, mapper string
-}
-
-// envFor is egEnv in this test's world: the paths moved under temporary
-// directories, the xDS server and Redis at their loopback addresses, and
-// every listener, which the reference defaults to 0.0.0.0 and fixed ports
-// (PROMETHEUS_ADDR :19001 too), on a free loopback port; and
-// REDIS_TIMEOUT (see below). Nothing else changes: each replaced value
-// must be found, and the names stay.
-func (p egPod) envFor(t *testing.T) map[string]string {
+// egPodEnv is egEnv in this test's world: the Secret envoy-rate-limit
+// (one certificate, for the gRPC listener and for the xDS client, and
+// the CA) signed by ca and mounted as the kubelet mounts it, the other
+// paths under temporary directories, the xDS server and Redis at their
+// loopback addresses, and every listener, which the reference defaults
+// to 0.0.0.0 and fixed ports (PROMETHEUS_ADDR :19001 too), on a free
+// loopback port; and REDIS_TIMEOUT (see below). Nothing else changes:
+// each replaced value must be found, and the names stay.
+func egPodEnv(t *testing.T, ca *certtest.CA, xdsAddr, redisAddr string) map[string]string {
 	t.Helper()
+	certs := t.TempDir()
+	certtest.NewSecretDir(t, certs, ca.Issue(t, "envoy-ratelimit").Secret(t, ca))
 	replace := map[string]string{
-		"/certs/ca.crt":                  filepath.Join(p.certs, "ca.crt"),
-		"/certs/tls.crt":                 filepath.Join(p.certs, "tls.crt"),
-		"/certs/tls.key":                 filepath.Join(p.certs, "tls.key"),
-		"/data":                          p.data,
-		"envoy-gateway:18001":            p.xds,
-		"redis.redis.svc:6379":           p.redis,
+		"/certs/ca.crt":                  filepath.Join(certs, "ca.crt"),
+		"/certs/tls.crt":                 filepath.Join(certs, "tls.crt"),
+		"/certs/tls.key":                 filepath.Join(certs, "tls.key"),
+		"/data":                          t.TempDir(),
+		"envoy-gateway:18001":            xdsAddr,
+		"redis.redis.svc:6379":           redisAddr,
 		":19001":                         "127.0.0.1:0",
-		"/etc/statsd-exporter/conf.yaml": p.mapper,
+		"/etc/statsd-exporter/conf.yaml": filepath.Join(t.TempDir(), "conf.yaml"),
 	}
 	env := maps.Clone(egEnv)
 	used := map[string]bool{}
@@ -105,16 +101,6 @@ func (p egPod) envFor(t *testing.T) map[string]string {
 	// reference's own default is 10 s.
 	env["REDIS_TIMEOUT"] = "5s"
 	return env
-}
-
-// newEGPod makes what Envoy Gateway's pod holds: the Secret
-// envoy-rate-limit (one certificate, for the gRPC listener and for the
-// xDS client, and the CA) signed by ca, mounted as the kubelet mounts it.
-func newEGPod(t *testing.T, ca *certtest.CA, xdsAddr, redisAddr string) egPod {
-	t.Helper()
-	p := egPod{certs: t.TempDir(), data: t.TempDir(), xds: xdsAddr, redis: redisAddr, mapper: filepath.Join(t.TempDir(), "conf.yaml")}
-	certtest.NewSecretDir(t, p.certs, ca.Issue(t, "envoy-ratelimit").Secret(t, ca))
-	return p
 }
 
 // dialRLS connects to the RLS service and health at addr over TLS with
@@ -146,15 +132,16 @@ func healthErr(h healthpb.HealthClient) error {
 // ACKed, as the reference ACKs it; a bad push is NACKed, naming the
 // resource, the field and the reason, while the rules in use decide; the
 // health name ratelimit, /healthcheck and the metrics on PROMETHEUS_ADDR
-// are served. gRPC is served over TLS, to a client without a certificate
-// too (Envoy Gateway's GRPC_SERVER_TLS_CA_CERT is not the reference's
-// GRPC_CLIENT_TLS_CACERT), and plaintext is refused.
+// (the reference's names and the xDS state among them) are served, and
+// the start log warns of serving before the first push. gRPC is served
+// over TLS, to a client without a certificate too (Envoy Gateway's
+// GRPC_SERVER_TLS_CA_CERT is not the reference's GRPC_CLIENT_TLS_CACERT),
+// and plaintext is refused.
 func TestEnvoyGateway(t *testing.T) {
 	ca := certtest.NewCA(t, t.TempDir(), "ca")
 	xsrv := xdstest.Start(t, xdstest.WithTLS(ca.ServerConfig(t, ca.Issue(t, "envoy-gateway"), true)))
 	rsrv := redistest.StartServer(t)
-	pod := newEGPod(t, ca, xsrv.Addr, rsrv.Addr)
-	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: pod.envFor(t)})
+	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: egPodEnv(t, ca, xsrv.Addr, rsrv.Addr)})
 	if err := healthErr(s.health); status.Code(err) != codes.Unavailable {
 		t.Errorf("health over plaintext: %v, want Unavailable", err)
 	}
@@ -163,6 +150,9 @@ func TestEnvoyGateway(t *testing.T) {
 	log := s.log.String()
 	if !strings.Contains(log, `"store":"redis"`) || !strings.Contains(log, `"config_type":"xds"`) {
 		t.Errorf("start log does not say the store is Redis and the rules come over xDS:\n%s", log)
+	}
+	if !strings.Contains(log, "serving before the xDS server has delivered rules") {
+		t.Errorf("start log does not warn of serving without rules:\n%s", log)
 	}
 	if strings.Contains(log, "GRPC_SERVER_TLS_CA_CERT") {
 		t.Errorf("the log names GRPC_SERVER_TLS_CA_CERT, which the reference never reads:\n%s", log)
@@ -260,70 +250,12 @@ func TestEnvoyGateway(t *testing.T) {
 		`ratelimit_service_rate_limit_over_limit{domain="edge",key1="user",key2=""}`,
 		`ratelimit_service_rate_limit_total_hits{domain="edge",key1="user",key2=""}`,
 		"ratelimit_service_config_load_error 1\n",
+		"ratelimit_sidecar_xds_connected 1\n",
+		"ratelimit_sidecar_xds_rules_received 1\n",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics on PROMETHEUS_ADDR lacks %s", want)
 		}
-	}
-}
-
-// TestEnvoyGatewayCACertUnread: with Envoy Gateway's whole environment,
-// TLS on, its GRPC_SERVER_TLS_CA_CERT, which the reference never reads,
-// changes no setting: no client certificate is asked for.
-func TestEnvoyGatewayCACertUnread(t *testing.T) {
-	without := maps.Clone(egEnv)
-	delete(without, "GRPC_SERVER_TLS_CA_CERT")
-	a := mustParseEnv(t, "/bin/ratelimit", without)
-	b := mustParseEnv(t, "/bin/ratelimit", egEnv)
-	if diff := cmp.Diff(a.tls, b.tls, cmp.AllowUnexported(grpctls.Options{})); diff != "" {
-		t.Errorf("TLS settings differ (-without +with):\n%s", diff)
-	}
-	if diff := cmp.Diff(a.env, b.env); diff != "" {
-		t.Errorf("settings differ (-without +with):\n%s", diff)
-	}
-	if !b.tls.On() || b.tls.ClientCAFile != "" {
-		t.Errorf("TLS on %v, client CA %q; want TLS without client certificates", b.tls.On(), b.tls.ClientCAFile)
-	}
-}
-
-// TestEnvoyGatewayMutualTLS: Envoy Gateway's environment with the
-// reference's GRPC_CLIENT_TLS_CACERT and GRPC_CLIENT_TLS_SAN added
-// requires a client certificate the CA signed, holding that name, as
-// the reference does.
-func TestEnvoyGatewayMutualTLS(t *testing.T) {
-	ca := certtest.NewCA(t, t.TempDir(), "ca")
-	xsrv := xdstest.Start(t, xdstest.WithTLS(ca.ServerConfig(t, ca.Issue(t, "envoy-gateway"), true)))
-	pod := newEGPod(t, ca, xsrv.Addr, redistest.StartServer(t).Addr)
-	env := pod.envFor(t)
-	env["GRPC_CLIENT_TLS_CACERT"] = env["GRPC_SERVER_TLS_CA_CERT"]
-	env["GRPC_CLIENT_TLS_SAN"] = "envoy.envoy-gateway-system"
-	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: env})
-
-	other := certtest.NewCA(t, t.TempDir(), "other")
-	envoy := ca.IssueWith(t, "envoy", certtest.Options{DNSNames: []string{"envoy.envoy-gateway-system"}})
-	unnamed := ca.Issue(t, "unnamed")
-	stranger := other.IssueWith(t, "stranger", certtest.Options{DNSNames: []string{"envoy.envoy-gateway-system"}})
-	tests := []struct {
-		name   string
-		client *certtest.Pair
-		ok     bool
-	}{
-		{name: "no client certificate"},
-		{name: "a certificate without the name", client: &unnamed},
-		{name: "a certificate another CA signed", client: &stranger},
-		{name: "the CA's certificate with the name", client: &envoy, ok: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, h := dialRLS(t, s.grpcAddr, ca.ClientConfig(t, tt.client))
-			err := healthErr(h)
-			if tt.ok && err != nil {
-				t.Errorf("health: %v", err)
-			}
-			if !tt.ok && status.Code(err) != codes.Unavailable {
-				t.Errorf("health: %v, want Unavailable", err)
-			}
-		})
 	}
 }
 
@@ -336,181 +268,4 @@ func warnLine(log string) string {
 		}
 	}
 	return ""
-}
-
-// xdsView is what the reference's xDS variables set, for comparing.
-type xdsView struct {
-	Enabled, AllowEmpty, ForceStart bool
-	Server, NodeID                  string
-	Metadata                        map[string]any
-	Headers                         map[string]string
-	TLS                             bool
-	CA, Cert, Key, ServerName       string
-	Initial, Max                    time.Duration
-	Jitter                          float64
-	MaxMessageBytes                 int
-}
-
-func viewXDS(c *settings) xdsView {
-	x := c.rules.xds
-	return xdsView{
-		Enabled: x.Enabled, AllowEmpty: c.rules.config.AllowEmpty, ForceStart: x.StartWithoutRules,
-		Server: x.Server, NodeID: x.NodeID, Metadata: x.Options.NodeMetadata.AsMap(), Headers: x.Options.Headers,
-		TLS: x.TLS, CA: x.TLSFiles.CAFile, Cert: x.TLSFiles.CertFile, Key: x.TLSFiles.KeyFile, ServerName: x.TLSFiles.ServerName,
-		Initial: x.BackoffInitial, Max: x.BackoffMax, Jitter: x.BackoffJitter, MaxMessageBytes: x.MaxMessageBytes,
-	}
-}
-
-// ourXDS is what our flags' defaults give: the view a test changes.
-func ourXDS() xdsView {
-	return xdsView{Server: "localhost:18000", NodeID: "default", Metadata: map[string]any{}, Initial: 10 * time.Second, Max: time.Minute, Jitter: 0.5}
-}
-
-// TestRefEnvXDS: the reference's CONFIG_TYPE, CONFIG_GRPC_XDS_*,
-// XDS_CLIENT_* and FORCE_START_WITHOUT_INITIAL_CONFIG map onto the xDS
-// flags with the reference's meaning, and none is refused.
-func TestRefEnvXDS(t *testing.T) {
-	xds := map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}
-	with := func(kv ...string) map[string]string {
-		m := maps.Clone(xds)
-		for i := 0; i < len(kv); i += 2 {
-			m[kv[i]] = kv[i+1]
-		}
-		return m
-	}
-	tests := []struct {
-		name  string
-		argv0 string // default ratelimit-sidecar
-		give  map[string]string
-		want  func(v *xdsView)
-	}{
-		{name: "CONFIG_TYPE FILE", give: map[string]string{"CONFIG_TYPE": "FILE"}, want: func(*xdsView) {}},
-		// Envoy Gateway pushes no resource at all when the last
-		// rate-limited route goes; the reference ACKs that.
-		{name: "CONFIG_TYPE GRPC_XDS_SOTW allows empty pushes", give: xds, want: func(v *xdsView) { v.Enabled, v.AllowEmpty = true, true }},
-		{name: "server, node", give: with("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001", "CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
-			want: func(v *xdsView) {
-				v.Enabled, v.AllowEmpty, v.Server, v.NodeID = true, true, "envoy-gateway:18001", "envoy-ratelimit"
-			}},
-		// As the reference splits it: at commas, then at the first '=',
-		// nothing trimmed; an empty entry is skipped.
-		{name: "node metadata", give: with("CONFIG_GRPC_XDS_NODE_METADATA", "zone=eu-1,rule= a=b ,,{x=1"),
-			want: func(v *xdsView) {
-				v.Enabled, v.AllowEmpty = true, true
-				v.Metadata = map[string]any{"zone": "eu-1", "rule": " a=b ", "{x": "1"}
-			}},
-		{name: "headers", give: with("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "X-Token:abc,x-tenant:t1"),
-			want: func(v *xdsView) {
-				v.Enabled, v.AllowEmpty = true, true
-				v.Headers = map[string]string{"x-token": "abc", "x-tenant": "t1"}
-			}},
-		{name: "TLS as Envoy Gateway sets it", give: with("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt",
-			"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt", "CONFIG_GRPC_XDS_SERVER_TLS_SAN", "envoy-gateway"),
-			want: func(v *xdsView) {
-				v.Enabled, v.AllowEmpty, v.TLS = true, true, true
-				v.CA, v.Cert, v.Key, v.ServerName = "/certs/ca.crt", "/certs/tls.crt", "/certs/tls.key", "envoy-gateway"
-			}},
-		// Without CONFIG_GRPC_XDS_SERVER_USE_TLS the reference dials in
-		// plaintext and reads none of the files.
-		{name: "TLS files without TLS", give: with("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt"),
-			want: func(v *xdsView) { v.Enabled, v.AllowEmpty = true, true }},
-		// The reference's default factor, 0.5, never grows a wait: every
-		// one is the initial interval.
-		{name: "backoff, factor below 1", give: with("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "2s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "30s"),
-			want: func(v *xdsView) { v.Enabled, v.AllowEmpty, v.Initial, v.Max = true, true, 2*time.Second, 2*time.Second }},
-		{name: "backoff, factor 2", give: with("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "2s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "30s", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "2"),
-			want: func(v *xdsView) {
-				v.Enabled, v.AllowEmpty, v.Initial, v.Max = true, true, 2*time.Second, 30*time.Second
-			}},
-		// jpillora/backoff takes a factor of 0 or less as 2.
-		{name: "backoff, factor 0", give: with("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0"),
-			want: func(v *xdsView) { v.Enabled, v.AllowEmpty = true, true }},
-		// ... and an initial wait at or above the longest as the longest.
-		{name: "backoff, initial above max", give: with("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "90s", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "2"),
-			want: func(v *xdsView) { v.Enabled, v.AllowEmpty, v.Initial, v.Max = true, true, time.Minute, time.Minute }},
-		{name: "backoff without jitter", give: with("XDS_CLIENT_BACKOFF_JITTER", "false"),
-			want: func(v *xdsView) { v.Enabled, v.AllowEmpty, v.Max, v.Jitter = true, true, 10*time.Second, 0 }},
-		{name: "max message size", give: with("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "16777216"),
-			want: func(v *xdsView) { v.Enabled, v.AllowEmpty, v.MaxMessageBytes = true, true, 16<<20 }},
-		// envconfig skips an empty value: gRPC's default.
-		{name: "max message size empty", give: with("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", ""),
-			want: func(v *xdsView) { v.Enabled, v.AllowEmpty = true, true }},
-		{name: "force start", give: with("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
-			want: func(v *xdsView) { v.Enabled, v.AllowEmpty, v.ForceStart = true, true, true }},
-		// With rule files the reference reads them at start whatever
-		// FORCE_START_WITHOUT_INITIAL_CONFIG says, and so does the sidecar.
-		{name: "force start with files", give: map[string]string{"CONFIG_TYPE": "FILE", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true"}, want: func(*xdsView) {}},
-		// The reference's retry interceptor never retries (it is given no
-		// retry count), so the interval changes nothing there either.
-		{name: "connect retry interval", give: with("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "1s"),
-			want: func(v *xdsView) { v.Enabled, v.AllowEmpty = true, true }},
-		// Run as ratelimit, the reference's default factor applies.
-		{name: "run as ratelimit", argv0: "ratelimit", give: with("USE_STATSD", "false", "REDIS_URL", "r:6379"),
-			want: func(v *xdsView) { v.Enabled, v.AllowEmpty, v.Max = true, true, 10*time.Second }},
-		// A flag, or its RLS_ variable, comes first.
-		{name: "RLS_ first", give: with("RLS_ALLOW_EMPTY_RULES", "false", "CONFIG_GRPC_XDS_SERVER_URL", "a:1", "RLS_XDS_SERVER", "b:2"),
-			want: func(v *xdsView) { v.Enabled, v.Server = true, "b:2" }},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			argv0 := tt.argv0
-			if argv0 == "" {
-				argv0 = "ratelimit-sidecar"
-			}
-			c := mustParseEnv(t, argv0, tt.give)
-			want := ourXDS()
-			tt.want(&want)
-			if diff := cmp.Diff(want, viewXDS(c)); diff != "" {
-				t.Errorf("(-want +got):\n%s", diff)
-			}
-			for _, r := range c.env.Refused {
-				if strings.Contains(r, "XDS") || strings.HasPrefix(r, "CONFIG_") || strings.HasPrefix(r, "FORCE_START") {
-					t.Errorf("refused: %s", r)
-				}
-			}
-		})
-	}
-}
-
-// TestRefEnvXDSErrors: a value the reference could not use stops the
-// start, naming its variable.
-func TestRefEnvXDSErrors(t *testing.T) {
-	tests := []struct {
-		give map[string]string
-		want string
-	}{
-		// The reference compares CONFIG_TYPE exactly.
-		{map[string]string{"CONFIG_TYPE": "grpc_xds_sotw"}, `CONFIG_TYPE: want FILE or GRPC_XDS_SOTW, got "grpc_xds_sotw"`},
-		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "zone=a,rack"},
-			`CONFIG_GRPC_XDS_NODE_METADATA: want key=value entries, got "rack"`},
-		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-token=abc"},
-			`--xds-headers: want name:value, got "x-token=abc" (--xds-headers is set from CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS)`},
-		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "yes"}, `CONFIG_GRPC_XDS_SERVER_USE_TLS: want true or false, got "yes"`},
-		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "3"},
-			`CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL: want a duration such as 10s or 1h30m, got "3"`},
-		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "fast"}, `XDS_CLIENT_BACKOFF_RANDOM_FACTOR: want a number, got "fast"`},
-		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "-1"}, "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES: want 0 or more bytes, got -1"},
-		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "FORCE_START_WITHOUT_INITIAL_CONFIG": "y"}, `FORCE_START_WITHOUT_INITIAL_CONFIG: want true or false, got "y"`},
-	}
-	for _, tt := range tests {
-		t.Run(strings.Join(slices.Sorted(maps.Keys(tt.give)), ","), func(t *testing.T) {
-			_, err := parseEnv("ratelimit-sidecar", tt.give)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("error %v, want it to contain %q", err, tt.want)
-			}
-			if n := strings.Count(err.Error(), tt.want); n != 1 {
-				t.Errorf("error %q names the problem %d times, want once", err, n)
-			}
-		})
-	}
-}
-
-// TestRefEnvXDSBackoffFactor: a growth factor above 1 other than 2 is
-// named in the start warning: the waits double.
-func TestRefEnvXDSBackoffFactor(t *testing.T) {
-	c := mustParseEnv(t, "ratelimit-sidecar", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "1.5"})
-	want := []string{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR: reconnect waits double at each failure; a growth factor above 1 other than 2 is not honoured"}
-	if diff := cmp.Diff(want, c.env.Refused); diff != "" {
-		t.Errorf("refused (-want +got):\n%s", diff)
-	}
 }

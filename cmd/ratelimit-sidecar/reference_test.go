@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -146,11 +144,8 @@ func TestHealthWiring(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "config"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: map[string]string{
-		"RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true",
-		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
-		"USE_STATSD": "false",
-	}, args: []string{"--redis-url=", "--reload-debounce=50ms", "--drain-delay=3s"}})
+	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: refModeEnv(dir, "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true"),
+		args: []string{"--redis-url=", "--reload-debounce=50ms", "--drain-delay=3s"}})
 	if status, _ := httpDo(t, "GET", s.httpAddr, "/healthcheck", ""); status != http.StatusInternalServerError {
 		t.Errorf("/healthcheck without rules: %d, want 500", status)
 	}
@@ -173,9 +168,8 @@ func TestHealthWiring(t *testing.T) {
 	awaitRefHealth(t, s, healthpb.HealthCheckResponse_NOT_SERVING)
 }
 
-// TestGRPCUDS: GRPC_UDS serves gRPC on a Unix socket instead of TCP,
-// replacing a stale socket a dead process left, and removes it at exit.
-// A path that is not a socket is refused.
+// TestGRPCUDS: GRPC_UDS serves gRPC on a Unix socket instead of TCP, and
+// removes it at exit (internal/bounds's ListenUnix specifies the socket).
 func TestGRPCUDS(t *testing.T) {
 	dir, err := os.MkdirTemp("", "uds") // short: a socket path has at most 107 bytes
 	if err != nil {
@@ -183,12 +177,6 @@ func TestGRPCUDS(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "rl.sock")
-	stale, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stale.SetUnlinkOnClose(false)
-	stale.Close()
 	writeAll(t, filepath.Join(dir, "config", "rules.yaml"), istioRules(1))
 	env := map[string]string{"GRPC_UDS": sock, "RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "HOST": "127.0.0.1", "PORT": "0"}
 	s := startSidecar(t, sidecarOpts{argv0: "ratelimit-sidecar", env: env, args: []string{"--redis-url="}})
@@ -204,11 +192,6 @@ func TestGRPCUDS(t *testing.T) {
 	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
 		t.Errorf("socket left after exit: %v", err)
 	}
-
-	writeAll(t, sock, "not a socket")
-	if _, err := listenGRPC(mustParseEnv(t, "ratelimit-sidecar", env, "--redis-url=").addrs); err == nil || !strings.Contains(err.Error(), "exists and is not a socket") {
-		t.Errorf("a file in the way: %v", err)
-	}
 }
 
 // TestPrometheusAddr: USE_PROMETHEUS with PROMETHEUS_ADDR and
@@ -217,11 +200,8 @@ func TestGRPCUDS(t *testing.T) {
 func TestPrometheusAddr(t *testing.T) {
 	dir := t.TempDir()
 	writeAll(t, filepath.Join(dir, "config", "rules.yaml"), istioRules(1))
-	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: map[string]string{
-		"RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "USE_STATSD": "false", "USE_PROMETHEUS": "true",
-		"PROMETHEUS_ADDR": "127.0.0.1:0", "PROMETHEUS_PATH": "/stats/prometheus",
-		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
-	}, args: []string{"--redis-url="}})
+	env := refModeEnv(dir, "USE_PROMETHEUS", "true", "PROMETHEUS_ADDR", "127.0.0.1:0", "PROMETHEUS_PATH", "/stats/prometheus")
+	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: env, args: []string{"--redis-url="}})
 	if s.metricsAddr == "" {
 		t.Fatal("no metrics listener")
 	}
@@ -245,10 +225,9 @@ func TestWatchRoot(t *testing.T) {
 	if err := os.Symlink("v1", current); err != nil {
 		t.Fatal(err)
 	}
-	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: map[string]string{
-		"RUNTIME_ROOT": current, "RUNTIME_SUBDIRECTORY": "ratelimit", "USE_STATSD": "false",
-		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
-	}, args: []string{"--redis-url="}})
+	env := refModeEnv(current, "RUNTIME_SUBDIRECTORY", "ratelimit")
+	delete(env, "RUNTIME_WATCH_ROOT") // the reference's default: true
+	s := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: env, args: []string{"--redis-url="}})
 	if _, body := httpDo(t, "GET", s.debugAddr, "/rlconfig", ""); !strings.Contains(body, "requests_per_unit=1,") {
 		t.Fatalf("/rlconfig before the swap: %q", body)
 	}
@@ -265,45 +244,22 @@ func TestWatchRoot(t *testing.T) {
 	})
 }
 
-// TestRLConfigFormat: /rlconfig prints every limit of every domain in the
-// reference's format, with what the reference cannot express after it.
-func TestRLConfigFormat(t *testing.T) {
+// TestDebugAddr: run under its own name, --debug-addr serves the debug
+// port (internal/admin specifies its endpoints) with /debug/config, and
+// without --reference-metrics /metrics has none of the reference's names
+// (internal/metrics specifies them).
+func TestDebugAddr(t *testing.T) {
 	dir := t.TempDir()
-	writeAll(t, filepath.Join(dir, "b.yaml"), `domain: b
-descriptors:
-  - key: tenant
-    value: acme
-    shadow_mode: true
-    rate_limit: {unit: second, requests_per_unit: 10}
-    descriptors:
-      - key: user
-        rate_limits:
-          - {algorithm: token_bucket, unit: second, requests_per_unit: 1, burst: 5, name: per-user}
-          - {unit: hour, unit_multiplier: 2, requests_per_unit: 100}
-  - key: free
-    rate_limit: {unlimited: true}
-  - key: quota
-    quota_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 3}
-`)
 	writeAll(t, filepath.Join(dir, "a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 7}\n")
 	s := startSidecar(t, sidecarOpts{argv0: "ratelimit-sidecar", args: []string{"--config", dir, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0", "--debug-addr=127.0.0.1:0"}})
-	status, body := httpDo(t, "GET", s.debugAddr, "/rlconfig", "")
-	want := `a.k: unit=DAY requests_per_unit=7, shadow_mode: false, quota_mode: false
-b.tenant_acme: unit=SECOND requests_per_unit=10, shadow_mode: true, quota_mode: false
-b.tenant_acme.user: unit=SECOND requests_per_unit=1, shadow_mode: false, quota_mode: false, algorithm: token_bucket, window: 1s, burst: 5, name: "per-user"
-b.tenant_acme.user: unit=HOUR requests_per_unit=100, shadow_mode: false, quota_mode: false, algorithm: fixed_window, window: 2h0m0s
-b.free: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false
-b.quota: unit=MINUTE requests_per_unit=3, shadow_mode: false, quota_mode: true
-`
-	if status != http.StatusOK || body != want {
-		t.Errorf("/rlconfig = %d\n%s\nwant\n%s", status, body, want)
-	}
-	if status, body := httpDo(t, "GET", s.debugAddr, "/", ""); status != http.StatusOK || !strings.Contains(body, "/rlconfig: ") || !strings.Contains(body, "/debug/config: ") {
-		t.Errorf("debug index: %d %q", status, body)
+	if status, body := httpDo(t, "GET", s.debugAddr, "/rlconfig", ""); status != http.StatusOK || body != "a.k: unit=DAY requests_per_unit=7, shadow_mode: false, quota_mode: false\n" {
+		t.Errorf("/rlconfig: %d %q", status, body)
 	}
 	if status, body := httpDo(t, "GET", s.debugAddr, "/debug/config", ""); status != http.StatusOK || !strings.Contains(body, `"checksum"`) {
 		t.Errorf("/debug/config on the debug listener: %d", status)
+	}
+	if _, body := httpDo(t, "GET", s.httpAddr, "/metrics", ""); strings.Contains(body, "ratelimit_service_") {
+		t.Error("without --reference-metrics, /metrics has the reference's names")
 	}
 }
 
@@ -366,76 +322,5 @@ func TestSameAddr(t *testing.T) {
 	c := mustParseEnv(t, "ratelimit", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":8080"})
 	if c.addrs.separateMetrics() {
 		t.Error("PROMETHEUS_ADDR=:8080 with PORT 8080: a listener of its own")
-	}
-}
-
-// TestRefRedisTopologies: REDIS_TYPE with the reference's REDIS_URL forms
-// for Sentinel (master-name,host:port,...) and Cluster (host:port,...)
-// reaches the Redis they name: two replicas share its counters.
-func TestRefRedisTopologies(t *testing.T) {
-	tests := []struct {
-		name  string
-		start func(t *testing.T) (typ, url string)
-	}{
-		{"sentinel", func(t *testing.T) (string, string) {
-			s := redistest.StartSentinel(t)
-			return "SENTINEL", s.MasterName + "," + strings.Join(s.SentinelAddrs, ",")
-		}},
-		{"cluster", func(t *testing.T) (string, string) {
-			return "cluster", strings.Join(redistest.StartCluster(t).Addrs, ",")
-		}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			typ, url := tt.start(t)
-			dir := t.TempDir()
-			writeAll(t, filepath.Join(dir, "config", "rules.yaml"), istioRules(1))
-			env := map[string]string{
-				"REDIS_TYPE": typ, "REDIS_URL": url, "RUNTIME_ROOT": dir, "RUNTIME_WATCH_ROOT": "false", "USE_STATSD": "false",
-				"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
-			}
-			a := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: env})
-			b := startSidecar(t, sidecarOpts{argv0: "/bin/ratelimit", env: env})
-			// Failure mode error (the reference's behaviour): a request
-			// Redis did not decide fails, so these are Redis's answers.
-			if got := code(t, a.rls, userRequest("carol", 0)); got != rlsOK {
-				t.Errorf("first request: %v", got)
-			}
-			if got := code(t, b.rls, userRequest("carol", 0)); got != rlsOver {
-				t.Errorf("second request, on the other replica: %v, want OVER_LIMIT", got)
-			}
-		})
-	}
-}
-
-// TestQuotaModeEnv: QUOTA_MODE makes every descriptor a quota_mode one,
-// as in envoyproxy/ratelimit: a request is rejected only when every
-// descriptor with a limit is over, and one that matches no limit is
-// never over.
-func TestQuotaModeEnv(t *testing.T) {
-	dir := t.TempDir()
-	writeAll(t, filepath.Join(dir, "rules.yaml"), "domain: q\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")
-	for _, tt := range []struct {
-		env  map[string]string
-		want rlsv3.RateLimitResponse_Code // of k, once over, with a descriptor that matches nothing
-	}{
-		{nil, rlsOver},
-		{map[string]string{"QUOTA_MODE": "true"}, rlsOK},
-	} {
-		s := startSidecar(t, sidecarOpts{argv0: "ratelimit-sidecar", env: tt.env, args: []string{"--config", dir, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0"}})
-		desc := func(k string) *rlscommon.RateLimitDescriptor {
-			return &rlscommon.RateLimitDescriptor{Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: k, Value: "x"}}}
-		}
-		one := &rlsv3.RateLimitRequest{Domain: "q", Descriptors: []*rlscommon.RateLimitDescriptor{desc("k")}}
-		two := &rlsv3.RateLimitRequest{Domain: "q", Descriptors: []*rlscommon.RateLimitDescriptor{desc("k"), desc("other")}}
-		if got := code(t, s.rls, one); got != rlsOK {
-			t.Errorf("env %v: first request %v, want OK", tt.env, got)
-		}
-		if got := code(t, s.rls, one); got != rlsOver {
-			t.Errorf("env %v: k over: %v, want OVER_LIMIT", tt.env, got)
-		}
-		if got := code(t, s.rls, two); got != tt.want {
-			t.Errorf("env %v: k over, and a descriptor without a limit: %v, want %v", tt.env, got, tt.want)
-		}
 	}
 }

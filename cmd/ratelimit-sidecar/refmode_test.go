@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/redistest"
@@ -140,32 +139,4 @@ func awaitRefHealth(t *testing.T, s *sidecar, want healthpb.HealthCheckResponse_
 			return
 		}
 	}
-}
-
-// TestXDSStateMetrics: a sidecar whose xDS server has no snapshot for it
-// (Envoy Gateway's settings: ready before the first push) says so in its
-// metrics and its start log, and the metrics follow the first push.
-func TestXDSStateMetrics(t *testing.T) {
-	srv := xdstest.Start(t)
-	s := startSidecar(t, xdsOpts(srv, "--force-start-without-rules", "--allow-empty-rules"))
-	waitFor(t, func() bool { return metricValue(t, s, "ratelimit_sidecar_xds_connected") == 1 })
-	_, body := s.get(t, "/metrics")
-	for _, want := range []string{"ratelimit_sidecar_xds_rules_received 0", "ratelimit_sidecar_xds_last_push_timestamp_seconds 0"} {
-		if !strings.Contains(body, want+"\n") {
-			t.Errorf("/metrics before any push lacks %s", want)
-		}
-	}
-	if !strings.Contains(s.log.String(), "serving before the xDS server has delivered rules") {
-		t.Errorf("start log does not warn of serving without rules:\n%s", s.log)
-	}
-
-	srv.Set(t, "envoy-ratelimit", "1", xdstest.RateLimitConfig("edge", "user", 2, rlsconf.RateLimitUnit_MINUTE))
-	srv.Await(t, 0, "ACKing version 1", isACK("1"))
-	waitFor(t, func() bool { return metricValue(t, s, "ratelimit_sidecar_xds_rules_received") == 1 })
-	if _, body := s.get(t, "/metrics"); strings.Contains(body, "ratelimit_sidecar_xds_last_push_timestamp_seconds 0\n") {
-		t.Errorf("/metrics after a push: xds_last_push_timestamp_seconds still 0")
-	}
-
-	srv.Stop()
-	waitFor(t, func() bool { return metricValue(t, s, "ratelimit_sidecar_xds_connected") == 0 })
 }

@@ -1,6 +1,7 @@
 package xds_test
 
 import (
+	"maps"
 	"strings"
 	"testing"
 
@@ -67,7 +68,7 @@ func TestSourceListRefused(t *testing.T) {
 
 // TestSourceOptionsValidate: Validate turns xDS on for xds and
 // grpc_xds_sotw in any case, takes any TLS file as TLS, and parses the
-// node metadata and headers into Options.
+// node metadata (key=value or JSON) and headers into Options.
 func TestSourceOptionsValidate(t *testing.T) {
 	o := sourceOptions(func(o *xds.SourceOptions) {
 		o.ConfigType, o.TLSFiles.CAFile = "GRPC_XDS_SOTW", "/certs/ca.crt"
@@ -85,6 +86,15 @@ func TestSourceOptionsValidate(t *testing.T) {
 	}
 	if h := o.Options.Headers; len(h) != 1 || h["x-token"] != "abc:def" {
 		t.Errorf("headers %v", h)
+	}
+	// A JSON object, as the reference's CONFIG_GRPC_XDS_NODE_METADATA
+	// reaches it (internal/refenv), is read exactly: nothing trimmed.
+	exact := sourceOptions(func(o *xds.SourceOptions) { o.NodeMetadata = `{"rule":" a=b ","{x":"1"}` })
+	if err := exact.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := exact.Options.NodeMetadata.AsMap(), map[string]any{"rule": " a=b ", "{x": "1"}; !maps.Equal(got, want) {
+		t.Errorf("node metadata from JSON %v, want %v", got, want)
 	}
 	plain := sourceOptions(func(o *xds.SourceOptions) {
 		o.Sources = mustSources("name=aigw,server=h:1,node-id=n", "name=b,server=h:2,node-id=m")
