@@ -1,259 +1,54 @@
 package main
 
 import (
-	"bytes"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 )
 
-// backtrackNote ends every note about a branch that matching passed over.
-const backtrackNote = "        Matching takes the first match at each level (exact value, then wildcards in config order, then any value) and never backtracks.\n"
-
-// TestExplain runs explain over testdata/nested, which holds the nested
-// cases that confuse people most in envoyproxy/ratelimit's issue tracker.
+// TestExplain: explain prints each descriptor's explanation on stdout
+// (internal/ruletext's tests have the text), its flags reach the loader
+// and the keys, and a request it cannot explain fails (exit 1) with one
+// line and nothing printed.
 func TestExplain(t *testing.T) {
-	tests := []struct {
-		name   string
-		domain string
-		give   []string // --descriptor values
-		extra  []string // more flags
-		want   string
-	}{
-		{
-			name: "exact sibling blocks the key-only branch",
-			give: []string{"tenant=acme,user=bob"},
-			want: `descriptor 1: tenant=acme,user=bob
-  entries[0] tenant=acme: matched descriptors[0] (tenant=acme) at testdata/nested/rules.yaml:7 by exact value
-      also matches descriptors[1] (tenant, any value) at testdata/nested/rules.yaml:13, later in the matching order: not tried
-  entries[1] user=bob: no rule
-  result: entries[1] user=bob matches no rule at the nested descriptors of descriptors[0] (tenant=acme), whose rules for key "user" are: user=alice
-  note: entries[0] also matches descriptors[1] (tenant, any value) at testdata/nested/rules.yaml:13, whose branch would reach descriptors[1].descriptors[0] (user, any value) at testdata/nested/rules.yaml:15: token_bucket 10 per 1s, burst 20.
-` + backtrackNote,
-		},
-		{
-			name: "stops on a rule without a limit",
-			give: []string{"tenant=acme"},
-			want: `descriptor 1: tenant=acme
-  entries[0] tenant=acme: matched descriptors[0] (tenant=acme) at testdata/nested/rules.yaml:7 by exact value
-      also matches descriptors[1] (tenant, any value) at testdata/nested/rules.yaml:13, later in the matching order: not tried
-  result: reached descriptors[0] (tenant=acme), which has no rate_limit; its nested descriptors apply only to descriptors with more entries
-`,
-		},
-		{
-			name: "wildcards in config order",
-			give: []string{"path=/api/v1/users"},
-			want: `descriptor 1: path=/api/v1/users
-  entries[0] path=/api/v1/users: matched descriptors[2] (path=/api/*) at testdata/nested/rules.yaml:18 by wildcard
-      also matches descriptors[3] (path=/api/v1/*) at testdata/nested/rules.yaml:21, later in the matching order: not tried
-  result: reached descriptors[2] (path=/api/*) at the last entry; its limit applies
-  limit: fixed_window 50 per 1m0s, name "api"
-    key: rls:{4:shop4:path13:/api/v1/users}15:fixed_window/60
-  note: entries[0] also matches descriptors[3] (path=/api/v1/*) at testdata/nested/rules.yaml:21, whose limits would apply: fixed_window 5 per 1m0s, name "v1".
-` + backtrackNote,
-		},
-		{
-			name: "the first wildcard's branch is too short",
-			give: []string{"path=/api/v1/users,method=GET"},
-			want: `descriptor 1: path=/api/v1/users,method=GET
-  entries[0] path=/api/v1/users: matched descriptors[2] (path=/api/*) at testdata/nested/rules.yaml:18 by wildcard
-      also matches descriptors[3] (path=/api/v1/*) at testdata/nested/rules.yaml:21, later in the matching order: not tried
-  result: entries[0] path=/api/v1/users matched descriptors[2] (path=/api/*) by wildcard, but the descriptor has 2 entries and the branch ends there, at depth 1
-  note: entries[0] also matches descriptors[3] (path=/api/v1/*) at testdata/nested/rules.yaml:21, whose branch would reach descriptors[3].descriptors[0] (method, any value) at testdata/nested/rules.yaml:25: fixed_window 1 per 1m0s.
-` + backtrackNote,
-		},
-		{
-			name: "more entries than the branch is deep",
-			give: []string{"plan=team,region=eu,user=1"},
-			want: `descriptor 1: plan=team,region=eu,user=1
-  entries[0] plan=team: matched descriptors[4] (plan=t*) at testdata/nested/rules.yaml:28 by wildcard
-  entries[1] region=eu: matched descriptors[4].descriptors[0] (region=eu) at testdata/nested/rules.yaml:32 by exact value
-  result: entries[1] region=eu matched descriptors[4].descriptors[0] (region=eu) by exact value, but the descriptor has 3 entries and the branch ends there, at depth 2
-`,
-		},
-		{
-			name: "a wildcard that does not match",
-			give: []string{"plan=pro,region=eu"},
-			want: `descriptor 1: plan=pro,region=eu
-  entries[0] plan=pro: tried wildcard descriptors[4] (plan=t*) at testdata/nested/rules.yaml:28, no match
-  entries[0] plan=pro: no rule
-  result: entries[0] plan=pro matches no rule at the top level of domain "shop", whose rules for key "plan" are: plan=t*
-`,
-		},
-		{
-			name: "entries in the wrong order",
-			give: []string{"user=1,tenant=acme"},
-			want: `descriptor 1: user=1,tenant=acme
-  entries[0] user=1: no rule
-  result: entries[0] user=1 matches no rule at the top level of domain "shop", which has no rule for key "user" (its keys: tenant, path, plan, ip, free, vip, promo)
-`,
-		},
-		{
-			name:  "share_threshold and a key prefix",
-			give:  []string{"ip=10.9.9.9"},
-			extra: []string{"--key-prefix", "prod:"},
-			want: `descriptor 1: ip=10.9.9.9
-  entries[0] ip=10.9.9.9: matched descriptors[5] (ip=10.*) at testdata/nested/rules.yaml:36 by wildcard
-  result: reached descriptors[5] (ip=10.*) at the last entry; its limit applies
-  limit: sliding_window 100 per 10s
-    key: prod:{4:shop2:ip4:10.*}17:sliding_window/10
-`,
-		},
-		{
-			name: "replaces across the descriptors of a request",
-			give: []string{"path=/api/x", "free=1"},
-			want: `descriptor 1: path=/api/x
-  entries[0] path=/api/x: matched descriptors[2] (path=/api/*) at testdata/nested/rules.yaml:18 by wildcard
-  result: reached descriptors[2] (path=/api/*) at the last entry; its limit applies
-  limit: fixed_window 50 per 1m0s, name "api"
-    dropped when sent with descriptor 2, whose limit "free" replaces it
-    key: rls:{4:shop4:path6:/api/x}15:fixed_window/60
+	stdout, stderr, err := runCLI(t, nil, "explain", "--config", "testdata/merge", "--merge-domains", "--domain", "shared",
+		"--descriptor", "a=1", "--descriptor", "b=2", "--key-prefix", "prod:")
+	want := `descriptor 1: a=1
+  entries[0] a=1: matched descriptors[0] (a, any value) at testdata/merge/a.yaml:3 by any value
+  result: reached descriptors[0] (a, any value) at the last entry; its limit applies
+  limit: fixed_window 1 per 1s
+    key: prod:{6:shared1:a1:1}14:fixed_window/1
 
-descriptor 2: free=1
-  entries[0] free=1: matched descriptors[6] (free, any value) at testdata/nested/rules.yaml:41 by any value
-  result: reached descriptors[6] (free, any value), which is unlimited
-  limit: unlimited, name "free", replaces "api"
-`,
-		},
-		{
-			// The engine keeps an unlimited limit whose name another
-			// limit replaces; explain once reported it dropped.
-			name: "an unlimited limit is never dropped",
-			give: []string{"vip=1", "promo=1"},
-			want: `descriptor 1: vip=1
-  entries[0] vip=1: matched descriptors[7] (vip, any value) at testdata/nested/rules.yaml:44 by any value
-  result: reached descriptors[7] (vip, any value), which is unlimited
-  limit: unlimited, name "vip"
-
-descriptor 2: promo=1
-  entries[0] promo=1: matched descriptors[8] (promo, any value) at testdata/nested/rules.yaml:46 by any value
-  result: reached descriptors[8] (promo, any value) at the last entry; its limit applies
-  limit: fixed_window 9 per 1m0s, name "promo", replaces "vip"
-    key: rls:{4:shop5:promo1:1}15:fixed_window/60
-`,
-		},
-		{
-			name: "escaped comma and '=' in a value",
-			give: []string{`plan=t\,x=1`},
-			want: `descriptor 1: plan=t\,x=1
-  entries[0] plan=t,x=1: matched descriptors[4] (plan=t*) at testdata/nested/rules.yaml:28 by wildcard
-  result: reached descriptors[4] (plan=t*) at the last entry; its limit applies
-  limit: fixed_window 7 per 1h0m0s
-    key: rls:{4:shop4:plan5:t,x=1}17:fixed_window/3600
-`,
-		},
-		{
-			name:   "unknown domain",
-			domain: "nope",
-			give:   []string{"tenant=acme"},
-			want: `descriptor 1: tenant=acme
-  result: no rule file defines domain "nope", so the sidecar answers OK with no limits
-`,
-		},
+descriptor 2: b=2
+  entries[0] b=2: matched descriptors[0] (b, any value) at testdata/merge/b.yaml:3 by any value
+  result: reached descriptors[0] (b, any value) at the last entry; its limit applies
+  limit: fixed_window 2 per 1s
+    key: prod:{6:shared1:b1:2}14:fixed_window/1
+`
+	if err != nil || stdout != want || stderr != "" {
+		t.Errorf("explain: %v\nstdout:\n%s\nwant:\n%s\nstderr:\n%s", err, stdout, want, stderr)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			domain := tt.domain
-			if domain == "" {
-				domain = "shop"
-			}
-			args := []string{"--config", "testdata/nested", "--domain", domain}
-			for _, d := range tt.give {
-				args = append(args, "--descriptor", d)
-			}
-			args = append(args, tt.extra...)
-			var stdout, stderr bytes.Buffer
-			if err := runExplain(args, &stdout, &stderr); err != nil {
-				t.Fatalf("explain: %v\n%s", err, stderr.String())
-			}
-			if diff := cmp.Diff(tt.want, stdout.String()); diff != "" {
-				t.Errorf("stdout (-want +got):\n%s", diff)
-			}
-			if stderr.Len() > 0 {
-				t.Errorf("stderr: %s", stderr.String())
-			}
-		})
-	}
-}
 
-func TestExplainErrors(t *testing.T) {
 	tests := []struct {
 		name       string
-		args       []string
+		give       []string
 		wantErr    string
-		wantStderr string // a substring; "" for none
+		wantStderr string // a prefix; "" for none
 	}{
-		{
-			name:    "missing --domain",
-			args:    []string{"--config", "testdata/nested", "--descriptor", "tenant=acme"},
-			wantErr: "explain: --domain is required",
-		},
-		{
-			name:    "missing --descriptor",
-			args:    []string{"--config", "testdata/nested", "--domain", "shop"},
-			wantErr: "explain: at least one --descriptor is required",
-		},
-		{
-			name:    "no '='",
-			args:    []string{"--config", "testdata/nested", "--domain", "shop", "--descriptor", "tenant=acme,user"},
-			wantErr: `invalid value "tenant=acme,user" for flag -descriptor: entry 1 "user" has no '='`,
-		},
-		{
-			name:    "empty key",
-			args:    []string{"--config", "testdata/nested", "--domain", "shop", "--descriptor", "=acme"},
-			wantErr: `entry 0 "=acme" has an empty key`,
-		},
-		{
-			name:    "empty descriptor",
-			args:    []string{"--config", "testdata/nested", "--domain", "shop", "--descriptor", ""},
-			wantErr: "empty descriptor",
-		},
-		{
-			name:       "invalid config",
-			args:       []string{"--config", "testdata/many.bad.yaml", "--domain", "api", "--descriptor", "tenant=acme"},
-			wantErr:    "invalid config testdata/many.bad.yaml: 5 problems",
-			wantStderr: "testdata/many.bad.yaml:7: descriptors[1].colour: unknown field",
-		},
-		{
-			name:    "extra argument",
-			args:    []string{"--config", "testdata/nested", "--domain", "shop", "--descriptor", "a=b", "c=d"},
-			wantErr: `explain: unexpected argument "c=d"`,
-		},
+		{"missing --domain", []string{"--descriptor", "a=1"}, "explain: --domain is required", ""},
+		{"missing --descriptor", []string{"--domain", "shared"}, "explain: at least one --descriptor is required", ""},
+		{"bad --descriptor", []string{"--domain", "shared", "--descriptor", "a=1,b"}, `invalid value "a=1,b" for flag -descriptor: entry 1 "b" has no '='`, ""},
+		{"extra argument", []string{"--domain", "shared", "--descriptor", "a=1", "c=d"}, `explain: unexpected argument "c=d"`, ""},
+		{"invalid config", []string{"--domain", "shared", "--descriptor", "a=1", "--merge-domains=false"}, "invalid config testdata/merge: 1 problem", "testdata/merge/b.yaml:1: domain: "},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			err := runExplain(tt.args, &stdout, &stderr)
+			stdout, stderr, err := runCLI(t, nil, append([]string{"explain", "--config", "testdata/merge"}, tt.give...)...)
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("explain returned %v, want an error with %q", err, tt.wantErr)
+				t.Errorf("explain returned %v, want an error with %q", err, tt.wantErr)
 			}
-			if stdout.Len() > 0 {
-				t.Errorf("stdout: %s", stdout.String())
-			}
-			if tt.wantStderr == "" && stderr.Len() > 0 || !strings.Contains(stderr.String(), tt.wantStderr) {
-				t.Errorf("stderr is %q, want %q", stderr.String(), tt.wantStderr)
+			if stdout != "" || !strings.HasPrefix(stderr, tt.wantStderr) || tt.wantStderr == "" && stderr != "" {
+				t.Errorf("stdout:\n%s\nstderr:\n%s\nwant stderr to start %q", stdout, stderr, tt.wantStderr)
 			}
 		})
-	}
-}
-
-// TestExplainOverride: explain says how a limit Envoy sends with the
-// descriptor would be counted, when a rule or the domain says.
-func TestExplainOverride(t *testing.T) {
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "rules.yaml"), "domain: ai\noverride: {algorithm: sliding_window}\ndescriptors:\n  - key: tenant\n    override: {algorithm: token_bucket, burst: 50}\n  - key: route\n")
-	for _, tt := range []struct{ give, want string }{
-		{"tenant=acme", "  a limit Envoy sends with it (descriptor.limit) counts by override: token_bucket, burst 50, on a key ending override/token_bucket/<window seconds>\n"},
-		{"route=r", "  a limit Envoy sends with it (descriptor.limit) counts by override: sliding_window, on a key ending override/sliding_window/<window seconds>\n"},
-	} {
-		var stdout, stderr bytes.Buffer
-		if err := runExplain([]string{"--config", dir, "--domain", "ai", "--descriptor", tt.give}, &stdout, &stderr); err != nil {
-			t.Fatalf("explain: %v\n%s", err, stderr.String())
-		}
-		if !strings.HasSuffix(stdout.String(), tt.want) {
-			t.Errorf("explain %s:\n%s\nwant it to end:\n%s", tt.give, stdout.String(), tt.want)
-		}
 	}
 }
