@@ -45,6 +45,9 @@ ok: 1 domain, 2 rules, 2 limits in 2 files
 	if err == nil || !strings.Contains(err.Error(), "read overlay: open testdata/missing.yaml") || stdout != "" {
 		t.Errorf("check --xds-overlay of a missing overlay: %v\n%s", err, stdout)
 	}
+	if _, _, err = runCLI(t, nil, "check", "--config", "testdata/merge", "extra"); err == nil || err.Error() != `check: unexpected argument "extra"` {
+		t.Errorf("check with an argument: %v", err)
+	}
 }
 
 // TestSubcommandInheritsConfig: `docker run IMAGE check` and `explain`

@@ -16,17 +16,8 @@ func TestFlagsInvalid(t *testing.T) {
 		env  []string
 		want string
 	}{
-		// Bounds of the servers.
-		{[]string{"--grpc-max-streams", "0"}, nil, "--grpc-max-streams"},
-		{[]string{"--grpc-max-streams", "4294967296"}, nil, "--grpc-max-streams"},
-		{[]string{"--grpc-max-conns", "-1"}, nil, "--grpc-max-conns"},
-		{[]string{"--http-max-conns", "-1"}, nil, "--http-max-conns"},
-		{[]string{"--grpc-request-timeout", "0s"}, nil, "--grpc-request-timeout"},
-		{[]string{"--grpc-max-connection-age", "-1s"}, nil, "--grpc-max-connection-age"},
-		{[]string{"--idle-timeout", "0s"}, nil, "--idle-timeout"},
+		// Bounds of the servers (the rest: internal/bounds's TestServerCheck).
 		{[]string{"--idle-timeout", "1ns"}, nil, "--idle-timeout: want 100ms or more, got 1ns"},
-		{[]string{"--grpc-request-timeout", "1ns"}, nil, "--grpc-request-timeout: want 10ms or more, got 1ns"},
-		{[]string{"--grpc-max-connection-age", "1ns"}, nil, "--grpc-max-connection-age: want 0 (no limit) or 100ms or more, got 1ns"},
 		// Bounded state.
 		{[]string{"--metric-max-values", "-1"}, nil, "--metric-max-values: want 0 or more, got -1"},
 		{[]string{"--override-keys", "own"}, nil, "override-keys"},
@@ -51,14 +42,12 @@ func TestFlagsInvalid(t *testing.T) {
 		{[]string{"--deny-cache-entries", "-1"}, nil, "--deny-cache-entries: want 0 (off) or more, got -1"},
 		{[]string{"--near-limit-ratio", "2"}, nil, "--near-limit-ratio: want a number above 0 and at most 1, got 2"},
 		{[]string{"--log-format", "xml"}, nil, `--log-format: want json or console, got "xml"`},
+		{[]string{"--failure-mode", "shut"}, nil, `invalid value "shut" for flag -failure-mode: unknown failure mode "shut"`},
+		{nil, []string{"RLS_FAILURE_MODE=shut"}, `RLS_FAILURE_MODE: unknown failure mode "shut"`},
 		{[]string{"--redis-pool-size", "-1"}, nil, "--redis-pool-size: want 0 (go-redis's default) to 1000 connections per Redis node, got -1"},
 		{[]string{"--redis-timeout", "1ns"}, nil, "--redis-timeout: want 1ms or more, got 1ns"},
 		// RLQS.
 		{[]string{"--rlqs-bucket-ttl", "1500ms"}, nil, "--rlqs-bucket-ttl: want whole seconds, at least 1s (Envoy reads an assignment's time to live in whole seconds), got 1.5s"},
-		{[]string{"--rlqs-bucket-ttl", "0s"}, nil, "--rlqs-bucket-ttl: want whole seconds, at least 1s (Envoy reads an assignment's time to live in whole seconds), got 0s"},
-		{[]string{"--rlqs-idle-after", "0s"}, nil, "--rlqs-idle-after: want more than 0, got 0s"},
-		{[]string{"--rlqs-margin", "1ms"}, nil, "--rlqs-margin: want 10ms to 1m, got 1ms"},
-		{[]string{"--rlqs-max-buckets", "0"}, nil, "--rlqs-max-buckets: want 1 or more, got 0"},
 		// The rejection log (the rest: internal/rejectlog).
 		{[]string{"--log-rejections", "warn"}, nil, "--log-rejections: want off, debug or info"},
 	}

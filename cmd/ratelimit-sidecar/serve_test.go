@@ -288,29 +288,9 @@ func TestShutdownUnderLoad(t *testing.T) {
 	}
 }
 
-func TestRedisStore(t *testing.T) {
-	srv := redistest.StartServer(t)
-	dir := t.TempDir()
-	write(t, filepath.Join(dir, "rules.yaml"), userRules)
-	s := startSidecar(t, sidecarOpts{args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr, "--redis-key-prefix", "t1:"}})
-	resp, err := s.rls.ShouldRateLimit(context.Background(), userRequest("alice", 2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.Statuses[0].LimitRemaining != 1 {
-		t.Errorf("remaining = %d, want 1", resp.Statuses[0].LimitRemaining)
-	}
-	keys, err := srv.Client(t).Keys(context.Background(), "t1:*").Result()
-	if err != nil || len(keys) == 0 {
-		t.Errorf("keys in Redis with the prefix: %v, %v; want the counter", keys, err)
-	}
-	if code, body := s.get(t, "/readyz"); code != http.StatusOK || body != "ok\n" {
-		t.Errorf("/readyz = %d %q", code, body)
-	}
-}
-
-// TestDenyCache checks the wiring of the deny cache: once Redis has said
-// a key is over its limit, later requests for it are answered by the
+// TestDenyCache checks the wiring of the Redis store, under
+// --redis-key-prefix and ready, and of its deny cache: once Redis has
+// said a key is over its limit, later requests for it are answered by the
 // cache and counted, and a reload empties the cache. That the cache
 // answers without a Redis call, and never differently from Redis, is
 // pkg/store's TestDenyCacheSteps and TestDenyCacheExactAgainstRedis.
@@ -318,7 +298,7 @@ func TestDenyCache(t *testing.T) {
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "rules.yaml"), userRules)
-	s := startSidecar(t, sidecarOpts{args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr, "--reload-debounce", "10ms"}})
+	s := startSidecar(t, sidecarOpts{args: []string{"--config", dir, "--redis-url", "redis://" + srv.Addr, "--reload-debounce", "10ms", "--redis-key-prefix", "t1:"}})
 	codes := func(n int) string {
 		var out []string
 		for range n {
@@ -335,6 +315,12 @@ func TestDenyCache(t *testing.T) {
 	}
 	if body := s.getBody(t, "/metrics"); !strings.Contains(body, "ratelimit_sidecar_deny_cache_answered_total 2") {
 		t.Errorf("/metrics lacks deny_cache_answered_total 2")
+	}
+	if keys, err := srv.Client(t).Keys(context.Background(), "t1:*").Result(); err != nil || len(keys) == 0 {
+		t.Errorf("keys in Redis with the prefix: %v, %v; want the counter", keys, err)
+	}
+	if code, body := s.get(t, "/readyz"); code != http.StatusOK || body != "ok\n" {
+		t.Errorf("/readyz = %d %q", code, body)
 	}
 
 	// New rules, with a higher limit under the same key: the cache must
