@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/conntest"
 )
 
 // TestBoundFlagsReachServers: the bound flags reach the sidecar's
@@ -53,7 +53,7 @@ func TestBoundFlagsReachServers(t *testing.T) {
 			defer conn.Close()
 			held = append(held, conn)
 		}
-		if n := closedOf(held, 1, 10*time.Second); n < 1 {
+		if n := conntest.ClosedOf(held, 1, 10*time.Second); n < 1 {
 			t.Errorf("%s: none of 4 silent connections closed, want room made at --%s-max-conns 2", l.name, l.name)
 		}
 		series := `ratelimit_sidecar_connections_reclaimed_total{listener="` + l.name + `"}`
@@ -114,36 +114,4 @@ func maxStreams(t *testing.T, addr string) uint32 {
 	}
 	v, _ := sf.Value(http2.SettingMaxConcurrentStreams)
 	return v
-}
-
-// closedWithin reports whether the peer of c closes it within wait: a
-// read ends in EOF or a reset, not a timeout. Bytes read are skipped.
-func closedWithin(c net.Conn, wait time.Duration) bool {
-	c.SetReadDeadline(time.Now().Add(wait))
-	defer c.SetReadDeadline(time.Time{})
-	buf := make([]byte, 4096)
-	for {
-		if _, err := c.Read(buf); err != nil {
-			var ne net.Error
-			return !(errors.As(err, &ne) && ne.Timeout())
-		}
-	}
-}
-
-// closedOf returns how many of conns their peer closes, waiting up to
-// wait for want of them.
-func closedOf(conns []net.Conn, want int, wait time.Duration) int {
-	closed := make(chan bool, len(conns))
-	for _, c := range conns {
-		go func() { closed <- closedWithin(c, wait) }()
-	}
-	n := 0
-	for range conns {
-		if <-closed {
-			if n++; n == want {
-				break
-			}
-		}
-	}
-	return n
 }

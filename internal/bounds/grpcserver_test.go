@@ -2,7 +2,6 @@ package bounds
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/conntest"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -118,20 +118,6 @@ func usage() (int, int64) {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return runtime.NumGoroutine(), int64(m.HeapInuse + m.StackInuse)
-}
-
-// closedWithin reports whether the peer of c closes it within wait: a
-// read ends in EOF or a reset, not a timeout. Bytes read are skipped.
-func closedWithin(c net.Conn, wait time.Duration) bool {
-	c.SetReadDeadline(time.Now().Add(wait))
-	defer c.SetReadDeadline(time.Time{})
-	buf := make([]byte, 4096)
-	for {
-		if _, err := c.Read(buf); err != nil {
-			var ne net.Error
-			return !(errors.As(err, &ne) && ne.Timeout())
-		}
-	}
 }
 
 // TestHalfOpenStreams is issue 15's probe, smaller: thousands of streams
@@ -268,7 +254,7 @@ func TestGRPCConnectionCapHeld(t *testing.T) {
 		}
 		// The oldest were closed: all but max-1 beside the new client's.
 		for i, c := range conns[:len(conns)-max+1] {
-			if !closedWithin(c, 10*time.Second) {
+			if !conntest.ClosedWithin(c, 10*time.Second) {
 				t.Errorf("held connection %d of %d still open, want the oldest %d closed", i, len(conns), len(conns)-max+1)
 			}
 		}

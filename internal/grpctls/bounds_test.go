@@ -3,7 +3,6 @@ package grpctls_test
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/bounds"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/certtest"
+	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/conntest"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/grpctls"
 	"github.com/ratelimit-sidecar/ratelimit-sidecar/internal/logtest"
 )
@@ -70,20 +70,6 @@ func boundsOf(maxConns int, timeout time.Duration) bounds.Server {
 // halfHello is a handshake record's header announcing 512 bytes, and 3.
 var halfHello = []byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01}
 
-// closedWithin reports whether the peer of c closes it within wait: a
-// read ends in EOF or a reset, not a timeout. Bytes read are skipped.
-func closedWithin(c net.Conn, wait time.Duration) bool {
-	c.SetReadDeadline(time.Now().Add(wait))
-	defer c.SetReadDeadline(time.Time{})
-	buf := make([]byte, 4096)
-	for {
-		if _, err := c.Read(buf); err != nil {
-			var ne net.Error
-			return !(errors.As(err, &ne) && ne.Timeout())
-		}
-	}
-}
-
 // TestHandshakeWithinRequestTimeout: a connection must finish its TLS
 // handshake within the request timeout (--grpc-request-timeout), as its
 // HTTP/2 one: one that sends no ClientHello, part of one, or a whole
@@ -124,7 +110,7 @@ func TestHandshakeWithinRequestTimeout(t *testing.T) {
 			defer conn.Close()
 			// The server sends nothing we wait for: only its close ends
 			// the read (a TLS server's flight, or its SETTINGS, skipped).
-			if !closedWithin(tt.send(t, conn), 5*time.Second) {
+			if !conntest.ClosedWithin(tt.send(t, conn), 5*time.Second) {
 				t.Fatal("the connection is still open after 5s; want it closed after the request timeout (300ms)")
 			}
 		})
@@ -161,19 +147,7 @@ func TestHandshakesDoNotHoldTheCap(t *testing.T) {
 	// when the server read it, and the handshakes read their ClientHellos
 	// in no set order.
 	want := len(held) - max + 1
-	closed := make(chan bool, len(held))
-	for _, c := range held {
-		go func() { closed <- closedWithin(c, 10*time.Second) }()
-	}
-	n := 0
-	for range held {
-		if <-closed {
-			if n++; n == want {
-				break
-			}
-		}
-	}
-	if n != want {
+	if n := conntest.ClosedOf(held, want, 10*time.Second); n != want {
 		t.Errorf("%d of %d half-sent ClientHellos closed, want %d", n, len(held), want)
 	}
 }
