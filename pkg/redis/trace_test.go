@@ -83,9 +83,13 @@ func TestTracingRoundTrip(t *testing.T) {
 
 	t.Run("batch", func(t *testing.T) {
 		tracer, rec := recorder(t, sdktrace.AlwaysSample())
-		s := newStore(t, redis.Options{URL: urlOf(srv.Addr), MaxInflight: 1, Timeout: 5 * time.Second})
+		// The pause holds the first round trip until the test ends it,
+		// however slow the machine is to queue the traced calls behind
+		// it: long, since a pause that ran out first would send them one
+		// by one. The store's timeout outlasts it.
+		s := newStore(t, redis.Options{URL: urlOf(srv.Addr), MaxInflight: 1, Timeout: time.Minute})
 		apply(t, s, check("batch", l, 1)) // connect first
-		if err := rc.Do(context.Background(), "CLIENT", "PAUSE", 2000, "WRITE").Err(); err != nil {
+		if err := rc.Do(context.Background(), "CLIENT", "PAUSE", 50_000, "WRITE").Err(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = rc.Do(context.Background(), "CLIENT", "UNPAUSE").Err() })
@@ -171,10 +175,10 @@ func TestTracingRoundTrip(t *testing.T) {
 // waitFor waits, up to 5 s, until cond holds.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
+			t.Fatal("condition not met within 30s")
 		}
 		time.Sleep(time.Millisecond)
 	}
